@@ -1,0 +1,60 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/term"
+)
+
+var (
+	logLevel  string
+	logFormat string
+	// logger is the process logger, ready after the root command's pre-run.
+	logger = zap.NewNop()
+)
+
+// setupLogging builds the zap logger from --log-level and --log-format:
+// human-readable on a terminal, one JSON object per line otherwise.
+func setupLogging() error {
+	var lvl zapcore.Level
+	if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+		return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, logLevel)
+	}
+	format := logFormat
+	if format == "auto" {
+		format = "json"
+		if stderrIsTerminal() {
+			format = "console"
+		}
+	}
+	var cfg zap.Config
+	switch format {
+	case "json":
+		cfg = zap.NewProductionConfig()
+		cfg.EncoderConfig.TimeKey = "ts"
+		cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+		cfg.Sampling = nil
+	case "console":
+		cfg = zap.NewDevelopmentConfig()
+		cfg.EncoderConfig.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05.000")
+		cfg.DisableStacktrace = true
+	default:
+		return fmt.Errorf("%w: --log-format %q: want auto, console or json", errUsage, logFormat)
+	}
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.OutputPaths = []string{"stderr"}
+	cfg.ErrorOutputPaths = []string{"stderr"}
+	l, err := cfg.Build()
+	if err != nil {
+		return fmt.Errorf("building logger: %w", err)
+	}
+	logger = l
+	return nil
+}
+
+func stderrIsTerminal() bool { return term.IsTerminal(int(os.Stderr.Fd())) }
+
+func syncLogger() { _ = logger.Sync() }

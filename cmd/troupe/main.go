@@ -1,0 +1,56 @@
+// Command troupe trains neural networks on actors: one process or many,
+// elastic and fault-tolerant. See README.md for every sub-command.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// rootCmd is the troupe command; sub-command files attach themselves to it
+// (or to benchCmd / explainCmd) in their init functions.
+var rootCmd = &cobra.Command{
+	Use:           "troupe",
+	Short:         "Actor-based, elastic, fault-tolerant neural-network training",
+	SilenceUsage:  true,
+	SilenceErrors: true,
+	PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+		return setupLogging()
+	},
+}
+
+// benchCmd groups the measurement commands (troupe bench gemm, allreduce…).
+var benchCmd = &cobra.Command{
+	Use:   "bench",
+	Short: "Measure kernels and collectives",
+}
+
+// explainCmd groups the teaching views (troupe explain allreduce, pipeline…).
+var explainCmd = &cobra.Command{
+	Use:   "explain",
+	Short: "Show step by step what a schedule does",
+}
+
+func init() {
+	rootCmd.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	rootCmd.PersistentFlags().StringVar(&logFormat, "log-format", "auto", "log format: auto (console on a terminal, JSON otherwise), console, json")
+	rootCmd.AddCommand(benchCmd, explainCmd)
+}
+
+// errUsage marks an error in the command line (exit status 2).
+var errUsage = errors.New("usage")
+
+func main() {
+	err := rootCmd.Execute()
+	syncLogger()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "troupe:", err)
+		if errors.Is(err, errUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,219 @@
+package kernels
+
+// Buffer is a flat array of float32 values in a backend's memory. A Buffer is
+// only valid with the backend that allocated it (or a View of such a buffer).
+type Buffer interface {
+	// Len is the number of float32 elements.
+	Len() int
+}
+
+// Index is a flat array of int32 values in a backend's memory: token ids,
+// class labels, targets. A negative target is ignored by the loss kernels
+// (PyTorch's ignore_index).
+type Index interface {
+	// Len is the number of int32 elements.
+	Len() int
+}
+
+// Capabilities says what a backend is and what it can do.
+type Capabilities struct {
+	// Device names the device, e.g. "cpu" or "cuda:0".
+	Device string
+	// SIMD names the vector path the hot kernels take, e.g. "avx2+fma" or "generic".
+	SIMD string
+	// Threads is the number of OS threads the backend uses for one kernel.
+	Threads int
+	// TensorCores is true when GEMM runs on matrix units (TF32/BF16).
+	TensorCores bool
+	// MemoryBytes is the device memory, 0 when it is host memory.
+	MemoryBytes int64
+}
+
+// GemmArgs describe C = Alpha·op(A)·op(B) + Beta·C over row-major matrices,
+// optionally batched with constant strides (cuBLAS's strided-batched form).
+//
+// op(A) is M×K: A is stored M×K, or K×M when TransA. op(B) is K×N: B is stored
+// K×N, or N×K when TransB. A zero leading dimension means "packed": the row
+// length of the stored matrix (K or M for A, N or K for B, N for C).
+type GemmArgs struct {
+	TransA, TransB bool
+	M, N, K        int
+	Alpha, Beta    float32
+	LDA, LDB, LDC  int
+	// Batch is the number of independent products; 0 means 1.
+	Batch int
+	// StrideA, StrideB, StrideC are the element distances between consecutive
+	// batch members; 0 with Batch > 1 means packed (the matrix size).
+	StrideA, StrideB, StrideC int
+}
+
+// Normalize fills the derived leading dimensions and strides and returns the
+// result; it does not check sizes (see Check).
+func (g GemmArgs) Normalize() GemmArgs {
+	if g.Batch <= 0 {
+		g.Batch = 1
+	}
+	if g.LDA == 0 {
+		if g.TransA {
+			g.LDA = g.M
+		} else {
+			g.LDA = g.K
+		}
+	}
+	if g.LDB == 0 {
+		if g.TransB {
+			g.LDB = g.K
+		} else {
+			g.LDB = g.N
+		}
+	}
+	if g.LDC == 0 {
+		g.LDC = g.N
+	}
+	if g.StrideA == 0 {
+		if g.TransA {
+			g.StrideA = g.K * g.LDA
+		} else {
+			g.StrideA = g.M * g.LDA
+		}
+	}
+	if g.StrideB == 0 {
+		if g.TransB {
+			g.StrideB = g.N * g.LDB
+		} else {
+			g.StrideB = g.K * g.LDB
+		}
+	}
+	if g.StrideC == 0 {
+		g.StrideC = g.M * g.LDC
+	}
+	return g
+}
+
+// Backend is a device's kernels. Every model computation in troupe goes
+// through one, so that a model runs unchanged on the CPU or a GPU.
+//
+// Threading: a Backend is owned by one goroutine (a Worker's device loop);
+// its methods are never called concurrently on the same backend.
+//
+// Errors: kernels may run asynchronously (a GPU stream). Misuse that the
+// caller can prevent (mismatched lengths) panics, as an index out of range
+// does; device failures are reported by the next Sync.
+//
+// Semantics: unless a comment says "accumulates", an output is overwritten.
+// All matrices are row-major. Outputs never alias inputs unless a comment
+// allows it.
+type Backend interface {
+	// Caps describes the backend.
+	Caps() Capabilities
+
+	// Alloc returns a zeroed buffer of n float32 values.
+	Alloc(n int) Buffer
+	// AllocIndex returns a zeroed buffer of n int32 values.
+	AllocIndex(n int) Index
+	// Free releases a buffer allocated by Alloc (not a View). Using it
+	// afterwards is an error. The CPU backend leaves it to the GC.
+	Free(b Buffer)
+	// FreeIndex releases an index buffer.
+	FreeIndex(x Index)
+	// View is the n values of b starting at off; it shares b's memory.
+	View(b Buffer, off, n int) Buffer
+
+	// Upload copies host values into dst (len(src) == dst.Len()).
+	Upload(dst Buffer, src []float32)
+	// Download copies src into host memory (len(dst) == src.Len()).
+	Download(dst []float32, src Buffer)
+	// UploadIndex copies host ids into dst.
+	UploadIndex(dst Index, src []int32)
+	// Copy copies src into dst (same length).
+	Copy(dst, src Buffer)
+	// Fill sets every element of x to v.
+	Fill(x Buffer, v float32)
+	// Sync waits for queued kernels and reports a device failure.
+	Sync() error
+
+	// Gemm computes C = Alpha·op(A)·op(B) + Beta·C (see GemmArgs).
+	Gemm(g GemmArgs, a, b, c Buffer)
+
+	// Axpy computes y += alpha·x.
+	Axpy(alpha float32, x, y Buffer)
+	// Scale computes x *= alpha.
+	Scale(x Buffer, alpha float32)
+	// Add computes dst = a + b; dst may alias a or b.
+	Add(dst, a, b Buffer)
+	// AddBias adds bias[c] to every row of y ([rows, len(bias)]), in place.
+	AddBias(y, bias Buffer)
+	// SumRows accumulates the column sums of x ([rows, len(dst)]):
+	// dst[c] += Σ_r x[r, c]. It is the gradient of AddBias.
+	SumRows(dst, x Buffer)
+	// Sum returns Σ x in float64 (a sync point).
+	Sum(x Buffer) float64
+	// SumSquares returns Σ x² in float64 (a sync point).
+	SumSquares(x Buffer) float64
+
+	// ReLU computes y = max(x, 0).
+	ReLU(y, x Buffer)
+	// ReLUBackward computes dx = dy where x > 0, else 0.
+	ReLUBackward(dx, dy, x Buffer)
+	// GELU computes the exact (erf) GELU, PyTorch's nn.GELU() default.
+	GELU(y, x Buffer)
+	// GELUBackward computes dx = dy·GELU'(x).
+	GELUBackward(dx, dy, x Buffer)
+
+	// LayerNorm normalises each row of x ([rows, cols], cols = len(gamma)):
+	// y = (x − mean)·rstd·gamma + beta, and saves mean and rstd ([rows]) for
+	// the backward pass. Variance is biased, as in PyTorch.
+	LayerNorm(y, mean, rstd, x, gamma, beta Buffer, eps float32)
+	// LayerNormBackward computes dx (overwritten) and accumulates dgamma and
+	// dbeta.
+	LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma Buffer)
+
+	// Embedding gathers rows: y[i, :] = table[ids[i], :] with y [len(ids), d].
+	Embedding(y, table Buffer, ids Index)
+	// EmbeddingBackward accumulates dtable[ids[i], :] += dy[i, :].
+	EmbeddingBackward(dtable, dy Buffer, ids Index)
+
+	// SoftmaxCrossEntropy computes, for each row r of logits ([rows, cols],
+	// rows = len(targets)), losses[r] = −log softmax(logits[r])[targets[r]],
+	// or 0 when targets[r] < 0. When dlogits is non-nil it also writes the
+	// gradient of gradScale·Σ losses: (softmax − onehot)·gradScale (zero rows
+	// for ignored targets).
+	SoftmaxCrossEntropy(losses, dlogits, logits Buffer, targets Index, gradScale float32)
+	// ArgmaxCorrect returns how many rows of logits ([rows, cols]) have their
+	// largest value at targets[r] (a sync point).
+	ArgmaxCorrect(logits Buffer, targets Index) int
+
+	// CausalSoftmax computes, for each of the batch·t rows of x ([batch, t, t]),
+	// y[b, i, j] = softmax over j ≤ i of scale·x[b, i, j], and 0 for j > i.
+	CausalSoftmax(y, x Buffer, t int, scale float32)
+	// SoftmaxBackward computes dx = scale·y⊙(dy − Σ_j dy⊙y) row-wise over
+	// rows of length cols. It is the gradient of CausalSoftmax (masked entries
+	// have y = 0 and get dx = 0).
+	SoftmaxBackward(dx, dy, y Buffer, cols int, scale float32)
+
+	// Transpose permutes the axes of a dense row-major tensor: src has the
+	// given shape, dst has shape[perm[i]] on axis i, and
+	// dst[i0, …] = src[j…] where j[perm[k]] = i_k. At most 6 axes.
+	Transpose(dst, src Buffer, shape []int, perm []int)
+
+	// SGDStep is torch.optim.SGD for one parameter tensor: d = g + wd·p;
+	// with momentum, buf = d on the first step and momentum·buf + (1 −
+	// dampening)·d afterwards, and d = buf (or d + momentum·buf with
+	// nesterov); p −= lr·d. buf may be nil when momentum is 0.
+	SGDStep(p, g, buf Buffer, h SGDHyper, first bool)
+	// AdamWStep is torch.optim.AdamW: p *= 1 − lr·wd; m = β1·m + (1 − β1)·g;
+	// v = β2·v + (1 − β2)·g²; p −= lr·(m/(1 − β1^t)) / (sqrt(v/(1 − β2^t)) + eps),
+	// with t the 1-based step.
+	AdamWStep(p, g, m, v Buffer, h AdamWHyper, t int)
+}
+
+// SGDHyper are torch.optim.SGD's hyper-parameters.
+type SGDHyper struct {
+	LR, Momentum, Dampening, WeightDecay float32
+	Nesterov                             bool
+}
+
+// AdamWHyper are torch.optim.AdamW's hyper-parameters.
+type AdamWHyper struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float32
+}

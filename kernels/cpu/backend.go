@@ -1,0 +1,121 @@
+package cpu
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/troupe-ml/troupe/kernels"
+)
+
+// Buf is the CPU backend's Buffer: a plain float32 slice.
+type Buf []float32
+
+// Len implements kernels.Buffer.
+func (b Buf) Len() int { return len(b) }
+
+// Ids is the CPU backend's Index: a plain int32 slice.
+type Ids []int32
+
+// Len implements kernels.Index.
+func (x Ids) Len() int { return len(x) }
+
+// Backend is the CPU kernels backend. The zero value is not usable; use New.
+type Backend struct {
+	threads int
+}
+
+var _ kernels.Backend = (*Backend)(nil)
+
+// New returns a CPU backend that uses up to threads OS threads per kernel
+// (0: GOMAXPROCS).
+func New(threads int) *Backend {
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	return &Backend{threads: threads}
+}
+
+func init() {
+	kernels.Register("cpu", func(o kernels.Options) (kernels.Backend, error) {
+		if o.Device != 0 {
+			return nil, fmt.Errorf("%w: cpu has only device 0, got %d", kernels.ErrNoDevice, o.Device)
+		}
+		return New(o.Threads), nil
+	}, func() ([]kernels.DeviceInfo, error) {
+		return []kernels.DeviceInfo{{Backend: "cpu", Index: 0, Name: cpuName(), Detail: fmt.Sprintf("%d logical cores, %s", runtime.NumCPU(), simdName())}}, nil
+	})
+}
+
+// Caps implements kernels.Backend.
+func (be *Backend) Caps() kernels.Capabilities {
+	return kernels.Capabilities{Device: "cpu", SIMD: simdName(), Threads: be.threads}
+}
+
+// F returns the float32 slice behind a CPU buffer. It panics for buffers of
+// other backends.
+func F(b kernels.Buffer) []float32 { return b.(Buf) }
+
+// I returns the int32 slice behind a CPU index buffer.
+func I(x kernels.Index) []int32 { return x.(Ids) }
+
+// Alloc implements kernels.Backend.
+func (be *Backend) Alloc(n int) kernels.Buffer { return make(Buf, n) }
+
+// AllocIndex implements kernels.Backend.
+func (be *Backend) AllocIndex(n int) kernels.Index { return make(Ids, n) }
+
+// Free implements kernels.Backend; the GC reclaims CPU buffers.
+func (be *Backend) Free(kernels.Buffer) {}
+
+// FreeIndex implements kernels.Backend.
+func (be *Backend) FreeIndex(kernels.Index) {}
+
+// View implements kernels.Backend.
+func (be *Backend) View(b kernels.Buffer, off, n int) kernels.Buffer {
+	return F(b)[off : off+n : off+n]
+}
+
+// Upload implements kernels.Backend.
+func (be *Backend) Upload(dst kernels.Buffer, src []float32) {
+	d := F(dst)
+	mustLen("Upload", len(d), len(src))
+	copy(d, src)
+}
+
+// Download implements kernels.Backend.
+func (be *Backend) Download(dst []float32, src kernels.Buffer) {
+	s := F(src)
+	mustLen("Download", len(dst), len(s))
+	copy(dst, s)
+}
+
+// UploadIndex implements kernels.Backend.
+func (be *Backend) UploadIndex(dst kernels.Index, src []int32) {
+	d := I(dst)
+	mustLen("UploadIndex", len(d), len(src))
+	copy(d, src)
+}
+
+// Copy implements kernels.Backend.
+func (be *Backend) Copy(dst, src kernels.Buffer) {
+	d, s := F(dst), F(src)
+	mustLen("Copy", len(d), len(s))
+	copy(d, s)
+}
+
+// Fill implements kernels.Backend.
+func (be *Backend) Fill(x kernels.Buffer, v float32) {
+	d := F(x)
+	for i := range d {
+		d[i] = v
+	}
+}
+
+// Sync implements kernels.Backend; CPU kernels finish before they return.
+func (be *Backend) Sync() error { return nil }
+
+func mustLen(op string, got, want int) {
+	if got != want {
+		panic(fmt.Sprintf("kernels/cpu: %s: length %d, want %d", op, got, want))
+	}
+}
