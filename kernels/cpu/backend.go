@@ -72,7 +72,7 @@ func (be *Backend) FreeIndex(kernels.Index) {}
 
 // View implements kernels.Backend.
 func (be *Backend) View(b kernels.Buffer, off, n int) kernels.Buffer {
-	return F(b)[off : off+n : off+n]
+	return Buf(F(b)[off : off+n : off+n])
 }
 
 // Upload implements kernels.Backend.
