@@ -101,8 +101,9 @@ func (g GemmArgs) Normalize() GemmArgs {
 // does; device failures are reported by the next Sync.
 //
 // Semantics: unless a comment says "accumulates", an output is overwritten.
-// All matrices are row-major. Outputs never alias inputs unless a comment
-// allows it.
+// All matrices are row-major. Outputs never alias inputs, except in the
+// element-wise kernels (Axpy, Scale, Add, ReLU, ReLUBackward, GELU,
+// GELUBackward), where an output may be any of the inputs.
 type Backend interface {
 	// Caps describes the backend.
 	Caps() Capabilities

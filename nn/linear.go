@@ -1,0 +1,71 @@
+package nn
+
+import (
+	"math"
+
+	"github.com/troupe-ml/troupe/kernels"
+)
+
+// Linear is y = x·Wᵀ + b with W [out, in] (PyTorch's nn.Linear).
+type Linear struct {
+	In, Out int
+	Weight  *Param
+	Bias    *Param // nil without bias
+	// SkipInputGrad drops dx in Backward (a model's first layer, whose
+	// input is data): it saves a GEMM as large as the forward one.
+	SkipInputGrad bool
+}
+
+// NewLinear registers prefix.weight [out, in] and prefix.bias [out] with
+// PyTorch's default initialisation (uniform ±1/sqrt(in) for both), drawing
+// from rng.
+func NewLinear(s *ParamSet, prefix string, in, out int, bias bool, rng *RNG) *Linear {
+	bound := float32(1 / math.Sqrt(float64(in)))
+	l := &Linear{In: in, Out: out}
+	l.Weight = s.Add(prefix+".weight", []int{out, in}, rng.Uniform(-bound, bound))
+	if bias {
+		l.Bias = s.Add(prefix+".bias", []int{out}, rng.Uniform(-bound, bound))
+	}
+	return l
+}
+
+// Params implements Layer.
+func (l *Linear) Params() []*Param {
+	if l.Bias == nil {
+		return []*Param{l.Weight}
+	}
+	return []*Param{l.Weight, l.Bias}
+}
+
+// Forward implements Layer.
+func (l *Linear) Forward(c *Ctx, x Act) Act {
+	y := c.Pool.Get(x.Rows * l.Out)
+	c.Be.Gemm(kernels.GemmArgs{TransB: true, M: x.Rows, N: l.Out, K: l.In, Alpha: 1}, x.X, l.Weight.W, y)
+	if l.Bias != nil {
+		c.Be.AddBias(y, l.Bias.W)
+	}
+	c.save(x.X)
+	return Act{X: y, Rows: x.Rows, Cols: l.Out}
+}
+
+// Backward implements Layer.
+func (l *Linear) Backward(c *Ctx, dy Act) Act {
+	x := c.Tape.Pop()
+	rows := dy.Rows
+	// dW += dyᵀ·x
+	c.Be.Gemm(kernels.GemmArgs{TransA: true, M: l.Out, N: l.In, K: rows, Alpha: 1, Beta: 1}, dy.X, x, l.Weight.G)
+	if l.Bias != nil {
+		c.Be.SumRows(l.Bias.G, dy.X)
+	}
+	c.GradDone(l.Params()...)
+	if l.SkipInputGrad {
+		c.Pool.Put(x)
+		c.Pool.Put(dy.X)
+		return Act{Rows: rows, Cols: l.In}
+	}
+	// dx = dy·W, written over x, which backward no longer needs.
+	dx := x
+	c.Be.Gemm(kernels.GemmArgs{M: rows, N: l.In, K: l.Out, Alpha: 1}, dy.X, l.Weight.W, dx)
+	c.Pool.Put(dy.X)
+	return Act{X: dx, Rows: rows, Cols: l.In}
+}

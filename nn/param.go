@@ -1,0 +1,178 @@
+package nn
+
+import (
+	"fmt"
+
+	"github.com/troupe-ml/troupe/kernels"
+)
+
+// Param is one named parameter tensor of a model.
+type Param struct {
+	// Name is the PyTorch state_dict key, e.g. "blocks.0.qkv.weight".
+	Name string
+	// Shape is the logical shape, PyTorch's layout.
+	Shape []int
+	// Offset is the parameter's first element in the flat buffers.
+	Offset int
+	// W and G are views of the set's flat weight and gradient buffers.
+	W, G kernels.Buffer
+	// Uses is how many layers contribute to G in one backward pass (2 for a
+	// tied embedding); G is final after that many GradDone calls.
+	Uses int
+	// NoDecay excludes the parameter from weight decay.
+	NoDecay bool
+	// init fills the host copy of the weights at construction.
+	init func(w []float32)
+}
+
+// Size is the number of elements.
+func (p *Param) Size() int { return numel(p.Shape) }
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// ParamSet owns a model's parameters in two flat buffers (weights and
+// gradients), in registration (forward) order.
+type ParamSet struct {
+	be     kernels.Backend
+	params []*Param
+	byName map[string]*Param
+	w, g   kernels.Buffer
+	n      int
+	ready  bool
+}
+
+// NewParamSet starts an empty set on a backend.
+func NewParamSet(be kernels.Backend) *ParamSet {
+	return &ParamSet{be: be, byName: map[string]*Param{}}
+}
+
+// Add registers a parameter; init fills its host weights (PyTorch layout).
+// Add panics after Finalize or on a duplicate name: both are programming
+// errors in a model's constructor.
+func (s *ParamSet) Add(name string, shape []int, init func(w []float32)) *Param {
+	if s.ready {
+		panic("nn: ParamSet.Add after Finalize: " + name)
+	}
+	if _, dup := s.byName[name]; dup {
+		panic("nn: duplicate parameter " + name)
+	}
+	p := &Param{Name: name, Shape: append([]int(nil), shape...), Offset: s.n, Uses: 1, init: init}
+	s.n += p.Size()
+	s.params = append(s.params, p)
+	s.byName[name] = p
+	return p
+}
+
+// Finalize allocates the flat buffers, makes every parameter a view and runs
+// the initialisers.
+func (s *ParamSet) Finalize() {
+	if s.ready {
+		return
+	}
+	s.w, s.g = s.be.Alloc(s.n), s.be.Alloc(s.n)
+	host := make([]float32, s.n)
+	for _, p := range s.params {
+		p.W = s.be.View(s.w, p.Offset, p.Size())
+		p.G = s.be.View(s.g, p.Offset, p.Size())
+		if p.init != nil {
+			p.init(host[p.Offset : p.Offset+p.Size()])
+		}
+	}
+	s.be.Upload(s.w, host)
+	s.ready = true
+}
+
+// Backend is the set's backend.
+func (s *ParamSet) Backend() kernels.Backend { return s.be }
+
+// Params lists the parameters in registration order.
+func (s *ParamSet) Params() []*Param { return s.params }
+
+// Get returns a parameter by name, or nil.
+func (s *ParamSet) Get(name string) *Param { return s.byName[name] }
+
+// Len is the total number of elements.
+func (s *ParamSet) Len() int { return s.n }
+
+// Weights is the flat weight buffer.
+func (s *ParamSet) Weights() kernels.Buffer { return s.w }
+
+// Grads is the flat gradient buffer.
+func (s *ParamSet) Grads() kernels.Buffer { return s.g }
+
+// ZeroGrads clears every gradient.
+func (s *ParamSet) ZeroGrads() { s.be.Fill(s.g, 0) }
+
+// HostWeights downloads every weight into one host slice (flat order).
+func (s *ParamSet) HostWeights() []float32 {
+	out := make([]float32, s.n)
+	s.be.Download(out, s.w)
+	return out
+}
+
+// SetHostWeights uploads a flat host copy of every weight.
+func (s *ParamSet) SetHostWeights(w []float32) error {
+	if len(w) != s.n {
+		return fmt.Errorf("nn: %d weights given, model has %d", len(w), s.n)
+	}
+	s.be.Upload(s.w, w)
+	return nil
+}
+
+// StateDict returns each parameter's weights on the host, by name.
+func (s *ParamSet) StateDict() map[string][]float32 {
+	flat := s.HostWeights()
+	out := make(map[string][]float32, len(s.params))
+	for _, p := range s.params {
+		out[p.Name] = flat[p.Offset : p.Offset+p.Size()]
+	}
+	return out
+}
+
+// LoadStateDict sets weights by name. Every parameter must be present with
+// the right number of elements; shapes are checked by the caller that knows
+// them (see LoadSafetensors). Unknown names are an error, so that a typo or
+// a different model is never silently ignored.
+func (s *ParamSet) LoadStateDict(sd map[string][]float32, shapes map[string][]int) error {
+	flat := s.HostWeights()
+	for name := range sd {
+		if s.byName[name] == nil {
+			return fmt.Errorf("%w: %q is not a parameter of this model", ErrStateDict, name)
+		}
+	}
+	for _, p := range s.params {
+		w, ok := sd[p.Name]
+		if !ok {
+			return fmt.Errorf("%w: missing %q", ErrStateDict, p.Name)
+		}
+		if shapes != nil {
+			if sh, ok := shapes[p.Name]; ok && !sameShape(sh, p.Shape) {
+				return fmt.Errorf("%w: %q has shape %v, model wants %v", ErrStateDict, p.Name, sh, p.Shape)
+			}
+		}
+		if len(w) != p.Size() {
+			return fmt.Errorf("%w: %q has %d elements, model wants %d (shape %v)", ErrStateDict, p.Name, len(w), p.Size(), p.Shape)
+		}
+		copy(flat[p.Offset:], w)
+	}
+	s.be.Upload(s.w, flat)
+	return nil
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
