@@ -8,7 +8,7 @@ import (
 )
 
 // Central differences in float64 with h = 1e-5 have truncation error
-// O(h²·f''') ≈ 1e-10 and rounding error ≈ 1e-16·|f|/h ≈ 1e-11 for the O(1)
+// O(h²·f”') ≈ 1e-10 and rounding error ≈ 1e-16·|f|/h ≈ 1e-11 for the O(1)
 // losses here, so analytic and numeric gradients must agree to ~1e-8; the
 // tolerance 1e-6 (absolute + relative) leaves room and still catches any
 // wrong term, which is O(gradient).
