@@ -1,0 +1,24 @@
+package safetensors
+
+import "errors"
+
+// Sentinel errors. Every error this package returns wraps one of these, with
+// a message that names the tensor or header field that was wrong.
+var (
+	// ErrCorrupt: the file is not a valid safetensors file (bad length,
+	// bad JSON, offsets that do not match shapes, holes, overlaps, ...).
+	ErrCorrupt = errors.New("safetensors: corrupt file")
+	// ErrHeaderTooLarge: the header length field exceeds MaxHeaderSize.
+	ErrHeaderTooLarge = errors.New("safetensors: header too large")
+	// ErrUnknownDType: a dtype string this package does not know.
+	ErrUnknownDType = errors.New("safetensors: unknown dtype")
+	// ErrNotFound: no tensor of that name in the file.
+	ErrNotFound = errors.New("safetensors: tensor not found")
+	// ErrDType: the tensor's dtype cannot be converted to the requested type.
+	ErrDType = errors.New("safetensors: wrong dtype")
+	// ErrRange: an integer value does not fit the requested type.
+	ErrRange = errors.New("safetensors: value out of range")
+	// ErrInvalidTensor: a tensor given to Write is inconsistent (data length
+	// versus shape, bad or duplicate name).
+	ErrInvalidTensor = errors.New("safetensors: invalid tensor")
+)
