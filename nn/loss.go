@@ -12,13 +12,13 @@ func CrossEntropy(c *Ctx, logits Act, targets kernels.Index, gradScale float32) 
 	losses := c.Pool.Get(logits.Rows)
 	var d kernels.Buffer
 	if c.Train {
-		d = logits.X // the gradient has the logits' shape and replaces them
+		d = c.Pool.Get(logits.Rows * logits.Cols)
 	}
 	c.Be.SoftmaxCrossEntropy(losses, d, logits.X, targets, gradScale)
 	sum = c.Be.Sum(losses)
 	c.Pool.Put(losses)
+	c.Pool.Put(logits.X)
 	if !c.Train {
-		c.Pool.Put(logits.X)
 		return sum, Act{}
 	}
 	return sum, Act{X: d, Rows: logits.Rows, Cols: logits.Cols}
