@@ -1,0 +1,346 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/troupe-ml/troupe/kernels"
+)
+
+// Gemm starts goroutines; none may outlive a call.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// kernelsToTest is every micro-kernel this machine can run: the portable one
+// always, the assembly one where the CPU has it.
+func kernelsToTest() []*gemmKernel {
+	ks := []*gemmKernel{goKernel}
+	if k := simdKernel(); k != nil {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// refGemm is the naive triple loop in float64 over the same storage
+// conventions. It also returns, per element of C, the magnitude
+// |alpha|·Σ|a||b| + |beta·c| that bounds the float32 rounding error.
+func refGemm(g kernels.GemmArgs, A, B, C []float32) (want, mag []float64) {
+	g = g.Normalize()
+	want = make([]float64, len(C))
+	mag = make([]float64, len(C))
+	for i, v := range C {
+		want[i] = float64(v)
+	}
+	for bt := range g.Batch {
+		oa, ob, oc := bt*g.StrideA, bt*g.StrideB, bt*g.StrideC
+		for i := range g.M {
+			for j := range g.N {
+				var s, sa float64
+				for p := range g.K {
+					var av, bv float64
+					if g.TransA {
+						av = float64(A[oa+p*g.LDA+i])
+					} else {
+						av = float64(A[oa+i*g.LDA+p])
+					}
+					if g.TransB {
+						bv = float64(B[ob+j*g.LDB+p])
+					} else {
+						bv = float64(B[ob+p*g.LDB+j])
+					}
+					s += av * bv
+					sa += math.Abs(av * bv)
+				}
+				ci := oc + i*g.LDC + j
+				alpha, beta := float64(g.Alpha), float64(g.Beta)
+				if g.Beta == 0 {
+					want[ci] = alpha * s
+					mag[ci] = math.Abs(alpha) * sa
+				} else {
+					want[ci] = alpha*s + beta*float64(C[ci])
+					mag[ci] = math.Abs(alpha)*sa + math.Abs(beta*float64(C[ci]))
+				}
+			}
+		}
+	}
+	return want, mag
+}
+
+func randSlice(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.Float64()*2 - 1)
+	}
+	return x
+}
+
+// gemmCase is one product to check, with room around every operand: leading
+// dimensions and batch strides larger than packed, so that reads and writes
+// outside the matrices would show.
+type gemmCase struct {
+	g      kernels.GemmArgs
+	padLD  int
+	padStr int
+	nanC   bool
+}
+
+func (tc gemmCase) String() string {
+	g := tc.g
+	t := func(b bool) string {
+		if b {
+			return "T"
+		}
+		return "N"
+	}
+	return fmt.Sprintf("%s%s_m%d_n%d_k%d_b%d_a%g_beta%g_pad%d_%d_nan%v",
+		t(g.TransA), t(g.TransB), g.M, g.N, g.K, g.Batch, g.Alpha, g.Beta, tc.padLD, tc.padStr, tc.nanC)
+}
+
+// check runs the case with kernel kern on the given number of threads and
+// compares every element of C's buffer with the reference.
+//
+// Tolerance: a float32 dot product of length K, summed in any order, with or
+// without FMA, is within γ(K+2)·(|alpha|·Σ|a||b| + |beta·c|) of the exact
+// value, where γ(n) ≈ n·u and u = 2⁻²⁴ is float32's unit roundoff (Higham,
+// Accuracy and Stability, §3.1; the +2 covers the alpha and beta updates).
+// The test allows twice that, per element; the float64 reference's own
+// error is negligible next to it. Elements outside C must be untouched.
+func (tc gemmCase) check(t *testing.T, kern *gemmKernel, threads int, seed uint64) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 7))
+	g := tc.g
+	rowsA, colsA := g.M, g.K
+	if g.TransA {
+		rowsA, colsA = g.K, g.M
+	}
+	rowsB, colsB := g.K, g.N
+	if g.TransB {
+		rowsB, colsB = g.N, g.K
+	}
+	batch := max(1, g.Batch)
+	g.LDA, g.LDB, g.LDC = colsA+tc.padLD, colsB+tc.padLD, g.N+tc.padLD
+	if batch > 1 {
+		g.StrideA = rowsA*g.LDA + tc.padStr
+		g.StrideB = rowsB*g.LDB + tc.padStr
+		g.StrideC = g.M*g.LDC + tc.padStr
+	}
+	n := g.Normalize()
+	A := randSlice(r, (batch-1)*n.StrideA+rowsA*n.LDA)
+	B := randSlice(r, (batch-1)*n.StrideB+rowsB*n.LDB)
+	C := randSlice(r, (batch-1)*n.StrideC+g.M*n.LDC)
+	inside := make([]bool, len(C))
+	for bt := range batch {
+		for i := range g.M {
+			for j := range g.N {
+				ci := bt*n.StrideC + i*n.LDC + j
+				inside[ci] = true
+				if tc.nanC {
+					C[ci] = float32(math.NaN())
+				}
+			}
+		}
+	}
+	orig := append([]float32(nil), C...)
+	want, mag := refGemm(g, A, B, C)
+
+	gemmWith(kern, threads, g, Buf(A), Buf(B), Buf(C))
+
+	u := math.Ldexp(1, -24)
+	bad := 0
+	for i, got := range C {
+		if !inside[i] {
+			if math.Float32bits(got) != math.Float32bits(orig[i]) {
+				t.Errorf("%v: element %d outside C changed: %v → %v", tc, i, orig[i], got)
+				bad++
+			}
+		} else {
+			tol := 2*float64(g.K+2)*u*mag[i] + 1e-30
+			if d := math.Abs(float64(got) - want[i]); !(d <= tol) {
+				t.Errorf("%v: C[%d] = %v, want %v (|diff| %.3g > tol %.3g)", tc, i, got, want[i], d, tol)
+				bad++
+			}
+		}
+		if bad > 5 {
+			t.Fatalf("%v: too many mismatches", tc)
+		}
+	}
+}
+
+// TestGemmShapes covers all four transpose combinations over shapes that
+// hit every edge: sizes 1, 7, 33, 100 and 1000 in each position, partial
+// register tiles, K spanning several kc blocks, M spanning several mc
+// blocks, N spanning several nc blocks.
+func TestGemmShapes(t *testing.T) {
+	shapes := [][3]int{
+		{1, 1, 1}, {1, 7, 33}, {7, 1, 100}, {33, 100, 1}, {7, 33, 7},
+		{6, 16, 4}, {12, 32, 8}, {33, 33, 33}, {100, 100, 100},
+		{1000, 7, 33}, {7, 1000, 33}, {33, 7, 1000}, {1, 1000, 100}, {100, 1, 1000},
+		{200, 50, 600}, {385, 40, 17}, {5, 4200, 3},
+	}
+	for _, kern := range kernelsToTest() {
+		for _, ta := range []bool{false, true} {
+			for _, tb := range []bool{false, true} {
+				for si, s := range shapes {
+					tc := gemmCase{g: kernels.GemmArgs{TransA: ta, TransB: tb, M: s[0], N: s[1], K: s[2], Alpha: 1, Beta: 0}}
+					t.Run(kern.name+"/"+tc.String(), func(t *testing.T) {
+						t.Parallel()
+						tc.check(t, kern, 1, uint64(si))
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestGemmRandom draws random shapes, leading-dimension and stride padding,
+// alpha, beta (including 0 over a NaN-filled C, and 1), batch and thread
+// counts, for every transpose combination and kernel.
+func TestGemmRandom(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	sizes := []int{1, 2, 5, 6, 7, 15, 16, 17, 33, 64, 100}
+	pick := func() int {
+		if r.IntN(3) == 0 {
+			return 1 + r.IntN(150)
+		}
+		return sizes[r.IntN(len(sizes))]
+	}
+	alphas := []float32{1, -1, 0.5, 2.25}
+	betas := []float32{0, 1, -0.75, 0.3}
+	for _, kern := range kernelsToTest() {
+		for i := range 120 {
+			g := kernels.GemmArgs{
+				TransA: i&1 != 0, TransB: i&2 != 0,
+				M: pick(), N: pick(), K: pick(),
+				Alpha: alphas[r.IntN(len(alphas))], Beta: betas[r.IntN(len(betas))],
+				Batch: []int{0, 1, 2, 3, 5}[r.IntN(5)],
+			}
+			tc := gemmCase{g: g, padLD: r.IntN(3) * 3, padStr: r.IntN(2) * 11, nanC: g.Beta == 0 && r.IntN(2) == 0}
+			threads := 1 + r.IntN(3)
+			seed := r.Uint64()
+			t.Run(fmt.Sprintf("%s/t%d/%v", kern.name, threads, tc), func(t *testing.T) {
+				t.Parallel()
+				tc.check(t, kern, threads, seed)
+			})
+		}
+	}
+}
+
+// TestGemmThreads checks the parallel splits: by batch, by rows and by
+// columns, with thread counts that do and do not divide the work.
+func TestGemmThreads(t *testing.T) {
+	cases := []gemmCase{
+		{g: kernels.GemmArgs{M: 300, N: 40, K: 64, Alpha: 1}},                            // rows
+		{g: kernels.GemmArgs{M: 20, N: 400, K: 64, Alpha: 1, TransB: true}},              // columns
+		{g: kernels.GemmArgs{M: 64, N: 64, K: 32, Alpha: 0.125, Batch: 7, TransB: true}}, // batch
+		{g: kernels.GemmArgs{M: 130, N: 130, K: 300, Alpha: 1, Beta: 1, TransA: true}, padLD: 5},
+	}
+	for _, kern := range kernelsToTest() {
+		for _, tc := range cases {
+			for _, threads := range []int{2, 3, 4, 8} {
+				t.Run(fmt.Sprintf("%s/t%d/%v", kern.name, threads, tc), func(t *testing.T) {
+					t.Parallel()
+					tc.check(t, kern, threads, 3)
+				})
+			}
+		}
+	}
+}
+
+// TestGemmDegenerate: K = 0 or alpha = 0 leaves beta·C (zero when beta is
+// 0, even over NaNs); M = 0 or N = 0 touches nothing.
+func TestGemmDegenerate(t *testing.T) {
+	be := New(2)
+	nan := float32(math.NaN())
+	for _, tc := range []struct {
+		name string
+		g    kernels.GemmArgs
+		c    []float32
+		want []float32
+	}{
+		{"k0_beta0", kernels.GemmArgs{M: 2, N: 2, K: 0, Alpha: 1}, []float32{nan, 1, 2, 3}, []float32{0, 0, 0, 0}},
+		{"k0_beta2", kernels.GemmArgs{M: 2, N: 2, K: 0, Alpha: 1, Beta: 2}, []float32{0, 1, 2, 3}, []float32{0, 2, 4, 6}},
+		{"alpha0_beta1", kernels.GemmArgs{M: 2, N: 2, K: 3, Alpha: 0, Beta: 1}, []float32{0, 1, 2, 3}, []float32{0, 1, 2, 3}},
+		{"alpha0_beta0_ldc3", kernels.GemmArgs{M: 2, N: 2, K: 3, Alpha: 0, LDC: 3}, []float32{nan, nan, 9, nan, nan}, []float32{0, 0, 9, 0, 0}},
+		{"m0", kernels.GemmArgs{M: 0, N: 2, K: 3, Alpha: 1}, []float32{}, []float32{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := make(Buf, 6)
+			b := make(Buf, 6)
+			c := Buf(append([]float32(nil), tc.c...))
+			be.Gemm(tc.g, a, b, c)
+			for i := range c {
+				if c[i] != tc.want[i] {
+					t.Fatalf("C = %v, want %v", c, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestGemmHandWorked is a product small enough to check by hand:
+// [1 2; 3 4]·[5 6; 7 8] = [19 22; 43 50], with alpha 2 and beta 1 over C = 1.
+func TestGemmHandWorked(t *testing.T) {
+	for _, kern := range kernelsToTest() {
+		c := Buf{1, 1, 1, 1}
+		gemmWith(kern, 1, kernels.GemmArgs{M: 2, N: 2, K: 2, Alpha: 2, Beta: 1}, Buf{1, 2, 3, 4}, Buf{5, 6, 7, 8}, c)
+		want := []float32{39, 45, 87, 101}
+		for i := range want {
+			if c[i] != want[i] {
+				t.Fatalf("%s: C = %v, want %v", kern.name, c, want)
+			}
+		}
+	}
+}
+
+// TestGemmBadArgs: misuse panics with a message naming the argument.
+func TestGemmBadArgs(t *testing.T) {
+	be := New(1)
+	for _, tc := range []struct {
+		name, want string
+		g          kernels.GemmArgs
+		na, nb, nc int
+	}{
+		{"short_A", "A needs 6", kernels.GemmArgs{M: 2, N: 2, K: 3, Alpha: 1}, 5, 6, 4},
+		{"short_B", "B needs 6", kernels.GemmArgs{M: 2, N: 2, K: 3, Alpha: 1, TransB: true}, 6, 5, 4},
+		{"short_C_batch", "C needs 8", kernels.GemmArgs{M: 2, N: 2, K: 3, Alpha: 1, Batch: 2, StrideA: 0, StrideB: 0}, 12, 12, 7},
+		{"small_LDA", "LDA=2", kernels.GemmArgs{M: 2, N: 2, K: 3, Alpha: 1, LDA: 2}, 6, 6, 4},
+		{"negative", "negative size", kernels.GemmArgs{M: -1, N: 2, K: 3}, 6, 6, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				msg := fmt.Sprint(recover())
+				if !strings.Contains(msg, tc.want) {
+					t.Fatalf("panic %q, want it to mention %q", msg, tc.want)
+				}
+			}()
+			be.Gemm(tc.g, make(Buf, tc.na), make(Buf, tc.nb), make(Buf, tc.nc))
+		})
+	}
+}
+
+// TestGemmNoAllocs: with one thread, a steady-state call allocates nothing
+// (pack buffers come from the pool).
+func TestGemmNoAllocs(t *testing.T) {
+	be := New(1)
+	g := kernels.GemmArgs{M: 70, N: 90, K: 300, Alpha: 1, TransB: true}
+	a, b, c := make(Buf, 70*300), make(Buf, 90*300), make(Buf, 70*90)
+	be.Gemm(g, a, b, c)
+	if n := testing.AllocsPerRun(20, func() { be.Gemm(g, a, b, c) }); n != 0 {
+		t.Fatalf("Gemm allocates %v times per call", n)
+	}
+}
+
+// TestSimdName: Caps reports the kernel Gemm takes.
+func TestSimdName(t *testing.T) {
+	want := "generic"
+	if simdKernel() != nil {
+		want = "avx2+fma"
+	}
+	if got := New(1).Caps().SIMD; got != want {
+		t.Fatalf("SIMD = %q, want %q", got, want)
+	}
+}
