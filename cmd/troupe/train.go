@@ -1,0 +1,203 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	_ "github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/nn/optim"
+	"github.com/troupe-ml/troupe/train"
+)
+
+// trainFlags are troupe train's flags; their defaults are the GPT's
+// (train.DefaultConfig), and --model mlp switches the defaults the user
+// did not set to train.DefaultMLPConfig's.
+type trainFlags struct {
+	model, layers                       string
+	dModel, nLayers, heads, context     int
+	untied                              bool
+	data, vocab                         string
+	shuffle                             bool
+	batch, steps, accum                 int
+	epochs                              float64
+	optimizer, schedule                 string
+	lr, momentum, weightDecay, clip     float64
+	dampening, beta1, beta2, eps, minLR float64
+	nesterov                            bool
+	warmup                              int
+	seed                                uint64
+	init, save, metricsOut              string
+	evalEvery, evalBatches, logEvery    int
+	device                              string
+	threads                             int
+	jsonOut                             bool
+}
+
+func newTrainCmd() *cobra.Command {
+	f := &trainFlags{}
+	d := train.DefaultConfig()
+	cmd := &cobra.Command{
+		Use:   "train",
+		Short: "Train a model (with no flags: the default GPT on the Go specification, in this process)",
+		Example: `  troupe train
+  troupe train --model mlp --data mnist --epochs 2 --eval-every 500
+  troupe train --model gpt --data ./input.txt --steps 1000 --lr 3e-4 --save gpt.safetensors
+  troupe train --model mlp --layers 784,1024,1024,10 --init init.safetensors --metrics-out m.jsonl`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.config(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			o := train.Options{Logger: logger}
+			if stderrIsTerminal() {
+				o.Progress = os.Stderr
+			}
+			sum, err := train.Run(ctx, cfg, o)
+			if err != nil {
+				return err
+			}
+			if f.jsonOut {
+				return json.NewEncoder(os.Stdout).Encode(sum)
+			}
+			line := fmt.Sprintf("trained %s on %s: %d steps, loss %.4f → %.4f, %.0f samples/s",
+				sum.Model, sum.Data, sum.Steps, sum.FirstLoss, sum.FinalLoss, sum.SamplesPerS)
+			if sum.TokensPerS > 0 {
+				line += fmt.Sprintf(" (%.0f tokens/s)", sum.TokensPerS)
+			}
+			if sum.EvalLoss > 0 {
+				line += fmt.Sprintf(", held-out loss %.4f", sum.EvalLoss)
+			}
+			if sum.EvalAcc > 0 {
+				line += fmt.Sprintf(", accuracy %.2f%%", 100*sum.EvalAcc)
+			}
+			fmt.Fprintln(os.Stdout, line)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.model, "model", d.Model, "model: gpt or mlp")
+	fl.StringVar(&f.layers, "layers", "", "MLP layer sizes d0,d1,…,dn (fc{i}.weight is [d_i, d_{i-1}]); default: features,256,classes")
+	fl.IntVar(&f.dModel, "d-model", d.DModel, "GPT embedding width")
+	fl.IntVar(&f.nLayers, "n-layers", d.NLayers, "GPT transformer blocks")
+	fl.IntVar(&f.heads, "n-heads", d.Heads, "GPT attention heads")
+	fl.IntVar(&f.context, "context", d.Context, "GPT context length (tokens per sample)")
+	fl.BoolVar(&f.untied, "untied", false, "give the GPT's LM head its own weights instead of the token embedding's")
+	fl.StringVar(&f.data, "data", "", "dataset: gospec, mnist, mnist:DIR, synthetic-mlp, synthetic-tokens, a text file, a *.safetensors file or an MNIST directory (default: gospec for gpt, mnist for mlp)")
+	fl.StringVar(&f.vocab, "vocab", d.Vocab, "text tokenisation: char or byte")
+	fl.BoolVar(&f.shuffle, "shuffle", d.Shuffle, "shuffle every epoch (false: step t uses rows t·B … t·B+B−1 mod N)")
+	fl.IntVar(&f.batch, "batch", d.Batch, "global batch size in samples (mlp default 64)")
+	fl.IntVar(&f.steps, "steps", d.Steps, "optimizer steps, counted from the start of training")
+	fl.Float64Var(&f.epochs, "epochs", 0, "train this many epochs instead of --steps (mlp default 2)")
+	fl.IntVar(&f.accum, "accum", d.Accum, "gradient accumulation: micro-steps per optimizer step")
+	fl.StringVar(&f.optimizer, "optimizer", d.Optim.Name, "optimizer: adamw or sgd (mlp default sgd)")
+	fl.Float64Var(&f.lr, "lr", d.LR, "peak learning rate (mlp default 0.05)")
+	fl.StringVar(&f.schedule, "lr-schedule", d.Schedule, "learning-rate schedule: cosine or constant (mlp default constant)")
+	fl.IntVar(&f.warmup, "warmup", d.Warmup, "linear warm-up steps (mlp default 0)")
+	fl.Float64Var(&f.minLR, "min-lr-factor", d.MinLRFactor, "cosine floor as a fraction of --lr")
+	fl.Float64Var(&f.momentum, "momentum", 0, "SGD momentum (mlp default 0.9)")
+	fl.Float64Var(&f.dampening, "dampening", 0, "SGD dampening")
+	fl.BoolVar(&f.nesterov, "nesterov", false, "SGD Nesterov momentum")
+	fl.Float64Var(&f.weightDecay, "weight-decay", float64(d.Optim.WeightDecay), "weight decay (AdamW: decoupled; SGD: L2)")
+	fl.Float64Var(&f.beta1, "beta1", float64(d.Optim.Beta1), "AdamW β1")
+	fl.Float64Var(&f.beta2, "beta2", float64(d.Optim.Beta2), "AdamW β2")
+	fl.Float64Var(&f.eps, "eps", float64(d.Optim.Eps), "AdamW ε")
+	fl.Float64Var(&f.clip, "clip", d.ClipNorm, "clip gradients to this global L2 norm (0: off; mlp default 0)")
+	fl.Uint64Var(&f.seed, "seed", d.Seed, "seed for initialisation and shuffling")
+	fl.StringVar(&f.init, "init", "", "load initial weights from this safetensors file (PyTorch state_dict names)")
+	fl.StringVar(&f.save, "save", "", "write the final weights to this safetensors file")
+	fl.StringVar(&f.metricsOut, "metrics-out", "", "write one JSON object per step to this file")
+	fl.IntVar(&f.evalEvery, "eval-every", 0, "evaluate on held-out data every N steps (0: at the end only)")
+	fl.IntVar(&f.evalBatches, "eval-batches", 0, "batches per evaluation (0: the whole held-out set)")
+	fl.IntVar(&f.logEvery, "log-every", d.LogEvery, "log a progress line every N steps when stderr is not a terminal")
+	fl.StringVar(&f.device, "device", d.Device, "kernels backend: cpu (cuda when built with -tags cuda)")
+	fl.IntVar(&f.threads, "threads", 0, "threads per worker for the kernels (0: GOMAXPROCS)")
+	fl.BoolVar(&f.jsonOut, "json", false, "print the run summary as one JSON object on stdout")
+	return cmd
+}
+
+func init() { rootCmd.AddCommand(newTrainCmd()) }
+
+// config builds the run's configuration: the model's defaults, then every
+// flag the user set.
+func (f *trainFlags) config(fl *pflag.FlagSet) (train.Config, error) {
+	cfg := train.DefaultConfig()
+	switch strings.ToLower(f.model) {
+	case "gpt":
+	case "mlp":
+		cfg = train.DefaultMLPConfig()
+	default:
+		return cfg, fmt.Errorf("%w: --model %q: want gpt or mlp", errUsage, f.model)
+	}
+	set := func(name string, apply func()) {
+		if fl.Changed(name) {
+			apply()
+		}
+	}
+	set("layers", func() {})
+	if f.layers != "" {
+		sizes, err := parseInts(f.layers)
+		if err != nil {
+			return cfg, fmt.Errorf("%w: --layers %q: %v", errUsage, f.layers, err)
+		}
+		cfg.MLPSizes = sizes
+	} else if fl.Changed("data") && cfg.Model == "mlp" {
+		cfg.MLPSizes = nil // fit the data's features and classes
+	}
+	set("d-model", func() { cfg.DModel = f.dModel })
+	set("n-layers", func() { cfg.NLayers = f.nLayers })
+	set("n-heads", func() { cfg.Heads = f.heads })
+	set("context", func() { cfg.Context = f.context })
+	set("untied", func() { cfg.Untied = f.untied })
+	set("data", func() { cfg.Data = f.data })
+	set("vocab", func() { cfg.Vocab = f.vocab })
+	set("shuffle", func() { cfg.Shuffle = f.shuffle })
+	set("batch", func() { cfg.Batch = f.batch })
+	set("steps", func() { cfg.Steps, cfg.Epochs = f.steps, 0 })
+	set("epochs", func() { cfg.Epochs = f.epochs })
+	set("accum", func() { cfg.Accum = f.accum })
+	set("optimizer", func() { cfg.Optim = optim.DefaultConfig(f.optimizer) })
+	set("lr", func() { cfg.LR = f.lr })
+	set("lr-schedule", func() { cfg.Schedule = f.schedule })
+	set("warmup", func() { cfg.Warmup = f.warmup })
+	set("min-lr-factor", func() { cfg.MinLRFactor = f.minLR })
+	set("momentum", func() { cfg.Optim.Momentum = float32(f.momentum) })
+	set("dampening", func() { cfg.Optim.Dampening = float32(f.dampening) })
+	set("nesterov", func() { cfg.Optim.Nesterov = f.nesterov })
+	set("weight-decay", func() { cfg.Optim.WeightDecay = float32(f.weightDecay) })
+	set("beta1", func() { cfg.Optim.Beta1 = float32(f.beta1) })
+	set("beta2", func() { cfg.Optim.Beta2 = float32(f.beta2) })
+	set("eps", func() { cfg.Optim.Eps = float32(f.eps) })
+	set("clip", func() { cfg.ClipNorm = f.clip })
+	set("seed", func() { cfg.Seed = f.seed })
+	cfg.Init, cfg.Save, cfg.MetricsOut = f.init, f.save, f.metricsOut
+	cfg.EvalEvery, cfg.EvalBatches, cfg.LogEvery = f.evalEvery, f.evalBatches, f.logEvery
+	cfg.Device, cfg.Threads = f.device, f.threads
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return cfg, nil
+}
+
+func parseInts(s string) ([]int, error) {
+	parts := strings.Split(s, ",")
+	out := make([]int, len(parts))
+	for i, p := range parts {
+		v, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an integer", p)
+		}
+		out[i] = v
+	}
+	return out, nil
+}

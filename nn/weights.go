@@ -1,0 +1,53 @@
+package nn
+
+import (
+	"fmt"
+
+	"github.com/troupe-ml/troupe/safetensors"
+)
+
+// SaveWeights writes every parameter as an F32 tensor, by its PyTorch
+// name and shape, to a safetensors file (atomically: temp file, fsync,
+// rename). meta goes into the header's __metadata__.
+func (s *ParamSet) SaveWeights(path string, meta map[string]string) error {
+	sd := s.StateDict()
+	ts := make([]safetensors.Tensor, 0, len(s.params))
+	for _, p := range s.params {
+		ts = append(ts, safetensors.NewF32(p.Name, p.Shape, sd[p.Name]))
+	}
+	if err := safetensors.WriteFile(path, ts, meta); err != nil {
+		return fmt.Errorf("nn: saving weights to %s: %w", path, err)
+	}
+	return nil
+}
+
+// LoadWeights sets every parameter from a safetensors file (F32, F16 or
+// BF16). Every parameter must be present with its exact shape; tensors the
+// model does not have are an error, except an "head.weight" equal in shape to
+// a tied "tok.weight" (PyTorch's state_dict lists tied tensors twice).
+func (s *ParamSet) LoadWeights(path string) error {
+	f, err := safetensors.Open(path)
+	if err != nil {
+		return fmt.Errorf("nn: loading weights from %s: %w", path, err)
+	}
+	defer f.Close()
+	sd := map[string][]float32{}
+	shapes := map[string][]int{}
+	for _, name := range f.Names() {
+		if s.byName[name] == nil && name == "head.weight" && s.byName["tok.weight"] != nil {
+			continue // the tied copy
+		}
+		if s.byName[name] == nil {
+			return fmt.Errorf("nn: loading weights from %s: %w: %q is not a parameter of this model", path, ErrStateDict, name)
+		}
+		v, shape, err := f.Float32(name)
+		if err != nil {
+			return fmt.Errorf("nn: loading weights from %s: %w", path, err)
+		}
+		sd[name], shapes[name] = v, shape
+	}
+	if err := s.LoadStateDict(sd, shapes); err != nil {
+		return fmt.Errorf("nn: loading weights from %s: %w", path, err)
+	}
+	return nil
+}

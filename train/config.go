@@ -1,0 +1,166 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/troupe-ml/troupe/nn"
+	"github.com/troupe-ml/troupe/nn/optim"
+)
+
+// ErrConfig reports an invalid training configuration.
+var ErrConfig = errors.New("train: invalid config")
+
+// Config is one training run.
+type Config struct {
+	// Model is "gpt" or "mlp".
+	Model string
+	// MLPSizes are the MLP's layer sizes d0, …, dn (d0 must match the data's
+	// features and dn its classes; empty: 784-256-10, or data-derived ends).
+	MLPSizes []int
+	// GPT shape; Vocab comes from the data.
+	DModel, NLayers, Heads, Context int
+	// Untied gives the GPT an LM head of its own.
+	Untied bool
+
+	// Data is the dataset spec (see data.Open); empty: gospec for the GPT,
+	// mnist for the MLP.
+	Data string
+	// Vocab is "char" or "byte" for text data.
+	Vocab string
+	// Shuffle draws each epoch in a new order; false walks the data in order.
+	Shuffle bool
+
+	// Batch is the global batch in samples (sequences for the GPT).
+	Batch int
+	// Steps is the number of optimizer steps from the start of training.
+	Steps int
+	// Epochs, when positive, sets Steps to cover that many epochs.
+	Epochs float64
+	// Accum is the number of micro-steps per optimizer step (gradient
+	// accumulation); Batch must be divisible by it.
+	Accum int
+
+	// Optim is the optimizer; LR and the schedule below drive its rate.
+	Optim optim.Config
+	// LR is the peak learning rate.
+	LR float64
+	// Schedule is "constant" or "cosine"; Warmup its warm-up steps;
+	// MinLRFactor the cosine floor as a fraction of LR.
+	Schedule    string
+	Warmup      int
+	MinLRFactor float64
+	// ClipNorm clips gradients to this global L2 norm (0: no clipping).
+	ClipNorm float64
+
+	// Seed drives initialisation and shuffling.
+	Seed uint64
+	// Init loads initial weights from a safetensors file.
+	Init string
+	// Save writes the final weights to a safetensors file.
+	Save string
+	// MetricsOut writes one JSON object per step to this file.
+	MetricsOut string
+	// EvalEvery evaluates on held-out data every so many steps (0: at the
+	// end only); EvalBatches bounds each evaluation (0: the whole test set).
+	EvalEvery, EvalBatches int
+	// LogEvery logs a progress line every so many steps when stderr is not
+	// a terminal.
+	LogEvery int
+
+	// Device is the kernels backend ("cpu"); Threads its thread budget
+	// (0: GOMAXPROCS).
+	Device  string
+	Threads int
+}
+
+// DefaultConfig is `troupe train` with no flags: the GPT of
+// ../shared/anchors/torch_gpt_tiny.py on the Go specification.
+func DefaultConfig() Config {
+	return Config{
+		Model: "gpt", DModel: 128, NLayers: 4, Heads: 4, Context: 64,
+		Vocab: "char", Shuffle: true,
+		Batch: 32, Steps: 300, Accum: 1,
+		Optim: optim.DefaultConfig("adamw"), LR: 1e-3, Schedule: "cosine", Warmup: 20, MinLRFactor: 0.1, ClipNorm: 1,
+		Seed: 1, LogEvery: 10, Device: "cpu",
+	}
+}
+
+// DefaultMLPConfig is the MLP classifier on MNIST: 784-256-10, SGD with
+// momentum 0.9, batch 64.
+func DefaultMLPConfig() Config {
+	c := DefaultConfig()
+	c.Model = "mlp"
+	c.MLPSizes = []int{784, 256, 10}
+	c.Batch = 64
+	c.Optim = optim.Config{Name: "sgd", Momentum: 0.9}
+	c.LR, c.Schedule, c.Warmup, c.ClipNorm = 0.05, "constant", 0, 0
+	c.Epochs = 2
+	return c
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	c.Model = strings.ToLower(c.Model)
+	switch c.Model {
+	case "gpt":
+		g := nn.GPTConfig{Vocab: 1, Context: c.Context, DModel: c.DModel, Layers: c.NLayers, Heads: c.Heads}
+		if err := g.Validate(); err != nil {
+			return fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+	case "mlp":
+		for _, d := range c.MLPSizes {
+			if d <= 0 {
+				return fmt.Errorf("%w: --layers sizes must be positive, got %v", ErrConfig, c.MLPSizes)
+			}
+		}
+		if len(c.MLPSizes) == 1 {
+			return fmt.Errorf("%w: --layers needs at least an input and an output size", ErrConfig)
+		}
+	default:
+		return fmt.Errorf("%w: unknown --model %q (want gpt or mlp)", ErrConfig, c.Model)
+	}
+	if c.Batch <= 0 {
+		return fmt.Errorf("%w: --batch must be positive, got %d", ErrConfig, c.Batch)
+	}
+	if c.Accum <= 0 {
+		return fmt.Errorf("%w: --accum must be positive, got %d", ErrConfig, c.Accum)
+	}
+	if c.Batch%c.Accum != 0 {
+		return fmt.Errorf("%w: --batch %d is not divisible by --accum %d", ErrConfig, c.Batch, c.Accum)
+	}
+	if c.Steps < 0 || c.Epochs < 0 || math.IsNaN(c.Epochs) {
+		return fmt.Errorf("%w: --steps and --epochs must be ≥ 0", ErrConfig)
+	}
+	if c.Steps == 0 && c.Epochs == 0 {
+		return fmt.Errorf("%w: give --steps or --epochs", ErrConfig)
+	}
+	if err := c.Optim.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if err := c.schedule(c.Steps).Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if c.ClipNorm < 0 {
+		return fmt.Errorf("%w: --clip must be ≥ 0", ErrConfig)
+	}
+	if c.EvalEvery < 0 || c.EvalBatches < 0 {
+		return fmt.Errorf("%w: --eval-every and --eval-batches must be ≥ 0", ErrConfig)
+	}
+	if c.Threads < 0 {
+		return fmt.Errorf("%w: --threads must be ≥ 0", ErrConfig)
+	}
+	if c.LogEvery <= 0 {
+		c.LogEvery = 10
+	}
+	if c.Device == "" {
+		c.Device = "cpu"
+	}
+	return nil
+}
+
+func (c *Config) schedule(total int) optim.Schedule {
+	return optim.Schedule{Base: c.LR, Kind: c.Schedule, Warmup: c.Warmup, Total: total, MinFactor: c.MinLRFactor}
+}

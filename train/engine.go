@@ -1,0 +1,76 @@
+package train
+
+import (
+	"time"
+
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/replica"
+)
+
+// stepStats is what one optimizer step reports to the loop.
+type stepStats struct {
+	replica.Result
+	GradNorm  float64
+	ComputeMs float64
+	CommMs    float64
+	BubbleMs  float64
+	// Overlap is the share of communication hidden behind compute.
+	Overlap    float64
+	World      int
+	Generation uint64
+	PeakAct    int64
+}
+
+// engine runs optimizer steps on a global batch: one replica here, a world
+// of worker actors in the data-parallel and pipeline engines.
+type engine interface {
+	step(b *data.Batch, lr float64) (stepStats, error)
+	eval(b *data.Batch) (replica.Result, error)
+	close() error
+}
+
+// singleEngine is one replica in the calling goroutine.
+type singleEngine struct {
+	r        *replica.Replica
+	accum    int
+	clipNorm float64
+}
+
+func (e *singleEngine) step(b *data.Batch, lr float64) (stepStats, error) {
+	start := time.Now()
+	e.r.ZeroGrads()
+	e.r.Pool.ResetPeak()
+	total := replica.Targets(b, 0, b.Rows, e.r.Model)
+	scale := float32(0)
+	if total > 0 {
+		scale = float32(1 / float64(total))
+	}
+	var st stepStats
+	per := b.Rows / e.accum
+	for k := 0; k < e.accum; k++ {
+		res, err := e.r.ForwardBackward(b, k*per, (k+1)*per, scale, nil)
+		if err != nil {
+			return st, err
+		}
+		st.LossSum += res.LossSum
+		st.Targets += res.Targets
+		st.Correct += res.Correct
+	}
+	norm, err := e.r.Update(lr, e.clipNorm)
+	if err != nil {
+		return st, err
+	}
+	st.GradNorm = norm
+	st.ComputeMs = ms(time.Since(start))
+	st.World = 1
+	st.PeakAct = e.r.Pool.PeakBytes()
+	return st, nil
+}
+
+func (e *singleEngine) eval(b *data.Batch) (replica.Result, error) {
+	return e.r.Evaluate(b, 0, b.Rows)
+}
+
+func (e *singleEngine) close() error { return nil }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }

@@ -1,0 +1,74 @@
+package train
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// StepMetrics is one line of --metrics-out: DESIGN.md's fields first, then
+// extras. Times are wall-clock milliseconds of the step on the slowest rank.
+type StepMetrics struct {
+	Step        int     `json:"step"`
+	Loss        float64 `json:"loss"`
+	LR          float64 `json:"lr"`
+	SamplesPerS float64 `json:"samples_per_s"`
+	TokensPerS  float64 `json:"tokens_per_s,omitempty"`
+	StepMs      float64 `json:"step_ms"`
+	ComputeMs   float64 `json:"compute_ms"`
+	CommMs      float64 `json:"comm_ms"`
+	BubbleMs    float64 `json:"bubble_ms"`
+	World       int     `json:"world"`
+	Generation  uint64  `json:"generation"`
+
+	Epoch     float64 `json:"epoch"`
+	Samples   int64   `json:"samples"`
+	GradNorm  float64 `json:"grad_norm,omitempty"`
+	Accuracy  float64 `json:"accuracy,omitempty"`
+	EvalLoss  float64 `json:"eval_loss,omitempty"`
+	EvalAcc   float64 `json:"eval_accuracy,omitempty"`
+	DP        int     `json:"dp"`
+	PP        int     `json:"pp"`
+	Micro     int     `json:"micro_batches"`
+	Accum     int     `json:"accum"`
+	GradBytes int64   `json:"grad_bytes"`
+	// OverlapFraction is the share of communication time hidden behind
+	// compute (data parallel only).
+	OverlapFraction float64 `json:"overlap_fraction"`
+	// CkptPauseMs is the time the loop paused for a checkpoint snapshot.
+	CkptPauseMs float64 `json:"ckpt_pause_ms,omitempty"`
+	// PeakActBytes is the activation pool's high-water mark in this step.
+	PeakActBytes int64 `json:"peak_activation_bytes,omitempty"`
+}
+
+// metricsWriter writes one JSON object per line.
+type metricsWriter struct {
+	f *os.File
+	w *bufio.Writer
+	e *json.Encoder
+}
+
+func newMetricsWriter(path string) (*metricsWriter, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("train: --metrics-out: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	return &metricsWriter{f: f, w: w, e: json.NewEncoder(w)}, nil
+}
+
+func (m *metricsWriter) write(v any) error {
+	if err := m.e.Encode(v); err != nil {
+		return fmt.Errorf("train: writing metrics: %w", err)
+	}
+	return m.w.Flush()
+}
+
+func (m *metricsWriter) close() error {
+	if err := m.w.Flush(); err != nil {
+		m.f.Close()
+		return err
+	}
+	return m.f.Close()
+}

@@ -1,0 +1,73 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/nn"
+)
+
+// BuildModel makes the configured model on be, shaped to fit ds, with
+// weights from cfg.Init when given.
+func BuildModel(cfg *Config, be kernels.Backend, ds data.Dataset) (*nn.Model, error) {
+	var m *nn.Model
+	var err error
+	switch cfg.Model {
+	case "mlp":
+		if ds.Kind() != data.Dense {
+			return nil, fmt.Errorf("%w: --model mlp needs feature/label data, but %s is %s data", ErrConfig, ds.Name(), ds.Kind())
+		}
+		sizes := cfg.MLPSizes
+		if len(sizes) == 0 {
+			sizes = []int{ds.Features(), 256, ds.Classes()}
+		}
+		if sizes[0] != ds.Features() {
+			return nil, fmt.Errorf("%w: --layers starts with %d inputs but %s has %d features", ErrConfig, sizes[0], ds.Name(), ds.Features())
+		}
+		if last := sizes[len(sizes)-1]; last != ds.Classes() {
+			return nil, fmt.Errorf("%w: --layers ends with %d outputs but %s has %d classes", ErrConfig, last, ds.Name(), ds.Classes())
+		}
+		m, err = nn.NewMLP(be, nn.MLPConfig{Sizes: sizes}, cfg.Seed)
+	case "gpt":
+		if ds.Kind() != data.Tokens {
+			return nil, fmt.Errorf("%w: --model gpt needs token data, but %s is %s data", ErrConfig, ds.Name(), ds.Kind())
+		}
+		if ds.Context() != cfg.Context {
+			return nil, fmt.Errorf("%w: the data has context %d, the model %d", ErrConfig, ds.Context(), cfg.Context)
+		}
+		m, err = nn.NewGPT(be, nn.GPTConfig{
+			Vocab: ds.Classes(), Context: cfg.Context, DModel: cfg.DModel,
+			Layers: cfg.NLayers, Heads: cfg.Heads, Untied: cfg.Untied,
+		}, cfg.Seed)
+	default:
+		return nil, fmt.Errorf("%w: unknown model %q", ErrConfig, cfg.Model)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if cfg.Init != "" {
+		if err := m.Set.LoadWeights(cfg.Init); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// OpenData opens the configured dataset (training and held-out sets).
+func OpenData(cfg *Config) (train, test data.Dataset, err error) {
+	spec := cfg.Data
+	if spec == "" {
+		spec = "gospec"
+		if cfg.Model == "mlp" {
+			spec = "mnist"
+		}
+	}
+	o := data.DefaultOptions()
+	o.Seed, o.Vocab, o.Context = cfg.Seed, cfg.Vocab, cfg.Context
+	train, test, err = data.Open(spec, o)
+	if err != nil {
+		return nil, nil, fmt.Errorf("train: --data %s: %w", spec, err)
+	}
+	return train, test, nil
+}

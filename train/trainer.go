@@ -1,0 +1,275 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/nn"
+	"github.com/troupe-ml/troupe/nn/optim"
+	"github.com/troupe-ml/troupe/replica"
+)
+
+// Summary is what a finished run reports (troupe train --json prints it).
+type Summary struct {
+	Model       string  `json:"model"`
+	Params      int     `json:"params"`
+	Data        string  `json:"data"`
+	Steps       int     `json:"steps"`
+	Samples     int64   `json:"samples"`
+	FirstLoss   float64 `json:"first_loss"`
+	FinalLoss   float64 `json:"final_loss"`
+	EvalLoss    float64 `json:"eval_loss,omitempty"`
+	EvalAcc     float64 `json:"eval_accuracy,omitempty"`
+	WallS       float64 `json:"wall_s"`
+	SamplesPerS float64 `json:"samples_per_s"`
+	TokensPerS  float64 `json:"tokens_per_s,omitempty"`
+	StepMsMed   float64 `json:"step_ms_median"`
+	World       int     `json:"world"`
+	Saved       string  `json:"saved,omitempty"`
+}
+
+// Options are a run's collaborators.
+type Options struct {
+	// Logger receives structured progress; nil logs nothing.
+	Logger *zap.Logger
+	// Progress, when set, gets a live progress bar (a terminal).
+	Progress io.Writer
+}
+
+// Run trains cfg to completion or until ctx is cancelled.
+func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	trainSet, testSet, err := OpenData(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	be, err := kernels.Open(cfg.Device, kernels.Options{Threads: cfg.Threads})
+	if err != nil {
+		return nil, fmt.Errorf("train: --device %s: %w", cfg.Device, err)
+	}
+	model, err := BuildModel(&cfg, be, trainSet)
+	if err != nil {
+		return nil, err
+	}
+	opt, err := optim.New(model.Set, cfg.Optim)
+	if err != nil {
+		return nil, err
+	}
+	steps := cfg.Steps
+	if cfg.Epochs > 0 {
+		steps = int(math.Ceil(cfg.Epochs * float64(trainSet.Len()) / float64(cfg.Batch)))
+	}
+	sampler, err := data.NewSampler(trainSet.Len(), cfg.Seed, cfg.Shuffle)
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	eng := &singleEngine{r: replica.New(model, opt), accum: cfg.Accum, clipNorm: cfg.ClipNorm}
+	defer eng.close()
+
+	log.Info("training",
+		zap.String("model", model.Describe), zap.String("data", trainSet.Name()),
+		zap.Int("train_samples", trainSet.Len()), zap.Int("steps", steps), zap.Int("batch", cfg.Batch),
+		zap.String("optimizer", cfg.Optim.Name), zap.Float64("lr", cfg.LR), zap.String("device", be.Caps().Device),
+		zap.Int("threads", be.Caps().Threads), zap.String("simd", be.Caps().SIMD))
+
+	l := &loop{cfg: &cfg, log: log, eng: eng, model: model, train: trainSet, test: testSet, sampler: sampler,
+		sched: cfg.schedule(steps), steps: steps}
+	if cfg.MetricsOut != "" {
+		if l.metrics, err = newMetricsWriter(cfg.MetricsOut); err != nil {
+			return nil, err
+		}
+		defer l.metrics.close()
+	}
+	if o.Progress != nil {
+		l.bar = newProgress(o.Progress, steps)
+	}
+	sum, err := l.run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Save != "" {
+		meta := map[string]string{"format": "pt", "troupe_model": model.Describe, "step": fmt.Sprint(steps)}
+		if err := model.Set.SaveWeights(cfg.Save, meta); err != nil {
+			return nil, err
+		}
+		sum.Saved = cfg.Save
+		log.Info("saved weights", zap.String("path", cfg.Save))
+	}
+	if l.metrics != nil {
+		if err := l.metrics.close(); err != nil {
+			return nil, fmt.Errorf("train: --metrics-out: %w", err)
+		}
+		l.metrics = nil
+	}
+	return sum, nil
+}
+
+// loop is the step loop's state.
+type loop struct {
+	cfg     *Config
+	log     *zap.Logger
+	eng     engine
+	model   *nn.Model
+	train   data.Dataset
+	test    data.Dataset
+	sampler *data.Sampler
+	sched   optim.Schedule
+	steps   int
+	metrics *metricsWriter
+	bar     *progress
+	batch   data.Batch
+	idx     []int
+}
+
+func (l *loop) run(ctx context.Context) (*Summary, error) {
+	cfg := l.cfg
+	sum := &Summary{Model: l.model.Describe, Params: l.model.Set.Len(), Data: l.train.Name(), Steps: l.steps}
+	start := time.Now()
+	stepTimes := make([]float64, 0, l.steps)
+	tokensPerRow := 0
+	if l.model.Input == nn.TokenInput {
+		tokensPerRow = l.model.Context
+	}
+	for step := 0; step < l.steps; step++ {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("train: stopped at step %d: %w", step, err)
+		}
+		t0 := time.Now()
+		l.idx = l.sampler.Next(cfg.Batch, l.idx[:0])
+		l.train.Fill(l.idx, &l.batch)
+		lr := l.sched.LR(step)
+		st, err := l.eng.step(&l.batch, lr)
+		if err != nil {
+			return nil, fmt.Errorf("train: step %d: %w", step, err)
+		}
+		stepMs := ms(time.Since(t0))
+		stepTimes = append(stepTimes, stepMs)
+		loss := st.LossSum / math.Max(1, float64(st.Targets))
+		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			return nil, fmt.Errorf("train: step %d: loss is %v (diverged; lower --lr or set --clip)", step, loss)
+		}
+		if step == 0 {
+			sum.FirstLoss = loss
+		}
+		sum.FinalLoss = loss
+		sum.Samples += int64(cfg.Batch)
+		m := StepMetrics{
+			Step: step + 1, Loss: loss, LR: lr,
+			SamplesPerS: float64(cfg.Batch) / (stepMs / 1e3),
+			StepMs:      stepMs, ComputeMs: st.ComputeMs, CommMs: st.CommMs, BubbleMs: st.BubbleMs,
+			World: st.World, Generation: st.Generation,
+			Epoch:   float64(l.sampler.Cursor()) / float64(l.train.Len()),
+			Samples: sum.Samples, GradNorm: st.GradNorm,
+			DP: st.World, PP: 1, Micro: 1, Accum: cfg.Accum, GradBytes: int64(4 * l.model.Set.Len()),
+			OverlapFraction: st.Overlap, PeakActBytes: st.PeakAct,
+		}
+		if tokensPerRow > 0 {
+			m.TokensPerS = m.SamplesPerS * float64(tokensPerRow)
+		}
+		if l.model.Input == nn.DenseInput && st.Targets > 0 {
+			m.Accuracy = float64(st.Correct) / float64(st.Targets)
+		}
+		last := step == l.steps-1
+		if l.test != nil && (last || (cfg.EvalEvery > 0 && (step+1)%cfg.EvalEvery == 0)) {
+			el, ea, err := l.evaluate()
+			if err != nil {
+				return nil, fmt.Errorf("train: evaluating after step %d: %w", step+1, err)
+			}
+			m.EvalLoss, m.EvalAcc = el, ea
+			sum.EvalLoss, sum.EvalAcc = el, ea
+			fields := []zap.Field{zap.Int("step", step+1), zap.Float64("eval_loss", el)}
+			if l.model.Input == nn.DenseInput {
+				fields = append(fields, zap.Float64("eval_accuracy", ea))
+			}
+			l.log.Info("eval", fields...)
+		}
+		if l.metrics != nil {
+			if err := l.metrics.write(m); err != nil {
+				return nil, err
+			}
+		}
+		if l.bar != nil {
+			l.bar.update(step+1, loss, m.SamplesPerS, m.TokensPerS)
+		} else if (step+1)%cfg.LogEvery == 0 || step == 0 || last {
+			l.log.Info("step", zap.Int("step", step+1), zap.Int("of", l.steps), zap.Float64("loss", loss),
+				zap.Float64("lr", lr), zap.Float64("step_ms", stepMs), zap.Float64("samples_per_s", m.SamplesPerS),
+				zap.Float64("epoch", m.Epoch), zap.Duration("eta", eta(start, step+1, l.steps)))
+		}
+	}
+	if l.bar != nil {
+		l.bar.finish()
+	}
+	sum.WallS = time.Since(start).Seconds()
+	sum.SamplesPerS = float64(sum.Samples) / sum.WallS
+	sum.TokensPerS = sum.SamplesPerS * float64(tokensPerRow)
+	sum.StepMsMed = median(stepTimes)
+	sum.World = 1
+	return sum, nil
+}
+
+// evaluate runs the held-out set (or its first EvalBatches batches) in
+// order and returns the mean loss and accuracy.
+func (l *loop) evaluate() (loss, acc float64, err error) {
+	n := l.test.Len()
+	if l.cfg.EvalBatches > 0 && l.cfg.EvalBatches*l.cfg.Batch < n {
+		n = l.cfg.EvalBatches * l.cfg.Batch
+	}
+	var b data.Batch
+	var lossSum float64
+	var targets, correct, rows int
+	idx := make([]int, 0, l.cfg.Batch)
+	for lo := 0; lo < n; lo += l.cfg.Batch {
+		hi := min(lo+l.cfg.Batch, n)
+		idx = idx[:0]
+		for i := lo; i < hi; i++ {
+			idx = append(idx, i)
+		}
+		l.test.Fill(idx, &b)
+		res, err := l.eng.eval(&b)
+		if err != nil {
+			return 0, 0, err
+		}
+		lossSum += res.LossSum
+		targets += res.Targets
+		correct += res.Correct
+		rows += hi - lo
+	}
+	if targets == 0 {
+		return 0, 0, nil
+	}
+	return lossSum / float64(targets), float64(correct) / float64(rows), nil
+}
+
+func eta(start time.Time, done, total int) time.Duration {
+	if done == 0 {
+		return 0
+	}
+	per := time.Since(start) / time.Duration(done)
+	return (per * time.Duration(total-done)).Round(time.Second)
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s[len(s)/2]
+}
