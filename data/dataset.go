@@ -1,0 +1,212 @@
+package data
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Kind says what a dataset's samples are.
+type Kind int
+
+const (
+	// Dense samples are a feature vector and a class label.
+	Dense Kind = iota
+	// Tokens samples are a window of Context token ids and the Context
+	// next-token targets (the window shifted by one).
+	Tokens
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Dense:
+		return "dense"
+	case Tokens:
+		return "tokens"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Batch holds the rows of a mini-batch, row-major. Fill reuses its slices
+// when their capacity suffices, so a trainer keeps one Batch per worker and
+// allocates nothing per step.
+type Batch struct {
+	// X holds Dense features: Rows × Features. Empty for Tokens.
+	X []float32
+	// Tokens holds token windows: Rows × Context. Empty for Dense.
+	Tokens []int32
+	// Y holds targets: Rows class labels (Dense) or Rows × Context
+	// next-token ids (Tokens).
+	Y []int32
+	// Rows is the number of samples in the batch.
+	Rows int
+}
+
+// reset sizes b for rows samples with the given per-row lengths.
+func (b *Batch) reset(rows, xPer, tokPer, yPer int) {
+	b.Rows = rows
+	b.X = grow(b.X, rows*xPer)
+	b.Tokens = grow(b.Tokens, rows*tokPer)
+	b.Y = grow(b.Y, rows*yPer)
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) >= n {
+		return s[:n]
+	}
+	return make([]T, n)
+}
+
+// Dataset is a fixed, read-only collection of samples indexed 0 … Len()-1.
+// All methods are safe for concurrent use; concurrent Fills must use
+// different Batches.
+type Dataset interface {
+	// Name says where the data came from, e.g. "mnist/train".
+	Name() string
+	// Len is the number of samples.
+	Len() int
+	Kind() Kind
+	// Features is the length of a Dense feature vector (0 for Tokens).
+	Features() int
+	// Classes is the number of classes (Dense) or the vocabulary size
+	// (Tokens); every target is in [0, Classes).
+	Classes() int
+	// Context is the number of tokens per Tokens sample (0 for Dense).
+	Context() int
+	// Fill overwrites b with the samples idx, in that order (duplicates
+	// allowed). It panics if an index is outside [0, Len()): indices come
+	// from a Sampler sized by Len, so a bad one is a programming error.
+	Fill(idx []int, b *Batch)
+}
+
+// TextDataset is implemented by Tokens datasets whose ids decode to text
+// (the text corpora), for printing samples of a language model.
+type TextDataset interface {
+	Dataset
+	Vocab() *Vocab
+}
+
+// Vocab names accepted in Options.Vocab.
+const (
+	VocabChar = "char"
+	VocabByte = "byte"
+)
+
+// Options are the settings Open needs beyond the spec. Spec parameters
+// (synthetic-mlp:features=…) override the matching fields.
+type Options struct {
+	// Seed drives the synthetic datasets. Real datasets ignore it.
+	Seed uint64
+	// Vocab picks the text tokenization: VocabChar (ids index the sorted
+	// distinct characters of the corpus) or VocabByte (ids are bytes,
+	// vocabulary 256). Default VocabChar.
+	Vocab string
+	// Context is the number of tokens per sample of Tokens datasets; it
+	// must equal the model's context. Default 64.
+	Context int
+	// Samples is the number of training samples of synthetic datasets
+	// (default 2048 for synthetic-mlp, 1024 windows for synthetic-tokens).
+	Samples int
+	// TestSamples is the number of held-out synthetic samples (default
+	// Samples/4).
+	TestSamples int
+	// Features is the feature count of synthetic-mlp (default 784).
+	Features int
+	// Classes is the class count of synthetic-mlp (default 10) or the
+	// vocabulary size of synthetic-tokens (default 65).
+	Classes int
+}
+
+// DefaultOptions returns the defaults listed on Options.
+func DefaultOptions() Options {
+	return Options{Vocab: VocabChar, Context: 64}
+}
+
+// Validate checks o and fills the defaults of zero fields (Vocab, Context).
+// The synthetic sizes stay 0 when unset: their defaults depend on the
+// dataset and are applied by Open.
+func (o *Options) Validate() error {
+	if o.Vocab == "" {
+		o.Vocab = VocabChar
+	}
+	if o.Vocab != VocabChar && o.Vocab != VocabByte {
+		return fmt.Errorf("%w: vocab %q, want %q or %q", ErrOptions, o.Vocab, VocabChar, VocabByte)
+	}
+	if o.Context == 0 {
+		o.Context = 64
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"context", o.Context}, {"samples", o.Samples}, {"test samples", o.TestSamples}, {"features", o.Features}, {"classes", o.Classes}} {
+		if f.v < 0 {
+			return fmt.Errorf("%w: %s = %d is negative", ErrOptions, f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// Builtin dataset names, in the order the error messages list them.
+var builtins = []string{"gospec", "mnist", "synthetic-mlp", "synthetic-tokens", "text", "safetensors"}
+
+// Open resolves spec (the --data flag) and returns the training set and the
+// held-out test set. test is nil when the source has no held-out split (a
+// safetensors file without x_test/y_test or tokens_test). Specs:
+//
+//	gospec[:vocab=char|byte,context=C]      the Go spec from GOROOT, as text
+//	mnist                                   MNIST from the Go module cache
+//	mnist:DIR                               the four MNIST IDX files in DIR
+//	synthetic-mlp[:features=F,classes=K,n=N,test=M]
+//	synthetic-tokens[:vocab=V,context=C,n=N,test=M]
+//	text:PATH, safetensors:PATH             a file of that kind
+//	PATH                                    a directory: MNIST IDX files;
+//	                                        *.safetensors: tensors; else text
+//
+// A builtin name wins over a relative path of the same name (write ./mnist
+// for a directory called mnist).
+func Open(spec string, o Options) (train, test Dataset, err error) {
+	if err := o.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if spec == "" {
+		return nil, nil, fmt.Errorf("%w: empty; want one of %s or a path", ErrSpec, strings.Join(builtins, ", "))
+	}
+	name, rest, hasRest := strings.Cut(spec, ":")
+	switch name {
+	case "gospec":
+		if err := applyParams(spec, rest, textParams(&o)); err != nil {
+			return nil, nil, err
+		}
+		path, err := goSpecPath()
+		if err != nil {
+			return nil, nil, err
+		}
+		return openText("gospec", path, o)
+	case "mnist":
+		dir := rest
+		if !hasRest {
+			if dir, err = findMNISTModuleDir(); err != nil {
+				return nil, nil, err
+			}
+		}
+		return openMNIST(dir)
+	case "synthetic-mlp":
+		if err := applyParams(spec, rest, map[string]any{
+			"features": &o.Features, "classes": &o.Classes, "n": &o.Samples, "test": &o.TestSamples,
+		}); err != nil {
+			return nil, nil, err
+		}
+		return syntheticMLP(o)
+	case "synthetic-tokens":
+		if err := applyParams(spec, rest, map[string]any{
+			"vocab": &o.Classes, "context": &o.Context, "n": &o.Samples, "test": &o.TestSamples,
+		}); err != nil {
+			return nil, nil, err
+		}
+		return syntheticTokens(o)
+	case "text":
+		return openText(baseName(rest), rest, o)
+	case "safetensors":
+		return openTensors(rest, o)
+	}
+	return openPath(spec, o)
+}

