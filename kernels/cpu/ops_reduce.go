@@ -1,0 +1,125 @@
+package cpu
+
+import "github.com/troupe-ml/troupe/kernels"
+
+// Reductions. They accumulate in float64 and combine partial sums in an
+// order fixed by the input length alone, never by the thread count, so a
+// result is the same bit for bit with 1 or 16 threads.
+
+const (
+	// sumChunks is the most pieces Sum and SumSquares cut their input into;
+	// the pieces are summed independently and then added in index order.
+	sumChunks = 64
+	// sumChunkMin is the smallest piece worth a part of its own.
+	sumChunkMin = 16 << 10
+	// colBlock is the number of columns a column reduction keeps float64
+	// accumulators for on the stack while it walks down the rows.
+	colBlock = 64
+)
+
+// Sum implements kernels.Backend.
+func (be *Backend) Sum(x kernels.Buffer) float64 {
+	return be.reduce(F(x), sum64)
+}
+
+// SumSquares implements kernels.Backend.
+func (be *Backend) SumSquares(x kernels.Buffer) float64 {
+	return be.reduce(F(x), sumSquares64)
+}
+
+// reduce cuts x into nc = min(sumChunks, ⌈len/sumChunkMin⌉) pieces, sums
+// each with f, and adds the piece sums in order. The pieces depend only on
+// len(x), so the serial and the parallel path add the same numbers in the
+// same order.
+func (be *Backend) reduce(x []float32, f func([]float32) float64) float64 {
+	n := len(x)
+	nc := min(sumChunks, (n+sumChunkMin-1)/sumChunkMin)
+	if be.serial(nc, 1) {
+		var total float64
+		for c := 0; c < nc; c++ {
+			total += f(x[c*n/nc : (c+1)*n/nc])
+		}
+		return total
+	}
+	var parts [sumChunks]float64
+	parallelFor(nc, be.threads, 1, func(lo, hi int) {
+		for c := lo; c < hi; c++ {
+			parts[c] = f(x[c*n/nc : (c+1)*n/nc])
+		}
+	})
+	var total float64
+	for _, p := range parts[:nc] {
+		total += p
+	}
+	return total
+}
+
+// sum64 adds x in float64 with four independent accumulators, so that the
+// additions overlap in the pipeline instead of waiting on one another.
+func sum64(x []float32) float64 {
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		s0 += float64(x[i])
+		s1 += float64(x[i+1])
+		s2 += float64(x[i+2])
+		s3 += float64(x[i+3])
+	}
+	for ; i < len(x); i++ {
+		s0 += float64(x[i])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// sumSquares64 is sum64 of the squares; a float32 square is exact in float64.
+func sumSquares64(x []float32) float64 {
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		a, b, c, d := float64(x[i]), float64(x[i+1]), float64(x[i+2]), float64(x[i+3])
+		s0 += a * a
+		s1 += b * b
+		s2 += c * c
+		s3 += d * d
+	}
+	for ; i < len(x); i++ {
+		a := float64(x[i])
+		s0 += a * a
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// SumRows implements kernels.Backend. The split is over blocks of columns:
+// each column is summed down all rows by one goroutine, in row order, in
+// float64, and then added to dst once.
+func (be *Backend) SumRows(dst, x kernels.Buffer) {
+	d, xs := F(dst), F(x)
+	cols := len(d)
+	rowsOf("SumRows", "x", len(xs), cols)
+	blocks := (cols + colBlock - 1) / colBlock
+	if be.serial(len(xs), grainSimple) || blocks < 2 {
+		sumRows(d, xs, 0, blocks)
+		return
+	}
+	parallelFor(blocks, be.threads, 1, func(lo, hi int) { sumRows(d, xs, lo, hi) })
+}
+
+// sumRows accumulates the column sums of column blocks [blo, bhi).
+func sumRows(dst, x []float32, blo, bhi int) {
+	cols := len(dst)
+	var acc [colBlock]float64
+	for b := blo; b < bhi; b++ {
+		c0, c1 := b*colBlock, min((b+1)*colBlock, cols)
+		a := acc[:c1-c0]
+		clear(a)
+		for r := 0; r+cols <= len(x); r += cols {
+			row := x[r+c0 : r+c1]
+			for j, v := range row {
+				a[j] += float64(v)
+			}
+		}
+		for j, v := range a {
+			dst[c0+j] = float32(float64(dst[c0+j]) + v)
+		}
+	}
+}

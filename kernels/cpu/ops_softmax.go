@@ -1,0 +1,213 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+
+	"github.com/troupe-ml/troupe/kernels"
+)
+
+// Softmax-family kernels. Every row subtracts its maximum before exp, so no
+// exp overflows (logits of 1e4 are fine), and sums the exps in float64. Rows
+// are independent, so splitting over rows does not change any result.
+
+// SoftmaxCrossEntropy implements kernels.Backend. The loss is the log-sum-exp
+// form, log Σ e^(x−max) − (x_t − max), which stays exact when the target
+// dominates (loss near 0) and finite for any finite logits.
+func (be *Backend) SoftmaxCrossEntropy(losses, dlogits, logits kernels.Buffer, targets kernels.Index, gradScale float32) {
+	ls, xs, ts := F(losses), F(logits), I(targets)
+	rows := len(ts)
+	mustLenOf("SoftmaxCrossEntropy", "losses", len(ls), rows)
+	cols := 0
+	if rows > 0 {
+		cols = rowsOf("SoftmaxCrossEntropy", "logits", len(xs), rows)
+	} else {
+		mustLenOf("SoftmaxCrossEntropy", "logits", len(xs), 0)
+	}
+	var ds []float32
+	if dlogits != nil {
+		ds = F(dlogits)
+		mustLenOf("SoftmaxCrossEntropy", "dlogits", len(ds), len(xs))
+	}
+	checkTargets("SoftmaxCrossEntropy", ts, cols)
+	if be.serial(len(xs), grainExp) {
+		softmaxCrossEntropy(ls, ds, xs, ts, cols, gradScale, 0, rows)
+		return
+	}
+	parallelFor(rows, be.threads, rowGrain(grainExp, cols), func(lo, hi int) {
+		softmaxCrossEntropy(ls, ds, xs, ts, cols, gradScale, lo, hi)
+	})
+}
+
+// softmaxCrossEntropy does rows [lo, hi); ds is nil when no gradient is
+// wanted.
+func softmaxCrossEntropy(losses, ds, logits []float32, targets []int32, cols int, gradScale float32, lo, hi int) {
+	for r := lo; r < hi; r++ {
+		x := logits[r*cols : (r+1)*cols]
+		t := int(targets[r])
+		if t < 0 {
+			losses[r] = 0
+			if ds != nil {
+				clear(ds[r*cols : (r+1)*cols])
+			}
+			continue
+		}
+		mx := rowMax(x)
+		var s float64
+		if ds != nil {
+			d := ds[r*cols : (r+1)*cols]
+			for c, v := range x {
+				e := exp32(v - mx)
+				d[c] = e
+				s += float64(e)
+			}
+			inv := float32(float64(gradScale) / s)
+			for c := range d {
+				d[c] *= inv
+			}
+			// p_t − 1 in float64: when the target dominates, p_t is close
+			// to 1 and the float32 product above has lost those bits.
+			d[t] = float32((float64(exp32(x[t]-mx))/s - 1) * float64(gradScale))
+		} else {
+			for _, v := range x {
+				s += float64(exp32(v - mx))
+			}
+		}
+		losses[r] = float32(math.Log(s) - float64(x[t]-mx))
+	}
+}
+
+// rowMax returns the largest value of x (skipping NaN, which then reaches
+// the result through exp), or -Inf for an empty row.
+func rowMax(x []float32) float32 {
+	mx := float32(math.Inf(-1))
+	for _, v := range x {
+		if v > mx {
+			mx = v
+		}
+	}
+	return mx
+}
+
+// checkTargets panics on a target at or beyond cols; negative targets are
+// ignored rows.
+func checkTargets(op string, targets []int32, cols int) {
+	for r, t := range targets {
+		if int(t) >= cols {
+			panic(fmt.Sprintf("kernels/cpu: %s: targets[%d] = %d, but rows have %d classes", op, r, t, cols))
+		}
+	}
+}
+
+// ArgmaxCorrect implements kernels.Backend. A row's argmax is the first
+// index holding its largest value (torch.argmax's choice on ties); rows with
+// a negative target never count.
+func (be *Backend) ArgmaxCorrect(logits kernels.Buffer, targets kernels.Index) int {
+	xs, ts := F(logits), I(targets)
+	rows := len(ts)
+	if rows == 0 {
+		mustLenOf("ArgmaxCorrect", "logits", len(xs), 0)
+		return 0
+	}
+	cols := rowsOf("ArgmaxCorrect", "logits", len(xs), rows)
+	checkTargets("ArgmaxCorrect", ts, cols)
+	if be.serial(len(xs), grainSimple) {
+		return argmaxCorrect(xs, ts, cols, 0, rows)
+	}
+	var n atomic.Int64
+	parallelFor(rows, be.threads, rowGrain(grainSimple, cols), func(lo, hi int) {
+		n.Add(int64(argmaxCorrect(xs, ts, cols, lo, hi)))
+	})
+	return int(n.Load())
+}
+
+func argmaxCorrect(logits []float32, targets []int32, cols, lo, hi int) int {
+	n := 0
+	for r := lo; r < hi; r++ {
+		t := int(targets[r])
+		if t < 0 {
+			continue
+		}
+		x := logits[r*cols : (r+1)*cols]
+		best := 0
+		for c, v := range x {
+			if v > x[best] {
+				best = c
+			}
+		}
+		if best == t {
+			n++
+		}
+	}
+	return n
+}
+
+// CausalSoftmax implements kernels.Backend.
+func (be *Backend) CausalSoftmax(y, x kernels.Buffer, t int, scale float32) {
+	ys, xs := F(y), F(x)
+	mustLenOf("CausalSoftmax", "y", len(ys), len(xs))
+	rows := rowsOf("CausalSoftmax", "x", len(xs), t)
+	rowsOf("CausalSoftmax", "x rows", rows, t)
+	// Row i of each t×t matrix has i+1 live entries: t/2 on average.
+	if be.serial(len(xs)/2, grainExp) {
+		causalSoftmax(ys, xs, t, scale, 0, rows)
+		return
+	}
+	parallelFor(rows, be.threads, rowGrain(grainExp, max(1, t/2)), func(lo, hi int) {
+		causalSoftmax(ys, xs, t, scale, lo, hi)
+	})
+}
+
+func causalSoftmax(y, x []float32, t int, scale float32, lo, hi int) {
+	for r := lo; r < hi; r++ {
+		live := r%t + 1
+		xr, yr := x[r*t:r*t+live], y[r*t:(r+1)*t]
+		mx := float32(math.Inf(-1))
+		for _, v := range xr {
+			if s := scale * v; s > mx {
+				mx = s
+			}
+		}
+		var s float64
+		for j, v := range xr {
+			e := exp32(scale*v - mx)
+			yr[j] = e
+			s += float64(e)
+		}
+		inv := float32(1 / s)
+		for j := range xr {
+			yr[j] *= inv
+		}
+		clear(yr[live:])
+	}
+}
+
+// SoftmaxBackward implements kernels.Backend.
+func (be *Backend) SoftmaxBackward(dx, dy, y kernels.Buffer, cols int, scale float32) {
+	dxs, dys, ys := F(dx), F(dy), F(y)
+	mustLenOf("SoftmaxBackward", "dy", len(dys), len(dxs))
+	mustLenOf("SoftmaxBackward", "y", len(ys), len(dxs))
+	rows := rowsOf("SoftmaxBackward", "dx", len(dxs), cols)
+	if be.serial(len(dxs), grainSimple) {
+		softmaxBackward(dxs, dys, ys, cols, scale, 0, rows)
+		return
+	}
+	parallelFor(rows, be.threads, rowGrain(grainSimple, cols), func(lo, hi int) {
+		softmaxBackward(dxs, dys, ys, cols, scale, lo, hi)
+	})
+}
+
+func softmaxBackward(dx, dy, y []float32, cols int, scale float32, lo, hi int) {
+	for r := lo; r < hi; r++ {
+		dxr, dyr, yr := dx[r*cols:(r+1)*cols], dy[r*cols:(r+1)*cols], y[r*cols:(r+1)*cols]
+		var dot float64
+		for j, v := range yr {
+			dot += float64(dyr[j]) * float64(v)
+		}
+		d := float32(dot)
+		for j, v := range yr {
+			dxr[j] = scale * v * (dyr[j] - d)
+		}
+	}
+}
