@@ -6,12 +6,12 @@ var (
 	// ErrEmpty is returned by the unit parsers for empty (or all-blank) text.
 	ErrEmpty = errors.New("plan: empty value")
 	// ErrNegative is returned for a value below zero.
-	ErrNegative = errors.New("plan: negative value")
+	ErrNegative = errors.New("plan: must not be negative")
 	// ErrNotFinite is returned for NaN, infinities and values too large to
 	// represent.
 	ErrNotFinite = errors.New("plan: value not finite or out of range")
 	// ErrSyntax is returned for text that does not start with a number.
-	ErrSyntax = errors.New("plan: not a number")
+	ErrSyntax = errors.New("plan: does not start with a number")
 	// ErrUnknownUnit is returned for a unit suffix the parser does not know.
 	ErrUnknownUnit = errors.New("plan: unknown unit")
 	// ErrNotWhole is returned where a whole number (bytes, a count) is needed

@@ -7,7 +7,8 @@ import (
 )
 
 // FormatBytes writes a byte count for people, in decimal units as devices
-// are sold: "24.0 GB", "375.0 MB", "512 B". The exact count belongs beside it
+// are sold, to three significant digits: "24.0 GB", "2.25 GB", "375 MB",
+// "512 B". The exact count belongs beside it
 // where it matters; this is the rounded reading.
 func FormatBytes(b float64) string {
 	return formatDecimal(b, "B", []string{"kB", "MB", "GB", "TB", "PB", "EB"})
@@ -22,20 +23,28 @@ func formatDecimal(v float64, base string, units []string) string {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return strconv.FormatFloat(v, 'g', -1, 64) + " " + base
 	}
-	a := math.Abs(v)
-	if a < 1000 {
+	if math.Abs(v) < 1000 {
 		if v == math.Trunc(v) {
 			return strconv.FormatFloat(v, 'f', 0, 64) + " " + base
 		}
 		return strconv.FormatFloat(v, 'f', 1, 64) + " " + base
 	}
-	u := -1
-	for u+1 < len(units) && a >= 1000 {
-		a /= 1000
+	for u := range units {
 		v /= 1000
-		u++
+		// Three significant digits: "2.25 GB", "24.0 GB", "375 MB". A value
+		// that rounds up to 1000 moves on to the next unit.
+		prec := 0
+		switch a := math.Abs(v); {
+		case a < 9.995:
+			prec = 2
+		case a < 99.95:
+			prec = 1
+		case a >= 999.5 && u+1 < len(units):
+			continue
+		}
+		return strconv.FormatFloat(v, 'f', prec, 64) + " " + units[u]
 	}
-	return strconv.FormatFloat(v, 'f', 1, 64) + " " + units[u]
+	panic("unreachable: the last unit always formats")
 }
 
 // FormatCount writes a count with K/M/B/T suffixes and up to four
@@ -54,13 +63,17 @@ func FormatCount(n float64) string {
 }
 
 // FormatMillis writes a duration given in milliseconds, in the unit that
-// reads best: "0.250 ms", "480.0 ms", "12.30 s", "16.7 min", "2.8 h".
+// reads best: "0.250 ms", "4.85 ms", "480.0 ms", "12.30 s", "16.7 min", "2.8 h".
 func FormatMillis(ms float64) string {
 	switch a := math.Abs(ms); {
+	case ms == 0:
+		return "0 ms"
 	case math.IsNaN(ms) || math.IsInf(ms, 0):
 		return fmt.Sprintf("%v ms", ms)
 	case a < 1:
 		return fmt.Sprintf("%.3f ms", ms)
+	case a < 10:
+		return fmt.Sprintf("%.2f ms", ms)
 	case a < 1000:
 		return fmt.Sprintf("%.1f ms", ms)
 	case a < 120e3:

@@ -80,7 +80,7 @@ func ParseBytes(s string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return toWhole(s, v, "bytes")
+	return toWhole(s, v, "size")
 }
 
 // ParseBandwidth parses a bandwidth and returns it in bytes per second:
@@ -111,7 +111,7 @@ func parseQuantity(s string, units map[string]scale, what, unitList string) (flo
 		return 0, fmt.Errorf("%w: %s %q", ErrEmpty, what, s)
 	}
 	if t[0] == '-' {
-		return 0, fmt.Errorf("%w: %s %q must not be negative", ErrNegative, what, s)
+		return 0, fmt.Errorf("%w: %s %q", ErrNegative, what, s)
 	}
 	if t[0] == '+' {
 		t = t[1:]
@@ -136,7 +136,7 @@ func parseQuantity(s string, units map[string]scale, what, unitList string) (flo
 		fracPart = t[fracStart:i]
 	}
 	if intPart == "" && fracPart == "" {
-		return 0, fmt.Errorf("%w: %s %q does not start with a number", ErrSyntax, what, s)
+		return 0, fmt.Errorf("%w: %s %q", ErrSyntax, what, s)
 	}
 	exp := 0
 	if i < len(t) && (t[i] == 'e' || t[i] == 'E') {
@@ -204,7 +204,7 @@ func toWhole(s string, v float64, what string) (int64, error) {
 		return 0, fmt.Errorf("%w: %s %q is too large", ErrNotFinite, what, s)
 	}
 	if v != math.Trunc(v) {
-		return 0, fmt.Errorf("%w: %s %q is %v, not a whole number", ErrNotWhole, what, s, v)
+		return 0, fmt.Errorf("%w: %s %q is %v", ErrNotWhole, what, s, v)
 	}
 	return int64(v), nil
 }
