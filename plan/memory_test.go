@@ -100,6 +100,23 @@ func TestZeRO(t *testing.T) {
 	}
 }
 
+// TestZeROPaperFigure1 reproduces the ZeRO paper's Figure 1 (Rajbhandari
+// et al., 2020): 7.5B parameters, K = 12, 64 devices: 120 GB per device
+// for the baseline, 31.4 GB with P_os, 16.6 GB with P_os+g, 1.88 GB with
+// P_os+g+p. 64 divides 7.5e9, so the figures are exact.
+func TestZeROPaperFigure1(t *testing.T) {
+	want := []float64{120e9, 31.40625e9, 16.640625e9, 1.875e9}
+	for stage, w := range want {
+		r, err := ZeRO(DefaultZeROConfig(7_500_000_000, stage, 64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.PerDeviceBytes != w {
+			t.Errorf("stage %d: %v bytes per device, want %v", stage, r.PerDeviceBytes, w)
+		}
+	}
+}
+
 func TestZeROFitsAndUnevenShards(t *testing.T) {
 	// 3.0 GB per device at stage 3 over 8 fits 80 GB and fits exactly 3 GB,
 	// but not one byte less.
