@@ -29,22 +29,24 @@ func formatDecimal(v float64, base string, units []string) string {
 		}
 		return strconv.FormatFloat(v, 'f', 1, 64) + " " + base
 	}
-	for u := range units {
-		v /= 1000
+	v /= 1000
+	for u := 0; ; u++ {
 		// Three significant digits: "2.25 GB", "24.0 GB", "375 MB". A value
-		// that rounds up to 1000 moves on to the next unit.
+		// that rounds up to 1000 moves on to the next unit while there is one.
+		a := math.Abs(v)
+		if a >= 999.5 && u+1 < len(units) {
+			v /= 1000
+			continue
+		}
 		prec := 0
-		switch a := math.Abs(v); {
+		switch {
 		case a < 9.995:
 			prec = 2
 		case a < 99.95:
 			prec = 1
-		case a >= 999.5 && u+1 < len(units):
-			continue
 		}
 		return strconv.FormatFloat(v, 'f', prec, 64) + " " + units[u]
 	}
-	panic("unreachable: the last unit always formats")
 }
 
 // FormatCount writes a count with K/M/B/T suffixes and up to four

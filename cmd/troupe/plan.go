@@ -39,7 +39,7 @@ See docs/PLAN.md.`,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usagef("unknown sub-command %q for troupe plan: want memory, allreduce, speedup, pipeline or check", args[0])
+				return planUsagef("unknown sub-command %q for troupe plan: want memory, allreduce, speedup, pipeline or check", args[0])
 			}
 			return cmd.Help()
 		},
@@ -55,8 +55,8 @@ See docs/PLAN.md.`,
 
 func newPlanMemoryCmd() *cobra.Command {
 	var (
-		params        countFlag
-		deviceMem     sizeFlag
+		params        planCountFlag
+		deviceMem     planSizeFlag
 		bytesPerParam float64
 		dp, zero      int
 		k             float64
@@ -75,57 +75,57 @@ stage 0 keeps (2+2+K)·N on every device, stage 1 (2+2+K/D)·N, stage 2
 
 Model states only: activations, communication buffers and fragmentation come
 on top.`,
-		Args: noArgs,
+		Args: planNoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
-			if err := requireFlags(cmd, "params"); err != nil {
+			if err := planRequireFlags(cmd, "params"); err != nil {
 				return err
 			}
-			if err := positiveSize(f.Changed("device-mem"), "device-mem", deviceMem.v); err != nil {
+			if err := planPositiveSize(f.Changed("device-mem"), "device-mem", deviceMem.v); err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
 			if !f.Changed("zero") {
 				for _, name := range []string{"dp", "k"} {
 					if f.Changed(name) {
-						return usagef("--%s applies only with --zero (use --zero 0 for plain data parallelism)", name)
+						return planUsagef("--%s applies only with --zero (use --zero 0 for plain data parallelism)", name)
 					}
 				}
 				if !(bytesPerParam > 0) || math.IsInf(bytesPerParam, 0) {
-					return usagef("--bytes-per-param %v must be positive and finite", bytesPerParam)
+					return planUsagef("--bytes-per-param %v must be positive and finite", bytesPerParam)
 				}
 				r, err := plan.Memory(plan.MemoryConfig{Params: params.v, BytesPerParam: bytesPerParam, DeviceMem: deviceMem.v})
 				if err != nil {
 					return planErr(err)
 				}
 				if asJSON {
-					return writeJSON(out, r)
+					return planWriteJSON(out, r)
 				}
-				return printMemory(out, r)
+				return printPlanMemory(out, r)
 			}
 			if f.Changed("bytes-per-param") {
-				return usagef("--bytes-per-param does not apply with --zero: ZeRO counts 2 + 2 + K bytes per parameter; set K with --k")
+				return planUsagef("--bytes-per-param does not apply with --zero: ZeRO counts 2 + 2 + K bytes per parameter; set K with --k")
 			}
 			if zero < 0 || zero > 3 {
-				return usagef("--zero %d: want 0, 1, 2 or 3", zero)
+				return planUsagef("--zero %d: want 0, 1, 2 or 3", zero)
 			}
 			if !f.Changed("dp") {
-				return usagef("--zero needs --dp D, the number of data-parallel devices the states are sharded over")
+				return planUsagef("--zero needs --dp D, the number of data-parallel devices the states are sharded over")
 			}
 			if dp <= 0 {
-				return usagef("--dp %d must be positive", dp)
+				return planUsagef("--dp %d must be positive", dp)
 			}
 			if !(k >= 0) || math.IsInf(k, 0) {
-				return usagef("--k %v must be finite and not negative", k)
+				return planUsagef("--k %v must be finite and not negative", k)
 			}
 			r, err := plan.ZeRO(plan.ZeROConfig{Params: params.v, Stage: zero, DP: dp, K: k, DeviceMem: deviceMem.v})
 			if err != nil {
 				return planErr(err)
 			}
 			if asJSON {
-				return writeJSON(out, r)
+				return planWriteJSON(out, r)
 			}
-			return printZeRO(out, r)
+			return printPlanZeRO(out, r)
 		},
 	}
 	f := cmd.Flags()
@@ -139,39 +139,39 @@ on top.`,
 	return cmd
 }
 
-func printMemory(w io.Writer, r plan.MemoryResult) error {
-	t := newTable(w)
-	t.row("parameters", countText(r.Params))
+func printPlanMemory(w io.Writer, r plan.MemoryResult) error {
+	t := newPlanTable(w)
+	t.row("parameters", planCountText(r.Params))
 	t.row("bytes per parameter", strconv.FormatFloat(r.BytesPerParam, 'f', -1, 64))
-	t.row("total", bytesText(r.TotalBytes))
+	t.row("total", planBytesText(r.TotalBytes))
 	if r.DeviceMemBytes > 0 {
-		t.row("device memory", bytesText(float64(r.DeviceMemBytes)))
+		t.row("device memory", planBytesText(float64(r.DeviceMemBytes)))
 		t.row("min devices", fmt.Sprintf("%d (ceil(total / device memory), nothing replicated)", r.MinDevices))
 	}
 	t.row("note", "model states only: activations and buffers come on top")
 	return t.flush()
 }
 
-var zeroStageText = [...]string{
+var planZeROStageText = [...]string{
 	"nothing sharded (plain data parallelism)",
 	"optimizer states sharded",
 	"optimizer states and gradients sharded",
 	"optimizer states, gradients and weights sharded",
 }
 
-func printZeRO(w io.Writer, r plan.ZeROResult) error {
-	t := newTable(w)
-	t.row("parameters", countText(r.Params))
-	t.row("ZeRO stage", fmt.Sprintf("%d over %d data-parallel devices: %s", r.Stage, r.DP, zeroStageText[r.Stage]))
+func printPlanZeRO(w io.Writer, r plan.ZeROResult) error {
+	t := newPlanTable(w)
+	t.row("parameters", planCountText(r.Params))
+	t.row("ZeRO stage", fmt.Sprintf("%d over %d data-parallel devices: %s", r.Stage, r.DP, planZeROStageText[r.Stage]))
 	k := strconv.FormatFloat(r.K, 'f', -1, 64)
 	t.row("bytes per parameter", fmt.Sprintf("%s (2 weight + 2 gradient + %s optimizer)", strconv.FormatFloat(r.BytesPerParam, 'f', -1, 64), k))
-	t.row("all states, once", bytesText(r.TotalBytes))
-	t.row("weights", bytesText(r.WeightBytes)+" per device")
-	t.row("gradients", bytesText(r.GradientBytes)+" per device")
-	t.row("optimizer states", bytesText(r.OptimizerBytes)+" per device")
-	t.row("per device", bytesText(r.PerDeviceBytes))
+	t.row("all states, once", planBytesText(r.TotalBytes))
+	t.row("weights", planBytesText(r.WeightBytes)+" per device")
+	t.row("gradients", planBytesText(r.GradientBytes)+" per device")
+	t.row("optimizer states", planBytesText(r.OptimizerBytes)+" per device")
+	t.row("per device", planBytesText(r.PerDeviceBytes))
 	if r.Fits != nil {
-		t.row("device memory", bytesText(float64(r.DeviceMemBytes)))
+		t.row("device memory", planBytesText(float64(r.DeviceMemBytes)))
 		verdict := "no"
 		if *r.Fits {
 			verdict = "yes"
@@ -184,8 +184,8 @@ func printZeRO(w io.Writer, r plan.ZeROResult) error {
 
 func newPlanAllReduceCmd() *cobra.Command {
 	var (
-		size      sizeFlag
-		bandwidth bandwidthFlag
+		size      planSizeFlag
+		bandwidth planBandwidthFlag
 		ranks     int
 		algorithm string
 		asJSON    bool
@@ -198,30 +198,30 @@ full-duplex links. naive: a root receives (P−1)·S, sums, then sends (P−1)·
 bytes_per_rank is the root's sent bytes (the bottleneck) and the time is
 2(P−1)·S / BW because the broadcast waits for the gather. The model counts
 bandwidth only, no per-message latency.`,
-		Args: noArgs,
+		Args: planNoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
-			if err := requireFlags(cmd, "bytes", "ranks"); err != nil {
+			if err := planRequireFlags(cmd, "bytes", "ranks"); err != nil {
 				return err
 			}
 			if ranks <= 0 {
-				return usagef("--ranks %d must be positive", ranks)
+				return planUsagef("--ranks %d must be positive", ranks)
 			}
-			if err := positiveBandwidth(f.Changed("bandwidth"), bandwidth.v); err != nil {
+			if err := planPositiveBandwidth(f.Changed("bandwidth"), bandwidth.v); err != nil {
 				return err
 			}
 			alg, err := plan.ParseAlgorithm(algorithm)
 			if err != nil {
-				return usagef("--algorithm %q: want ring or naive", algorithm)
+				return planUsagef("--algorithm %q: want ring or naive", algorithm)
 			}
 			r, err := plan.AllReduce(plan.AllReduceConfig{Bytes: size.v, Ranks: ranks, Bandwidth: bandwidth.v, Algorithm: alg})
 			if err != nil {
 				return planErr(err)
 			}
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), r)
+				return planWriteJSON(cmd.OutOrStdout(), r)
 			}
-			return printAllReduce(cmd.OutOrStdout(), r)
+			return printPlanAllReduce(cmd.OutOrStdout(), r)
 		},
 	}
 	f := cmd.Flags()
@@ -233,23 +233,23 @@ bandwidth only, no per-message latency.`,
 	return cmd
 }
 
-func printAllReduce(w io.Writer, r plan.AllReduceResult) error {
-	t := newTable(w)
-	buffer := fmt.Sprintf("%s on each of %d ranks", bytesText(float64(r.Bytes)), r.Ranks)
+func printPlanAllReduce(w io.Writer, r plan.AllReduceResult) error {
+	t := newPlanTable(w)
+	buffer := fmt.Sprintf("%s on each of %d ranks", planBytesText(float64(r.Bytes)), r.Ranks)
 	switch r.Algorithm {
 	case plan.Ring:
 		t.row("algorithm", "ring (reduce-scatter, then all-gather)")
 		t.row("buffer", buffer)
-		t.row("bytes per rank", bytesText(r.BytesPerRank)+": 2(P−1)/P·S sent, as much received")
+		t.row("bytes per rank", planBytesText(r.BytesPerRank)+": 2(P−1)/P·S sent, as much received")
 	case plan.Naive:
 		t.row("algorithm", "naive (gather at a root, sum, broadcast)")
 		t.row("buffer", buffer)
-		t.row("root receives", bytesText(*r.RootBytesReceived)+": (P−1)·S")
-		t.row("root sends", bytesText(*r.RootBytesSent)+": (P−1)·S")
-		t.row("bytes per rank", bytesText(r.BytesPerRank)+": the root's sends, the bottleneck")
+		t.row("root receives", planBytesText(*r.RootBytesReceived)+": (P−1)·S")
+		t.row("root sends", planBytesText(*r.RootBytesSent)+": (P−1)·S")
+		t.row("bytes per rank", planBytesText(r.BytesPerRank)+": the root's sends, the bottleneck")
 	}
 	if r.Seconds != nil {
-		t.row("bandwidth", bandwidthText(r.BandwidthBytesPerS))
+		t.row("bandwidth", planBandwidthText(r.BandwidthBytesPerS))
 		how := "sends and receives overlap on full-duplex links"
 		if r.Algorithm == plan.Naive {
 			how = "gather, then broadcast, on the root's link"
@@ -263,8 +263,8 @@ func newPlanSpeedupCmd() *cobra.Command {
 	var (
 		ranks                      int
 		computeMs, commMs, overlap float64
-		gradBytes                  sizeFlag
-		bandwidth                  bandwidthFlag
+		gradBytes                  planSizeFlag
+		bandwidth                  planBandwidthFlag
 		asJSON                     bool
 	)
 	cmd := &cobra.Command{
@@ -274,34 +274,34 @@ func newPlanSpeedupCmd() *cobra.Command {
 all-reduce not hidden behind it. One device doing the same global batch takes
 P·T. speedup = P·T / (T + (1 − F)·C), efficiency = speedup / P. With
 --grad-bytes and --bandwidth, C is the ring all-reduce time of the gradients.`,
-		Args: noArgs,
+		Args: planNoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
-			if err := requireFlags(cmd, "ranks", "compute-ms"); err != nil {
+			if err := planRequireFlags(cmd, "ranks", "compute-ms"); err != nil {
 				return err
 			}
 			if ranks <= 0 {
-				return usagef("--ranks %d must be positive", ranks)
+				return planUsagef("--ranks %d must be positive", ranks)
 			}
 			if !(computeMs > 0) || math.IsInf(computeMs, 0) {
-				return usagef("--compute-ms %v must be positive and finite", computeMs)
+				return planUsagef("--compute-ms %v must be positive and finite", computeMs)
 			}
 			if !(overlap >= 0 && overlap <= 1) {
-				return usagef("--overlap %v must be between 0 and 1", overlap)
+				return planUsagef("--overlap %v must be between 0 and 1", overlap)
 			}
 			fromBytes := f.Changed("grad-bytes") || f.Changed("bandwidth")
 			switch {
 			case f.Changed("comm-ms") && fromBytes:
-				return usagef("give either --comm-ms or --grad-bytes with --bandwidth, not both")
+				return planUsagef("give either --comm-ms or --grad-bytes with --bandwidth, not both")
 			case f.Changed("comm-ms"):
 				if !(commMs >= 0) || math.IsInf(commMs, 0) {
-					return usagef("--comm-ms %v must be finite and not negative", commMs)
+					return planUsagef("--comm-ms %v must be finite and not negative", commMs)
 				}
 			case fromBytes:
-				if err := requireFlags(cmd, "grad-bytes", "bandwidth"); err != nil {
+				if err := planRequireFlags(cmd, "grad-bytes", "bandwidth"); err != nil {
 					return err
 				}
-				if err := positiveBandwidth(true, bandwidth.v); err != nil {
+				if err := planPositiveBandwidth(true, bandwidth.v); err != nil {
 					return err
 				}
 				c, err := plan.CommMsFromBytes(gradBytes.v, ranks, bandwidth.v)
@@ -310,7 +310,7 @@ P·T. speedup = P·T / (T + (1 − F)·C), efficiency = speedup / P. With
 				}
 				commMs = c
 			default:
-				return usagef("give --comm-ms, or --grad-bytes with --bandwidth")
+				return planUsagef("give --comm-ms, or --grad-bytes with --bandwidth")
 			}
 			r, err := plan.Speedup(plan.SpeedupConfig{Ranks: ranks, ComputeMs: computeMs, CommMs: commMs, Overlap: overlap})
 			if err != nil {
@@ -320,9 +320,9 @@ P·T. speedup = P·T / (T + (1 − F)·C), efficiency = speedup / P. With
 				r.GradBytes, r.BandwidthBytesPerS = gradBytes.v, bandwidth.v
 			}
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), r)
+				return planWriteJSON(cmd.OutOrStdout(), r)
 			}
-			return printSpeedup(cmd.OutOrStdout(), r)
+			return printPlanSpeedup(cmd.OutOrStdout(), r)
 		},
 	}
 	f := cmd.Flags()
@@ -336,8 +336,8 @@ P·T. speedup = P·T / (T + (1 − F)·C), efficiency = speedup / P. With
 	return cmd
 }
 
-func printSpeedup(w io.Writer, r plan.SpeedupResult) error {
-	t := newTable(w)
+func printPlanSpeedup(w io.Writer, r plan.SpeedupResult) error {
+	t := newPlanTable(w)
 	t.row("ranks", strconv.Itoa(r.Ranks))
 	t.row("compute", plan.FormatMillis(r.ComputeMs)+" per step")
 	comm := plan.FormatMillis(r.CommMs)
@@ -361,25 +361,25 @@ func newPlanPipelineCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pipeline --stages P --micro-batches M",
 		Short: "Pipeline bubble: the share of each stage's step spent idle, (P − 1)/(M + P − 1)",
-		Args:  noArgs,
+		Args:  planNoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlags(cmd, "stages", "micro-batches"); err != nil {
+			if err := planRequireFlags(cmd, "stages", "micro-batches"); err != nil {
 				return err
 			}
 			if stages <= 0 {
-				return usagef("--stages %d must be positive", stages)
+				return planUsagef("--stages %d must be positive", stages)
 			}
 			if micro <= 0 {
-				return usagef("--micro-batches %d must be positive", micro)
+				return planUsagef("--micro-batches %d must be positive", micro)
 			}
 			r, err := plan.Pipeline(plan.PipelineConfig{Stages: stages, MicroBatches: micro})
 			if err != nil {
 				return planErr(err)
 			}
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), r)
+				return planWriteJSON(cmd.OutOrStdout(), r)
 			}
-			t := newTable(cmd.OutOrStdout())
+			t := newPlanTable(cmd.OutOrStdout())
 			t.row("stages", strconv.Itoa(r.Stages))
 			t.row("micro-batches", strconv.Itoa(r.MicroBatches))
 			t.row("slots", fmt.Sprintf("%d (M + P − 1 micro-batch times, forward and backward each)", r.Slots))
@@ -398,7 +398,7 @@ func newPlanPipelineCmd() *cobra.Command {
 func newPlanCheckCmd() *cobra.Command {
 	var (
 		metrics    string
-		bandwidth  bandwidthFlag
+		bandwidth  planBandwidthFlag
 		generation int64
 		asJSON     bool
 	)
@@ -417,20 +417,20 @@ grad_bytes over dp ranks; without it the measured communication is the input
 and only the composition of the step is checked. When the file gives
 grad_bytes and dp, the all-reduce's achieved bus bandwidth is printed: the
 figure to use as --bandwidth in the next plan.`,
-		Args: noArgs,
+		Args: planNoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
-			if err := requireFlags(cmd, "metrics"); err != nil {
+			if err := planRequireFlags(cmd, "metrics"); err != nil {
 				return err
 			}
-			if err := positiveBandwidth(f.Changed("bandwidth"), bandwidth.v); err != nil {
+			if err := planPositiveBandwidth(f.Changed("bandwidth"), bandwidth.v); err != nil {
 				return err
 			}
 			cfg := plan.DefaultCheckConfig()
 			cfg.Bandwidth = bandwidth.v
 			if f.Changed("generation") {
 				if generation < 0 {
-					return usagef("--generation %d must not be negative", generation)
+					return planUsagef("--generation %d must not be negative", generation)
 				}
 				cfg.Generation = generation
 			}
@@ -448,12 +448,12 @@ figure to use as --bandwidth in the next plan.`,
 				return fmt.Errorf("%s: %w", metrics, err)
 			}
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), struct {
+				return planWriteJSON(cmd.OutOrStdout(), struct {
 					File string `json:"file"`
 					plan.CheckResult
 				}{metrics, r})
 			}
-			return printCheck(cmd.OutOrStdout(), metrics, r)
+			return printPlanCheck(cmd.OutOrStdout(), metrics, r)
 		},
 	}
 	f := cmd.Flags()
@@ -464,8 +464,8 @@ figure to use as --bandwidth in the next plan.`,
 	return cmd
 }
 
-func printCheck(w io.Writer, path string, r plan.CheckResult) error {
-	t := newTable(w)
+func printPlanCheck(w io.Writer, path string, r plan.CheckResult) error {
+	t := newPlanTable(w)
 	steps := fmt.Sprintf("generation %d, steps %d–%d (%d used", r.Generation, r.FirstStep, r.LastStep, r.Steps)
 	if r.WarmupSkipped > 0 {
 		steps += ", the first skipped as warm-up"
@@ -496,13 +496,13 @@ func printCheck(w io.Writer, path string, r plan.CheckResult) error {
 	}
 
 	fmt.Fprintln(w)
-	c := newTable(w)
+	c := newPlanTable(w)
 	c.row("", "measured\tpredicted\terror")
 	const input = "(input)"
 	c.row("compute", plan.FormatMillis(r.Measured.ComputeMs)+"\t"+plan.FormatMillis(r.Predicted.ComputeMs)+"\t"+input)
 	commErr := input
 	if r.CommModelled {
-		commErr = errText(r.RelativeError.CommMs)
+		commErr = planErrText(r.RelativeError.CommMs)
 	}
 	c.row("communication", plan.FormatMillis(r.Measured.CommMs)+"\t"+plan.FormatMillis(r.Predicted.CommMs)+"\t"+commErr)
 	c.row("exposed comm", "-\t"+plan.FormatMillis(r.PredictedExposedCommMs)+"\t-")
@@ -511,9 +511,9 @@ func printCheck(w io.Writer, path string, r plan.CheckResult) error {
 		if r.Measured.BubbleMs != nil {
 			measured = plan.FormatMillis(*r.Measured.BubbleMs)
 		}
-		c.row("bubble", measured+"\t"+plan.FormatMillis(*r.Predicted.BubbleMs)+"\t"+errText(r.RelativeError.BubbleMs))
+		c.row("bubble", measured+"\t"+plan.FormatMillis(*r.Predicted.BubbleMs)+"\t"+planErrText(r.RelativeError.BubbleMs))
 	}
-	c.row("step", plan.FormatMillis(r.Measured.StepMs)+"\t"+plan.FormatMillis(r.Predicted.StepMs)+"\t"+errText(r.RelativeError.StepMs))
+	c.row("step", plan.FormatMillis(r.Measured.StepMs)+"\t"+plan.FormatMillis(r.Predicted.StepMs)+"\t"+planErrText(r.RelativeError.StepMs))
 	if err := c.flush(); err != nil {
 		return err
 	}
@@ -522,9 +522,9 @@ func printCheck(w io.Writer, path string, r plan.CheckResult) error {
 		return nil
 	}
 	fmt.Fprintln(w)
-	b := newTable(w)
+	b := newPlanTable(w)
 	if r.CommModelled {
-		b.row("model bandwidth", bandwidthText(r.BandwidthBytesPerS)+", ring all-reduce of grad_bytes over dp ranks")
+		b.row("model bandwidth", planBandwidthText(r.BandwidthBytesPerS)+", ring all-reduce of grad_bytes over dp ranks")
 	}
 	if r.AchievedBusBandwidth > 0 {
 		b.row("achieved bus bandwidth", plan.FormatBandwidth(r.AchievedBusBandwidth)+" (grad_bytes / comm × 2(dp−1)/dp, as nccl-tests report)")
@@ -532,28 +532,28 @@ func printCheck(w io.Writer, path string, r plan.CheckResult) error {
 	return b.flush()
 }
 
-func errText(e *float64) string {
+func planErrText(e *float64) string {
 	if e == nil {
 		return "-"
 	}
 	return fmt.Sprintf("%+.1f%%", *e*100)
 }
 
-// table aligns "label  value" rows; a value may hold more tab-separated
+// planTable aligns "label  value" rows; a value may hold more tab-separated
 // cells.
-type table struct{ tw *tabwriter.Writer }
+type planTable struct{ tw *tabwriter.Writer }
 
-func newTable(w io.Writer) *table {
-	return &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+func newPlanTable(w io.Writer) *planTable {
+	return &planTable{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
 }
 
-func (t *table) row(label, value string) { fmt.Fprintf(t.tw, "%s\t%s\n", label, value) }
+func (t *planTable) row(label, value string) { fmt.Fprintf(t.tw, "%s\t%s\n", label, value) }
 
-func (t *table) flush() error { return t.tw.Flush() }
+func (t *planTable) flush() error { return t.tw.Flush() }
 
-// bytesText is the rounded reading with the exact count beside it:
+// planBytesText is the rounded reading with the exact count beside it:
 // "24.0 GB (24000000000 B)".
-func bytesText(b float64) string {
+func planBytesText(b float64) string {
 	h := plan.FormatBytes(b)
 	if b < 1000 {
 		return h
@@ -564,22 +564,22 @@ func bytesText(b float64) string {
 	return fmt.Sprintf("%s (≈%s B)", h, strconv.FormatFloat(b, 'f', 0, 64))
 }
 
-func bandwidthText(bps float64) string {
+func planBandwidthText(bps float64) string {
 	return fmt.Sprintf("%s (%s Gbps)", plan.FormatBandwidth(bps), strconv.FormatFloat(bps*8/1e9, 'g', 6, 64))
 }
 
-func countText(n int64) string {
+func planCountText(n int64) string {
 	return fmt.Sprintf("%s (%d)", plan.FormatCount(float64(n)), n)
 }
 
-func writeJSON(w io.Writer, v any) error {
+func planWriteJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
 
-// usagef is a command-line error: exit status 2.
-func usagef(format string, args ...any) error {
+// planUsagef is a command-line error: exit status 2.
+func planUsagef(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
 }
 
@@ -592,76 +592,76 @@ func planErr(err error) error {
 	return err
 }
 
-func noArgs(cmd *cobra.Command, args []string) error {
+func planNoArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return usagef("troupe plan %s takes flags only, not %q", cmd.Name(), args[0])
+		return planUsagef("troupe plan %s takes flags only, not %q", cmd.Name(), args[0])
 	}
 	return nil
 }
 
-// requireFlags checks flags that have no sensible default; cobra's own
+// planRequireFlags checks flags that have no sensible default; cobra's own
 // required-flag error would not carry errUsage.
-func requireFlags(cmd *cobra.Command, names ...string) error {
+func planRequireFlags(cmd *cobra.Command, names ...string) error {
 	for _, n := range names {
 		if !cmd.Flags().Changed(n) {
-			return usagef("troupe plan %s needs --%s", cmd.Name(), n)
+			return planUsagef("troupe plan %s needs --%s", cmd.Name(), n)
 		}
 	}
 	return nil
 }
 
-func positiveSize(given bool, name string, v int64) error {
+func planPositiveSize(given bool, name string, v int64) error {
 	if given && v <= 0 {
-		return usagef("--%s %d must be positive", name, v)
+		return planUsagef("--%s %d must be positive", name, v)
 	}
 	return nil
 }
 
-func positiveBandwidth(given bool, v float64) error {
+func planPositiveBandwidth(given bool, v float64) error {
 	if given && !(v > 0) {
-		return usagef("--bandwidth must be positive, got %v bytes/s", v)
+		return planUsagef("--bandwidth must be positive, got %v bytes/s", v)
 	}
 	return nil
 }
 
-// sizeFlag, bandwidthFlag and countFlag parse sizes ("80GB", "512MiB"),
+// planSizeFlag, planBandwidthFlag and planCountFlag parse sizes ("80GB", "512MiB"),
 // bandwidths ("25GB/s", "200Gbps") and counts ("7.5B", "175e9") with the
 // plan unit parsers, so a bad unit fails while flags are parsed and the
 // message names the flag and the text.
-type sizeFlag struct{ v int64 }
+type planSizeFlag struct{ v int64 }
 
-func (f *sizeFlag) String() string { return formatFlagInt(f.v) }
-func (f *sizeFlag) Type() string   { return "size" }
-func (f *sizeFlag) Set(s string) (err error) {
+func (f *planSizeFlag) String() string { return planFlagInt(f.v) }
+func (f *planSizeFlag) Type() string   { return "size" }
+func (f *planSizeFlag) Set(s string) (err error) {
 	f.v, err = plan.ParseBytes(s)
 	return err
 }
 
-type bandwidthFlag struct{ v float64 }
+type planBandwidthFlag struct{ v float64 }
 
-func (f *bandwidthFlag) String() string {
+func (f *planBandwidthFlag) String() string {
 	if f.v == 0 {
 		return ""
 	}
 	return strconv.FormatFloat(f.v, 'g', -1, 64)
 }
-func (f *bandwidthFlag) Type() string { return "bandwidth" }
-func (f *bandwidthFlag) Set(s string) (err error) {
+func (f *planBandwidthFlag) Type() string { return "bandwidth" }
+func (f *planBandwidthFlag) Set(s string) (err error) {
 	f.v, err = plan.ParseBandwidth(s)
 	return err
 }
 
-type countFlag struct{ v int64 }
+type planCountFlag struct{ v int64 }
 
-func (f *countFlag) String() string { return formatFlagInt(f.v) }
-func (f *countFlag) Type() string   { return "count" }
-func (f *countFlag) Set(s string) (err error) {
+func (f *planCountFlag) String() string { return planFlagInt(f.v) }
+func (f *planCountFlag) Type() string   { return "count" }
+func (f *planCountFlag) Set(s string) (err error) {
 	f.v, err = plan.ParseCount(s)
 	return err
 }
 
-// formatFlagInt leaves zero blank so that help shows no default.
-func formatFlagInt(v int64) string {
+// planFlagInt leaves zero blank so that help shows no default.
+func planFlagInt(v int64) string {
 	if v == 0 {
 		return ""
 	}

@@ -40,11 +40,11 @@ func planJSON(t *testing.T, args ...string) map[string]any {
 	return m
 }
 
-// wantFields compares JSON numbers (and booleans, strings) with hand-worked
+// wantPlanFields compares JSON numbers (and booleans, strings) with hand-worked
 // values. The figures are whole bytes or short binary fractions, exact in
 // float64 and printed exactly by encoding/json, so equality is the test; the
 // few that pass through a ms conversion get 1e-9 relative.
-func wantFields(t *testing.T, m map[string]any, want map[string]any) {
+func wantPlanFields(t *testing.T, m map[string]any, want map[string]any) {
 	t.Helper()
 	for k, w := range want {
 		got, ok := m[k]
@@ -65,7 +65,7 @@ func wantFields(t *testing.T, m map[string]any, want map[string]any) {
 	}
 }
 
-func wantAbsent(t *testing.T, m map[string]any, keys ...string) {
+func wantPlanAbsent(t *testing.T, m map[string]any, keys ...string) {
 	t.Helper()
 	for _, k := range keys {
 		if _, ok := m[k]; ok {
@@ -77,16 +77,16 @@ func wantAbsent(t *testing.T, m map[string]any, keys ...string) {
 func TestPlanMemory(t *testing.T) {
 	// 1.5B parameters at 16 bytes is 24 GB: 1 device of 80 GB, 2 of 16 GB.
 	m := planJSON(t, "memory", "--params", "1.5B", "--device-mem", "80GB")
-	wantFields(t, m, map[string]any{"params": 1.5e9, "bytes_per_param": 16.0, "total_bytes": 24e9, "device_mem_bytes": 80e9, "min_devices": 1.0})
+	wantPlanFields(t, m, map[string]any{"params": 1.5e9, "bytes_per_param": 16.0, "total_bytes": 24e9, "device_mem_bytes": 80e9, "min_devices": 1.0})
 	m = planJSON(t, "memory", "--params", "1.5B", "--device-mem", "16GB")
-	wantFields(t, m, map[string]any{"total_bytes": 24e9, "min_devices": 2.0})
+	wantPlanFields(t, m, map[string]any{"total_bytes": 24e9, "min_devices": 2.0})
 	// Binary device size: 24e9 / 16 GiB (17179869184) = 1.397 → 2.
 	m = planJSON(t, "memory", "--params", "1500M", "--device-mem", "16GiB")
-	wantFields(t, m, map[string]any{"device_mem_bytes": 17179869184.0, "min_devices": 2.0})
+	wantPlanFields(t, m, map[string]any{"device_mem_bytes": 17179869184.0, "min_devices": 2.0})
 	// No device size: the total only.
 	m = planJSON(t, "memory", "--params", "7e9", "--bytes-per-param", "2")
-	wantFields(t, m, map[string]any{"total_bytes": 14e9, "bytes_per_param": 2.0})
-	wantAbsent(t, m, "min_devices", "device_mem_bytes", "fits")
+	wantPlanFields(t, m, map[string]any{"total_bytes": 14e9, "bytes_per_param": 2.0})
+	wantPlanAbsent(t, m, "min_devices", "device_mem_bytes", "fits")
 
 	out, err := runPlan(t, "memory", "--params", "1.5B", "--device-mem", "16GB")
 	if err != nil {
@@ -102,18 +102,18 @@ func TestPlanMemory(t *testing.T) {
 func TestPlanMemoryZeRO(t *testing.T) {
 	// ZeRO stage 3 over 8 devices divides the 16 bytes per parameter by 8.
 	m := planJSON(t, "memory", "--params", "1.5B", "--zero", "3", "--dp", "8", "--device-mem", "80GB")
-	wantFields(t, m, map[string]any{"zero_stage": 3.0, "dp": 8.0, "k": 12.0, "per_device_bytes": 3e9,
+	wantPlanFields(t, m, map[string]any{"zero_stage": 3.0, "dp": 8.0, "k": 12.0, "per_device_bytes": 3e9,
 		"weight_bytes": 375e6, "gradient_bytes": 375e6, "optimizer_bytes": 2.25e9, "total_bytes": 24e9, "fits": true})
 	// Stage 1 over 8 with 16 GB devices: (2 + 2 + 12/8)·1.5e9 = 8.25 GB, fits.
 	m = planJSON(t, "memory", "--params", "1.5B", "--zero", "1", "--dp", "8", "--device-mem", "16GB")
-	wantFields(t, m, map[string]any{"per_device_bytes": 8.25e9, "fits": true})
+	wantPlanFields(t, m, map[string]any{"per_device_bytes": 8.25e9, "fits": true})
 	// Stage 0 keeps all 24 GB on each: does not fit 16 GB.
 	m = planJSON(t, "memory", "--params", "1.5B", "--zero", "0", "--dp", "8", "--device-mem", "16GB")
-	wantFields(t, m, map[string]any{"per_device_bytes": 24e9, "fits": false})
+	wantPlanFields(t, m, map[string]any{"per_device_bytes": 24e9, "fits": false})
 	// Stage 2 with K = 6: (2 + (2 + 6)/4)·1000 = 4000 bytes.
 	m = planJSON(t, "memory", "--params", "1K", "--zero", "2", "--dp", "4", "--k", "6")
-	wantFields(t, m, map[string]any{"per_device_bytes": 4000.0, "bytes_per_param": 10.0})
-	wantAbsent(t, m, "fits", "device_mem_bytes")
+	wantPlanFields(t, m, map[string]any{"per_device_bytes": 4000.0, "bytes_per_param": 10.0})
+	wantPlanAbsent(t, m, "fits", "device_mem_bytes")
 
 	out, err := runPlan(t, "memory", "--params", "1.5B", "--zero", "3", "--dp", "8", "--device-mem", "80GB")
 	if err != nil {
@@ -131,18 +131,18 @@ func TestPlanAllReduce(t *testing.T) {
 	// 25 GB/s, the same at 200 Gbps.
 	for _, bw := range []string{"25GB/s", "200Gbps"} {
 		m := planJSON(t, "allreduce", "--bytes", "8GB", "--ranks", "4", "--bandwidth", bw)
-		wantFields(t, m, map[string]any{"algorithm": "ring", "bytes": 8e9, "ranks": 4.0, "bytes_per_rank": 12e9,
+		wantPlanFields(t, m, map[string]any{"algorithm": "ring", "bytes": 8e9, "ranks": 4.0, "bytes_per_rank": 12e9,
 			"bandwidth_bytes_per_s": 25e9, "seconds": 0.48})
-		wantAbsent(t, m, "root_bytes_sent", "root_bytes_received")
+		wantPlanAbsent(t, m, "root_bytes_sent", "root_bytes_received")
 	}
 	// Naive: the root receives and sends 3·8 GB, one phase after the other.
 	m := planJSON(t, "allreduce", "--bytes", "8GB", "--ranks", "4", "--bandwidth", "25GB/s", "--algorithm", "naive")
-	wantFields(t, m, map[string]any{"algorithm": "naive", "bytes_per_rank": 24e9, "root_bytes_sent": 24e9,
+	wantPlanFields(t, m, map[string]any{"algorithm": "naive", "bytes_per_rank": 24e9, "root_bytes_sent": 24e9,
 		"root_bytes_received": 24e9, "seconds": 1.92})
 	// Without a bandwidth: volumes only.
 	m = planJSON(t, "allreduce", "--bytes", "512MiB", "--ranks", "2")
-	wantFields(t, m, map[string]any{"bytes": 536870912.0, "bytes_per_rank": 536870912.0})
-	wantAbsent(t, m, "seconds", "bandwidth_bytes_per_s")
+	wantPlanFields(t, m, map[string]any{"bytes": 536870912.0, "bytes_per_rank": 536870912.0})
+	wantPlanAbsent(t, m, "seconds", "bandwidth_bytes_per_s")
 
 	out, err := runPlan(t, "allreduce", "--bytes", "8GB", "--ranks", "4", "--bandwidth", "25GB/s")
 	if err != nil {
@@ -159,12 +159,12 @@ func TestPlanSpeedup(t *testing.T) {
 	// 8 ranks × 100 ms compute against 25 ms unhidden communication:
 	// 800 / 125 = 6.4, efficiency 0.8.
 	m := planJSON(t, "speedup", "--ranks", "8", "--compute-ms", "100", "--comm-ms", "25")
-	wantFields(t, m, map[string]any{"step_ms": 125.0, "serial_ms": 800.0, "speedup": 6.4, "efficiency": 0.8, "comm_ms": 25.0, "exposed_comm_ms": 25.0})
-	wantAbsent(t, m, "grad_bytes", "bandwidth_bytes_per_s")
+	wantPlanFields(t, m, map[string]any{"step_ms": 125.0, "serial_ms": 800.0, "speedup": 6.4, "efficiency": 0.8, "comm_ms": 25.0, "exposed_comm_ms": 25.0})
+	wantPlanAbsent(t, m, "grad_bytes", "bandwidth_bytes_per_s")
 	// From bytes: 8 GB over 4 ranks at 25 GB/s is 480 ms; 60% hidden
 	// leaves 192 ms: step 1000 + 192 = 1192, speedup 4000/1192.
 	m = planJSON(t, "speedup", "--ranks", "4", "--compute-ms", "1000", "--grad-bytes", "8GB", "--bandwidth", "200Gbps", "--overlap", "0.6")
-	wantFields(t, m, map[string]any{"comm_ms": 480.0, "exposed_comm_ms": 192.0, "step_ms": 1192.0, "serial_ms": 4000.0,
+	wantPlanFields(t, m, map[string]any{"comm_ms": 480.0, "exposed_comm_ms": 192.0, "step_ms": 1192.0, "serial_ms": 4000.0,
 		"speedup": 4000.0 / 1192, "efficiency": 1000.0 / 1192, "grad_bytes": 8e9, "bandwidth_bytes_per_s": 25e9, "overlap": 0.6})
 
 	out, err := runPlan(t, "speedup", "--ranks", "8", "--compute-ms", "100", "--comm-ms", "25")
@@ -181,7 +181,7 @@ func TestPlanSpeedup(t *testing.T) {
 func TestPlanPipeline(t *testing.T) {
 	// 3 stages with 6 micro-batches idle 2/8 = 25%.
 	m := planJSON(t, "pipeline", "--stages", "3", "--micro-batches", "6")
-	wantFields(t, m, map[string]any{"stages": 3.0, "micro_batches": 6.0, "slots": 8.0, "bubble_fraction": 0.25, "busy_fraction": 0.75})
+	wantPlanFields(t, m, map[string]any{"stages": 3.0, "micro_batches": 6.0, "slots": 8.0, "bubble_fraction": 0.25, "busy_fraction": 0.75})
 	out, err := runPlan(t, "pipeline", "--stages", "3", "--micro-batches", "6")
 	if err != nil {
 		t.Fatal(err)
@@ -194,21 +194,21 @@ func TestPlanPipeline(t *testing.T) {
 func TestPlanCheck(t *testing.T) {
 	// The hand-worked figures of plan/check_test.go, through the command.
 	m := planJSON(t, "check", "--metrics", "../../plan/testdata/dp4.jsonl")
-	wantFields(t, m, map[string]any{"file": "../../plan/testdata/dp4.jsonl", "steps": 4.0, "warmup_skipped": 1.0, "dp": 4.0, "overlap_fraction": 0.5, "comm_modelled": false})
+	wantPlanFields(t, m, map[string]any{"file": "../../plan/testdata/dp4.jsonl", "steps": 4.0, "warmup_skipped": 1.0, "dp": 4.0, "overlap_fraction": 0.5, "comm_modelled": false})
 	measured, _ := m["measured"].(map[string]any)
 	predicted, _ := m["predicted"].(map[string]any)
 	relErr, _ := m["relative_error"].(map[string]any)
-	wantFields(t, measured, map[string]any{"step_ms": 129.0, "compute_ms": 100.5, "comm_ms": 59.5})
-	wantFields(t, predicted, map[string]any{"step_ms": 130.25, "compute_ms": 100.5, "comm_ms": 59.5})
-	wantFields(t, relErr, map[string]any{"step_ms": 1.25 / 129})
+	wantPlanFields(t, measured, map[string]any{"step_ms": 129.0, "compute_ms": 100.5, "comm_ms": 59.5})
+	wantPlanFields(t, predicted, map[string]any{"step_ms": 130.25, "compute_ms": 100.5, "comm_ms": 59.5})
+	wantPlanFields(t, relErr, map[string]any{"step_ms": 1.25 / 129})
 
 	m = planJSON(t, "check", "--metrics", "../../plan/testdata/dp4.jsonl", "--bandwidth", "2.5GB/s")
 	predicted, _ = m["predicted"].(map[string]any)
-	wantFields(t, predicted, map[string]any{"comm_ms": 60.0, "step_ms": 130.5})
-	wantFields(t, m, map[string]any{"comm_modelled": true, "bandwidth_bytes_per_s": 2.5e9})
+	wantPlanFields(t, predicted, map[string]any{"comm_ms": 60.0, "step_ms": 130.5})
+	wantPlanFields(t, m, map[string]any{"comm_modelled": true, "bandwidth_bytes_per_s": 2.5e9})
 
 	m = planJSON(t, "check", "--metrics", "../../plan/testdata/elastic.jsonl", "--generation", "1")
-	wantFields(t, m, map[string]any{"generation": 1.0, "world": 4.0, "steps": 3.0})
+	wantPlanFields(t, m, map[string]any{"generation": 1.0, "world": 4.0, "steps": 3.0})
 
 	out, err := runPlan(t, "check", "--metrics", "../../plan/testdata/pp3.jsonl")
 	if err != nil {
