@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/troupe-ml/troupe/kernels"
 )
@@ -20,6 +21,9 @@ type transposePlan struct {
 	dims, strides [maxAxes]int
 }
 
+// planTranspose checks shape and perm against n elements and returns the
+// plan. Its panic messages format copies of shape and perm, so that the
+// slices themselves do not escape and a caller's literals stay on its stack.
 func planTranspose(shape, perm []int, n int) transposePlan {
 	if len(shape) != len(perm) {
 		panic(fmt.Sprintf("kernels/cpu: Transpose: %d-axis shape with a %d-axis perm", len(shape), len(perm)))
@@ -30,19 +34,19 @@ func planTranspose(shape, perm []int, n int) transposePlan {
 	var seen [maxAxes]bool
 	for _, p := range perm {
 		if p < 0 || p >= len(perm) || seen[p] {
-			panic(fmt.Sprintf("kernels/cpu: Transpose: perm %v is not a permutation of 0..%d", perm, len(perm)-1))
+			panic(fmt.Sprintf("kernels/cpu: Transpose: perm %v is not a permutation of 0..%d", slices.Clone(perm), len(perm)-1))
 		}
 		seen[p] = true
 	}
 	total := 1
 	for _, s := range shape {
 		if s < 0 {
-			panic(fmt.Sprintf("kernels/cpu: Transpose: negative size in shape %v", shape))
+			panic(fmt.Sprintf("kernels/cpu: Transpose: negative size in shape %v", slices.Clone(shape)))
 		}
 		total *= s
 	}
 	if total != n {
-		panic(fmt.Sprintf("kernels/cpu: Transpose: shape %v has %d elements, buffers have %d", shape, total, n))
+		panic(fmt.Sprintf("kernels/cpu: Transpose: shape %v has %d elements, buffers have %d", slices.Clone(shape), total, n))
 	}
 	var srcStride [maxAxes]int
 	st := 1
@@ -83,17 +87,17 @@ func (be *Backend) Transpose(dst, src kernels.Buffer, shape []int, perm []int) {
 	inner := pl.dims[pl.n-1]
 	rows := len(d) / inner
 	if be.serial(len(d), grainSimple) {
-		transposeRows(d, s, &pl, 0, rows)
+		transposeRows(d, s, pl, 0, rows)
 		return
 	}
 	parallelFor(rows, be.threads, rowGrain(grainSimple, inner), func(lo, hi int) {
-		transposeRows(d, s, &pl, lo, hi)
+		transposeRows(d, s, pl, lo, hi)
 	})
 }
 
 // transposeRows writes destination rows [lo, hi) (rows of the innermost
 // destination axis), walking the outer axes with an odometer of digits.
-func transposeRows(d, s []float32, pl *transposePlan, lo, hi int) {
+func transposeRows(d, s []float32, pl transposePlan, lo, hi int) {
 	n := pl.n
 	inner, istride := pl.dims[n-1], pl.strides[n-1]
 	// Digits of row lo along the outer axes, and the source offset they
