@@ -1,0 +1,75 @@
+package collective
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config tunes a rank's collectives. Every rank of a world must use the same
+// SubChunkBytes (it fixes how messages are numbered); the other fields are
+// local.
+type Config struct {
+	// SubChunkBytes caps one data message: ring chunks (and the whole buffer
+	// of a broadcast or naive all-reduce) larger than this are cut into
+	// sub-chunks, so that while rank r adds sub-chunk k, sub-chunk k+1 is on
+	// the wire and rank r+1 already adds sub-chunk k−1. Default 256 KiB;
+	// rounded down to a multiple of 4 bytes.
+	SubChunkBytes int
+	// Timeout aborts an operation that has heard nothing from the peer it
+	// waits on for this long. It must exceed the longest gap between two
+	// ranks issuing the same operation (the slowest backward pass). Default 30 s.
+	Timeout time.Duration
+	// AbortAckTimeout bounds how long an aborted operation waits for the
+	// peers that may still read its buffer (pointer-passing transports) to
+	// acknowledge the abort before its Handle resolves anyway. Default 2 s.
+	AbortAckTimeout time.Duration
+	// MaxEarlyBytes bounds the payload held for operations this rank has not
+	// started yet (peers run ahead); past it the generation aborts with
+	// ErrOverflow. Default 1 GiB.
+	MaxEarlyBytes int64
+	// Generation is the first generation of every group's operations. An
+	// elastic layer that rebuilds a world passes the new world's generation.
+	Generation uint64
+}
+
+// DefaultConfig returns the defaults described on each Config field.
+func DefaultConfig() Config {
+	return Config{
+		SubChunkBytes:   256 << 10,
+		Timeout:         30 * time.Second,
+		AbortAckTimeout: 2 * time.Second,
+		MaxEarlyBytes:   1 << 30,
+	}
+}
+
+// Validate fills zero fields with their defaults and rejects the rest that
+// is out of range.
+func (c *Config) Validate() error {
+	d := DefaultConfig()
+	if c.SubChunkBytes == 0 {
+		c.SubChunkBytes = d.SubChunkBytes
+	}
+	if c.SubChunkBytes < 4 {
+		return fmt.Errorf("%w: SubChunkBytes %d: want at least 4", ErrBadConfig, c.SubChunkBytes)
+	}
+	c.SubChunkBytes &^= 3
+	if c.Timeout == 0 {
+		c.Timeout = d.Timeout
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("%w: Timeout %v: want > 0", ErrBadConfig, c.Timeout)
+	}
+	if c.AbortAckTimeout == 0 {
+		c.AbortAckTimeout = d.AbortAckTimeout
+	}
+	if c.AbortAckTimeout < 0 {
+		return fmt.Errorf("%w: AbortAckTimeout %v: want > 0", ErrBadConfig, c.AbortAckTimeout)
+	}
+	if c.MaxEarlyBytes == 0 {
+		c.MaxEarlyBytes = d.MaxEarlyBytes
+	}
+	if c.MaxEarlyBytes < 0 {
+		return fmt.Errorf("%w: MaxEarlyBytes %d: want > 0", ErrBadConfig, c.MaxEarlyBytes)
+	}
+	return nil
+}

@@ -1,0 +1,763 @@
+package collective
+
+import (
+	"fmt"
+	"time"
+)
+
+// Core is one rank's collective protocol for one group: a state machine with
+// no goroutines, clock or I/O (etcd raft's shape). Its inputs are Start,
+// Step (a message arrived), PeerLost, Cancel, Close and Tick (the time is
+// now); after each input, Ready returns the messages to send and the
+// operations that completed.
+//
+// Every operation is identified by (generation, op id): op ids count the
+// operations this rank started in the current generation. A message of an
+// older generation is dropped, a duplicate is ignored, a message for an
+// operation not started yet is held until it starts. Any failure (a silent
+// or lost peer, a mismatch, a cancel) aborts the whole generation on this
+// rank, tells every other rank, and moves on to the next generation; the
+// operations the callers issue afterwards succeed if the peers are alive.
+//
+// An operation completes on a rank only when every rank of the group has
+// received all its data (a completion count goes around the ring behind the
+// data), so a dropped message anywhere fails the operation everywhere, and a
+// completed operation leaves no peer reading this rank's buffer.
+//
+// Core is not safe for concurrent use: one goroutine (or actor) owns it.
+type Core struct {
+	cfg      Config
+	group    uint32
+	rank     int
+	size     int
+	members  []int
+	subElems int
+
+	gen    uint64
+	nextOp uint64
+	ops    map[uint64]*opState
+	// aborting holds the failed operations that wait for the peers that may
+	// still read their buffer to acknowledge the abort.
+	aborting []*opState
+
+	early      map[OpID][]Message
+	earlyBytes int64
+
+	lastHeard []time.Time
+	dead      []error
+	closed    error
+	// sharedPayloads: receivers read this rank's buffers in place, so an
+	// aborted operation waits for them (see SetSharedPayloads).
+	sharedPayloads bool
+
+	ready Ready
+}
+
+// Ready is what a Core asks its shell to do after an input.
+type Ready struct {
+	// Messages to send, in order. Their Payload aliases operation buffers
+	// (see Message.Payload).
+	Messages []Message
+	// Completions of operations, successful or failed.
+	Completions []Completion
+	// AbortedGens lists the generations this input aborted: before resolving
+	// the failed operations, the shell drops what it still queues for them
+	// and stops reading their buffers (Outbox.Cancel).
+	AbortedGens []uint64
+}
+
+type opPhase uint8
+
+const (
+	phaseRunning opPhase = iota
+	phaseAborting
+)
+
+type opState struct {
+	id      OpID
+	spec    Spec
+	n       int
+	numSub  int
+	steps   int // data steps of a ring operation
+	started time.Time
+	phase   opPhase
+
+	recvNeed int
+	recvGot  int
+	seen     []uint64
+	// fromGot counts data per sender (naive root), to name a silent one.
+	fromGot []int
+	// subGot counts contributions per sub-chunk at the naive root.
+	subGot []int
+
+	left uint32 // largest completion count heard from the left neighbour
+	k    uint32 // completion count this rank sent
+
+	sentTo []bool
+	err    error
+	acks   []bool
+	nAcks  int
+	abortT time.Time
+}
+
+// NewCore returns the state machine of group rank rank in a group of size
+// ranks. members, if not nil, gives the world rank of each group rank (for
+// error messages); group is carried in every message.
+func NewCore(cfg Config, group uint32, rank, size int, members []int) (*Core, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("%w: rank %d of %d", ErrBadArgument, rank, size)
+	}
+	if members != nil && len(members) != size {
+		return nil, fmt.Errorf("%w: %d members for a group of %d", ErrBadArgument, len(members), size)
+	}
+	return &Core{
+		cfg:       cfg,
+		group:     group,
+		rank:      rank,
+		size:      size,
+		members:   members,
+		subElems:  cfg.SubChunkBytes / 4,
+		gen:       cfg.Generation,
+		ops:       make(map[uint64]*opState),
+		early:     make(map[OpID][]Message),
+		lastHeard: make([]time.Time, size),
+		dead:      make([]error, size),
+	}, nil
+}
+
+// SetSharedPayloads tells the core whether its transport passes payloads by
+// pointer, so that peers read this rank's buffers in place. Then an aborted
+// operation resolves only once every peer it sent data to has acknowledged
+// the abort (or is lost, or Config.AbortAckTimeout passed): after that no
+// peer reads the buffer, and the caller may reuse it. Transports that copy
+// (a socket, MemNetwork) need no such wait.
+func (c *Core) SetSharedPayloads(shared bool) { c.sharedPayloads = shared }
+
+// Rank is this core's rank in its group.
+func (c *Core) Rank() int { return c.rank }
+
+// Size is the number of ranks in the group.
+func (c *Core) Size() int { return c.size }
+
+// Gen is the current generation: the one the next Start uses.
+func (c *Core) Gen() uint64 { return c.gen }
+
+// Busy reports whether an operation is running or waiting for abort
+// acknowledgements.
+func (c *Core) Busy() bool { return len(c.ops) > 0 || len(c.aborting) > 0 }
+
+// Ready returns what the last inputs asked for and forgets it. The slices
+// are valid until the next input.
+func (c *Core) Ready() Ready {
+	r := c.ready
+	c.ready.Messages = c.ready.Messages[:0]
+	c.ready.Completions = c.ready.Completions[:0]
+	c.ready.AbortedGens = c.ready.AbortedGens[:0]
+	return r
+}
+
+func (c *Core) peerName(p int) string {
+	if c.members != nil && c.members[p] != p {
+		return fmt.Sprintf("rank %d (world rank %d)", p, c.members[p])
+	}
+	return fmt.Sprintf("rank %d", p)
+}
+
+func (c *Core) left() int  { return mod(c.rank-1, c.size) }
+func (c *Core) right() int { return mod(c.rank+1, c.size) }
+
+// CheckSpec reports whether spec can run in a group of size ranks.
+func CheckSpec(spec Spec, size int) error {
+	if !spec.Kind.Valid() {
+		return fmt.Errorf("%w: operation kind %d", ErrBadArgument, spec.Kind)
+	}
+	if spec.Reduce != Sum && spec.Reduce != Avg {
+		return fmt.Errorf("%w: reduce op %d", ErrBadArgument, spec.Reduce)
+	}
+	if spec.Kind == KindBroadcast && (spec.Root < 0 || spec.Root >= size) {
+		return fmt.Errorf("%w: broadcast root %d not in [0, %d)", ErrBadArgument, spec.Root, size)
+	}
+	if spec.Kind == KindBarrier && len(spec.Buf) != 0 {
+		return fmt.Errorf("%w: a barrier takes no buffer", ErrBadArgument)
+	}
+	return nil
+}
+
+// Start begins an operation and returns its id. An argument error starts
+// nothing. If a peer is already known lost, or the core is closed, the
+// operation gets an id and fails at once (see Ready).
+func (c *Core) Start(now time.Time, spec Spec) (OpID, error) {
+	if err := CheckSpec(spec, c.size); err != nil {
+		return OpID{}, err
+	}
+	id := OpID{Gen: c.gen, Op: c.nextOp}
+	c.nextOp++
+	op := c.newOp(id, spec, now)
+	if c.closed != nil {
+		c.complete(op, c.opErr(op, c.closed))
+		return id, nil
+	}
+	for p, err := range c.dead {
+		if err != nil && p != c.rank {
+			c.complete(op, c.opErr(op, err))
+			return id, nil
+		}
+	}
+	c.ops[id.Op] = op
+	c.begin(op)
+	if early, ok := c.early[id]; ok {
+		delete(c.early, id)
+		for i := range early {
+			c.earlyBytes -= int64(4 * len(early[i].Payload))
+		}
+		for i := range early {
+			if c.ops[id.Op] != op {
+				early[i].release()
+				continue
+			}
+			c.onOpMessage(now, op, &early[i])
+		}
+	}
+	return id, nil
+}
+
+func (c *Core) newOp(id OpID, spec Spec, now time.Time) *opState {
+	P := c.size
+	n := len(spec.Buf)
+	op := &opState{id: id, spec: spec, n: n, started: now, sentTo: make([]bool, P)}
+	switch spec.Kind {
+	case KindAllReduce, KindReduceScatter, KindAllGather:
+		_, hi := ChunkRange(n, P, 0)
+		op.numSub = subCount(hi, c.subElems)
+		op.steps = P - 1
+		if spec.Kind == KindAllReduce {
+			op.steps = 2 * (P - 1)
+		}
+		op.recvNeed = op.steps * op.numSub
+	case KindBroadcast:
+		op.numSub = subCount(n, c.subElems)
+		if c.rank != spec.Root {
+			op.recvNeed = op.numSub
+		}
+	case KindNaiveAllReduce:
+		op.numSub = subCount(n, c.subElems)
+		if c.rank == 0 {
+			op.recvNeed = (P - 1) * op.numSub
+			op.fromGot = make([]int, P)
+			op.subGot = make([]int, op.numSub)
+		} else if P > 1 {
+			op.recvNeed = op.numSub
+		}
+	case KindBarrier:
+	}
+	if P == 1 {
+		op.recvNeed = 0
+	}
+	keys := op.recvNeed
+	if spec.Kind == KindNaiveAllReduce && c.rank == 0 {
+		keys = P * op.numSub
+	}
+	op.seen = make([]uint64, (keys+63)/64)
+	return op
+}
+
+// begin sends an operation's first messages.
+func (c *Core) begin(op *opState) {
+	P, r := c.size, c.rank
+	if P > 1 {
+		switch op.spec.Kind {
+		case KindAllReduce, KindReduceScatter:
+			ch := ReduceScatterSendChunk(r, 1, P)
+			for k := 0; k < op.numSub; k++ {
+				c.sendData(op, c.right(), uint32(k), c.chunkSub(op, ch, k))
+			}
+		case KindAllGather:
+			ch := OwnedChunk(r, P)
+			for k := 0; k < op.numSub; k++ {
+				c.sendData(op, c.right(), uint32(k), c.chunkSub(op, ch, k))
+			}
+		case KindBroadcast:
+			if r == op.spec.Root {
+				for k := 0; k < op.numSub; k++ {
+					c.sendData(op, c.right(), uint32(k), c.wholeSub(op, k))
+				}
+			}
+		case KindNaiveAllReduce:
+			if r != 0 {
+				for k := 0; k < op.numSub; k++ {
+					c.sendData(op, 0, uint32(k), c.wholeSub(op, k))
+				}
+			}
+		}
+	}
+	c.advanceDone(op)
+}
+
+func (c *Core) chunkSub(op *opState, ch, k int) []float32 {
+	lo, hi := ChunkRange(op.n, c.size, ch)
+	a, b := subRange(lo, hi, op.numSub, k)
+	return op.spec.Buf[a:b:b]
+}
+
+func (c *Core) wholeSub(op *opState, k int) []float32 {
+	a, b := subRange(0, op.n, op.numSub, k)
+	return op.spec.Buf[a:b:b]
+}
+
+func (c *Core) header(t MsgType, op *opState, to int) Message {
+	return Message{
+		Type: t, Group: c.group, From: c.rank, To: to,
+		Gen: op.id.Gen, Op: op.id.Op,
+		Kind: op.spec.Kind, Len: uint64(op.n), Root: op.spec.Root, Culprit: -1,
+	}
+}
+
+func (c *Core) sendData(op *opState, to int, seq uint32, payload []float32) {
+	m := c.header(MsgData, op, to)
+	m.Seq = seq
+	m.Payload = payload
+	op.sentTo[to] = true
+	c.ready.Messages = append(c.ready.Messages, m)
+}
+
+// advanceDone moves the completion count: once this rank has all its data,
+// its count is one more than its left neighbour's (capped at P). The count
+// goes to the right neighbour whenever it grows, and the operation completes
+// when it reaches P: every rank of the ring has all its data.
+func (c *Core) advanceDone(op *opState) {
+	if op.recvGot < op.recvNeed {
+		return
+	}
+	k := min(op.left+1, uint32(c.size))
+	if k <= op.k {
+		return
+	}
+	op.k = k
+	if c.size > 1 {
+		m := c.header(MsgDone, op, c.right())
+		m.Seq = k
+		c.ready.Messages = append(c.ready.Messages, m)
+	}
+	if k == uint32(c.size) {
+		delete(c.ops, op.id.Op)
+		c.complete(op, nil)
+	}
+}
+
+func (c *Core) complete(op *opState, err error) {
+	c.ready.Completions = append(c.ready.Completions, Completion{ID: op.id, Kind: op.spec.Kind, Err: err})
+}
+
+// Step feeds a message that arrived from another rank of the group.
+func (c *Core) Step(now time.Time, m Message) {
+	if m.From < 0 || m.From >= c.size || m.From == c.rank || m.Group != c.group {
+		m.release()
+		return
+	}
+	c.lastHeard[m.From] = now
+	switch m.Type {
+	case MsgAbort:
+		m.release()
+		c.onAbort(now, &m)
+		return
+	case MsgAbortAck:
+		m.release()
+		c.onAbortAck(m.From, m.Gen)
+		return
+	case MsgData, MsgDone:
+	default:
+		m.release()
+		return
+	}
+	if m.Gen < c.gen {
+		m.release()
+		return
+	}
+	if m.Gen > c.gen {
+		// The sender has moved past our generation: it aborted it and its
+		// abort notice was lost or is still on its way.
+		c.abortGen(now, fmt.Errorf("%w: %s is at generation %d, this rank at %d", ErrAborted, c.peerName(m.From), m.Gen, c.gen), -1, m.Gen-1)
+	}
+	if m.Op >= c.nextOp {
+		c.hold(now, m)
+		return
+	}
+	op := c.ops[m.Op]
+	if op == nil {
+		m.release() // finished or failed: a late duplicate
+		return
+	}
+	c.onOpMessage(now, op, &m)
+}
+
+// hold keeps a message for an operation this rank has not started yet. A
+// payload in a transport's receive buffer is copied out so that the
+// transport can reuse the buffer: holding it could starve the transport's
+// window while the message that would let us progress waits behind it.
+func (c *Core) hold(now time.Time, m Message) {
+	size := int64(4 * len(m.Payload))
+	if c.earlyBytes+size > c.cfg.MaxEarlyBytes {
+		m.release()
+		c.abortGen(now, fmt.Errorf("%w: %d bytes held for operations not started, %s sent more", ErrOverflow, c.earlyBytes, c.peerName(m.From)), m.From, c.gen)
+		return
+	}
+	if m.Release != nil {
+		p := make([]float32, len(m.Payload))
+		copy(p, m.Payload)
+		m.release()
+		m.Payload = p
+	}
+	id := OpID{Gen: m.Gen, Op: m.Op}
+	c.early[id] = append(c.early[id], m)
+	c.earlyBytes += size
+}
+
+func (c *Core) onOpMessage(now time.Time, op *opState, m *Message) {
+	if m.Kind != op.spec.Kind || m.Len != uint64(op.n) || (op.spec.Kind == KindBroadcast && m.Root != op.spec.Root) {
+		m.release()
+		c.abortGen(now, fmt.Errorf("%w: %s issued %s of %d values (root %d) as %s, this rank %s of %d values (root %d)",
+			ErrMismatch, c.peerName(m.From), m.Kind, m.Len, m.Root, op.id, op.spec.Kind, op.n, op.spec.Root), m.From, c.gen)
+		return
+	}
+	if m.Type == MsgDone {
+		if m.From != c.left() || m.Seq > uint32(c.size) {
+			c.abortGen(now, fmt.Errorf("%w: completion count %d from %s", ErrMismatch, m.Seq, c.peerName(m.From)), m.From, c.gen)
+			return
+		}
+		if m.Seq > op.left {
+			op.left = m.Seq
+			c.advanceDone(op)
+		}
+		return
+	}
+	if err := c.onData(op, m); err != nil {
+		c.abortGen(now, err, m.From, c.gen)
+		return
+	}
+	c.advanceDone(op)
+}
+
+// onData checks, deduplicates and applies one data message.
+func (c *Core) onData(op *opState, m *Message) error {
+	defer m.release()
+	P, r := c.size, c.rank
+	bad := func(why string) error {
+		return fmt.Errorf("%w: %s message seq %d from %s of %s %s: %s", ErrMismatch, m.Type, m.Seq, c.peerName(m.From), op.spec.Kind, op.id, why)
+	}
+	seq := int(m.Seq)
+	var key int
+	switch op.spec.Kind {
+	case KindAllReduce, KindReduceScatter, KindAllGather, KindBroadcast:
+		if m.From != c.left() {
+			return bad("not from the left neighbour")
+		}
+		key = seq
+	case KindNaiveAllReduce:
+		if r == 0 {
+			if seq >= op.numSub {
+				return bad("sequence out of range")
+			}
+			key = m.From*op.numSub + seq
+		} else {
+			if m.From != 0 || seq < op.numSub || seq >= 2*op.numSub {
+				return bad("not a result from rank 0")
+			}
+			key = seq - op.numSub
+		}
+	default:
+		return bad("the operation carries no data")
+	}
+	if key < 0 || key >= 64*len(op.seen) || (op.spec.Kind != KindNaiveAllReduce && seq >= op.recvNeed) {
+		return bad("sequence out of range")
+	}
+	if op.seen[key/64]&(1<<(key%64)) != 0 {
+		return nil // duplicate
+	}
+	var dst []float32
+	var step, k int
+	switch op.spec.Kind {
+	case KindAllReduce, KindReduceScatter, KindAllGather:
+		step, k = seq/op.numSub+1, seq%op.numSub
+		gather := op.spec.Kind == KindAllGather || (op.spec.Kind == KindAllReduce && step > P-1)
+		t := step
+		if op.spec.Kind == KindAllReduce && gather {
+			t = step - (P - 1)
+		}
+		if gather {
+			dst = c.chunkSub(op, AllGatherRecvChunk(r, t, P), k)
+		} else {
+			dst = c.chunkSub(op, ReduceScatterRecvChunk(r, t, P), k)
+		}
+		if len(m.Payload) != len(dst) {
+			return bad(fmt.Sprintf("%d values, want %d", len(m.Payload), len(dst)))
+		}
+		if gather {
+			copy(dst, m.Payload)
+			if t < P-1 {
+				c.sendData(op, c.right(), m.Seq+uint32(op.numSub), dst)
+			}
+			break
+		}
+		addTo(dst, m.Payload)
+		if t < P-1 {
+			c.sendData(op, c.right(), m.Seq+uint32(op.numSub), dst)
+			break
+		}
+		// dst is now the owned chunk, fully reduced: divide once, here,
+		// so every rank copies the same bits.
+		if op.spec.Reduce == Avg {
+			divide(dst, float32(P))
+		}
+		if op.spec.Kind == KindAllReduce {
+			c.sendData(op, c.right(), m.Seq+uint32(op.numSub), dst)
+		}
+	case KindBroadcast:
+		dst = c.wholeSub(op, seq)
+		if len(m.Payload) != len(dst) {
+			return bad(fmt.Sprintf("%d values, want %d", len(m.Payload), len(dst)))
+		}
+		copy(dst, m.Payload)
+		if c.right() != op.spec.Root {
+			c.sendData(op, c.right(), m.Seq, dst)
+		}
+	case KindNaiveAllReduce:
+		if r == 0 {
+			dst = c.wholeSub(op, seq)
+			if len(m.Payload) != len(dst) {
+				return bad(fmt.Sprintf("%d values, want %d", len(m.Payload), len(dst)))
+			}
+			addTo(dst, m.Payload)
+			op.fromGot[m.From]++
+			op.subGot[seq]++
+			if op.subGot[seq] == P-1 {
+				if op.spec.Reduce == Avg {
+					divide(dst, float32(P))
+				}
+				for p := 1; p < P; p++ {
+					c.sendData(op, p, uint32(op.numSub+seq), dst)
+				}
+			}
+		} else {
+			dst = c.wholeSub(op, key)
+			if len(m.Payload) != len(dst) {
+				return bad(fmt.Sprintf("%d values, want %d", len(m.Payload), len(dst)))
+			}
+			copy(dst, m.Payload)
+		}
+	}
+	op.seen[key/64] |= 1 << (key % 64)
+	op.recvGot++
+	return nil
+}
+
+// awaited returns the peers an operation waits on.
+func (c *Core) awaited(op *opState, yield func(int) bool) {
+	if op.spec.Kind == KindNaiveAllReduce && op.recvGot < op.recvNeed {
+		if c.rank != 0 {
+			yield(0)
+			return
+		}
+		for p := 1; p < c.size; p++ {
+			if op.fromGot[p] < op.numSub && !yield(p) {
+				return
+			}
+		}
+		return
+	}
+	yield(c.left())
+}
+
+// Tick tells the core the time: an operation whose awaited peer has been
+// silent for Config.Timeout aborts its generation, and an aborted operation
+// stops waiting for acknowledgements after Config.AbortAckTimeout.
+func (c *Core) Tick(now time.Time) {
+	for _, op := range c.ops {
+		var silent = -1
+		var since time.Duration
+		c.awaited(op, func(p int) bool {
+			heard := c.lastHeard[p]
+			if heard.Before(op.started) {
+				heard = op.started
+			}
+			if d := now.Sub(heard); d > c.cfg.Timeout {
+				silent, since = p, d
+				return false
+			}
+			return true
+		})
+		if silent >= 0 {
+			c.abortGen(now, fmt.Errorf("%w: nothing from %s for %v", ErrTimeout, c.peerName(silent), since.Round(time.Millisecond)), silent, c.gen)
+			break
+		}
+	}
+	kept := c.aborting[:0]
+	for _, op := range c.aborting {
+		if now.Sub(op.abortT) > c.cfg.AbortAckTimeout {
+			c.complete(op, op.err)
+			continue
+		}
+		kept = append(kept, op)
+	}
+	clear(c.aborting[len(kept):])
+	c.aborting = kept
+}
+
+// PeerLost tells the core that a peer died (its actor terminated, its
+// connection reset). Running operations abort at once; later ones fail at
+// Start: a group with a lost peer is rebuilt by the elastic layer.
+func (c *Core) PeerLost(now time.Time, peer int, cause error) {
+	if peer < 0 || peer >= c.size || peer == c.rank || c.dead[peer] != nil {
+		return
+	}
+	err := fmt.Errorf("%w: %s", ErrPeerLost, c.peerName(peer))
+	if cause != nil {
+		err = fmt.Errorf("%w: %s: %v", ErrPeerLost, c.peerName(peer), cause)
+	}
+	c.dead[peer] = err
+	for _, op := range c.aborting {
+		c.ack(op, peer)
+	}
+	c.dropAcked()
+	if len(c.ops) > 0 {
+		c.abortGen(now, err, peer, c.gen)
+	}
+}
+
+// Cancel aborts the generation of a running operation (its caller's
+// context ended). Other ranks cannot finish it without this rank.
+func (c *Core) Cancel(now time.Time, id OpID, cause error) {
+	if id.Gen != c.gen || c.ops[id.Op] == nil {
+		return
+	}
+	c.abortGen(now, fmt.Errorf("%w: %v", ErrCanceled, cause), -1, c.gen)
+}
+
+// Close fails every running operation with ErrClosed and every later Start.
+func (c *Core) Close(now time.Time) {
+	if c.closed != nil {
+		return
+	}
+	c.closed = ErrClosed
+	if len(c.ops) > 0 {
+		c.abortGen(now, ErrClosed, -1, c.gen)
+	}
+}
+
+// abortGen fails every running operation with cause, tells every other
+// rank, and moves past generation at: to max(gen, at)+1.
+func (c *Core) abortGen(now time.Time, cause error, culprit int, at uint64) {
+	old := c.gen
+	if len(c.ops) > 0 {
+		c.ready.AbortedGens = append(c.ready.AbortedGens, old)
+		for _, op := range c.ops {
+			op.phase = phaseAborting
+			op.err = c.opErr(op, cause)
+			op.abortT = now
+			op.acks = op.sentTo
+			op.nAcks = 0
+			for p, sent := range op.sentTo {
+				if sent && c.dead[p] == nil && c.sharedPayloads {
+					op.nAcks++
+				} else {
+					op.acks[p] = false
+				}
+			}
+			if op.nAcks == 0 {
+				c.complete(op, op.err)
+			} else {
+				c.aborting = append(c.aborting, op)
+			}
+		}
+		clear(c.ops)
+		reason := cause.Error()
+		for p := 0; p < c.size; p++ {
+			if p == c.rank || c.dead[p] != nil {
+				continue
+			}
+			c.ready.Messages = append(c.ready.Messages, Message{
+				Type: MsgAbort, Group: c.group, From: c.rank, To: p, Gen: old,
+				Code: codeOf(cause), Culprit: culprit, Reason: reason,
+			})
+		}
+	}
+	c.gen = max(old, at) + 1
+	c.nextOp = 0
+	for id, ms := range c.early {
+		if id.Gen < c.gen {
+			for i := range ms {
+				c.earlyBytes -= int64(4 * len(ms[i].Payload))
+				ms[i].release()
+			}
+			delete(c.early, id)
+		}
+	}
+}
+
+// remoteError is the cause another rank reported in its abort notice.
+type remoteError struct {
+	sentinel error
+	text     string
+}
+
+func (e *remoteError) Error() string { return e.text }
+func (e *remoteError) Unwrap() error { return e.sentinel }
+
+func (c *Core) onAbort(now time.Time, m *Message) {
+	c.ready.Messages = append(c.ready.Messages, Message{Type: MsgAbortAck, Group: c.group, From: c.rank, To: m.From, Gen: m.Gen, Culprit: -1})
+	if m.Gen < c.gen {
+		return
+	}
+	cause := fmt.Errorf("%w by %s: %w", ErrAborted, c.peerName(m.From), &remoteError{sentinel: sentinelOf(m.Code), text: m.Reason})
+	c.abortGen(now, cause, m.Culprit, m.Gen)
+}
+
+func (c *Core) onAbortAck(from int, gen uint64) {
+	for _, op := range c.aborting {
+		if op.id.Gen <= gen {
+			c.ack(op, from)
+		}
+	}
+	c.dropAcked()
+}
+
+func (c *Core) ack(op *opState, from int) {
+	if op.acks[from] {
+		op.acks[from] = false
+		op.nAcks--
+	}
+}
+
+func (c *Core) dropAcked() {
+	kept := c.aborting[:0]
+	for _, op := range c.aborting {
+		if op.nAcks == 0 {
+			c.complete(op, op.err)
+			continue
+		}
+		kept = append(kept, op)
+	}
+	clear(c.aborting[len(kept):])
+	c.aborting = kept
+}
+
+// OpError is the error of a failed operation: which one, on which rank, and
+// why (Err wraps one of the package's sentinel errors).
+type OpError struct {
+	ID   OpID
+	Kind Kind
+	Rank int
+	Err  error
+}
+
+func (e *OpError) Error() string {
+	return fmt.Sprintf("%s %s on rank %d: %v", e.Kind, e.ID, e.Rank, e.Err)
+}
+
+func (e *OpError) Unwrap() error { return e.Err }
+
+func (c *Core) opErr(op *opState, cause error) error {
+	return &OpError{ID: op.id, Kind: op.spec.Kind, Rank: c.rank, Err: cause}
+}

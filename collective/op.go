@@ -1,0 +1,101 @@
+package collective
+
+import "fmt"
+
+// Kind is the kind of a collective operation.
+type Kind uint8
+
+const (
+	// KindAllReduce: ring reduce-scatter then ring all-gather.
+	KindAllReduce Kind = iota + 1
+	// KindReduceScatter: the ring reduce-scatter alone; rank r ends owning
+	// chunk (r+1) mod P (see OwnedChunk).
+	KindReduceScatter
+	// KindAllGather: the ring all-gather alone; rank r contributes chunk
+	// (r+1) mod P.
+	KindAllGather
+	// KindBroadcast: a pipelined chain from the root along the ring.
+	KindBroadcast
+	// KindBarrier: no data, only the completion ring.
+	KindBarrier
+	// KindNaiveAllReduce: every rank sends its buffer to rank 0, which sums
+	// and sends the result back to each rank: the baseline the ring beats.
+	KindNaiveAllReduce
+	kindEnd
+)
+
+var kindNames = [...]string{"", "AllReduce", "ReduceScatter", "AllGather", "Broadcast", "Barrier", "NaiveAllReduce"}
+
+func (k Kind) String() string {
+	if k > 0 && k < kindEnd {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Valid reports whether k names an operation.
+func (k Kind) Valid() bool { return k > 0 && k < kindEnd }
+
+// ReduceOp says how a reduction combines the ranks' values.
+type ReduceOp uint8
+
+const (
+	// Sum adds the ranks' values.
+	Sum ReduceOp = iota
+	// Avg adds them and divides by the number of ranks; the owner of each
+	// chunk divides once, before the all-gather, so every rank ends with the
+	// same bits.
+	Avg
+)
+
+func (o ReduceOp) String() string {
+	switch o {
+	case Sum:
+		return "sum"
+	case Avg:
+		return "avg"
+	}
+	return fmt.Sprintf("ReduceOp(%d)", uint8(o))
+}
+
+// ParseReduceOp reads "sum" or "avg".
+func ParseReduceOp(s string) (ReduceOp, error) {
+	switch s {
+	case "sum":
+		return Sum, nil
+	case "avg", "average", "mean":
+		return Avg, nil
+	}
+	return 0, fmt.Errorf("%w: reduce op %q: want sum or avg", ErrBadArgument, s)
+}
+
+// OpID identifies an operation within a group: the generation it belongs to
+// and its position in the order the ranks issued operations in that
+// generation (0, 1, 2…). Every rank must issue the same operations in the
+// same order, as with NCCL and PyTorch DDP.
+type OpID struct {
+	Gen uint64
+	Op  uint64
+}
+
+func (id OpID) String() string { return fmt.Sprintf("gen %d op %d", id.Gen, id.Op) }
+
+// Spec describes one operation as a rank issues it.
+type Spec struct {
+	Kind Kind
+	// Buf is reduced, gathered or broadcast in place. The operation owns it
+	// until it completes; Core reads and writes it.
+	Buf []float32
+	// Reduce applies to AllReduce, ReduceScatter and NaiveAllReduce.
+	Reduce ReduceOp
+	// Root is the broadcasting rank of a Broadcast (a group rank).
+	Root int
+}
+
+// Completion reports that an operation finished: Err is nil when it
+// succeeded on this rank.
+type Completion struct {
+	ID   OpID
+	Kind Kind
+	Err  error
+}
