@@ -18,6 +18,13 @@
 // error that wraps one of the sentinel errors in errors.go and names the
 // offending tensor.
 //
+// # Reading
+//
+// Read (or Open) validates the header and keeps an io.ReaderAt; tensor data
+// is read on demand: Raw and ReadTensor copy a whole tensor, ReadRawAt a
+// byte range of one, and Float32, Int64s, Int32s convert as described below.
+// TensorInfo.Offset is each tensor's absolute file offset.
+//
 // # Writing
 //
 // Write lays tensors out the way the Rust/Python library does, so files are

@@ -16,7 +16,8 @@ var (
 	ErrNotFound = errors.New("safetensors: tensor not found")
 	// ErrDType: the tensor's dtype cannot be converted to the requested type.
 	ErrDType = errors.New("safetensors: wrong dtype")
-	// ErrRange: an integer value does not fit the requested type.
+	// ErrRange: an integer value does not fit the requested type, or a
+	// byte range lies outside the tensor.
 	ErrRange = errors.New("safetensors: value out of range")
 	// ErrInvalidTensor: a tensor given to Write is inconsistent (data length
 	// versus shape, bad or duplicate name).

@@ -103,6 +103,24 @@ func (f *File) Raw(name string) ([]byte, error) {
 	return b, nil
 }
 
+// ReadRawAt reads len(p) bytes of the named tensor's data into p, starting
+// off bytes into the tensor. Resharding a checkpoint reads row blocks this
+// way without loading whole tensors.
+func (f *File) ReadRawAt(name string, p []byte, off int64) error {
+	info, ok := f.Lookup(name)
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	if off < 0 || off > info.Size() || int64(len(p)) > info.Size()-off {
+		return fmt.Errorf("%w: tensor %q: bytes [%d, %d) outside its %d bytes",
+			ErrRange, name, off, off+int64(len(p)), info.Size())
+	}
+	if err := readFull(f.r, p, info.Offset+off); err != nil {
+		return fmt.Errorf("tensor %q: %w", name, err)
+	}
+	return nil
+}
+
 // ReadTensor reads the named tensor.
 func (f *File) ReadTensor(name string) (Tensor, error) {
 	b, err := f.Raw(name)

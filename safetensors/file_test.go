@@ -174,6 +174,16 @@ func TestTypedAccessors(t *testing.T) {
 	if _, _, err := f.Float32("i32"); !errors.Is(err, ErrDType) {
 		t.Errorf("Float32(i32) error = %v, want ErrDType", err)
 	}
+	part := make([]byte, 8)
+	if err := f.ReadRawAt("i64", part, 8); err != nil || binary.LittleEndian.Uint64(part) != 1<<40 {
+		t.Errorf("ReadRawAt(i64, 8) = %x %v, want element 1", part, err)
+	}
+	if err := f.ReadRawAt("i64", part, 17); !errors.Is(err, ErrRange) {
+		t.Errorf("ReadRawAt past the end: %v", err)
+	}
+	if err := f.ReadRawAt("nope", part, 0); !errors.Is(err, ErrNotFound) {
+		t.Errorf("ReadRawAt(nope): %v", err)
+	}
 	if _, err := f.Raw("nope"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Raw(nope) error = %v, want ErrNotFound", err)
 	}
