@@ -218,3 +218,11 @@ type SGDHyper struct {
 type AdamWHyper struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float32
 }
+
+// HostMemory is implemented by backends whose buffers are host memory (the
+// CPU backend): collectives then read and write gradients in place instead
+// of staging them through host copies.
+type HostMemory interface {
+	// HostSlice returns the float32 values behind b, sharing its memory.
+	HostSlice(b Buffer) []float32
+}

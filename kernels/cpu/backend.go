@@ -119,3 +119,8 @@ func mustLen(op string, got, want int) {
 		panic(fmt.Sprintf("kernels/cpu: %s: length %d, want %d", op, got, want))
 	}
 }
+
+var _ kernels.HostMemory = (*Backend)(nil)
+
+// HostSlice implements kernels.HostMemory.
+func (be *Backend) HostSlice(b kernels.Buffer) []float32 { return F(b) }
