@@ -174,3 +174,7 @@ func float64Bits(x float64) Buf {
 	b := math.Float64bits(x)
 	return Buf{math.Float32frombits(uint32(b >> 32)), math.Float32frombits(uint32(b))}
 }
+
+// BenchmarkKernels times the shared kernel benchmarks on all cores:
+// go test -run XXX -bench Kernels ./kernels/cpu
+func BenchmarkKernels(b *testing.B) { kerneltest.Bench(b, New(0)) }

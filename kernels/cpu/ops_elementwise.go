@@ -140,13 +140,6 @@ func (be *Backend) GELU(y, x kernels.Buffer) {
 	parallelFor(len(ys), be.threads, grainExp, func(lo, hi int) { gelu(ys[lo:hi], xs[lo:hi]) })
 }
 
-func gelu(y, x []float32) {
-	x = x[:len(y)]
-	for i, v := range x {
-		y[i] = v * normCDF(v)
-	}
-}
-
 // GELUBackward implements kernels.Backend: GELU'(x) = Φ(x) + x·φ(x), φ the
 // standard normal density.
 func (be *Backend) GELUBackward(dx, dy, x kernels.Buffer) {
@@ -158,13 +151,4 @@ func (be *Backend) GELUBackward(dx, dy, x kernels.Buffer) {
 		return
 	}
 	parallelFor(len(dxs), be.threads, grainExp, func(lo, hi int) { geluBackward(dxs[lo:hi], dys[lo:hi], xs[lo:hi]) })
-}
-
-func geluBackward(dx, dy, x []float32) {
-	const invSqrt2Pi = 0.39894228040143268
-	dy, x = dy[:len(dx)], x[:len(dx)]
-	for i, v := range x {
-		pdf := invSqrt2Pi * exp32(-0.5*v*v)
-		dx[i] = dy[i] * (normCDF(v) + v*pdf)
-	}
 }

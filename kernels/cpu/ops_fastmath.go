@@ -2,10 +2,13 @@ package cpu
 
 import "math"
 
-// Scalar float32 exp and erfc for the softmax, cross-entropy and GELU
-// kernels. math.Exp and math.Erfc work in float64 and cost 15–40 ns a call
-// here; these take a few ns and keep a relative error of a few float32 ulp,
-// which is all a float32 kernel can use.
+// Float32 exp and erfc for the softmax, cross-entropy and GELU kernels.
+// math.Exp and math.Erfc work in float64 and cost 15–40 ns a call here;
+// these keep a relative error of a few float32 ulp, which is all a float32
+// kernel can use. The slice functions expSum, gelu and geluBackward run the
+// AVX2+FMA versions of the same formulas where the CPU has them
+// (ops_fastmath_amd64.s) and the Go loops at the end of this file
+// elsewhere.
 
 const (
 	log2e = 1.44269504088896341
@@ -85,4 +88,34 @@ func normCDF(x float32) float32 {
 		return 1 - 0.5*erfcHalf(x)
 	}
 	return 0.5 * erfcHalf(-x)
+}
+
+// expSumGo is expSum in Go: dst[i] = e^(scale·src[i] − shift), Σ dst[i].
+func expSumGo(dst, src []float32, scale, shift float32) float64 {
+	src = src[:len(dst)]
+	var s float64
+	for i, v := range src {
+		e := exp32(scale*v - shift)
+		dst[i] = e
+		s += float64(e)
+	}
+	return s
+}
+
+// geluGo is gelu in Go.
+func geluGo(y, x []float32) {
+	x = x[:len(y)]
+	for i, v := range x {
+		y[i] = v * normCDF(v)
+	}
+}
+
+// geluBackwardGo is geluBackward in Go.
+func geluBackwardGo(dx, dy, x []float32) {
+	const invSqrt2Pi = 0.39894228040143268
+	dy, x = dy[:len(dx)], x[:len(dx)]
+	for i, v := range x {
+		pdf := invSqrt2Pi * exp32(-0.5*v*v)
+		dx[i] = dy[i] * (normCDF(v) + v*pdf)
+	}
 }

@@ -54,28 +54,44 @@ func softmaxCrossEntropy(losses, ds, logits []float32, targets []int32, cols int
 			continue
 		}
 		mx := rowMax(x)
-		var s float64
-		if ds != nil {
-			d := ds[r*cols : (r+1)*cols]
-			for c, v := range x {
-				e := exp32(v - mx)
-				d[c] = e
-				s += float64(e)
-			}
-			inv := float32(float64(gradScale) / s)
-			for c := range d {
-				d[c] *= inv
-			}
-			// p_t − 1 in float64: when the target dominates, p_t is close
-			// to 1 and the float32 product above has lost those bits.
-			d[t] = float32((float64(exp32(x[t]-mx))/s - 1) * float64(gradScale))
-		} else {
-			for _, v := range x {
-				s += float64(exp32(v - mx))
-			}
+		if ds == nil {
+			s := rowExpSum(nil, x, mx)
+			losses[r] = float32(math.Log(s) - float64(x[t]-mx))
+			continue
 		}
+		d := ds[r*cols : (r+1)*cols]
+		s := rowExpSum(d, x, mx)
+		et := d[t]
+		inv := float32(float64(gradScale) / s)
+		for c := range d {
+			d[c] *= inv
+		}
+		// p_t − 1 in float64: when the target dominates, p_t is close to 1
+		// and the float32 product above has lost those bits.
+		d[t] = float32((float64(et)/s - 1) * float64(gradScale))
 		losses[r] = float32(math.Log(s) - float64(x[t]-mx))
 	}
+}
+
+// expChunk is how many exps rowExpSum takes at a time: the size of its
+// stack buffer when the caller wants no output.
+const expChunk = 256
+
+// rowExpSum returns Σ e^(x[c] − mx), writing the terms to d unless d is
+// nil. It sums chunk by chunk in both cases, so the loss is the same bit for
+// bit with and without a gradient.
+func rowExpSum(d, x []float32, mx float32) float64 {
+	var tmp [expChunk]float32
+	var s float64
+	for c := 0; c < len(x); c += expChunk {
+		hi := min(c+expChunk, len(x))
+		if d != nil {
+			s += expSum(d[c:hi], x[c:hi], 1, mx)
+		} else {
+			s += expSum(tmp[:hi-c], x[c:hi], 1, mx)
+		}
+	}
+	return s
 }
 
 // rowMax returns the largest value of x (skipping NaN, which then reaches
@@ -169,13 +185,7 @@ func causalSoftmax(y, x []float32, t int, scale float32, lo, hi int) {
 				mx = s
 			}
 		}
-		var s float64
-		for j, v := range xr {
-			e := exp32(scale*v - mx)
-			yr[j] = e
-			s += float64(e)
-		}
-		inv := float32(1 / s)
+		inv := float32(1 / expSum(yr[:live], xr, scale, mx))
 		for j := range xr {
 			yr[j] *= inv
 		}

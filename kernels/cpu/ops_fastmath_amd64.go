@@ -1,0 +1,52 @@
+//go:build amd64 && !noasm
+
+package cpu
+
+import "golang.org/x/sys/cpu"
+
+// vecMath says whether the AVX2+FMA kernels in ops_fastmath_amd64.s run;
+// without them (or with the noasm tag) the Go loops in ops_fastmath.go do.
+var vecMath = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+// Implemented in ops_fastmath_amd64.s. They read and write exactly n
+// elements (the last partial vector through a lane mask); the wrappers
+// below check the bounds.
+
+//go:noescape
+func expSumAVX2(dst, src *float32, n int, scale, shift float32) float64
+
+//go:noescape
+func geluAVX2(y, x *float32, n int)
+
+//go:noescape
+func geluBackwardAVX2(dx, dy, x *float32, n int)
+
+// expSum sets dst[i] = e^(scale·src[i] − shift) for i < len(dst) and returns
+// Σ dst[i] in float64. dst may be src.
+func expSum(dst, src []float32, scale, shift float32) float64 {
+	if !vecMath || len(dst) == 0 {
+		return expSumGo(dst, src, scale, shift)
+	}
+	_ = src[len(dst)-1]
+	return expSumAVX2(&dst[0], &src[0], len(dst), scale, shift)
+}
+
+// gelu sets y = x·Φ(x) over len(y) elements.
+func gelu(y, x []float32) {
+	if !vecMath || len(y) == 0 {
+		geluGo(y, x)
+		return
+	}
+	_ = x[len(y)-1]
+	geluAVX2(&y[0], &x[0], len(y))
+}
+
+// geluBackward sets dx = dy·(Φ(x) + x·φ(x)) over len(dx) elements.
+func geluBackward(dx, dy, x []float32) {
+	if !vecMath || len(dx) == 0 {
+		geluBackwardGo(dx, dy, x)
+		return
+	}
+	_, _ = dy[len(dx)-1], x[len(dx)-1]
+	geluBackwardAVX2(&dx[0], &dy[0], &x[0], len(dx))
+}

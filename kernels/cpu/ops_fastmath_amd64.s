@@ -1,0 +1,276 @@
+//go:build amd64 && !noasm
+
+#include "textflag.h"
+
+// AVX2+FMA versions of exp32 and the GELU kernels, 8 lanes at a time. Every
+// lane runs the same instructions whatever its position, and the last
+// partial vector is loaded and stored with a lane mask instead of a scalar
+// loop, so an element's result does not depend on where a slice starts or
+// ends (and so not on how a kernel is split over threads).
+
+// Float32 constants, broadcast where used.
+DATA vmc<>+0(SB)/4, $0xc2aeac4f   // -87.33654: below, exp is not a normal float32
+DATA vmc<>+4(SB)/4, $0x42b00000   // 88: above, 2^k would overflow the exponent field
+DATA vmc<>+8(SB)/4, $0x3fb8aa3b   // log2(e)
+DATA vmc<>+12(SB)/4, $0x3f318000  // ln2 high part (Cody–Waite)
+DATA vmc<>+16(SB)/4, $0xb95e8083  // ln2 low part
+DATA vmc<>+20(SB)/4, $0x39506967  // Cephes expf polynomial, highest degree first
+DATA vmc<>+24(SB)/4, $0x3ab743ce
+DATA vmc<>+28(SB)/4, $0x3c088908
+DATA vmc<>+32(SB)/4, $0x3d2aa9c1
+DATA vmc<>+36(SB)/4, $0x3e2aaaaa
+DATA vmc<>+40(SB)/4, $0x3f000000
+DATA vmc<>+44(SB)/4, $0x3f800000  // 1.0; as an integer, the exponent bias 127<<23
+DATA vmc<>+48(SB)/4, $0x7f800000  // +Inf
+DATA vmc<>+52(SB)/4, $0x3f3504f3  // 1/√2
+DATA vmc<>+56(SB)/4, $0x3f000000  // 0.5
+DATA vmc<>+60(SB)/4, $0x3e2ef945  // erfcc polynomial (Numerical Recipes), highest degree first
+DATA vmc<>+64(SB)/4, $0xbf527892
+DATA vmc<>+68(SB)/4, $0x3fbe87b0
+DATA vmc<>+72(SB)/4, $0xbf914e5d
+DATA vmc<>+76(SB)/4, $0x3e8ec7cc
+DATA vmc<>+80(SB)/4, $0xbe3ec24c
+DATA vmc<>+84(SB)/4, $0x3dc636c9
+DATA vmc<>+88(SB)/4, $0x3ebf88fb
+DATA vmc<>+92(SB)/4, $0x3f8000c7
+DATA vmc<>+96(SB)/4, $0xbfa1fc4e
+DATA vmc<>+100(SB)/4, $0x3ecc422a // 1/√(2π)
+DATA vmc<>+104(SB)/4, $0xbf000000 // -0.5
+DATA vmc<>+108(SB)/4, $0x7fffffff // |x| mask
+GLOBL vmc<>(SB), RODATA|NOPTR, $112
+
+// Lane masks for the last partial vector: 8 lanes on, then 8 off; the mask
+// for r lanes starts at byte 32 − 4r.
+DATA tailmask<>+0(SB)/8, $0xffffffffffffffff
+DATA tailmask<>+8(SB)/8, $0xffffffffffffffff
+DATA tailmask<>+16(SB)/8, $0xffffffffffffffff
+DATA tailmask<>+24(SB)/8, $0xffffffffffffffff
+DATA tailmask<>+32(SB)/8, $0
+DATA tailmask<>+40(SB)/8, $0
+DATA tailmask<>+48(SB)/8, $0
+DATA tailmask<>+56(SB)/8, $0
+GLOBL tailmask<>(SB), RODATA|NOPTR, $64
+
+// e = exp(a), a unchanged; t1–t3 are clobbered. a is clamped to
+// [-87.34, 88] (max/min with a as the second operand, so NaN passes
+// through), split as k·ln2 + r with |r| ≤ ln2/2, e^r from the degree-7
+// polynomial, and 2^k built in the exponent bits. Lanes below the range get
+// 0 (the true value would be a float32 denormal or 0), lanes above it +Inf.
+#define EXP(a, e, t1, t2, t3) \
+	VBROADCASTSS vmc<>+0(SB), t1;  \
+	VMAXPS       a, t1, e;         \
+	VBROADCASTSS vmc<>+4(SB), t1;  \
+	VMINPS       e, t1, e;         \
+	VBROADCASTSS vmc<>+8(SB), t1;  \
+	VMULPS       e, t1, t1;        \
+	VROUNDPS     $0, t1, t1;       \
+	VBROADCASTSS vmc<>+12(SB), t2; \
+	VFNMADD231PS t2, t1, e;        \
+	VBROADCASTSS vmc<>+16(SB), t2; \
+	VFNMADD231PS t2, t1, e;        \
+	VCVTPS2DQ    t1, t1;           \
+	VPSLLD       $23, t1, t1;      \
+	VPBROADCASTD vmc<>+44(SB), t2; \
+	VPADDD       t2, t1, t1;       \
+	VBROADCASTSS vmc<>+20(SB), t3; \
+	VBROADCASTSS vmc<>+24(SB), t2; \
+	VFMADD213PS  t2, e, t3;        \
+	VBROADCASTSS vmc<>+28(SB), t2; \
+	VFMADD213PS  t2, e, t3;        \
+	VBROADCASTSS vmc<>+32(SB), t2; \
+	VFMADD213PS  t2, e, t3;        \
+	VBROADCASTSS vmc<>+36(SB), t2; \
+	VFMADD213PS  t2, e, t3;        \
+	VBROADCASTSS vmc<>+40(SB), t2; \
+	VFMADD213PS  t2, e, t3;        \
+	VMULPS       e, e, t2;         \
+	VFMADD213PS  e, t2, t3;        \
+	VBROADCASTSS vmc<>+44(SB), t2; \
+	VADDPS       t2, t3, t3;       \
+	VMULPS       t1, t3, e;        \
+	VBROADCASTSS vmc<>+0(SB), t2;  \
+	VCMPPS       $1, t2, a, t3;    \
+	VANDNPS      e, t3, e;         \
+	VBROADCASTSS vmc<>+4(SB), t2;  \
+	VCMPPS       $1, a, t2, t3;    \
+	VBROADCASTSS vmc<>+48(SB), t2; \
+	VBLENDVPS    t3, t2, e, e
+
+// Y9 = Φ(x) for x in Y0, as erfc(|x|/√2)/2 on the negative side and
+// 1 − that on the positive side (see erfcHalf). Leaves |x| in Y3.
+// Clobbers Y4–Y10.
+#define PHI \
+	VBROADCASTSS vmc<>+108(SB), Y3; \
+	VANDPS       Y0, Y3, Y3;        \
+	VBROADCASTSS vmc<>+52(SB), Y4;  \
+	VMULPS       Y3, Y4, Y4;        \
+	VBROADCASTSS vmc<>+56(SB), Y5;  \
+	VBROADCASTSS vmc<>+44(SB), Y6;  \
+	VFMADD213PS  Y6, Y5, Y4;        \
+	VDIVPS       Y4, Y6, Y4;        \
+	VBROADCASTSS vmc<>+60(SB), Y5;  \
+	VBROADCASTSS vmc<>+64(SB), Y7;  \
+	VFMADD213PS  Y7, Y4, Y5;        \
+	VBROADCASTSS vmc<>+68(SB), Y7;  \
+	VFMADD213PS  Y7, Y4, Y5;        \
+	VBROADCASTSS vmc<>+72(SB), Y7;  \
+	VFMADD213PS  Y7, Y4, Y5;        \
+	VBROADCASTSS vmc<>+76(SB), Y7;  \
+	VFMADD213PS  Y7, Y4, Y5;        \
+	VBROADCASTSS vmc<>+80(SB), Y7;  \
+	VFMADD213PS  Y7, Y4, Y5;        \
+	VBROADCASTSS vmc<>+84(SB), Y7;  \
+	VFMADD213PS  Y7, Y4, Y5;        \
+	VBROADCASTSS vmc<>+88(SB), Y7;  \
+	VFMADD213PS  Y7, Y4, Y5;        \
+	VBROADCASTSS vmc<>+92(SB), Y7;  \
+	VFMADD213PS  Y7, Y4, Y5;        \
+	VBROADCASTSS vmc<>+96(SB), Y7;  \
+	VFMADD213PS  Y7, Y4, Y5;        \
+	VBROADCASTSS vmc<>+104(SB), Y6; \
+	VMULPS       Y3, Y6, Y6;        \
+	VFMADD213PS  Y5, Y3, Y6;        \
+	EXP(Y6, Y7, Y8, Y9, Y10);       \
+	VMULPS       Y7, Y4, Y7;        \
+	VBROADCASTSS vmc<>+56(SB), Y8;  \
+	VMULPS       Y8, Y7, Y7;        \
+	VBROADCASTSS vmc<>+44(SB), Y8;  \
+	VSUBPS       Y7, Y8, Y8;        \
+	VBLENDVPS    Y0, Y7, Y8, Y9
+
+// Y1 = x·Φ(x) for x in Y0.
+#define GELU \
+	PHI;                \
+	VMULPS Y9, Y0, Y1
+
+// Y1 = dy·(Φ(x) + x·φ(x)) for x in Y0, dy in Y2.
+#define GELUBACK \
+	PHI;                             \
+	VBROADCASTSS vmc<>+104(SB), Y10; \
+	VMULPS       Y3, Y10, Y10;       \
+	VMULPS       Y3, Y10, Y10;       \
+	EXP(Y10, Y11, Y12, Y13, Y14);    \
+	VBROADCASTSS vmc<>+100(SB), Y12; \
+	VMULPS       Y12, Y11, Y11;      \
+	VFMADD231PS  Y11, Y0, Y9;        \
+	VMULPS       Y9, Y2, Y1
+
+// Y15 = the lane mask for CX (1–7) remaining elements.
+#define TAILMASK \
+	LEAQ    tailmask<>+32(SB), AX; \
+	SHLQ    $2, CX;                \
+	SUBQ    CX, AX;                \
+	VMOVUPS (AX), Y15
+
+// func expSumAVX2(dst, src *float32, n int, scale, shift float32) float64
+TEXT ·expSumAVX2(SB), NOSPLIT, $0-40
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS scale+24(FP), Y13
+	VBROADCASTSS shift+28(FP), Y14
+	VXORPD       Y11, Y11, Y11
+	VXORPD       Y12, Y12, Y12
+
+expLoop:
+	CMPQ         CX, $8
+	JLT          expTail
+	VMOVUPS      (SI), Y0
+	VFMSUB213PS  Y14, Y13, Y0
+	EXP(Y0, Y1, Y2, Y3, Y4)
+	VMOVUPS      Y1, (DI)
+	VCVTPS2PD    X1, Y2
+	VADDPD       Y2, Y11, Y11
+	VEXTRACTF128 $1, Y1, X2
+	VCVTPS2PD    X2, Y2
+	VADDPD       Y2, Y12, Y12
+	ADDQ         $32, SI
+	ADDQ         $32, DI
+	SUBQ         $8, CX
+	JMP          expLoop
+
+expTail:
+	TESTQ        CX, CX
+	JZ           expDone
+	TAILMASK
+	VMASKMOVPS   (SI), Y15, Y0
+	VFMSUB213PS  Y14, Y13, Y0
+	EXP(Y0, Y1, Y2, Y3, Y4)
+	VANDPS       Y15, Y1, Y1
+	VMASKMOVPS   Y1, Y15, (DI)
+	VCVTPS2PD    X1, Y2
+	VADDPD       Y2, Y11, Y11
+	VEXTRACTF128 $1, Y1, X2
+	VCVTPS2PD    X2, Y2
+	VADDPD       Y2, Y12, Y12
+
+expDone:
+	VADDPD       Y12, Y11, Y11
+	VEXTRACTF128 $1, Y11, X12
+	VADDPD       X12, X11, X11
+	VHADDPD      X11, X11, X11
+	VZEROUPPER
+	MOVSD        X11, ret+32(FP)
+	RET
+
+// func geluAVX2(y, x *float32, n int)
+TEXT ·geluAVX2(SB), NOSPLIT, $0-24
+	MOVQ y+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+
+geluLoop:
+	CMPQ    CX, $8
+	JLT     geluTail
+	VMOVUPS (SI), Y0
+	GELU
+	VMOVUPS Y1, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DI
+	SUBQ    $8, CX
+	JMP     geluLoop
+
+geluTail:
+	TESTQ      CX, CX
+	JZ         geluDone
+	TAILMASK
+	VMASKMOVPS (SI), Y15, Y0
+	GELU
+	VMASKMOVPS Y1, Y15, (DI)
+
+geluDone:
+	VZEROUPPER
+	RET
+
+// func geluBackwardAVX2(dx, dy, x *float32, n int)
+TEXT ·geluBackwardAVX2(SB), NOSPLIT, $0-32
+	MOVQ dx+0(FP), DI
+	MOVQ dy+8(FP), DX
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+
+gbLoop:
+	CMPQ    CX, $8
+	JLT     gbTail
+	VMOVUPS (SI), Y0
+	VMOVUPS (DX), Y2
+	GELUBACK
+	VMOVUPS Y1, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, DI
+	SUBQ    $8, CX
+	JMP     gbLoop
+
+gbTail:
+	TESTQ      CX, CX
+	JZ         gbDone
+	TAILMASK
+	VMASKMOVPS (SI), Y15, Y0
+	VMASKMOVPS (DX), Y15, Y2
+	GELUBACK
+	VMASKMOVPS Y1, Y15, (DI)
+
+gbDone:
+	VZEROUPPER
+	RET

@@ -1,0 +1,15 @@
+//go:build !amd64 || noasm
+
+package cpu
+
+// Without the AVX2 kernels the Go loops run everywhere.
+
+const vecMath = false
+
+func expSum(dst, src []float32, scale, shift float32) float64 {
+	return expSumGo(dst, src, scale, shift)
+}
+
+func gelu(y, x []float32) { geluGo(y, x) }
+
+func geluBackward(dx, dy, x []float32) { geluBackwardGo(dx, dy, x) }
