@@ -224,7 +224,7 @@ func TestVecTails(t *testing.T) {
 }
 
 func BenchmarkVecMath(b *testing.B) {
-	const n = 1 << 16
+	const n = 1 << 22
 	x, y, dy := make([]float32, n), make([]float32, n), make([]float32, n)
 	for i := range x {
 		x[i] = float32(i%600)/100 - 3

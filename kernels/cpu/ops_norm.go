@@ -32,12 +32,7 @@ func layerNorm(y, mean, rstd, x, gamma, beta []float32, eps float32, lo, hi int)
 	for r := lo; r < hi; r++ {
 		xr, yr := x[r*cols:(r+1)*cols], y[r*cols:(r+1)*cols]
 		m := sum64(xr) / float64(cols)
-		var v float64
-		for _, e := range xr {
-			d := float64(e) - m
-			v += d * d
-		}
-		v /= float64(cols)
+		v := sumSqDev64(xr, m) / float64(cols)
 		rs := float32(1 / math.Sqrt(v+float64(eps)))
 		mf := float32(m)
 		mean[r], rstd[r] = mf, rs
@@ -85,14 +80,24 @@ func layerNormBackwardRows(dx, dy, x, mean, rstd, gamma []float32, lo, hi int) {
 	for r := lo; r < hi; r++ {
 		xr, dyr, dxr := x[r*cols:(r+1)*cols], dy[r*cols:(r+1)*cols], dx[r*cols:(r+1)*cols]
 		m, rs := mean[r], rstd[r]
-		var sg, sgx float64
-		for c, e := range xr {
-			g := float64(dyr[c] * gamma[c])
-			sg += g
-			sgx += g * float64((e-m)*rs)
+		// Σ g and Σ g·x̂ with g = dy·γ, two accumulators each so that the
+		// float64 additions overlap.
+		var sg0, sg1, sgx0, sgx1 float64
+		c := 0
+		for ; c+2 <= cols; c += 2 {
+			g0, g1 := float64(dyr[c]*gamma[c]), float64(dyr[c+1]*gamma[c+1])
+			sg0 += g0
+			sg1 += g1
+			sgx0 += g0 * float64((xr[c]-m)*rs)
+			sgx1 += g1 * float64((xr[c+1]-m)*rs)
 		}
-		mg := float32(sg / float64(cols))
-		mgx := float32(sgx / float64(cols))
+		if c < cols {
+			g := float64(dyr[c] * gamma[c])
+			sg0 += g
+			sgx0 += g * float64((xr[c]-m)*rs)
+		}
+		mg := float32((sg0 + sg1) / float64(cols))
+		mgx := float32((sgx0 + sgx1) / float64(cols))
 		for c, e := range xr {
 			xh := (e - m) * rs
 			dxr[c] = rs * (dyr[c]*gamma[c] - mg - xh*mgx)

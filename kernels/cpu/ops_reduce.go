@@ -89,6 +89,42 @@ func sumSquares64(x []float32) float64 {
 	return (s0 + s1) + (s2 + s3)
 }
 
+// dot64 returns Σ a[i]·b[i] over len(a) in float64, with four accumulators
+// like sum64 (a float32 product is exact in float64).
+func dot64(a, b []float32) float64 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += float64(a[i]) * float64(b[i])
+		s1 += float64(a[i+1]) * float64(b[i+1])
+		s2 += float64(a[i+2]) * float64(b[i+2])
+		s3 += float64(a[i+3]) * float64(b[i+3])
+	}
+	for ; i < len(a); i++ {
+		s0 += float64(a[i]) * float64(b[i])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// sumSqDev64 returns Σ (x[i] − m)² in float64, with four accumulators.
+func sumSqDev64(x []float32, m float64) float64 {
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		d0, d1, d2, d3 := float64(x[i])-m, float64(x[i+1])-m, float64(x[i+2])-m, float64(x[i+3])-m
+		s0 += d0 * d0
+		s1 += d1 * d1
+		s2 += d2 * d2
+		s3 += d3 * d3
+	}
+	for ; i < len(x); i++ {
+		d := float64(x[i]) - m
+		s0 += d * d
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
 // SumRows implements kernels.Backend. The split is over blocks of columns:
 // each column is summed down all rows by one goroutine, in row order, in
 // float64, and then added to dst once.

@@ -106,6 +106,32 @@ func rowMax(x []float32) float32 {
 	return mx
 }
 
+// scaledMax returns the largest scale·x[j] (skipping NaN), or -Inf for an
+// empty row, keeping four running maxima so that the compares overlap.
+func scaledMax(x []float32, scale float32) float32 {
+	m0 := float32(math.Inf(-1))
+	m1, m2, m3 := m0, m0, m0
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		m0 = max32(m0, scale*x[i])
+		m1 = max32(m1, scale*x[i+1])
+		m2 = max32(m2, scale*x[i+2])
+		m3 = max32(m3, scale*x[i+3])
+	}
+	for ; i < len(x); i++ {
+		m0 = max32(m0, scale*x[i])
+	}
+	return max32(max32(m0, m1), max32(m2, m3))
+}
+
+// max32 is a if b is not larger (so a NaN b is skipped), else b.
+func max32(a, b float32) float32 {
+	if b > a {
+		return b
+	}
+	return a
+}
+
 // checkTargets panics on a target at or beyond cols; negative targets are
 // ignored rows.
 func checkTargets(op string, targets []int32, cols int) {
@@ -179,12 +205,7 @@ func causalSoftmax(y, x []float32, t int, scale float32, lo, hi int) {
 	for r := lo; r < hi; r++ {
 		live := r%t + 1
 		xr, yr := x[r*t:r*t+live], y[r*t:(r+1)*t]
-		mx := float32(math.Inf(-1))
-		for _, v := range xr {
-			if s := scale * v; s > mx {
-				mx = s
-			}
-		}
+		mx := scaledMax(xr, scale)
 		inv := float32(1 / expSum(yr[:live], xr, scale, mx))
 		for j := range xr {
 			yr[j] *= inv
@@ -211,11 +232,7 @@ func (be *Backend) SoftmaxBackward(dx, dy, y kernels.Buffer, cols int, scale flo
 func softmaxBackward(dx, dy, y []float32, cols int, scale float32, lo, hi int) {
 	for r := lo; r < hi; r++ {
 		dxr, dyr, yr := dx[r*cols:(r+1)*cols], dy[r*cols:(r+1)*cols], y[r*cols:(r+1)*cols]
-		var dot float64
-		for j, v := range yr {
-			dot += float64(dyr[j]) * float64(v)
-		}
-		d := float32(dot)
+		d := float32(dot64(dyr, yr))
 		for j, v := range yr {
 			dxr[j] = scale * v * (dyr[j] - d)
 		}
