@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
@@ -70,11 +71,33 @@ type Config struct {
 	// a terminal.
 	LogEvery int
 
-	// Device is the kernels backend ("cpu"); Threads its thread budget
-	// (0: GOMAXPROCS).
+	// Device is the kernels backend ("cpu"); Threads the thread budget of
+	// this process (0: GOMAXPROCS), split among its local workers.
 	Device  string
 	Threads int
+
+	// DP is the number of data-parallel replicas (1: a single worker).
+	DP int
+	// Procs runs the world as that many OS processes on this machine (one
+	// worker each; DP must be Procs or unset), connected through
+	// protoactor remote on loopback, like torchrun --standalone.
+	Procs int
+	// BucketMB caps a gradient bucket in MiB (PyTorch's bucket_cap_mb).
+	BucketMB float64
+	// CheckEvery compares the replicas' parameter checksums every so many
+	// steps and fails on divergence (0: never).
+	CheckEvery int
+	// Transport carries gradient chunks between processes: "tcp" (the data
+	// plane) or "actor" (protobuf bytes through protoactor remote).
+	Transport string
+	// CollectiveTimeout bounds a collective's wait on a silent peer.
+	CollectiveTimeout time.Duration
+	// StepTimeout bounds the Coordinator's wait for a step's answers.
+	StepTimeout time.Duration
 }
+
+// ErrDiverged reports replicas whose parameters differ.
+var ErrDiverged = errors.New("train: replicas diverged")
 
 // DefaultConfig is `troupe train` with no flags: the GPT of
 // ../shared/anchors/torch_gpt_tiny.py on the Go specification.
@@ -85,6 +108,8 @@ func DefaultConfig() Config {
 		Batch: 32, Steps: 300, Accum: 1,
 		Optim: optim.DefaultConfig("adamw"), LR: 1e-3, Schedule: "cosine", Warmup: 20, MinLRFactor: 0.1, ClipNorm: 1,
 		Seed: 1, LogEvery: 10, Device: "cpu",
+		DP: 1, BucketMB: 25, CheckEvery: 0, Transport: "tcp",
+		CollectiveTimeout: 30 * time.Second, StepTimeout: 10 * time.Minute,
 	}
 }
 
@@ -152,6 +177,30 @@ func (c *Config) Validate() error {
 	}
 	if c.Threads < 0 {
 		return fmt.Errorf("%w: --threads must be ≥ 0", ErrConfig)
+	}
+	if c.DP <= 0 {
+		c.DP = 1
+	}
+	if c.Procs < 0 {
+		return fmt.Errorf("%w: --procs must be ≥ 0", ErrConfig)
+	}
+	if c.Procs > 0 {
+		if c.DP != 1 && c.DP != c.Procs {
+			return fmt.Errorf("%w: --procs %d runs one worker per process: --dp must be %d or unset, got %d", ErrConfig, c.Procs, c.Procs, c.DP)
+		}
+		c.DP = c.Procs
+	}
+	if c.BucketMB <= 0 {
+		return fmt.Errorf("%w: --bucket-mb must be positive", ErrConfig)
+	}
+	if c.CheckEvery < 0 {
+		return fmt.Errorf("%w: --check-every must be ≥ 0", ErrConfig)
+	}
+	if c.Transport != "tcp" && c.Transport != "actor" {
+		return fmt.Errorf("%w: --transport %q: want tcp or actor", ErrConfig, c.Transport)
+	}
+	if c.CollectiveTimeout <= 0 || c.StepTimeout <= 0 {
+		return fmt.Errorf("%w: timeouts must be positive", ErrConfig)
 	}
 	if c.LogEvery <= 0 {
 		c.LogEvery = 10

@@ -23,20 +23,29 @@ type stepStats struct {
 
 // engine runs optimizer steps on a global batch: one replica here, a world
 // of worker actors in the data-parallel and pipeline engines.
+//
+// step runs optimizer step number step (0-based) on the global batch that
+// starts at sampler cursor cur; b holds that batch, filled by the loop
+// (engines that read their rows themselves use it only for its size).
+// eval runs held-out samples [lo, hi). weights returns the parameters.
 type engine interface {
-	step(b *data.Batch, lr float64) (stepStats, error)
-	eval(b *data.Batch) (replica.Result, error)
+	step(step int, cur data.Cursor, b *data.Batch, lr float64, checksum bool) (stepStats, error)
+	eval(lo, hi int) (replica.Result, error)
+	weights() ([]float32, error)
 	close() error
 }
 
 // singleEngine is one replica in the calling goroutine.
 type singleEngine struct {
 	r        *replica.Replica
+	test     data.Dataset
 	accum    int
 	clipNorm float64
+	evalIdx  []int
+	evalB    data.Batch
 }
 
-func (e *singleEngine) step(b *data.Batch, lr float64) (stepStats, error) {
+func (e *singleEngine) step(_ int, _ data.Cursor, b *data.Batch, lr float64, _ bool) (stepStats, error) {
 	start := time.Now()
 	e.r.ZeroGrads()
 	e.r.Pool.ResetPeak()
@@ -67,9 +76,16 @@ func (e *singleEngine) step(b *data.Batch, lr float64) (stepStats, error) {
 	return st, nil
 }
 
-func (e *singleEngine) eval(b *data.Batch) (replica.Result, error) {
-	return e.r.Evaluate(b, 0, b.Rows)
+func (e *singleEngine) eval(lo, hi int) (replica.Result, error) {
+	e.evalIdx = e.evalIdx[:0]
+	for i := lo; i < hi; i++ {
+		e.evalIdx = append(e.evalIdx, i)
+	}
+	e.test.Fill(e.evalIdx, &e.evalB)
+	return e.r.Evaluate(&e.evalB, 0, e.evalB.Rows)
 }
+
+func (e *singleEngine) weights() ([]float32, error) { return e.r.Model.Set.HostWeights(), nil }
 
 func (e *singleEngine) close() error { return nil }
 

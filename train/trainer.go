@@ -11,6 +11,7 @@ import (
 
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/kernels/cpu"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/replica"
@@ -56,18 +57,15 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	be, err := kernels.Open(cfg.Device, kernels.Options{Threads: cfg.Threads})
-	if err != nil {
-		return nil, fmt.Errorf("train: --device %s: %w", cfg.Device, err)
-	}
-	model, err := BuildModel(&cfg, be, trainSet)
+	eng, model, err := newEngine(&cfg, trainSet, testSet, log)
 	if err != nil {
 		return nil, err
 	}
-	opt, err := optim.New(model.Set, cfg.Optim)
-	if err != nil {
-		return nil, err
-	}
+	defer func() {
+		if err := eng.close(); err != nil {
+			log.Warn("shutting down the workers", zap.Error(err))
+		}
+	}()
 	steps := cfg.Steps
 	if cfg.Epochs > 0 {
 		steps = int(math.Ceil(cfg.Epochs * float64(trainSet.Len()) / float64(cfg.Batch)))
@@ -76,14 +74,12 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
-	eng := &singleEngine{r: replica.New(model, opt), accum: cfg.Accum, clipNorm: cfg.ClipNorm}
-	defer eng.close()
-
+	caps := model.Set.Backend().Caps()
 	log.Info("training",
 		zap.String("model", model.Describe), zap.String("data", trainSet.Name()),
 		zap.Int("train_samples", trainSet.Len()), zap.Int("steps", steps), zap.Int("batch", cfg.Batch),
-		zap.String("optimizer", cfg.Optim.Name), zap.Float64("lr", cfg.LR), zap.String("device", be.Caps().Device),
-		zap.Int("threads", be.Caps().Threads), zap.String("simd", be.Caps().SIMD))
+		zap.String("optimizer", cfg.Optim.Name), zap.Float64("lr", cfg.LR), zap.String("device", caps.Device),
+		zap.Int("dp", cfg.DP), zap.Int("procs", cfg.Procs), zap.Int("threads", cfg.Threads), zap.String("simd", caps.SIMD))
 
 	l := &loop{cfg: &cfg, log: log, eng: eng, model: model, train: trainSet, test: testSet, sampler: sampler,
 		sched: cfg.schedule(steps), steps: steps}
@@ -91,7 +87,11 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 		if l.metrics, err = newMetricsWriter(cfg.MetricsOut); err != nil {
 			return nil, err
 		}
-		defer l.metrics.close()
+		defer func() {
+			if l.metrics != nil {
+				l.metrics.close()
+			}
+		}()
 	}
 	if o.Progress != nil {
 		l.bar = newProgress(o.Progress, steps)
@@ -101,6 +101,13 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 		return nil, err
 	}
 	if cfg.Save != "" {
+		w, err := eng.weights()
+		if err != nil {
+			return nil, fmt.Errorf("train: fetching the final weights: %w", err)
+		}
+		if err := model.Set.SetHostWeights(w); err != nil {
+			return nil, err
+		}
 		meta := map[string]string{"format": "pt", "troupe_model": model.Describe, "step": fmt.Sprint(steps)}
 		if err := model.Set.SaveWeights(cfg.Save, meta); err != nil {
 			return nil, err
@@ -148,10 +155,12 @@ func (l *loop) run(ctx context.Context) (*Summary, error) {
 			return nil, fmt.Errorf("train: stopped at step %d: %w", step, err)
 		}
 		t0 := time.Now()
+		cur := l.sampler.Cursor()
 		l.idx = l.sampler.Next(cfg.Batch, l.idx[:0])
 		l.train.Fill(l.idx, &l.batch)
 		lr := l.sched.LR(step)
-		st, err := l.eng.step(&l.batch, lr)
+		check := cfg.CheckEvery > 0 && (step+1)%cfg.CheckEvery == 0
+		st, err := l.eng.step(step, cur, &l.batch, lr, check)
 		if err != nil {
 			return nil, fmt.Errorf("train: step %d: %w", step, err)
 		}
@@ -173,7 +182,7 @@ func (l *loop) run(ctx context.Context) (*Summary, error) {
 			World: st.World, Generation: st.Generation,
 			Epoch:   float64(l.sampler.Cursor()) / float64(l.train.Len()),
 			Samples: sum.Samples, GradNorm: st.GradNorm,
-			DP: st.World, PP: 1, Micro: 1, Accum: cfg.Accum, GradBytes: int64(4 * l.model.Set.Len()),
+			DP: cfg.DP, PP: 1, Micro: 1, Accum: cfg.Accum, GradBytes: int64(4 * l.model.Set.Len()),
 			OverlapFraction: st.Overlap, PeakActBytes: st.PeakAct,
 		}
 		if tokensPerRow > 0 {
@@ -216,7 +225,7 @@ func (l *loop) run(ctx context.Context) (*Summary, error) {
 	sum.SamplesPerS = float64(sum.Samples) / sum.WallS
 	sum.TokensPerS = sum.SamplesPerS * float64(tokensPerRow)
 	sum.StepMsMed = median(stepTimes)
-	sum.World = 1
+	sum.World = cfg.DP
 	return sum, nil
 }
 
@@ -227,18 +236,11 @@ func (l *loop) evaluate() (loss, acc float64, err error) {
 	if l.cfg.EvalBatches > 0 && l.cfg.EvalBatches*l.cfg.Batch < n {
 		n = l.cfg.EvalBatches * l.cfg.Batch
 	}
-	var b data.Batch
 	var lossSum float64
 	var targets, correct, rows int
-	idx := make([]int, 0, l.cfg.Batch)
 	for lo := 0; lo < n; lo += l.cfg.Batch {
 		hi := min(lo+l.cfg.Batch, n)
-		idx = idx[:0]
-		for i := lo; i < hi; i++ {
-			idx = append(idx, i)
-		}
-		l.test.Fill(idx, &b)
-		res, err := l.eng.eval(&b)
+		res, err := l.eng.eval(lo, hi)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -272,4 +274,39 @@ func median(xs []float64) float64 {
 		}
 	}
 	return s[len(s)/2]
+}
+
+// newEngine starts the configured world and returns it with a model of the
+// run's shape on this process (the trained one for a single worker; for a
+// world of workers, a copy that gives names and shapes to the weights).
+func newEngine(cfg *Config, trainSet, testSet data.Dataset, log *zap.Logger) (engine, *nn.Model, error) {
+	if cfg.DP == 1 && cfg.Procs == 0 {
+		be, err := kernels.Open(cfg.Device, kernels.Options{Threads: cfg.Threads})
+		if err != nil {
+			return nil, nil, fmt.Errorf("train: --device %s: %w", cfg.Device, err)
+		}
+		model, err := BuildModel(cfg, be, trainSet)
+		if err != nil {
+			return nil, nil, err
+		}
+		opt, err := optim.New(model.Set, cfg.Optim)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &singleEngine{r: replica.New(model, opt), test: testSet, accum: cfg.Accum, clipNorm: cfg.ClipNorm}, model, nil
+	}
+	model, err := BuildModel(cfg, cpu.New(1), trainSet)
+	if err != nil {
+		return nil, nil, err
+	}
+	var eng *dpEngine
+	if cfg.Procs > 0 {
+		eng, err = newProcsDP(cfg, log)
+	} else {
+		eng, err = newLocalDP(cfg, trainSet, testSet, log)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return eng, model, nil
 }

@@ -532,6 +532,70 @@ func (x *Weights) GetError() string {
 	return ""
 }
 
+// WorkerHello tells the Coordinator that a worker process is ready: its
+// Worker actor is spawned and its communicator connected.
+type WorkerHello struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Rank  uint32                 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	// address is the worker's actor system (host:port); its Worker actor is
+	// named "worker".
+	Address       string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Protocol      uint32 `protobuf:"varint,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerHello) Reset() {
+	*x = WorkerHello{}
+	mi := &file_train_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerHello) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerHello) ProtoMessage() {}
+
+func (x *WorkerHello) ProtoReflect() protoreflect.Message {
+	mi := &file_train_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerHello.ProtoReflect.Descriptor instead.
+func (*WorkerHello) Descriptor() ([]byte, []int) {
+	return file_train_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WorkerHello) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *WorkerHello) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *WorkerHello) GetProtocol() uint32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
+}
+
 var File_train_proto protoreflect.FileDescriptor
 
 const file_train_proto_rawDesc = "" +
@@ -586,7 +650,11 @@ const file_train_proto_rawDesc = "" +
 	"generation\"3\n" +
 	"\aWeights\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05errorB-Z+github.com/troupe-ml/troupe/actors/actorspbb\x06proto3"
+	"\x05error\x18\x02 \x01(\tR\x05error\"W\n" +
+	"\vWorkerHello\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\rR\x04rank\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
+	"\bprotocol\x18\x03 \x01(\rR\bprotocolB-Z+github.com/troupe-ml/troupe/actors/actorspbb\x06proto3"
 
 var (
 	file_train_proto_rawDescOnce sync.Once
@@ -600,7 +668,7 @@ func file_train_proto_rawDescGZIP() []byte {
 	return file_train_proto_rawDescData
 }
 
-var file_train_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_train_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_train_proto_goTypes = []any{
 	(*RunStep)(nil),        // 0: troupe.actors.v1.RunStep
 	(*StepDone)(nil),       // 1: troupe.actors.v1.StepDone
@@ -608,6 +676,7 @@ var file_train_proto_goTypes = []any{
 	(*EvalDone)(nil),       // 3: troupe.actors.v1.EvalDone
 	(*WeightsRequest)(nil), // 4: troupe.actors.v1.WeightsRequest
 	(*Weights)(nil),        // 5: troupe.actors.v1.Weights
+	(*WorkerHello)(nil),    // 6: troupe.actors.v1.WorkerHello
 }
 var file_train_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -628,7 +697,7 @@ func file_train_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_train_proto_rawDesc), len(file_train_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -39,6 +40,10 @@ type trainFlags struct {
 	device                              string
 	threads                             int
 	jsonOut                             bool
+	dp, procs, checkEvery               int
+	bucketMB                            float64
+	transport                           string
+	collTimeout, stepTimeout            time.Duration
 }
 
 func newTrainCmd() *cobra.Command {
@@ -123,10 +128,32 @@ func newTrainCmd() *cobra.Command {
 	fl.StringVar(&f.device, "device", d.Device, "kernels backend: cpu (cuda when built with -tags cuda)")
 	fl.IntVar(&f.threads, "threads", 0, "threads per worker for the kernels (0: GOMAXPROCS)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the run summary as one JSON object on stdout")
+	fl.IntVar(&f.dp, "dp", d.DP, "data-parallel replicas (worker actors) in this process")
+	fl.IntVar(&f.procs, "procs", 0, "run the data-parallel world as N OS processes on loopback, one worker each (like torchrun --standalone)")
+	fl.Float64Var(&f.bucketMB, "bucket-mb", d.BucketMB, "gradient bucket cap in MiB (PyTorch's bucket_cap_mb)")
+	fl.IntVar(&f.checkEvery, "check-every", 0, "compare the replicas' parameter checksums every N steps and fail on divergence (0: never)")
+	fl.StringVar(&f.transport, "transport", d.Transport, "gradient transport between processes: tcp (data plane) or actor (protoactor remote)")
+	fl.DurationVar(&f.collTimeout, "collective-timeout", d.CollectiveTimeout, "abort a collective when a peer is silent this long")
+	fl.DurationVar(&f.stepTimeout, "step-timeout", d.StepTimeout, "abort a step when a worker has not answered within this time")
 	return cmd
 }
 
-func init() { rootCmd.AddCommand(newTrainCmd()) }
+// newWorkerCmd is the hidden body of a --procs worker process.
+func newWorkerCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "__worker",
+		Hidden: true,
+		Short:  "one worker process of troupe train --procs (started by it)",
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return train.RunWorkerProcess(ctx, os.Stdin, logger)
+		},
+	}
+}
+
+func init() { rootCmd.AddCommand(newTrainCmd(), newWorkerCmd()) }
 
 // config builds the run's configuration: the model's defaults, then every
 // flag the user set.
@@ -183,6 +210,13 @@ func (f *trainFlags) config(fl *pflag.FlagSet) (train.Config, error) {
 	cfg.Init, cfg.Save, cfg.MetricsOut = f.init, f.save, f.metricsOut
 	cfg.EvalEvery, cfg.EvalBatches, cfg.LogEvery = f.evalEvery, f.evalBatches, f.logEvery
 	cfg.Device, cfg.Threads = f.device, f.threads
+	set("dp", func() { cfg.DP = f.dp })
+	set("procs", func() { cfg.Procs = f.procs })
+	set("bucket-mb", func() { cfg.BucketMB = f.bucketMB })
+	set("check-every", func() { cfg.CheckEvery = f.checkEvery })
+	set("transport", func() { cfg.Transport = f.transport })
+	set("collective-timeout", func() { cfg.CollectiveTimeout = f.collTimeout })
+	set("step-timeout", func() { cfg.StepTimeout = f.stepTimeout })
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("%w: %v", errUsage, err)
 	}

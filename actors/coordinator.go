@@ -1,0 +1,324 @@
+package actors
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/zap"
+
+	"github.com/troupe-ml/troupe/actors/actorspb"
+)
+
+// CoordinatorActorName is the Coordinator's name in its system.
+const CoordinatorActorName = "coordinator"
+
+// CoordinatorConfig configures a Coordinator.
+type CoordinatorConfig struct {
+	// Workers are the Worker actors by rank, when known at spawn time (one
+	// process). Leave nil and set World to wait for WorkerHello messages
+	// from worker processes instead.
+	Workers []*actor.PID
+	// World is the number of ranks.
+	World int
+	// CallTimeout bounds a call: a rank that has not answered by then is
+	// reported as silent (a hung process). Default 10 minutes.
+	CallTimeout time.Duration
+}
+
+// StepCall asks the Coordinator to run one step on every rank; it answers
+// with a *StepReport.
+type StepCall struct{ Req *actorspb.RunStep }
+
+// StepReport is every rank's StepDone, by rank, or the error that stopped
+// the step (a lost or silent rank, or a rank's own failure).
+type StepReport struct {
+	Dones []*actorspb.StepDone
+	Err   error
+}
+
+// EvalCall asks rank 0 for the loss on held-out samples [Lo, Hi); the
+// answer is an *EvalReport.
+type EvalCall struct{ Lo, Hi int }
+
+// EvalReport answers EvalCall.
+type EvalReport struct {
+	Done *actorspb.EvalDone
+	Err  error
+}
+
+// WeightsCall asks rank 0 for its parameters; the answer is a *WeightsReport.
+type WeightsCall struct{}
+
+// WeightsReport answers WeightsCall.
+type WeightsReport struct {
+	Weights []float32
+	Err     error
+}
+
+// ReadyCall is answered with a *ReadyReport once every rank has said hello
+// (at once when the workers were given at spawn time).
+type ReadyCall struct{}
+
+// ReadyReport answers ReadyCall.
+type ReadyReport struct{ Err error }
+
+// WorkerLost reports a worker process that exited (its launcher saw it):
+// the same failure signal as a Terminated watch, sometimes earlier.
+type WorkerLost struct {
+	Rank  int
+	Cause string
+}
+
+// callKind is what the Coordinator is waiting for.
+type callKind int
+
+const (
+	callNone callKind = iota
+	callStep
+	callEval
+	callWeights
+)
+
+func (k callKind) String() string {
+	return [...]string{"none", "step", "eval", "weights"}[k]
+}
+
+type coordinator struct {
+	cfg      CoordinatorConfig
+	log      *zap.Logger
+	workers  []*actor.PID
+	hellos   int
+	ready    []*actor.PID // ReadyCall callers waiting for the hellos
+	lost     map[int]string
+	kind     callKind
+	caller   *actor.PID
+	dones    []*actorspb.StepDone
+	answered int
+	step     uint64
+}
+
+// SpawnCoordinator spawns the Coordinator under CoordinatorActorName.
+func SpawnCoordinator(sys *System, cfg CoordinatorConfig) (*actor.PID, error) {
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = 10 * time.Minute
+	}
+	if cfg.Workers != nil {
+		cfg.World = len(cfg.Workers)
+	}
+	if cfg.World < 1 {
+		return nil, fmt.Errorf("%w: a coordinator needs at least one worker", ErrBadConfig)
+	}
+	a := &coordinator{cfg: cfg, log: sys.Logger(), lost: map[int]string{}}
+	a.workers = make([]*actor.PID, cfg.World)
+	if cfg.Workers != nil {
+		copy(a.workers, cfg.Workers)
+		a.hellos = cfg.World
+	}
+	props := actor.PropsFromProducer(func() actor.Actor { return a })
+	return sys.Root().SpawnNamed(props, CoordinatorActorName)
+}
+
+func (a *coordinator) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		for _, w := range a.workers {
+			if w != nil {
+				c.Watch(w)
+			}
+		}
+	case *actorspb.WorkerHello:
+		a.hello(c, m)
+	case *ReadyCall:
+		if a.hellos == a.cfg.World {
+			c.Respond(&ReadyReport{})
+		} else {
+			a.ready = append(a.ready, c.Sender())
+		}
+	case *StepCall:
+		if a.busy(c) {
+			return
+		}
+		a.kind, a.caller, a.answered, a.step = callStep, c.Sender(), 0, m.Req.Step
+		a.dones = make([]*actorspb.StepDone, a.cfg.World)
+		for _, w := range a.workers {
+			c.Request(w, m.Req)
+		}
+		c.SetReceiveTimeout(a.cfg.CallTimeout)
+	case *actorspb.StepDone:
+		if a.kind != callStep || m.Step != a.step || int(m.Rank) >= len(a.dones) || a.dones[m.Rank] != nil {
+			return // a late answer to an abandoned step
+		}
+		a.dones[m.Rank] = m
+		a.answered++
+		if m.Error != "" {
+			a.finish(c, fmt.Errorf("rank %d: %s", m.Rank, m.Error))
+		} else if a.answered == a.cfg.World {
+			a.finish(c, nil)
+		}
+	case *EvalCall:
+		if a.busy(c) {
+			return
+		}
+		a.kind, a.caller = callEval, c.Sender()
+		c.Request(a.workers[0], &actorspb.EvalRequest{Lo: uint64(m.Lo), Hi: uint64(m.Hi)})
+		c.SetReceiveTimeout(a.cfg.CallTimeout)
+	case *actorspb.EvalDone:
+		if a.kind != callEval {
+			return
+		}
+		rep := &EvalReport{Done: m}
+		if m.Error != "" {
+			rep.Err = fmt.Errorf("rank 0: %s", m.Error)
+		}
+		a.reply(c, rep)
+	case *WeightsCall:
+		if a.busy(c) {
+			return
+		}
+		a.kind, a.caller = callWeights, c.Sender()
+		c.Request(a.workers[0], &actorspb.WeightsRequest{})
+		c.SetReceiveTimeout(a.cfg.CallTimeout)
+	case *actorspb.Weights:
+		if a.kind != callWeights {
+			return
+		}
+		rep := &WeightsReport{Weights: BytesToFloats(m.Data)}
+		if m.Error != "" {
+			rep.Err = fmt.Errorf("rank 0: %s", m.Error)
+		}
+		a.reply(c, rep)
+	case *actor.Terminated:
+		for r, w := range a.workers {
+			if w != nil && w.Equal(m.Who) {
+				a.lose(c, r, fmt.Sprintf("its actor %s terminated", m.Who.Id))
+			}
+		}
+	case *WorkerLost:
+		a.lose(c, m.Rank, m.Cause)
+	case *actor.ReceiveTimeout:
+		if a.kind == callNone {
+			c.CancelReceiveTimeout()
+			return
+		}
+		a.finish(c, fmt.Errorf("%w: %s call: %s did not answer within %v", ErrPeerSilent, a.kind, a.silent(), a.cfg.CallTimeout))
+	}
+}
+
+// hello registers a worker process.
+func (a *coordinator) hello(c actor.Context, m *actorspb.WorkerHello) {
+	r := int(m.Rank)
+	if m.Protocol != TrainProtocol || r >= a.cfg.World || a.workers[r] != nil {
+		a.log.Warn("refused worker hello", zap.Uint32("rank", m.Rank), zap.String("address", m.Address),
+			zap.Uint32("protocol", m.Protocol), zap.Int("want_protocol", TrainProtocol))
+		return
+	}
+	pid := actor.NewPID(m.Address, WorkerActorName)
+	a.workers[r] = pid
+	c.Watch(pid)
+	a.hellos++
+	a.log.Info("worker joined", zap.Int("rank", r), zap.String("address", m.Address), zap.Int("ready", a.hellos), zap.Int("world", a.cfg.World))
+	if a.hellos == a.cfg.World {
+		for _, p := range a.ready {
+			c.Send(p, &ReadyReport{})
+		}
+		a.ready = nil
+	}
+}
+
+// busy refuses a call while another is in flight or after a rank was lost.
+func (a *coordinator) busy(c actor.Context) bool {
+	var err error
+	switch {
+	case len(a.lost) > 0:
+		err = a.lostErr()
+	case a.kind != callNone:
+		err = fmt.Errorf("%w: a %s call is in flight", ErrBadConfig, a.kind)
+	case a.hellos < a.cfg.World:
+		err = fmt.Errorf("%w: only %d of %d workers are ready", ErrBadConfig, a.hellos, a.cfg.World)
+	default:
+		return false
+	}
+	c.Respond(a.errorReport(callKindOf(c.Message()), err))
+	return true
+}
+
+func callKindOf(m any) callKind {
+	switch m.(type) {
+	case *StepCall:
+		return callStep
+	case *EvalCall:
+		return callEval
+	case *WeightsCall:
+		return callWeights
+	}
+	return callNone
+}
+
+func (a *coordinator) errorReport(k callKind, err error) any {
+	switch k {
+	case callStep:
+		return &StepReport{Err: err}
+	case callEval:
+		return &EvalReport{Err: err}
+	case callWeights:
+		return &WeightsReport{Err: err}
+	}
+	return &ReadyReport{Err: err}
+}
+
+// lose records a lost rank and fails whatever is in flight.
+func (a *coordinator) lose(c actor.Context, rank int, cause string) {
+	if _, dup := a.lost[rank]; dup {
+		return
+	}
+	a.lost[rank] = cause
+	a.log.Error("worker lost", zap.Int("rank", rank), zap.String("cause", cause))
+	if a.kind != callNone {
+		a.finish(c, a.lostErr())
+	}
+	for _, p := range a.ready {
+		c.Send(p, &ReadyReport{Err: a.lostErr()})
+	}
+	a.ready = nil
+}
+
+func (a *coordinator) lostErr() error {
+	var parts []string
+	for r := range a.cfg.World {
+		if cause, ok := a.lost[r]; ok {
+			parts = append(parts, fmt.Sprintf("rank %d (%s)", r, cause))
+		}
+	}
+	return fmt.Errorf("%w: %s", ErrPeerLost, strings.Join(parts, ", "))
+}
+
+// silent names the ranks that have not answered the step in flight.
+func (a *coordinator) silent() string {
+	if a.kind != callStep {
+		return "rank 0"
+	}
+	var rs []string
+	for r, d := range a.dones {
+		if d == nil {
+			rs = append(rs, fmt.Sprint(r))
+		}
+	}
+	return "rank(s) " + strings.Join(rs, ", ")
+}
+
+func (a *coordinator) finish(c actor.Context, err error) {
+	switch a.kind {
+	case callStep:
+		a.reply(c, &StepReport{Dones: a.dones, Err: err})
+	default:
+		a.reply(c, a.errorReport(a.kind, err))
+	}
+}
+
+func (a *coordinator) reply(c actor.Context, msg any) {
+	c.Send(a.caller, msg)
+	a.kind, a.caller, a.dones = callNone, nil, nil
+	c.CancelReceiveTimeout()
+}

@@ -1,0 +1,96 @@
+package actors
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/zap"
+
+	"github.com/troupe-ml/troupe/actors/actorspb"
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/ddp"
+)
+
+// WorkerActorName is the Worker actor's name in a worker process's system,
+// so that a Coordinator elsewhere addresses it knowing the system's address.
+const WorkerActorName = "worker"
+
+// TrainProtocol is the version of the training wire messages; a worker
+// whose hello carries another is refused (an unknown message type would
+// crash the receiving process).
+const TrainProtocol = 1
+
+// workerActor is the shell around a ddp.Worker: it turns RunStep,
+// EvalRequest and WeightsRequest messages into calls and answers them. A
+// step runs inside Receive: the mailbox holds the next request meanwhile, so
+// the replica is only ever touched by this actor.
+type workerActor struct {
+	w    *ddp.Worker
+	rank int
+	log  *zap.Logger
+}
+
+// SpawnWorker spawns the Worker actor for w under name (WorkerActorName in a
+// worker process; any unique name in one process).
+func SpawnWorker(sys *System, name string, rank int, w *ddp.Worker) (*actor.PID, error) {
+	a := &workerActor{w: w, rank: rank, log: sys.Logger().With(zap.Int("rank", rank))}
+	props := actor.PropsFromProducer(func() actor.Actor { return a },
+		// A failed Worker does not restart with half-updated state; the
+		// Coordinator sees it stop and fails the step.
+		actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))
+	return sys.Root().SpawnNamed(props, name)
+}
+
+func (a *workerActor) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *actorspb.RunStep:
+		c.Respond(a.step(m))
+	case *actorspb.EvalRequest:
+		res, rows, err := a.w.Evaluate(int(m.Lo), int(m.Hi))
+		done := &actorspb.EvalDone{LossSum: res.LossSum, Targets: uint64(res.Targets), Correct: uint64(res.Correct), Rows: uint64(rows)}
+		if err != nil {
+			done.Error = err.Error()
+		}
+		c.Respond(done)
+	case *actorspb.WeightsRequest:
+		c.Respond(&actorspb.Weights{Data: floatsToBytes(a.w.Weights())})
+	}
+}
+
+func (a *workerActor) step(m *actorspb.RunStep) *actorspb.StepDone {
+	req := ddp.StepRequest{
+		Generation: m.Generation, Step: m.Step, Cursor: data.Cursor(m.Cursor),
+		Batch: int(m.Batch), Accum: int(m.Accum), LR: m.Lr, GlobalTargets: int(m.GlobalTargets), Checksum: m.Checksum,
+	}
+	res, err := a.w.Step(context.Background(), req)
+	done := &actorspb.StepDone{
+		Generation: m.Generation, Step: m.Step, Rank: uint32(a.rank),
+		LossSum: res.LossSum, Targets: uint64(res.Targets), Correct: uint64(res.Correct),
+		ComputeMs: res.ComputeMs, CommMs: res.CommMs, ExposedCommMs: res.ExposedMs,
+		GradNorm: res.GradNorm, Checksum: res.Checksum, PeakActivationBytes: res.PeakAct, StepMs: res.StepMs,
+	}
+	if err != nil {
+		done.Error = err.Error()
+		a.log.Warn("step failed", zap.Uint64("step", m.Step), zap.Error(err))
+	}
+	return done
+}
+
+func floatsToBytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, f := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
+	}
+	return b
+}
+
+// BytesToFloats decodes little-endian float32 values (Weights.Data).
+func BytesToFloats(b []byte) []float32 {
+	v := make([]float32, len(b)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v
+}
