@@ -13,8 +13,9 @@ import (
 // are independent, so splitting over rows does not change any result.
 
 // SoftmaxCrossEntropy implements kernels.Backend. The loss is the log-sum-exp
-// form, log Σ e^(x−max) − (x_t − max), which stays exact when the target
-// dominates (loss near 0) and finite for any finite logits.
+// form, log Σ e^(x−max) − (x_t − max), which keeps its relative precision
+// when the target dominates (loss near 0) and is finite for any finite
+// logits.
 func (be *Backend) SoftmaxCrossEntropy(losses, dlogits, logits kernels.Buffer, targets kernels.Index, gradScale float32) {
 	ls, xs, ts := F(losses), F(logits), I(targets)
 	rows := len(ts)
