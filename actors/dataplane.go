@@ -1,0 +1,743 @@
+package actors
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/troupe-ml/troupe/collective"
+)
+
+// DataPlaneConfig tunes the framed TCP stream that carries chunk bytes
+// between Comm actors in different processes.
+type DataPlaneConfig struct {
+	// Window is the number of data frames a sender may have in flight on one
+	// connection. The receiver pre-allocates Window buffers of MaxFrameBytes
+	// per inbound connection and returns a credit as each is consumed.
+	// Default 16.
+	Window int
+	// MaxFrameBytes is the largest payload of one frame: at least the
+	// collective sub-chunk size. Default 1 MiB.
+	MaxFrameBytes int
+	// Key authenticates connections: the dialer answers the listener's
+	// random challenge with an HMAC-SHA256 under this key. Empty means every
+	// peer of the same world may connect (loopback tests).
+	Key []byte
+	// DialTimeout bounds a connection attempt and its handshake. Default 5 s.
+	DialTimeout time.Duration
+	// WriteTimeout breaks a connection on which one frame could not be
+	// written for this long (a peer that stopped reading). Default 30 s.
+	WriteTimeout time.Duration
+}
+
+// DefaultDataPlaneConfig returns the defaults described on each field.
+func DefaultDataPlaneConfig() DataPlaneConfig {
+	return DataPlaneConfig{Window: 16, MaxFrameBytes: 1 << 20, DialTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second}
+}
+
+// Validate fills zero fields with defaults and rejects the rest that is
+// out of range.
+func (c *DataPlaneConfig) Validate() error {
+	d := DefaultDataPlaneConfig()
+	if c.Window == 0 {
+		c.Window = d.Window
+	}
+	if c.MaxFrameBytes == 0 {
+		c.MaxFrameBytes = d.MaxFrameBytes
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = d.DialTimeout
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = d.WriteTimeout
+	}
+	if c.Window < 1 || c.Window > 1<<16 || c.MaxFrameBytes < 4 || c.MaxFrameBytes > 1<<30 || c.DialTimeout < 0 || c.WriteTimeout < 0 {
+		return fmt.Errorf("%w: data plane Window %d, MaxFrameBytes %d, timeouts %v/%v",
+			ErrBadConfig, c.Window, c.MaxFrameBytes, c.DialTimeout, c.WriteTimeout)
+	}
+	c.MaxFrameBytes &^= 3
+	return nil
+}
+
+// The wire format. All integers little-endian.
+//
+//	challenge (listener → dialer): "TRDP" version:u16 nonce:[16]
+//	hello (dialer → listener):     "TRDP" version:u16 worldLen:u16 world from:u32 to:u32 mac:[32]
+//	                               mac = HMAC-SHA256(key, nonce ‖ world ‖ from ‖ to)
+//	welcome (listener → dialer):   status:u8 (0) window:u32 maxFrameBytes:u32
+//	                            or status:u8 (1) len:u16 reason
+//	frame (dialer → listener):     header:[56] payload:[count·4]
+//	credit (listener → dialer):    frames:u32
+const (
+	dpMagic        = "TRDP"
+	dpVersion      = commProtocol
+	dpNonceLen     = 16
+	dpChallengeLen = 4 + 2 + dpNonceLen
+	dpHelloFixed   = 4 + 2 + 2
+	dpMacLen       = sha256.Size
+	dpMaxWorld     = 255
+	dpHeaderLen    = 56
+	dpWelcomeLen   = 1 + 4 + 4
+)
+
+// frameHeader is the fixed part of a frame: a collective message without
+// its payload.
+type frameHeader struct {
+	typ   collective.MsgType
+	kind  collective.Kind
+	group uint32
+	from  uint32
+	to    uint32
+	gen   uint64
+	op    uint64
+	seq   uint32
+	root  uint32
+	len   uint64
+	count uint32 // payload values
+}
+
+func (h *frameHeader) put(b []byte) {
+	b[0] = byte(h.typ)
+	b[1] = byte(h.kind)
+	binary.LittleEndian.PutUint16(b[2:], 0)
+	binary.LittleEndian.PutUint32(b[4:], h.group)
+	binary.LittleEndian.PutUint32(b[8:], h.from)
+	binary.LittleEndian.PutUint32(b[12:], h.to)
+	binary.LittleEndian.PutUint64(b[16:], h.gen)
+	binary.LittleEndian.PutUint64(b[24:], h.op)
+	binary.LittleEndian.PutUint32(b[32:], h.seq)
+	binary.LittleEndian.PutUint32(b[36:], h.root)
+	binary.LittleEndian.PutUint64(b[40:], h.len)
+	binary.LittleEndian.PutUint32(b[48:], h.count)
+	binary.LittleEndian.PutUint32(b[52:], 0)
+}
+
+// parseFrameHeader decodes and checks a frame header from a peer.
+func parseFrameHeader(b []byte, maxCount uint32) (frameHeader, error) {
+	if len(b) != dpHeaderLen {
+		return frameHeader{}, fmt.Errorf("%w: frame header of %d bytes, want %d", ErrDataPlane, len(b), dpHeaderLen)
+	}
+	h := frameHeader{
+		typ:   collective.MsgType(b[0]),
+		kind:  collective.Kind(b[1]),
+		group: binary.LittleEndian.Uint32(b[4:]),
+		from:  binary.LittleEndian.Uint32(b[8:]),
+		to:    binary.LittleEndian.Uint32(b[12:]),
+		gen:   binary.LittleEndian.Uint64(b[16:]),
+		op:    binary.LittleEndian.Uint64(b[24:]),
+		seq:   binary.LittleEndian.Uint32(b[32:]),
+		root:  binary.LittleEndian.Uint32(b[36:]),
+		len:   binary.LittleEndian.Uint64(b[40:]),
+		count: binary.LittleEndian.Uint32(b[48:]),
+	}
+	switch {
+	case h.typ != collective.MsgData && h.typ != collective.MsgDone:
+		return h, fmt.Errorf("%w: frame type %d", ErrDataPlane, b[0])
+	case binary.LittleEndian.Uint16(b[2:]) != 0 || binary.LittleEndian.Uint32(b[52:]) != 0:
+		return h, fmt.Errorf("%w: reserved header bytes are not zero", ErrDataPlane)
+	case h.typ == collective.MsgDone && h.count != 0:
+		return h, fmt.Errorf("%w: done frame with %d values", ErrDataPlane, h.count)
+	case h.count > maxCount:
+		return h, fmt.Errorf("%w: frame of %d values, limit %d", ErrDataPlane, h.count, maxCount)
+	}
+	return h, nil
+}
+
+type dpHello struct {
+	world    string
+	from, to uint32
+	mac      []byte
+}
+
+func helloMAC(key, nonce []byte, world string, from, to uint32) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write(nonce)
+	m.Write([]byte(world))
+	var b [8]byte
+	binary.LittleEndian.PutUint32(b[:], from)
+	binary.LittleEndian.PutUint32(b[4:], to)
+	m.Write(b[:])
+	return m.Sum(nil)
+}
+
+func appendHello(b []byte, h dpHello) []byte {
+	b = append(b, dpMagic...)
+	b = binary.LittleEndian.AppendUint16(b, dpVersion)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(h.world)))
+	b = append(b, h.world...)
+	b = binary.LittleEndian.AppendUint32(b, h.from)
+	b = binary.LittleEndian.AppendUint32(b, h.to)
+	return append(b, h.mac...)
+}
+
+// readHello reads and decodes the dialer's hello.
+func readHello(r io.Reader) (dpHello, error) {
+	var fixed [dpHelloFixed]byte
+	if _, err := io.ReadFull(r, fixed[:]); err != nil {
+		return dpHello{}, err
+	}
+	n, err := parseHelloPrefix(fixed[:])
+	if err != nil {
+		return dpHello{}, err
+	}
+	rest := make([]byte, n+8+dpMacLen)
+	if _, err := io.ReadFull(r, rest); err != nil {
+		return dpHello{}, err
+	}
+	return parseHelloRest(rest, n)
+}
+
+func parseHelloPrefix(b []byte) (int, error) {
+	if string(b[:4]) != dpMagic {
+		return 0, fmt.Errorf("%w: not a troupe data plane peer (magic %q)", ErrDataPlane, b[:4])
+	}
+	if v := binary.LittleEndian.Uint16(b[4:]); v != dpVersion {
+		return 0, fmt.Errorf("%w: protocol version %d, this process speaks %d", ErrDataPlane, v, dpVersion)
+	}
+	n := int(binary.LittleEndian.Uint16(b[6:]))
+	if n > dpMaxWorld {
+		return 0, fmt.Errorf("%w: world name of %d bytes", ErrDataPlane, n)
+	}
+	return n, nil
+}
+
+func parseHelloRest(b []byte, n int) (dpHello, error) {
+	if len(b) != n+8+dpMacLen {
+		return dpHello{}, fmt.Errorf("%w: hello of %d bytes", ErrDataPlane, len(b))
+	}
+	return dpHello{
+		world: string(b[:n]),
+		from:  binary.LittleEndian.Uint32(b[n:]),
+		to:    binary.LittleEndian.Uint32(b[n+4:]),
+		mac:   b[n+8:],
+	}, nil
+}
+
+// DataPlane is one process's end of the tensor data plane: a listener for
+// the peers that send to this rank, and one outbound connection per peer
+// this rank sends to, each with a writer goroutine, a credit window and
+// frames written straight from the operation's buffer.
+type DataPlane struct {
+	cfg     DataPlaneConfig
+	world   string
+	rank    int
+	size    int
+	ln      net.Listener
+	deliver func(collective.Message)
+	lost    func(peer int, err error)
+
+	mu     sync.Mutex
+	addrs  map[int]string
+	out    map[int]*dpOut
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// ListenDataPlane listens on addr (host:port, port 0 for any) for world rank
+// rank of size ranks. deliver receives every arriving message (from the
+// connection's goroutine: it must not block; the message's Release returns
+// its buffer and a credit); lost reports a broken connection.
+func ListenDataPlane(addr, world string, rank, size int, cfg DataPlaneConfig, deliver func(collective.Message), lost func(int, error)) (*DataPlane, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(world) > dpMaxWorld {
+		return nil, fmt.Errorf("%w: world name longer than %d bytes", ErrBadConfig, dpMaxWorld)
+	}
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("%w: rank %d of %d", ErrBadConfig, rank, size)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: listen on %s: %w", ErrDataPlane, addr, err)
+	}
+	d := &DataPlane{cfg: cfg, world: world, rank: rank, size: size, ln: ln, deliver: deliver, lost: lost,
+		addrs: map[int]string{}, out: map[int]*dpOut{}, conns: map[net.Conn]struct{}{}}
+	d.wg.Add(1)
+	go d.accept()
+	return d, nil
+}
+
+// Addr is the listener's host:port.
+func (d *DataPlane) Addr() string { return d.ln.Addr().String() }
+
+// SetPeer records where rank peer's data plane listens.
+func (d *DataPlane) SetPeer(peer int, addr string) {
+	// Lock order: dpOut.mu before DataPlane.mu (dial holds its own lock
+	// while it looks the address up), so d.mu is released first.
+	d.mu.Lock()
+	d.addrs[peer] = addr
+	o := d.out[peer]
+	d.mu.Unlock()
+	if o != nil {
+		o.mu.Lock()
+		o.cond.Broadcast()
+		o.mu.Unlock()
+	}
+}
+
+// Send queues m for its destination; it never blocks. m.Payload is read
+// by the connection's writer later, straight from the caller's buffer: it
+// must stay untouched until the operation completes or Cancel returns.
+func (d *DataPlane) Send(m collective.Message) {
+	d.mu.Lock()
+	if d.closed || m.To < 0 || m.To >= d.size || m.To == d.rank {
+		d.mu.Unlock()
+		return
+	}
+	o := d.out[m.To]
+	if o == nil {
+		o = &dpOut{d: d, peer: m.To}
+		o.cond = sync.NewCond(&o.mu)
+		d.out[m.To] = o
+		d.wg.Add(1)
+		go o.run()
+	}
+	d.mu.Unlock()
+	o.mu.Lock()
+	if o.err == nil {
+		o.queue = append(o.queue, m)
+		o.cond.Broadcast()
+	}
+	o.mu.Unlock()
+}
+
+// Cancel drops the queued frames of generations ≤ gen of group and waits
+// until no writer is writing one of them: then no payload of the aborted
+// operations is read any more.
+func (d *DataPlane) Cancel(group uint32, gen uint64) {
+	d.mu.Lock()
+	outs := make([]*dpOut, 0, len(d.out))
+	for _, o := range d.out {
+		outs = append(outs, o)
+	}
+	d.mu.Unlock()
+	stale := func(m *collective.Message) bool { return m.Group == group && m.Gen <= gen }
+	for _, o := range outs {
+		o.mu.Lock()
+		kept := o.queue[:0]
+		for _, m := range o.queue {
+			if !stale(&m) {
+				kept = append(kept, m)
+			}
+		}
+		clear(o.queue[len(kept):])
+		o.queue = kept
+		for o.writing && stale(&o.current) {
+			o.cond.Wait()
+		}
+		o.mu.Unlock()
+	}
+}
+
+// Close closes the listener and every connection and waits for the
+// goroutines.
+func (d *DataPlane) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.ln.Close()
+	for c := range d.conns {
+		c.Close()
+	}
+	outs := make([]*dpOut, 0, len(d.out))
+	for _, o := range d.out {
+		outs = append(outs, o)
+	}
+	d.mu.Unlock()
+	for _, o := range outs {
+		o.mu.Lock()
+		o.closed = true
+		if o.conn != nil {
+			o.conn.Close()
+		}
+		o.cond.Broadcast()
+		o.mu.Unlock()
+	}
+	d.wg.Wait()
+	return nil
+}
+
+func (d *DataPlane) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
+func (d *DataPlane) track(c net.Conn) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		c.Close()
+		return false
+	}
+	d.conns[c] = struct{}{}
+	return true
+}
+
+func (d *DataPlane) untrack(c net.Conn) {
+	d.mu.Lock()
+	delete(d.conns, c)
+	d.mu.Unlock()
+	c.Close()
+}
+
+func (d *DataPlane) accept() {
+	defer d.wg.Done()
+	for {
+		c, err := d.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !d.track(c) {
+			return
+		}
+		d.wg.Add(1)
+		go d.serveIn(c)
+	}
+}
+
+// handshakeIn checks an inbound connection's hello and welcomes it.
+func (d *DataPlane) handshakeIn(c net.Conn) (int, error) {
+	c.SetDeadline(time.Now().Add(d.cfg.DialTimeout))
+	defer c.SetDeadline(time.Time{})
+	ch := make([]byte, dpChallengeLen)
+	copy(ch, dpMagic)
+	binary.LittleEndian.PutUint16(ch[4:], dpVersion)
+	nonce := ch[6:]
+	if _, err := rand.Read(nonce); err != nil {
+		return -1, err
+	}
+	if _, err := c.Write(ch); err != nil {
+		return -1, err
+	}
+	h, err := readHello(c)
+	if err == nil {
+		switch {
+		case h.world != d.world:
+			err = fmt.Errorf("%w: peer of world %q, this is %q", ErrDataPlane, h.world, d.world)
+		case h.to != uint32(d.rank) || h.from >= uint32(d.size) || h.from == uint32(d.rank):
+			err = fmt.Errorf("%w: connection from rank %d to rank %d reached rank %d of %d", ErrDataPlane, h.from, h.to, d.rank, d.size)
+		case !hmac.Equal(h.mac, helloMAC(d.cfg.Key, nonce, h.world, h.from, h.to)):
+			err = fmt.Errorf("%w: rank %d's key does not match", ErrDataPlane, h.from)
+		}
+	}
+	if err != nil {
+		reason := err.Error()[:min(len(err.Error()), 1024)]
+		b := append([]byte{1}, binary.LittleEndian.AppendUint16(nil, uint16(len(reason)))...)
+		c.Write(append(b, reason...))
+		return -1, err
+	}
+	w := make([]byte, dpWelcomeLen)
+	binary.LittleEndian.PutUint32(w[1:], uint32(d.cfg.Window))
+	binary.LittleEndian.PutUint32(w[5:], uint32(d.cfg.MaxFrameBytes))
+	_, err = c.Write(w)
+	return int(h.from), err
+}
+
+// serveIn reads the frames of one inbound connection into its pool of
+// Window buffers and returns a credit for each buffer released.
+func (d *DataPlane) serveIn(c net.Conn) {
+	defer d.wg.Done()
+	defer d.untrack(c)
+	peer, err := d.handshakeIn(c)
+	if err != nil {
+		return // a stranger or a broken dial: the dialer reports it
+	}
+	W, maxCount := d.cfg.Window, uint32(d.cfg.MaxFrameBytes/4)
+	free := make(chan int, W)
+	bufs := make([][]float32, W)
+	var pending atomic.Int64
+	signal := make(chan struct{}, 1)
+	release := make([]func(), W)
+	for i := range bufs {
+		bufs[i] = make([]float32, maxCount)
+		free <- i
+		release[i] = func() {
+			free <- i
+			pending.Add(1)
+			select {
+			case signal <- struct{}{}:
+			default:
+			}
+		}
+	}
+	stop := make(chan struct{})
+	var creditWG sync.WaitGroup
+	creditWG.Add(1)
+	go func() { // the credit writer: never blocks a Release
+		defer creditWG.Done()
+		var b [4]byte
+		for {
+			select {
+			case <-stop:
+				return
+			case <-signal:
+			}
+			n := pending.Swap(0)
+			if n == 0 {
+				continue
+			}
+			binary.LittleEndian.PutUint32(b[:], uint32(n))
+			c.SetWriteDeadline(time.Now().Add(d.cfg.WriteTimeout))
+			if _, err := c.Write(b[:]); err != nil {
+				return
+			}
+		}
+	}()
+	defer creditWG.Wait()
+	defer close(stop)
+
+	var hb [dpHeaderLen]byte
+	var scratch []byte
+	for {
+		if _, err = io.ReadFull(c, hb[:]); err != nil {
+			break
+		}
+		var h frameHeader
+		if h, err = parseFrameHeader(hb[:], maxCount); err != nil {
+			break
+		}
+		if h.from != uint32(peer) || h.to != uint32(d.rank) {
+			err = fmt.Errorf("%w: frame %d→%d on the connection from rank %d", ErrDataPlane, h.from, h.to, peer)
+			break
+		}
+		m := collective.Message{Type: h.typ, Group: h.group, From: int(h.from), To: int(h.to), Gen: h.gen, Op: h.op,
+			Seq: h.seq, Kind: h.kind, Len: h.len, Root: int(h.root), Culprit: -1}
+		if h.typ == collective.MsgData {
+			var i int
+			select {
+			case i = <-free:
+			default:
+				err = fmt.Errorf("%w: rank %d sent more frames than its credit", ErrDataPlane, peer)
+			}
+			if err != nil {
+				break
+			}
+			p := bufs[i][:h.count]
+			if littleEndian {
+				_, err = io.ReadFull(c, floatBytes(p))
+			} else {
+				scratch = append(scratch[:0], make([]byte, 4*h.count)...)
+				if _, err = io.ReadFull(c, scratch); err == nil {
+					for j := range p {
+						p[j] = math.Float32frombits(binary.LittleEndian.Uint32(scratch[4*j:]))
+					}
+				}
+			}
+			if err != nil {
+				free <- i
+				break
+			}
+			m.Payload, m.Release = p, release[i]
+		}
+		d.deliver(m)
+	}
+	if !d.isClosed() {
+		d.lost(peer, fmt.Errorf("%w: connection from rank %d: %w", ErrDataPlane, peer, err))
+	}
+}
+
+// dpOut is the outbound connection to one peer.
+type dpOut struct {
+	d    *DataPlane
+	peer int
+
+	mu      sync.Mutex
+	cond    *sync.Cond // queue, credits, writing, closed changed
+	queue   []collective.Message
+	credits int
+	maxVals int
+	writing bool
+	current collective.Message
+	conn    net.Conn
+	err     error
+	closed  bool
+}
+
+func (o *dpOut) fail(err error) {
+	o.mu.Lock()
+	first := o.err == nil
+	if first {
+		o.err = err
+		o.queue = nil
+	}
+	o.closed = true
+	if o.conn != nil {
+		o.conn.Close()
+	}
+	o.cond.Broadcast()
+	o.mu.Unlock()
+	if first && !o.d.isClosed() {
+		o.d.lost(o.peer, err)
+	}
+}
+
+// dial waits for the peer's address, connects and shakes hands.
+func (o *dpOut) dial() error {
+	d := o.d
+	o.mu.Lock()
+	for {
+		d.mu.Lock()
+		addr, ok := d.addrs[o.peer]
+		d.mu.Unlock()
+		if ok || o.closed {
+			o.mu.Unlock()
+			if o.closed {
+				return net.ErrClosed
+			}
+			return o.connect(addr)
+		}
+		o.cond.Wait()
+	}
+}
+
+func (o *dpOut) connect(addr string) error {
+	d := o.d
+	c, err := net.DialTimeout("tcp", addr, d.cfg.DialTimeout)
+	if err != nil {
+		return fmt.Errorf("%w: dial rank %d at %s: %w", ErrDataPlane, o.peer, addr, err)
+	}
+	o.mu.Lock()
+	o.conn = c
+	closed := o.closed
+	o.mu.Unlock()
+	if closed {
+		c.Close()
+		return net.ErrClosed
+	}
+	c.SetDeadline(time.Now().Add(d.cfg.DialTimeout))
+	ch := make([]byte, dpChallengeLen)
+	if _, err := io.ReadFull(c, ch); err != nil {
+		return fmt.Errorf("%w: handshake with rank %d: %w", ErrDataPlane, o.peer, err)
+	}
+	if string(ch[:4]) != dpMagic || binary.LittleEndian.Uint16(ch[4:]) != dpVersion {
+		return fmt.Errorf("%w: rank %d at %s is not a troupe data plane of version %d", ErrDataPlane, o.peer, addr, dpVersion)
+	}
+	mac := helloMAC(d.cfg.Key, ch[6:], d.world, uint32(d.rank), uint32(o.peer))
+	if _, err := c.Write(appendHello(nil, dpHello{world: d.world, from: uint32(d.rank), to: uint32(o.peer), mac: mac})); err != nil {
+		return fmt.Errorf("%w: handshake with rank %d: %w", ErrDataPlane, o.peer, err)
+	}
+	w := make([]byte, dpWelcomeLen)
+	if _, err := io.ReadFull(c, w[:1]); err != nil {
+		return fmt.Errorf("%w: handshake with rank %d: %w", ErrDataPlane, o.peer, err)
+	}
+	if w[0] != 0 {
+		var n [2]byte
+		io.ReadFull(c, n[:])
+		reason := make([]byte, binary.LittleEndian.Uint16(n[:]))
+		io.ReadFull(c, reason)
+		return fmt.Errorf("%w: rank %d refused the connection: %s", ErrDataPlane, o.peer, reason)
+	}
+	if _, err := io.ReadFull(c, w[1:]); err != nil {
+		return fmt.Errorf("%w: handshake with rank %d: %w", ErrDataPlane, o.peer, err)
+	}
+	c.SetDeadline(time.Time{})
+	window := binary.LittleEndian.Uint32(w[1:])
+	maxFrame := binary.LittleEndian.Uint32(w[5:])
+	if window == 0 || window > 1<<16 || maxFrame < 4 {
+		return fmt.Errorf("%w: rank %d offers window %d, frames of %d bytes", ErrDataPlane, o.peer, window, maxFrame)
+	}
+	o.mu.Lock()
+	o.credits, o.maxVals = int(window), int(maxFrame/4)
+	o.mu.Unlock()
+	return nil
+}
+
+// readCredits adds the credits the receiver returns.
+func (o *dpOut) readCredits(window int) {
+	defer o.d.wg.Done()
+	var b [4]byte
+	for {
+		if _, err := io.ReadFull(o.conn, b[:]); err != nil {
+			o.fail(fmt.Errorf("%w: connection to rank %d: %w", ErrDataPlane, o.peer, err))
+			return
+		}
+		n := int(binary.LittleEndian.Uint32(b[:]))
+		o.mu.Lock()
+		o.credits += n
+		bad := o.credits > window
+		o.cond.Broadcast()
+		o.mu.Unlock()
+		if bad {
+			o.fail(fmt.Errorf("%w: rank %d returned more credit than its window", ErrDataPlane, o.peer))
+			return
+		}
+	}
+}
+
+// run is the connection's writer goroutine.
+func (o *dpOut) run() {
+	defer o.d.wg.Done()
+	if err := o.dial(); err != nil {
+		o.fail(err)
+		return
+	}
+	window := o.credits
+	o.d.wg.Add(1)
+	go o.readCredits(window)
+	var hb [dpHeaderLen]byte
+	var scratch []byte
+	for {
+		o.mu.Lock()
+		for !o.closed && (len(o.queue) == 0 || (o.queue[0].Type == collective.MsgData && o.credits == 0)) {
+			o.cond.Wait()
+		}
+		if o.closed {
+			o.mu.Unlock()
+			return
+		}
+		m := o.queue[0]
+		o.queue[0] = collective.Message{}
+		o.queue = o.queue[1:]
+		if m.Type == collective.MsgData {
+			o.credits--
+		}
+		o.writing, o.current = true, m
+		maxVals := o.maxVals
+		o.mu.Unlock()
+
+		var err error
+		if len(m.Payload) > maxVals {
+			err = fmt.Errorf("%w: a chunk of %d values exceeds rank %d's frames of %d values (SubChunkBytes > MaxFrameBytes)", ErrDataPlane, len(m.Payload), o.peer, maxVals)
+		} else {
+			h := frameHeader{typ: m.Type, kind: m.Kind, group: m.Group, from: uint32(m.From), to: uint32(m.To),
+				gen: m.Gen, op: m.Op, seq: m.Seq, root: uint32(m.Root), len: m.Len, count: uint32(len(m.Payload))}
+			h.put(hb[:])
+			var payload []byte
+			if littleEndian {
+				payload = floatBytes(m.Payload)
+			} else {
+				scratch = append(scratch[:0], encodeFloats(m.Payload)...)
+				payload = scratch
+			}
+			o.conn.SetWriteDeadline(time.Now().Add(o.d.cfg.WriteTimeout))
+			bufs := net.Buffers{hb[:], payload}
+			_, err = bufs.WriteTo(o.conn)
+		}
+		o.mu.Lock()
+		o.writing, o.current = false, collective.Message{}
+		o.cond.Broadcast()
+		o.mu.Unlock()
+		if err != nil {
+			if !errors.Is(err, ErrDataPlane) {
+				err = fmt.Errorf("%w: connection to rank %d: %w", ErrDataPlane, o.peer, err)
+			}
+			o.fail(err)
+			return
+		}
+	}
+}

@@ -1,0 +1,241 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// SystemConfig configures a node's actor system.
+type SystemConfig struct {
+	// Remote serves protoactor remote (gRPC) on Host:Port so that actors in
+	// other processes can reach this system's actors. Without it the system
+	// is local: actors talk by pointer within the process only.
+	Remote bool
+	// Host is the address to listen on and advertise. Default 127.0.0.1.
+	Host string
+	// Port is the gRPC port; 0 picks a free one (see System.Address).
+	Port int
+	// MaxMessageBytes raises gRPC's message limit (4 MiB by default) on the
+	// server and the client side. protoactor packs many messages into one
+	// gRPC message, and a batch over the limit is lost without an error, so
+	// the endpoint writer's batch is derived from it (see MaxActorMessageBytes).
+	// Default 64 MiB.
+	MaxMessageBytes int
+	// MaxActorMessageBytes is the largest message this system's actors send
+	// remotely (a chunk of the "actor" transport plus its envelope). The
+	// endpoint writer batches at most MaxMessageBytes/MaxActorMessageBytes
+	// messages. Default 1 MiB + 4 KiB.
+	MaxActorMessageBytes int
+	// Logger receives protoactor's logs (one level quieter: its Info is our
+	// Debug). Default: a no-op logger.
+	Logger *zap.Logger
+}
+
+// DefaultSystemConfig is a local system.
+func DefaultSystemConfig() SystemConfig {
+	return SystemConfig{
+		Host:                 "127.0.0.1",
+		MaxMessageBytes:      64 << 20,
+		MaxActorMessageBytes: 1<<20 + 4<<10,
+	}
+}
+
+// Validate fills zero fields with defaults and rejects the rest that is
+// out of range.
+func (c *SystemConfig) Validate() error {
+	d := DefaultSystemConfig()
+	if c.Host == "" {
+		c.Host = d.Host
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		return fmt.Errorf("%w: Port %d", ErrBadConfig, c.Port)
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = d.MaxMessageBytes
+	}
+	if c.MaxActorMessageBytes == 0 {
+		c.MaxActorMessageBytes = d.MaxActorMessageBytes
+	}
+	if c.MaxMessageBytes < 4<<20 || c.MaxActorMessageBytes <= 0 || c.MaxActorMessageBytes > c.MaxMessageBytes {
+		return fmt.Errorf("%w: MaxMessageBytes %d (want ≥ 4 MiB) and MaxActorMessageBytes %d (want ≤ MaxMessageBytes)",
+			ErrBadConfig, c.MaxMessageBytes, c.MaxActorMessageBytes)
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return nil
+}
+
+// System is one node's protoactor actor system, local or remote.
+type System struct {
+	cfg    SystemConfig
+	actors *actor.ActorSystem
+	remote *remote.Remote
+	logger *zap.Logger
+
+	mu     sync.Mutex
+	closed bool
+	// localWorlds numbers the local worlds started, to name their actors.
+	localWorlds atomic.Int64
+}
+
+// NewSystem starts an actor system; with cfg.Remote it also serves
+// protoactor remote over gRPC.
+func NewSystem(cfg SystemConfig) (*System, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger.With(zap.String("lib", "protoactor"))
+	as := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(&zapSlog{z: logger})
+	}))
+	s := &System{cfg: cfg, actors: as, logger: cfg.Logger}
+	if !cfg.Remote {
+		return s, nil
+	}
+	port := cfg.Port
+	if port == 0 {
+		// protoactor panics when it cannot listen; find a free port first so
+		// that a busy one is an error instead.
+		ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("actors: listen on %s: %w", cfg.Host, err)
+		}
+		port = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+	} else if ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(port))); err != nil {
+		return nil, fmt.Errorf("actors: listen on %s:%d: %w", cfg.Host, port, err)
+	} else {
+		ln.Close()
+	}
+	batch := max(1, cfg.MaxMessageBytes/cfg.MaxActorMessageBytes-1)
+	n := cfg.MaxMessageBytes
+	rc := remote.Configure(cfg.Host, port,
+		remote.WithServerOptions(grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n)),
+		remote.WithDialOptions(
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(n), grpc.MaxCallSendMsgSize(n)),
+		),
+		remote.WithEndpointWriterBatchSize(batch),
+	)
+	s.remote = remote.NewRemote(as, rc)
+	if err := startRemote(s.remote); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// startRemote turns protoactor's panics on start-up into an error.
+func startRemote(r *remote.Remote) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("actors: starting protoactor remote: %v", p)
+		}
+	}()
+	r.Start()
+	return nil
+}
+
+// Actors is the protoactor actor system, for spawning actors.
+func (s *System) Actors() *actor.ActorSystem { return s.actors }
+
+// Root is the system's root context.
+func (s *System) Root() *actor.RootContext { return s.actors.Root }
+
+// Address is host:port of a remote system, "nonhost" for a local one.
+func (s *System) Address() string { return s.actors.Address() }
+
+// IsRemote reports whether the system serves protoactor remote.
+func (s *System) IsRemote() bool { return s.remote != nil }
+
+// Logger is the logger the system was configured with.
+func (s *System) Logger() *zap.Logger { return s.logger }
+
+// Close stops protoactor remote and the actor system. Actors should be
+// stopped first (their Close methods).
+func (s *System) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.remote != nil {
+		// A graceful gRPC stop waits up to 10 s for peers to hang up
+		// (protoactor's own fallback); do not wait for them.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.remote.Shutdown(true)
+		}()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			return errors.New("actors: protoactor remote did not stop within 3 s")
+		}
+	}
+	s.actors.Shutdown()
+	return nil
+}
+
+// zapSlog sends protoactor's slog records to zap, one level quieter:
+// protoactor reports routine connection events at Info and expected peer
+// deaths at Error.
+type zapSlog struct {
+	z     *zap.Logger
+	attrs []zap.Field
+}
+
+func (h *zapSlog) level(l slog.Level) zapcore.Level {
+	switch {
+	case l >= slog.LevelWarn:
+		return zapcore.WarnLevel
+	case l >= slog.LevelInfo:
+		return zapcore.DebugLevel
+	}
+	return zapcore.DebugLevel - 1
+}
+
+func (h *zapSlog) Enabled(_ context.Context, l slog.Level) bool {
+	return h.z.Core().Enabled(h.level(l))
+}
+
+func (h *zapSlog) Handle(_ context.Context, r slog.Record) error {
+	ce := h.z.Check(h.level(r.Level), r.Message)
+	if ce == nil {
+		return nil
+	}
+	fields := append([]zap.Field(nil), h.attrs...)
+	r.Attrs(func(a slog.Attr) bool {
+		fields = append(fields, zap.Any(a.Key, a.Value.Any()))
+		return true
+	})
+	ce.Write(fields...)
+	return nil
+}
+
+func (h *zapSlog) WithAttrs(as []slog.Attr) slog.Handler {
+	n := &zapSlog{z: h.z, attrs: append([]zap.Field(nil), h.attrs...)}
+	for _, a := range as {
+		n.attrs = append(n.attrs, zap.Any(a.Key, a.Value.Any()))
+	}
+	return n
+}
+
+func (h *zapSlog) WithGroup(name string) slog.Handler {
+	return &zapSlog{z: h.z.Named(name), attrs: h.attrs}
+}
