@@ -1,0 +1,159 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/nn"
+)
+
+// writeInit saves a model's initial weights, the --init every run shares.
+func writeInit(t *testing.T, m *nn.Model, err error) string {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "init.safetensors")
+	if err := m.Set.SaveWeights(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestDataParallelWorlds: --dp 1, 2, 4 and --procs 2 (and --accum 2) from
+// the same --init weights and data give the same per-step losses as one
+// worker on the whole batch for 20 steps, and the replicas stay
+// bit-identical (--check-every 1 fails the run otherwise). The tolerance is
+// float32 summation order: 1e-4 relative (see train/dp_test.go).
+func TestDataParallelWorlds(t *testing.T) {
+	mlp, err := nn.NewMLP(cpu.New(1), nn.MLPConfig{Sizes: []int{784, 64, 10}}, 11)
+	mlpInit := writeInit(t, mlp, err)
+	gpt, err := nn.NewGPT(cpu.New(1), nn.GPTConfig{Vocab: 65, Context: 16, DModel: 32, Layers: 2, Heads: 4}, 11)
+	gptInit := writeInit(t, gpt, err)
+	models := map[string][]string{
+		"mlp": {"--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp", "--init", mlpInit, "--batch", "32"},
+		"gpt": {"--model", "gpt", "--d-model", "32", "--n-layers", "2", "--n-heads", "4", "--context", "16",
+			"--data", "synthetic-tokens", "--init", gptInit, "--batch", "16"},
+	}
+	worlds := [][]string{
+		{"--dp", "2"}, {"--dp", "4"}, {"--procs", "2"},
+		{"--dp", "2", "--accum", "2"}, {"--procs", "2", "--accum", "2"},
+	}
+	for name, args := range models {
+		base := append(append([]string{"train"}, args...), "--steps", "20", "--check-every", "1", "--bucket-mb", "0.05", "--threads", "2")
+		ref := runLosses(t, base)
+		for _, w := range worlds {
+			t.Run(name+"/"+strings.Join(w, " "), func(t *testing.T) {
+				got := runLosses(t, append(append([]string{}, base...), w...))
+				if len(got) != 20 {
+					t.Fatalf("%d steps logged, want 20", len(got))
+				}
+				for i := range ref {
+					if math.Abs(got[i]-ref[i]) > 1e-4*math.Abs(ref[i]) {
+						t.Errorf("step %d: loss %.7f, one worker %.7f", i+1, got[i], ref[i])
+					}
+				}
+			})
+		}
+	}
+}
+
+func runLosses(t *testing.T, args []string) []float64 {
+	t.Helper()
+	m := filepath.Join(t.TempDir(), "m.jsonl")
+	troupe(t, 5*time.Minute, append(args, "--metrics-out", m)...)
+	return losses(t, readFile(t, m), "loss")
+}
+
+// TestKilledWorkerStopsTheJob: kill -9 of a worker process mid-run ends the
+// whole job within seconds with an error naming the lost rank; nothing
+// hangs.
+func TestKilledWorkerStopsTheJob(t *testing.T) {
+	dir := t.TempDir()
+	metrics := filepath.Join(dir, "m.jsonl")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, troupeBin, "train", "--model", "mlp", "--data", "synthetic-mlp", "--layers", "784,64,10",
+		"--steps", "1000000", "--batch", "32", "--procs", "2", "--metrics-out", metrics, "--log-format", "json")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until training is under way (a few steps logged).
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if b, _ := os.ReadFile(metrics); bytes.Count(b, []byte("\n")) >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("training did not start\n%s", stderr.String())
+		}
+	}
+	victim, rank := workerPID(t, cmd.Process.Pid)
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	err := cmd.Wait()
+	elapsed := time.Since(killed)
+	if err == nil {
+		t.Fatal("the job exited 0 after a worker was killed")
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the job hung after the kill\n%s", stderr.String())
+	}
+	if elapsed > 10*time.Second {
+		t.Errorf("the job took %v to stop after the kill", elapsed)
+	}
+	last := lastLine(stderr.String())
+	if !strings.Contains(last, fmt.Sprintf("rank %d", rank)) {
+		t.Errorf("the final error does not name rank %d: %q", rank, last)
+	}
+	t.Logf("stopped %v after kill -9 of rank %d: %s", elapsed, rank, last)
+	if elapsed > time.Second {
+		t.Logf("killed at %s\n%s", killed.Format("15:04:05.000"), stderr.String()[max(0, stderr.Len()-6000):])
+	}
+}
+
+// workerPID finds a worker process of parent and its rank (from its
+// environment).
+func workerPID(t *testing.T, parent int) (int, int) {
+	t.Helper()
+	out, err := exec.Command("pgrep", "-P", strconv.Itoa(parent)).Output()
+	if err != nil {
+		t.Fatalf("pgrep: %v", err)
+	}
+	for _, f := range strings.Fields(string(out)) {
+		pid, _ := strconv.Atoi(f)
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if v, ok := strings.CutPrefix(string(kv), "TROUPE_WORKER_RANK="); ok {
+				r, _ := strconv.Atoi(v)
+				return pid, r
+			}
+		}
+	}
+	t.Fatalf("no worker process under %d", parent)
+	return 0, 0
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
