@@ -1,0 +1,81 @@
+package pipeline
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/nn"
+)
+
+// TestLayerParams counts by hand: an MLP 4-3-2 has fc1 (4·3 + 3 = 15), a
+// ReLU (0) and fc2 (3·2 + 2 = 8).
+func TestLayerParams(t *testing.T) {
+	m, err := nn.NewMLP(cpu.New(1), nn.MLPConfig{Sizes: []int{4, 3, 2}}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := LayerParams(m)
+	if !slices.Equal(got, []int{15, 0, 8}) {
+		t.Fatalf("%v", got)
+	}
+	sum := 0
+	for _, n := range got {
+		sum += n
+	}
+	if sum != m.Set.Len() {
+		t.Fatalf("layers hold %d parameters, the set %d", sum, m.Set.Len())
+	}
+	costs, err := ParamCosts(got)
+	if err != nil || !slices.Equal(costs, []float64{15, 0, 8}) {
+		t.Fatal(costs, err)
+	}
+	if _, err := ParamCosts([]int{1, -1}); !errors.Is(err, ErrBadArgument) {
+		t.Fatal(err)
+	}
+}
+
+// TestLayerParamsTiedGPT: the tied embedding is counted on both the first
+// layer and the head, so the list sums to more than the set by one
+// vocab × d_model matrix.
+func TestLayerParamsTiedGPT(t *testing.T) {
+	cfg := nn.GPTConfig{Vocab: 11, Context: 4, DModel: 8, Layers: 2, Heads: 2}
+	m, err := nn.NewGPT(cpu.New(1), cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := LayerParams(m)
+	if len(got) != 4 {
+		t.Fatalf("%d layers", len(got))
+	}
+	sum := 0
+	for _, n := range got {
+		sum += n
+	}
+	if sum != m.Set.Len()+11*8 {
+		t.Fatalf("layers hold %d, set %d + tied %d", sum, m.Set.Len(), 11*8)
+	}
+	if got[0] != (11+4)*8 || got[3] != 2*8+11*8 {
+		t.Fatalf("embedding %d, head %d", got[0], got[3])
+	}
+}
+
+func TestTimeCosts(t *testing.T) {
+	ms := time.Millisecond
+	got, err := TimeCosts([][]time.Duration{{3 * ms, 1 * ms, 100 * ms}, {2 * ms, 4 * ms}, {0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Medians: 3 ms (the 100 ms outlier ignored), (2+4)/2 ms, 0.
+	if !slices.Equal(got, []float64{0.003, 0.003, 0}) {
+		t.Fatal(got)
+	}
+	if _, err := TimeCosts([][]time.Duration{{ms}, {}}); !errors.Is(err, ErrBadArgument) {
+		t.Fatal(err)
+	}
+	if _, err := TimeCosts([][]time.Duration{{-ms, ms}}); !errors.Is(err, ErrBadArgument) {
+		t.Fatal(err)
+	}
+}
