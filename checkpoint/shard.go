@@ -1,0 +1,292 @@
+package checkpoint
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/troupe-ml/troupe/safetensors"
+)
+
+// RankShard is what one rank writes: its pieces of its stage's tensors.
+// Data[i] holds the bytes of Pieces[i] (a view of the snapshot's memory).
+type RankShard struct {
+	World         World
+	Step          int64
+	Stage, DPRank int
+	// Specs are all the tensors of the stage, in order; Pieces index them.
+	Specs  []TensorSpec
+	Pieces []Piece
+	Data   [][]byte
+}
+
+// Rank returns the shard's rank in its world.
+func (r RankShard) Rank() int { return r.World.Rank(r.Stage, r.DPRank) }
+
+// ShardFileName names the shard file of rank in a world of size ranks:
+// "shard-00001-of-00004.safetensors".
+func ShardFileName(rank, size int) string {
+	return fmt.Sprintf("shard-%05d-of-%05d.safetensors", rank, size)
+}
+
+// partFileName names a rank's part manifest in the temporary directory.
+func partFileName(rank int) string { return fmt.Sprintf("part-%05d.json", rank) }
+
+// maxPartSize bounds a part manifest on read.
+const maxPartSize = MaxManifestSize
+
+// Part is what a rank reports after writing its shard file: the file, the
+// slices in it, and the specs of all its stage's tensors, so that the
+// leader can merge every rank's part into the manifest and check that
+// nothing is missing. In one process parts pass in memory; across processes
+// each rank writes its part next to its shard (WritePart) or sends it to
+// the leader as JSON.
+type Part struct {
+	Step   int64        `json:"step"`
+	World  World        `json:"world"`
+	File   FileEntry    `json:"file"`
+	Specs  []TensorSpec `json:"specs"`
+	Slices []PartSlice  `json:"slices"`
+}
+
+// PartSlice is a slice of tensor Tensor in the part's file.
+type PartSlice struct {
+	Tensor string `json:"tensor"`
+	SliceEntry
+}
+
+// sliceShape returns the offsets and sizes of piece p of a tensor of the
+// given shape.
+func sliceShape(shape []int, p Piece) (offsets, sizes []int) {
+	offsets, sizes = make([]int, len(shape)), slices.Clone(shape)
+	if len(shape) > 0 {
+		offsets[0], sizes[0] = int(p.Lo), int(p.Hi-p.Lo)
+	}
+	if sizes == nil {
+		sizes = []int{}
+	}
+	return offsets, sizes
+}
+
+// WriteShard writes rank r's shard file into the temporary directory
+// tmpDir: a plain safetensors file holding each of its pieces as a tensor of
+// the logical name and the piece's shape, then fsyncs and closes it. It
+// returns the rank's Part. The directory entry becomes durable when the
+// leader syncs tmpDir in Commit.
+func WriteShard(fsys FS, tmpDir string, r RankShard) (*Part, error) {
+	if len(r.Pieces) != len(r.Data) {
+		return nil, fmt.Errorf("%w: %d pieces but %d data buffers", ErrSnapshot, len(r.Pieces), len(r.Data))
+	}
+	name := ShardFileName(r.Rank(), r.World.Size)
+	ts := make([]safetensors.Tensor, len(r.Pieces))
+	part := &Part{Step: r.Step, World: r.World, Specs: r.Specs, Slices: make([]PartSlice, len(r.Pieces))}
+	for i, p := range r.Pieces {
+		if p.Tensor < 0 || p.Tensor >= len(r.Specs) {
+			return nil, fmt.Errorf("%w: piece %d names tensor %d of %d", ErrSnapshot, i, p.Tensor, len(r.Specs))
+		}
+		spec := r.Specs[p.Tensor]
+		off, sizes := sliceShape(spec.Shape, p)
+		ts[i] = safetensors.Tensor{Name: spec.Name, DType: spec.DType, Shape: sizes, Data: r.Data[i]}
+		part.Slices[i] = PartSlice{Tensor: spec.Name, SliceEntry: SliceEntry{Offsets: off, Sizes: sizes, File: name, CRC32C: crc32c(r.Data[i])}}
+	}
+	meta := map[string]string{
+		"format":       "pt",
+		"troupe_step":  strconv.FormatInt(r.Step, 10),
+		"troupe_rank":  strconv.Itoa(r.Rank()),
+		"troupe_world": r.World.String(),
+	}
+	h, err := safetensors.Layout(ts, meta)
+	if err != nil {
+		return nil, fmt.Errorf("%w: rank %d: %v", ErrSnapshot, r.Rank(), err)
+	}
+	for i := range part.Slices {
+		info, _ := h.Lookup(ts[i].Name)
+		part.Slices[i].Offset, part.Slices[i].Bytes = info.Offset, info.Size()
+	}
+	path := filepath.Join(tmpDir, name)
+	f, err := fsys.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	hw := &headerCRC{w: f, left: h.DataStart(), crc: crc32.New(castagnoli)}
+	var size int64 = h.DataStart()
+	for _, t := range ts {
+		size += int64(len(t.Data))
+	}
+	// Up to 4 MiB of buffer merges small tensors into few writes; big
+	// tensors go straight through, as bufio writes them unbuffered.
+	bw := bufio.NewWriterSize(hw, int(min(4<<20, size)))
+	err = safetensors.Write(bw, ts, meta)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("writing %s: %w", path, err)
+	}
+	part.File = FileEntry{Name: name, Rank: r.Rank(), Stage: r.Stage, DPRank: r.DPRank, Bytes: hw.n, HeaderCRC32C: hw.crc.Sum32()}
+	return part, nil
+}
+
+// headerCRC passes writes through, counting bytes and taking the CRC-32C
+// of the first left bytes (the safetensors length and header).
+type headerCRC struct {
+	w    io.Writer
+	left int64
+	n    int64
+	crc  hash.Hash32
+}
+
+func (h *headerCRC) Write(p []byte) (int, error) {
+	if h.left > 0 {
+		k := min(int64(len(p)), h.left)
+		h.crc.Write(p[:k])
+		h.left -= k
+	}
+	n, err := h.w.Write(p)
+	h.n += int64(n)
+	return n, err
+}
+
+// WritePart writes a rank's part manifest into tmpDir and fsyncs it, for a
+// leader in another process to read with ReadParts.
+func WritePart(fsys FS, tmpDir string, p *Part) error {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrManifest, err)
+	}
+	return writeFileSync(fsys, filepath.Join(tmpDir, partFileName(p.File.Rank)), b)
+}
+
+// ReadParts reads the part manifests of every rank from tmpDir, sorted by
+// rank.
+func ReadParts(fsys FS, tmpDir string) ([]*Part, error) {
+	names, err := fsys.List(tmpDir)
+	if err != nil {
+		return nil, err
+	}
+	var parts []*Part
+	for _, n := range names {
+		if !strings.HasPrefix(n, "part-") || !strings.HasSuffix(n, ".json") {
+			continue
+		}
+		path := filepath.Join(tmpDir, n)
+		b, err := readFile(fsys, path, maxPartSize)
+		if err != nil {
+			return nil, err
+		}
+		p, err := DecodePart(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		parts = append(parts, p)
+	}
+	slices.SortFunc(parts, func(a, b *Part) int { return a.File.Rank - b.File.Rank })
+	return parts, nil
+}
+
+// DecodePart parses a part manifest strictly (unknown fields and trailing
+// data are errors). BuildManifest validates its content against the
+// others'.
+func DecodePart(b []byte) (*Part, error) {
+	if len(b) > maxPartSize {
+		return nil, fmt.Errorf("%w: part manifest of %d bytes, over the %d-byte limit", ErrManifest, len(b), maxPartSize)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	p := &Part{}
+	if err := dec.Decode(p); err != nil {
+		return nil, fmt.Errorf("%w: part manifest: %v", ErrManifest, jsonError(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: part manifest: data after the JSON object", ErrManifest)
+	}
+	return p, nil
+}
+
+// BuildManifest merges the parts of every rank of meta.World into the
+// checkpoint's manifest and validates it: a part for each rank, all ranks
+// of a stage agreeing on its tensors, and the slices tiling every tensor.
+func BuildManifest(meta Meta, parts []*Part) (*Manifest, error) {
+	w := meta.World
+	if w.Size == 0 {
+		w.Size = w.DP * w.PP
+		meta.World = w
+	}
+	if err := w.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrManifest, err)
+	}
+	if len(parts) != w.Size {
+		return nil, fmt.Errorf("%w: %d rank parts for a world of %d ranks", ErrManifest, len(parts), w.Size)
+	}
+	sorted := slices.Clone(parts)
+	slices.SortFunc(sorted, func(a, b *Part) int { return a.File.Rank - b.File.Rank })
+	m := &Manifest{Format: FormatName, Version: FormatVersion, Meta: meta}
+	for i, p := range sorted {
+		if p.File.Rank != i {
+			return nil, fmt.Errorf("%w: no part from rank %d (or two from rank %d)", ErrManifest, i, p.File.Rank)
+		}
+		if p.World != w || p.Step != meta.Step {
+			return nil, fmt.Errorf("%w: rank %d wrote step %d of world %v, the checkpoint is step %d of world %v",
+				ErrManifest, i, p.Step, p.World, meta.Step, w)
+		}
+		m.Files = append(m.Files, p.File)
+	}
+	for st := 0; st < w.PP; st++ {
+		first := sorted[w.Rank(st, 0)]
+		bySlice := map[string][]SliceEntry{}
+		for d := 0; d < w.DP; d++ {
+			p := sorted[w.Rank(st, d)]
+			if !slices.EqualFunc(p.Specs, first.Specs, specEqual) {
+				return nil, fmt.Errorf("%w: ranks %d and %d of stage %d list different tensors",
+					ErrManifest, first.File.Rank, p.File.Rank, st)
+			}
+			for _, s := range p.Slices {
+				if s.File != p.File.Name {
+					return nil, fmt.Errorf("%w: rank %d reports a slice of %q in file %q, its file is %q",
+						ErrManifest, p.File.Rank, s.Tensor, s.File, p.File.Name)
+				}
+				bySlice[s.Tensor] = append(bySlice[s.Tensor], s.SliceEntry)
+			}
+		}
+		for _, spec := range first.Specs {
+			if spec.Stage != st {
+				return nil, fmt.Errorf("%w: tensor %q of stage %d reported by a rank of stage %d", ErrManifest, spec.Name, spec.Stage, st)
+			}
+			ss := bySlice[spec.Name]
+			delete(bySlice, spec.Name)
+			slices.SortFunc(ss, func(a, b SliceEntry) int {
+				if len(a.Offsets) == 0 || len(b.Offsets) == 0 {
+					return len(a.Offsets) - len(b.Offsets)
+				}
+				return a.Offsets[0] - b.Offsets[0]
+			})
+			m.Tensors = append(m.Tensors, TensorEntry{Name: spec.Name, DType: spec.DType, Shape: spec.Shape, Stage: st, Slices: ss})
+		}
+		for name := range bySlice {
+			return nil, fmt.Errorf("%w: stage %d has a slice of %q, which its tensor list lacks", ErrManifest, st, name)
+		}
+	}
+	m.normalize()
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrManifest, err)
+	}
+	return m, nil
+}
+
+func specEqual(a, b TensorSpec) bool {
+	return a.Name == b.Name && a.DType == b.DType && a.Stage == b.Stage && slices.Equal(a.Shape, b.Shape)
+}
