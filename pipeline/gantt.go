@@ -55,8 +55,8 @@ func (tl *Timeline) Gantt(w io.Writer, unit float64) error {
 	bw := bufio.NewWriter(w)
 	// Number every column if the numbers fit in the cells, else every
 	// step-th column, step in 1, 2, 5, 10, 20, 50, …
-	step, tick := 1, len(formatTick(start+float64(cols)*unit))
-	for i := 1; tick > step*(width+1)-1; i++ {
+	step := 1
+	for i := 1; !ticksFit(start, unit, cols, step, width); i++ {
 		step = []int{1, 2, 5}[i%3] * int(math.Pow10(i/3))
 	}
 	var hdr strings.Builder
@@ -77,6 +77,20 @@ func (tl *Timeline) Gantt(w io.Writer, unit float64) error {
 		bw.WriteByte('\n')
 	}
 	return bw.Flush()
+}
+
+// ticksFit reports whether every step-th column's time fits in the step
+// columns it heads, with a space to spare.
+func ticksFit(start, unit float64, cols, step, width int) bool {
+	if step >= cols {
+		return true
+	}
+	for c := 0; c < cols; c += step {
+		if len(formatTick(start+float64(c)*unit)) > step*(width+1)-1 {
+			return false
+		}
+	}
+	return true
 }
 
 func formatTick(t float64) string { return strconv.FormatFloat(t, 'g', 6, 64) }

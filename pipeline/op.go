@@ -52,6 +52,17 @@ func (k OpKind) MarshalText() ([]byte, error) {
 	return []byte(k.String()), nil
 }
 
+// UnmarshalText reads a kind's name, as MarshalText writes it.
+func (k *OpKind) UnmarshalText(b []byte) error {
+	for i, name := range opKindNames {
+		if string(b) == name {
+			*k = OpKind(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: unknown op %q: want one of %v", ErrInvalidSchedule, b, opKindNames)
+}
+
 // Compute reports whether the kind runs layers (Forward, Backward,
 // Recompute), as opposed to moving a message.
 func (k OpKind) Compute() bool { return k <= Recompute }
@@ -87,6 +98,20 @@ func (o Op) MarshalJSON() ([]byte, error) {
 		j.Peer = &o.Peer
 	}
 	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes; an op without "peer" gets
+// Peer −1. Whether the op makes sense is Schedule.Validate's business.
+func (o *Op) UnmarshalJSON(b []byte) error {
+	var j opJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	o.Kind, o.Micro, o.Peer = j.Kind, j.Micro, -1
+	if j.Peer != nil {
+		o.Peer = *j.Peer
+	}
+	return nil
 }
 
 // String is a readable form for errors and logs: "forward 3",

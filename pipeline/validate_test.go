@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"slices"
@@ -127,4 +128,67 @@ func TestValidateRandomSwaps(t *testing.T) {
 	if accepted == 0 {
 		t.Fatal("no swap kept a valid schedule: the test checks nothing")
 	}
+}
+
+// TestScheduleJSONRoundTrip: a schedule written as JSON (as `troupe explain
+// pipeline --json` prints its ops) reads back equal and valid.
+func TestScheduleJSONRoundTrip(t *testing.T) {
+	s := mustBuild(t, Config{Kind: Kind1F1B, Stages: 3, MicroBatches: 4, Recompute: true})
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Schedule
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Config() != s.Config() || !slices.EqualFunc(back.Ops, s.Ops, slices.Equal) {
+		t.Fatalf("round trip changed the schedule:\n%s\n%s", s, &back)
+	}
+	if err := back.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{`{"schedule":"zb"}`, `{"ops":[[{"op":"jump","micro":0}]]}`} {
+		if err := json.Unmarshal([]byte(bad), &back); err == nil {
+			t.Fatalf("%s decoded", bad)
+		}
+	}
+}
+
+// FuzzScheduleJSON: any JSON either fails to decode, fails Validate with
+// ErrInvalidSchedule, ErrDeadlock, ErrBadArgument or ErrUnknownSchedule,
+// or is a schedule that simulates to the end with every op run once.
+func FuzzScheduleJSON(f *testing.F) {
+	for _, c := range []Config{{Kind: KindGPipe, Stages: 2, MicroBatches: 2}, {Kind: Kind1F1B, Stages: 3, MicroBatches: 2, Recompute: true}} {
+		s, _ := Build(c)
+		b, _ := json.Marshal(s)
+		f.Add(b)
+	}
+	f.Add([]byte(`{"schedule":"1f1b","stages":1,"micro_batches":1,"ops":[[{"op":"backward","micro":0},{"op":"forward","micro":0}]]}`))
+	f.Add([]byte(`{"schedule":"gpipe","stages":2,"micro_batches":1,"ops":[[{"op":"forward","micro":0},{"op":"recv_grad","micro":0,"peer":1},{"op":"send_act","micro":0,"peer":1},{"op":"backward","micro":0}],[{"op":"recv_act","micro":0,"peer":0},{"op":"forward","micro":0},{"op":"backward","micro":0},{"op":"send_grad","micro":0,"peer":0}]]}`))
+	f.Add([]byte(`{"stages":99999999,"micro_batches":-1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var s Schedule
+		if json.Unmarshal(b, &s) != nil {
+			return
+		}
+		err := s.Validate()
+		if err != nil {
+			for _, e := range []error{ErrInvalidSchedule, ErrDeadlock, ErrBadArgument, ErrUnknownSchedule} {
+				if errors.Is(err, e) {
+					return
+				}
+			}
+			t.Fatalf("unexpected error kind: %v", err)
+		}
+		tl, err := Simulate(&s, UniformCosts(s.Stages, DefaultStageCost()))
+		if err != nil {
+			t.Fatalf("valid schedule does not simulate: %v", err)
+		}
+		for st := range s.Ops {
+			if len(tl.Spans[st]) != len(s.Ops[st]) {
+				t.Fatalf("stage %d ran %d of %d ops", st, len(tl.Spans[st]), len(s.Ops[st]))
+			}
+		}
+	})
 }
