@@ -51,12 +51,54 @@ func TimeCosts(samples [][]time.Duration) ([]float64, error) {
 		if s[0] < 0 {
 			return nil, fmt.Errorf("%w: layer %d has a negative time %v", ErrBadArgument, i, s[0])
 		}
-		mid := len(s) / 2
-		med := s[mid].Seconds()
-		if len(s)%2 == 0 {
-			med = (s[mid-1].Seconds() + s[mid].Seconds()) / 2
+		secs := make([]float64, len(s))
+		for j, d := range s {
+			secs[j] = d.Seconds()
 		}
+		med := median(secs)
 		out[i] = med
 	}
 	return out, nil
+}
+
+// EstimateCosts reads per-stage op times back from a timeline (a real
+// step's, from a Recorder): for each stage the median length of its
+// forward, backward, recompute, send and receive spans (0 where it has
+// none). Simulating the schedule under these costs gives the bubble the
+// schedule itself would cause with those stage speeds, a closer reference
+// for a measured bubble than FormulaBubble when the stages are not equal.
+// Latency is left 0: a receive's span starts when the stage takes the
+// message, which says nothing about when it arrived. Memory is not
+// estimated.
+func EstimateCosts(tl *Timeline) Costs {
+	c := Costs{Stages: make([]StageCost, tl.Stages())}
+	for s, spans := range tl.Spans {
+		var d [numOpKinds][]float64
+		for _, sp := range spans {
+			if sp.Kind < numOpKinds {
+				d[sp.Kind] = append(d[sp.Kind], sp.End-sp.Start)
+			}
+		}
+		c.Stages[s] = StageCost{
+			Forward:   median(d[Forward]),
+			Backward:  median(d[Backward]),
+			Recompute: median(d[Recompute]),
+			Send:      median(slices.Concat(d[SendAct], d[SendGrad])),
+			Recv:      median(slices.Concat(d[RecvAct], d[RecvGrad])),
+		}
+	}
+	return c
+}
+
+// median of v (0 for none); v is reordered.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	m := len(v) / 2
+	if len(v)%2 == 0 {
+		return (v[m-1] + v[m]) / 2
+	}
+	return v[m]
 }

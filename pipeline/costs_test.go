@@ -79,3 +79,36 @@ func TestTimeCosts(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEstimateCosts reads the costs back from simulated timelines: equal
+// stages with DefaultStageCost plus message times, and a slow stage whose
+// estimated costs re-simulate to the same makespan.
+func TestEstimateCosts(t *testing.T) {
+	s, _ := Build(Config{Kind: Kind1F1B, Stages: 3, MicroBatches: 5, Recompute: true})
+	in := Costs{Stages: []StageCost{
+		{Forward: 1, Backward: 2, Recompute: 1, Send: 0.25, Recv: 0.5},
+		{Forward: 3, Backward: 5, Recompute: 3, Send: 0.25, Recv: 0.5},
+		{Forward: 1, Backward: 2, Recompute: 1, Send: 0.25, Recv: 0.5},
+	}}
+	tl, err := Simulate(s, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := EstimateCosts(tl)
+	if !slices.Equal(got.Stages, in.Stages) {
+		t.Fatalf("%+v, want %+v", got.Stages, in.Stages)
+	}
+	again, err := Simulate(s, got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Stats().Makespan != tl.Stats().Makespan {
+		t.Fatalf("re-simulated makespan %v, first %v", again.Stats().Makespan, tl.Stats().Makespan)
+	}
+	// A single stage has no messages: its send and receive costs are 0.
+	one, _ := Build(Config{Kind: KindGPipe, Stages: 1, MicroBatches: 2})
+	tl1, _ := Simulate(one, UniformCosts(1, DefaultStageCost()))
+	if c := EstimateCosts(tl1).Stages[0]; c != (StageCost{Forward: 1, Backward: 2}) {
+		t.Fatalf("%+v", c)
+	}
+}
