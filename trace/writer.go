@@ -2,6 +2,7 @@ package trace
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -151,17 +152,22 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 	evs := w.Events()
 	cw := &countWriter{w: out}
 	bw := bufio.NewWriter(cw)
+	// One encoder without HTML escaping, so that names like ">a3" stay
+	// readable in the file.
+	var one bytes.Buffer
+	enc := json.NewEncoder(&one)
+	enc.SetEscapeHTML(false)
 	bw.WriteString(`{"displayTimeUnit":"ms","traceEvents":[`)
 	for i, e := range evs {
-		b, err := json.Marshal(e)
-		if err != nil {
+		one.Reset()
+		if err := enc.Encode(e); err != nil {
 			return cw.n, fmt.Errorf("trace: event %q: %w", e.Name, err)
 		}
 		if i > 0 {
 			bw.WriteByte(',')
 		}
 		bw.WriteString("\n")
-		bw.Write(b)
+		bw.Write(bytes.TrimSuffix(one.Bytes(), []byte("\n")))
 	}
 	bw.WriteString("\n]}\n")
 	err := bw.Flush()

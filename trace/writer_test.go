@@ -192,3 +192,17 @@ func TestWriteFile(t *testing.T) {
 		t.Fatal("want an error for a missing directory")
 	}
 }
+
+// TestWriterNoHTMLEscape: names with < and > are written as they are.
+func TestWriterNoHTMLEscape(t *testing.T) {
+	w := NewWriter(time.Unix(0, 0))
+	w.Span(0, 0, ">a3", "send", 0, 1, nil)
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(buf.Bytes(), []byte(`"name":">a3"`)) {
+		t.Fatalf("%s", buf.Bytes())
+	}
+	decode(t, buf.Bytes())
+}
