@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -32,6 +33,11 @@ type Summary struct {
 	SamplesPerS float64 `json:"samples_per_s"`
 	TokensPerS  float64 `json:"tokens_per_s,omitempty"`
 	StepMsMed   float64 `json:"step_ms_median"`
+	// ComputeMsMed and CommMsMed are medians over steps (the slowest rank's);
+	// Hidden is the mean share of communication hidden behind compute.
+	ComputeMsMed float64 `json:"compute_ms_median"`
+	CommMsMed    float64 `json:"comm_ms_median"`
+	Hidden       float64 `json:"comm_hidden_fraction"`
 	World       int     `json:"world"`
 	Saved       string  `json:"saved,omitempty"`
 }
@@ -146,6 +152,8 @@ func (l *loop) run(ctx context.Context) (*Summary, error) {
 	sum := &Summary{Model: l.model.Describe, Params: l.model.Set.Len(), Data: l.train.Name(), Steps: l.steps}
 	start := time.Now()
 	stepTimes := make([]float64, 0, l.steps)
+	computeTimes := make([]float64, 0, l.steps)
+	commTimes := make([]float64, 0, l.steps)
 	tokensPerRow := 0
 	if l.model.Input == nn.TokenInput {
 		tokensPerRow = l.model.Context
@@ -166,6 +174,9 @@ func (l *loop) run(ctx context.Context) (*Summary, error) {
 		}
 		stepMs := ms(time.Since(t0))
 		stepTimes = append(stepTimes, stepMs)
+		computeTimes = append(computeTimes, st.ComputeMs)
+		commTimes = append(commTimes, st.CommMs)
+		sum.Hidden += st.Overlap / float64(l.steps)
 		loss := st.LossSum / math.Max(1, float64(st.Targets))
 		if math.IsNaN(loss) || math.IsInf(loss, 0) {
 			return nil, fmt.Errorf("train: step %d: loss is %v (diverged; lower --lr or set --clip)", step, loss)
@@ -225,6 +236,8 @@ func (l *loop) run(ctx context.Context) (*Summary, error) {
 	sum.SamplesPerS = float64(sum.Samples) / sum.WallS
 	sum.TokensPerS = sum.SamplesPerS * float64(tokensPerRow)
 	sum.StepMsMed = median(stepTimes)
+	sum.ComputeMsMed = median(computeTimes)
+	sum.CommMsMed = median(commTimes)
 	sum.World = cfg.DP
 	return sum, nil
 }
@@ -267,12 +280,8 @@ func median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
 	}
-	s := append([]float64(nil), xs...)
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
 	return s[len(s)/2]
 }
 

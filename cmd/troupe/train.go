@@ -48,7 +48,6 @@ type trainFlags struct {
 
 func newTrainCmd() *cobra.Command {
 	f := &trainFlags{}
-	d := train.DefaultConfig()
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "Train a model (with no flags: the default GPT on the Go specification, in this process)",
@@ -90,7 +89,31 @@ func newTrainCmd() *cobra.Command {
 			return nil
 		},
 	}
-	fl := cmd.Flags()
+	f.register(cmd.Flags())
+	return cmd
+}
+
+// newWorkerCmd is the hidden body of a --procs worker process.
+func newWorkerCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "__worker",
+		Hidden: true,
+		Short:  "one worker process of troupe train --procs (started by it)",
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return train.RunWorkerProcess(ctx, os.Stdin, logger)
+		},
+	}
+}
+
+func init() { rootCmd.AddCommand(newTrainCmd(), newWorkerCmd()) }
+
+// register adds the training flags to fl (troupe train, troupe bench train
+// and troupe agent share them).
+func (f *trainFlags) register(fl *pflag.FlagSet) {
+	d := train.DefaultConfig()
 	fl.StringVar(&f.model, "model", d.Model, "model: gpt or mlp")
 	fl.StringVar(&f.layers, "layers", "", "MLP layer sizes d0,d1,…,dn (fc{i}.weight is [d_i, d_{i-1}]); default: features,256,classes")
 	fl.IntVar(&f.dModel, "d-model", d.DModel, "GPT embedding width")
@@ -135,25 +158,7 @@ func newTrainCmd() *cobra.Command {
 	fl.StringVar(&f.transport, "transport", d.Transport, "gradient transport between processes: tcp (data plane) or actor (protoactor remote)")
 	fl.DurationVar(&f.collTimeout, "collective-timeout", d.CollectiveTimeout, "abort a collective when a peer is silent this long")
 	fl.DurationVar(&f.stepTimeout, "step-timeout", d.StepTimeout, "abort a step when a worker has not answered within this time")
-	return cmd
 }
-
-// newWorkerCmd is the hidden body of a --procs worker process.
-func newWorkerCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:    "__worker",
-		Hidden: true,
-		Short:  "one worker process of troupe train --procs (started by it)",
-		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return train.RunWorkerProcess(ctx, os.Stdin, logger)
-		},
-	}
-}
-
-func init() { rootCmd.AddCommand(newTrainCmd(), newWorkerCmd()) }
 
 // config builds the run's configuration: the model's defaults, then every
 // flag the user set.
