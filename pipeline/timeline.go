@@ -120,11 +120,10 @@ func (s Stats) PeakInFlight() []int {
 }
 
 // FormulaBubble is (P − 1)/(M + P − 1): the bubble fraction of GPipe and
-// 1F1B with P equal stages, M micro-batches and free messages. Stage s
-// starts its first forward s forward-times late and ends its last backward
-// P−1−s backward-times early, so each stage idles (P−1)(f+b) of a step of
-// (M+P−1)(f+b), whatever the ratio of the backward time b to the forward
-// time f.
+// 1F1B with P equal stages, M micro-batches and free messages. Each stage
+// works M(f+b) of a step that lasts (M+P−1)(f+b), the pipeline needing P−1
+// forward times to fill and P−1 backward times to drain, whatever the ratio
+// of the backward time b to the forward time f.
 func FormulaBubble(P, M int) float64 {
 	return float64(P-1) / float64(M+P-1)
 }
