@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -38,6 +39,10 @@ func init() {
 	rootCmd.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	rootCmd.PersistentFlags().StringVar(&logFormat, "log-format", "auto", "log format: auto (console on a terminal, JSON otherwise), console, json")
 	rootCmd.AddCommand(benchCmd, explainCmd)
+	// A bad flag is a usage error (exit 2), in every sub-command.
+	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	})
 }
 
 // errUsage marks an error in the command line (exit status 2).
@@ -48,7 +53,7 @@ func main() {
 	syncLogger()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "troupe:", err)
-		if errors.Is(err, errUsage) {
+		if errors.Is(err, errUsage) || strings.HasPrefix(err.Error(), "unknown command") {
 			os.Exit(2)
 		}
 		os.Exit(1)

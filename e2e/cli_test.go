@@ -1,0 +1,53 @@
+package e2e
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBadInputExitsNonZero: every kind of bad input exits non-zero with a
+// message on stderr naming what was wrong, and writes nothing on stdout.
+func TestBadInputExitsNonZero(t *testing.T) {
+	dir := t.TempDir()
+	corrupt := filepath.Join(dir, "corrupt.safetensors")
+	if err := os.WriteFile(corrupt, []byte("\xff\xff\xff\xff\x00\x00\x00\x00garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown flag", []string{"train", "--no-such-flag"}, 2, "no-such-flag"},
+		{"unknown model", []string{"train", "--model", "rnn"}, 2, "rnn"},
+		{"missing data file", []string{"train", "--data", filepath.Join(dir, "missing.txt")}, 1, "missing.txt"},
+		{"corrupt init", []string{"train", "--model", "mlp", "--init", corrupt}, 1, "corrupt.safetensors"},
+		{"bad batch", []string{"train", "--batch", "0"}, 2, "--batch"},
+		{"procs and dp disagree", []string{"train", "--procs", "2", "--dp", "3"}, 2, "--dp"},
+		{"unknown command", []string{"fly"}, 2, "fly"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errs, err := run(t, time.Minute, troupeBin, tc.args...)
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) {
+				t.Fatalf("exit error %v, want a non-zero exit\nstderr: %s", err, errs)
+			}
+			if ee.ExitCode() != tc.code {
+				t.Errorf("exit code %d, want %d", ee.ExitCode(), tc.code)
+			}
+			if !strings.Contains(errs, tc.want) {
+				t.Errorf("stderr does not name %q:\n%s", tc.want, errs)
+			}
+			if strings.TrimSpace(out) != "" {
+				t.Errorf("stdout not empty: %q", out)
+			}
+		})
+	}
+}
