@@ -100,15 +100,15 @@ func (o Op) MarshalJSON() ([]byte, error) {
 	return json.Marshal(j)
 }
 
-// UnmarshalJSON reads what MarshalJSON writes; an op without "peer" gets
-// Peer −1. Whether the op makes sense is Schedule.Validate's business.
+// UnmarshalJSON reads what MarshalJSON writes; a compute op, or a message
+// op without "peer", gets Peer −1. Whether the op makes sense is Schedule.Validate's business.
 func (o *Op) UnmarshalJSON(b []byte) error {
 	var j opJSON
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
 	o.Kind, o.Micro, o.Peer = j.Kind, j.Micro, -1
-	if j.Peer != nil {
+	if j.Peer != nil && !j.Kind.Compute() {
 		o.Peer = *j.Peer
 	}
 	return nil

@@ -27,6 +27,24 @@ func (s Span) MarshalJSON() ([]byte, error) {
 	return json.Marshal(j)
 }
 
+// UnmarshalJSON reads what MarshalJSON writes. (Without it the embedded
+// Op's UnmarshalJSON would be promoted and drop start and end.)
+func (s *Span) UnmarshalJSON(b []byte) error {
+	var j struct {
+		opJSON
+		Start float64 `json:"start"`
+		End   float64 `json:"end"`
+	}
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	s.Kind, s.Micro, s.Peer, s.Start, s.End = j.Kind, j.Micro, -1, j.Start, j.End
+	if j.Peer != nil && !j.Kind.Compute() {
+		s.Peer = *j.Peer
+	}
+	return nil
+}
+
 // MemEvent says how much activation memory micro-batch Micro holds on a
 // stage from time T on.
 type MemEvent struct {

@@ -152,4 +152,36 @@ func TestSpanJSON(t *testing.T) {
 	if string(b) != want {
 		t.Fatalf("%s", b)
 	}
+	var back []Span
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != 2 || back[0] != (Span{computeOp(Forward, 1), 0, 1.5}) || back[1] != (Span{Op{RecvGrad, 1, 2}, 2, 2}) {
+		t.Fatalf("%+v", back)
+	}
+}
+
+// FuzzSpanJSON: any JSON either fails to decode into a Span or decodes into
+// one that encodes and decodes back to itself.
+func FuzzSpanJSON(f *testing.F) {
+	f.Add([]byte(`{"op":"forward","micro":1,"start":0,"end":1.5}`))
+	f.Add([]byte(`{"op":"recv_grad","micro":1,"peer":2,"start":2,"end":2}`))
+	f.Add([]byte(`{"op":"fly","start":"x"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var s Span
+		if json.Unmarshal(b, &s) != nil {
+			return
+		}
+		if !s.Kind.Compute() && s.Peer == -1 {
+			return // a message op without a peer: nothing to round-trip
+		}
+		out, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Span
+		if err := json.Unmarshal(out, &back); err != nil || back != s {
+			t.Fatalf("%s → %+v → %s → %+v (%v)", b, s, out, back, err)
+		}
+	})
 }

@@ -67,6 +67,9 @@ func TestExplainPipelineJSON(t *testing.T) {
 			if len(doc.Ops[s]) != wantOps[s] || len(doc.Timeline[s]) != wantOps[s] {
 				t.Fatalf("stage %d: %d ops, %d spans", s, len(doc.Ops[s]), len(doc.Timeline[s]))
 			}
+			if last := doc.Timeline[0][len(doc.Timeline[0])-1]; last.End != 33 || last.Short() != "B7" {
+				t.Fatalf("stage 0 ends with %v at %v, want B7 at 33", last.Op, last.End)
+			}
 			if ps := doc.PerStage[s]; ps.Compute != 24 || ps.Idle != 9 || ps.PeakInFlight != c.peak[s] {
 				t.Fatalf("stage %d: %+v", s, ps)
 			}
