@@ -154,7 +154,7 @@ func (f *FaultFS) Create(name string) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &faultFile{fs: f, inner: file, name: name}, nil
+	return &faultFile{fs: f, inner: file, name: name, write: true}, nil
 }
 
 // Open implements FS.
@@ -229,6 +229,7 @@ type faultFile struct {
 	fs    *FaultFS
 	inner File
 	name  string
+	write bool
 }
 
 func (f *faultFile) Write(p []byte) (int, error) {
@@ -257,7 +258,12 @@ func (f *faultFile) Sync() error {
 	return f.inner.Sync()
 }
 
+// Close of a file opened for writing is an OpClose; closing a file opened
+// for reading changes nothing on disk and is neither counted nor failed.
 func (f *faultFile) Close() error {
+	if !f.write {
+		return f.inner.Close()
+	}
 	if _, err := f.fs.before(OpClose, f.name); err != nil {
 		// Release the inner handle either way; the fault is what the
 		// caller sees.

@@ -366,7 +366,43 @@ func EncodeManifest(m *Manifest) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrManifest, err)
 	}
-	return append(b, '\n'), nil
+	return append(inlineNumberArrays(b), '\n'), nil
+}
+
+// inlineNumberArrays puts every JSON array of numbers on one line
+// ("shape": [3, 2]), which MarshalIndent spreads one number per line. The
+// checksum covers the compact encoding, so layout is free.
+func inlineNumberArrays(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	inString := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case inString:
+			if c == '\\' && i+1 < len(b) {
+				out = append(out, c, b[i+1])
+				i++
+				continue
+			}
+			inString = c != '"'
+		case c == '"':
+			inString = true
+		case c == '[':
+			j := i + 1
+			for j < len(b) && strings.IndexByte("0123456789-+.eE, \n", b[j]) >= 0 {
+				j++
+			}
+			if j < len(b) && b[j] == ']' && j > i+1 {
+				out = append(out, '[')
+				out = append(out, strings.Join(strings.Fields(strings.ReplaceAll(string(b[i+1:j]), ",", " ")), ", ")...)
+				out = append(out, ']')
+				i = j
+				continue
+			}
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 func (m *Manifest) normalize() {
