@@ -1,0 +1,76 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/troupe-ml/troupe/kernels"
+)
+
+// Gemm implements kernels.Backend. FP32 tiles by default; with TF32 enabled
+// (Config.TF32) and every dimension at least TF32MinDim, the mma.sync
+// tensor-core kernel. α = 0 runs with K = 0, so that C = β·C and nothing of
+// A or B is read, as in BLAS and the CPU backend.
+func (be *Backend) Gemm(g kernels.GemmArgs, a, b, c kernels.Buffer) {
+	g = g.Normalize()
+	A, B, C := be.buf("Gemm", a), be.buf("Gemm", b), be.buf("Gemm", c)
+	checkGemm(g, A.n, B.n, C.n)
+	if g.M == 0 || g.N == 0 {
+		return
+	}
+	k := g.K
+	if g.Alpha == 0 {
+		k = 0
+	}
+	kern, tile := kGemmF32, gemmTile
+	if be.tf32() && g.M >= be.cfg.TF32MinDim && g.N >= be.cfg.TF32MinDim && k >= be.cfg.TF32MinDim {
+		kern, tile = kGemmTF32, tcTile
+	}
+	grid := [3]int{
+		min((g.N+tile-1)/tile, be.maxRowBlocks),
+		min((g.M+tile-1)/tile, be.info.maxGridY),
+		min(g.Batch, be.info.maxGridZ),
+	}
+	be.launch(kern, grid, [3]int{blockThreads, 1, 1},
+		argBool(g.TransA), argBool(g.TransB), argInt(g.M), argInt(g.N), argInt(k), argF32(g.Alpha), argF32(g.Beta),
+		A.arg(), argInt(g.LDA), argInt(g.StrideA), B.arg(), argInt(g.LDB), argInt(g.StrideB),
+		C.arg(), argInt(g.LDC), argInt(g.StrideC), argInt(g.Batch))
+}
+
+// checkGemm panics with a message naming the offending argument when the
+// sizes, leading dimensions, strides or buffer lengths are inconsistent
+// (the CPU backend's checks).
+func checkGemm(g kernels.GemmArgs, lenA, lenB, lenC int) {
+	if g.M < 0 || g.N < 0 || g.K < 0 {
+		panic(fmt.Sprintf("kernels/cuda: Gemm: negative size M=%d N=%d K=%d", g.M, g.N, g.K))
+	}
+	rowsA, colsA := g.M, g.K
+	if g.TransA {
+		rowsA, colsA = g.K, g.M
+	}
+	rowsB, colsB := g.K, g.N
+	if g.TransB {
+		rowsB, colsB = g.N, g.K
+	}
+	checkOperand("A", rowsA, colsA, g.LDA, g.StrideA, g.Batch, lenA)
+	checkOperand("B", rowsB, colsB, g.LDB, g.StrideB, g.Batch, lenB)
+	checkOperand("C", g.M, g.N, g.LDC, g.StrideC, g.Batch, lenC)
+}
+
+func checkOperand(name string, rows, cols, ld, stride, batch, n int) {
+	if rows == 0 || cols == 0 {
+		return
+	}
+	if ld < cols {
+		panic(fmt.Sprintf("kernels/cuda: Gemm: LD%s=%d is less than the %d columns of %s", name, ld, cols, name))
+	}
+	if batch > 1 && stride < 0 {
+		panic(fmt.Sprintf("kernels/cuda: Gemm: negative Stride%s=%d", name, stride))
+	}
+	need := (batch-1)*stride + (rows-1)*ld + cols
+	if need > n {
+		panic(fmt.Sprintf("kernels/cuda: Gemm: %s needs %d elements (%d×%d, LD%s=%d, batch %d, Stride%s=%d), buffer has %d",
+			name, need, rows, cols, name, ld, batch, name, stride, n))
+	}
+}
