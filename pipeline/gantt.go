@@ -23,11 +23,12 @@ func (tl *Timeline) Gantt(w io.Writer, unit float64) error {
 		return fmt.Errorf("%w: a timeline with no stages", ErrBadArgument)
 	}
 	start, end := tl.Window()
-	cols := int(math.Ceil((end - start) / unit))
 	const maxCols = 100000
-	if cols > maxCols {
-		return fmt.Errorf("%w: the chart would be %d columns wide (limit %d): use a larger unit", ErrBadArgument, cols, maxCols)
+	ncols := math.Ceil((end - start) / unit)
+	if !(ncols <= maxCols) { // compared as a float: it may not fit an int
+		return fmt.Errorf("%w: the chart would be %g columns wide (limit %d): use a larger unit", ErrBadArgument, ncols, maxCols)
 	}
+	cols := int(ncols)
 	cells := make([][]string, tl.Stages())
 	width := 1
 	for s, spans := range tl.Spans {
