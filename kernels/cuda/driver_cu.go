@@ -179,3 +179,6 @@ func (d *cuDriver) close() error {
 	keep(d.dev.ReleasePrimaryCtx())
 	return first
 }
+
+// emulated tells tests that kernels run on a real GPU.
+const emulated = false

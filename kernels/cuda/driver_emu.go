@@ -119,3 +119,7 @@ func (d *emuDriver) close() error {
 	C.free(unsafe.Pointer(d.msg))
 	return nil
 }
+
+// emulated tells tests that kernels run on the CPU emulator (so that
+// benchmarks, which would measure the emulator, skip).
+const emulated = true
