@@ -274,17 +274,17 @@ func (a *commActor) Receive(ctx actor.Context) {
 		a.onHello(ctx, msg)
 	case *actor.Terminated:
 		if r := a.rankOf(msg.Who); r >= 0 {
-			a.engine.PeerLost(now, r, fmt.Errorf("its Comm actor terminated (%s)", msg.Why))
+			a.lost(now, r, fmt.Errorf("its Comm actor terminated (%s)", msg.Why))
 		}
 	case *remote.EndpointTerminatedEvent:
 		for r, p := range a.peers {
 			if r != a.rank && a.heard[r] && !a.local[r] && p.Address == msg.Address {
-				a.engine.PeerLost(now, r, fmt.Errorf("endpoint %s terminated", msg.Address))
+				a.lost(now, r, fmt.Errorf("endpoint %s terminated", msg.Address))
 			}
 		}
 	case *peerLost:
 		if a.heard[msg.rank] {
-			a.engine.PeerLost(now, msg.rank, msg.err)
+			a.lost(now, msg.rank, msg.err)
 		}
 	case *commTick:
 		a.engine.Tick(now)
@@ -345,6 +345,12 @@ func (a *commActor) stopped() {
 	a.engine.Fail(err)
 	a.signalReady(fmt.Errorf("%w: Comm actor of rank %d stopped", ErrHandshake, a.rank))
 	a.shell.markStopped()
+}
+
+// lost passes a failure signal to the engine.
+func (a *commActor) lost(now time.Time, r int, err error) {
+	a.engine.PeerLost(now, r, err)
+	a.queued[r] = nil
 }
 
 func (a *commActor) rankOf(pid *actor.PID) int {
@@ -614,9 +620,11 @@ func (a *commActor) onHello(ctx actor.Context, h *actorspb.CommHello) {
 	if a.dp != nil {
 		a.dp.SetPeer(r, h.DataAddr)
 	}
-	if !a.local[r] {
-		ctx.Watch(a.peers[r])
-	}
+	// Remote peers are not watched: a process's death shows as an
+	// EndpointTerminatedEvent (and a reset data plane connection), and a
+	// remote watch makes protoactor send Terminated across the wire when an
+	// actor stops; if the peer's system is already gone, that send blocks a
+	// protoactor endpoint writer in connection retries for about 10 s.
 	ctx.Send(a.peers[r], a.hello()) // it may not have heard us yet
 	if a.nHeard == a.size-1 {
 		a.signalReady(nil)

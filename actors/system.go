@@ -132,6 +132,11 @@ func NewSystem(cfg SystemConfig) (*System, error) {
 		),
 		remote.WithEndpointWriterBatchSize(batch),
 	)
+	// One connection attempt: a peer that cannot be reached is reported
+	// (EndpointTerminatedEvent) at once and the collectives abort, instead of
+	// five attempts 2 s apart. Each failed attempt also leaves a gRPC client
+	// connection behind in this protoactor version.
+	rc.MaxRetryCount = 1
 	s.remote = remote.NewRemote(as, rc)
 	if err := startRemote(s.remote); err != nil {
 		return nil, err
@@ -175,17 +180,29 @@ func (s *System) Close() error {
 	}
 	s.closed = true
 	if s.remote != nil {
-		// A graceful gRPC stop waits up to 10 s for peers to hang up
-		// (protoactor's own fallback); do not wait for them.
+		// A graceful stop waits for protoactor's endpoint writers; one that
+		// is retrying a dead peer sleeps 2 s first (MaxRetryCount 1), and a
+		// gRPC graceful stop waits up to 10 s for peers to hang up
+		// (protoactor's own fallback): give up after 5 s.
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
+			defer func() {
+				// protoactor's graceful stop races with a peer hanging up
+				// (it may send on a connection's channel that the reader
+				// just closed) and panics; the gRPC server is then still
+				// up: stop it hard.
+				if p := recover(); p != nil {
+					s.logger.Debug("protoactor remote shutdown panicked; stopping gRPC hard", zap.Any("panic", p))
+					s.remote.Shutdown(false)
+				}
+			}()
 			s.remote.Shutdown(true)
 		}()
 		select {
 		case <-done:
-		case <-time.After(3 * time.Second):
-			return errors.New("actors: protoactor remote did not stop within 3 s")
+		case <-time.After(5 * time.Second):
+			return errors.New("actors: protoactor remote did not stop within 5 s")
 		}
 	}
 	s.actors.Shutdown()

@@ -707,6 +707,15 @@ func (e *remoteError) Unwrap() error { return e.sentinel }
 
 func (c *Core) onAbort(now time.Time, m *Message) {
 	c.ready.Messages = append(c.ready.Messages, Message{Type: MsgAbortAck, Group: c.group, From: c.rank, To: m.From, Gen: m.Gen, Culprit: -1})
+	if m.Code == codePeerLost && m.Culprit >= 0 && m.Culprit < c.size && m.Culprit != c.rank && c.dead[m.Culprit] == nil {
+		// Take the sender's word that the peer is dead: sending to it would
+		// only find out the slow way (a transport retrying to connect).
+		c.dead[m.Culprit] = fmt.Errorf("%w: %s (reported by %s)", ErrPeerLost, c.peerName(m.Culprit), c.peerName(m.From))
+		for _, op := range c.aborting {
+			c.ack(op, m.Culprit)
+		}
+		c.dropAcked()
+	}
 	if m.Gen < c.gen {
 		return
 	}
