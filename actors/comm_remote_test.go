@@ -1,11 +1,11 @@
 package actors
 
 import (
-	"os"
-	"go.uber.org/zap"
 	"context"
 	"errors"
+	"go.uber.org/zap"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
