@@ -79,9 +79,9 @@ func stageSets(t *testing.T, be kernels.Backend, params []*nn.Param, bounds []in
 	var sets []*nn.ParamSet
 	var opts []optim.Optimizer
 	for s := 0; s+1 < len(bounds); s++ {
-		set := nn.NewParamSet(be)
+		set := nn.NewParamSet(be, 1)
 		for _, p := range params[bounds[s]:bounds[s+1]] {
-			set.Add(p.Name, p.Shape, nil)
+			set.Add(p.Name, p.Shape, nn.Const(0))
 		}
 		set.Finalize()
 		o, err := optim.New(set, c)

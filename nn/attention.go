@@ -20,15 +20,15 @@ type CausalSelfAttention struct {
 
 // NewCausalSelfAttention registers prefix.qkv and prefix.proj: weights
 // drawn from N(0, std²) and N(0, projStd²), zero biases (nanoGPT's init).
-func NewCausalSelfAttention(s *ParamSet, prefix string, c, heads, t int, std, projStd float32, rng *RNG) (*CausalSelfAttention, error) {
+func NewCausalSelfAttention(s *ParamSet, prefix string, c, heads, t int, std, projStd float32) (*CausalSelfAttention, error) {
 	if c%heads != 0 {
 		return nil, fmt.Errorf("%w: d_model %d is not divisible by %d heads", ErrConfig, c, heads)
 	}
 	a := &CausalSelfAttention{C: c, Heads: heads, T: t}
-	a.QKV = NewLinear(s, prefix+".qkv", c, 3*c, true, rng)
-	a.Proj = NewLinear(s, prefix+".proj", c, c, true, rng)
-	a.QKV.Weight.init, a.QKV.Bias.init = rng.Normal(0, std), Const(0)
-	a.Proj.Weight.init, a.Proj.Bias.init = rng.Normal(0, projStd), Const(0)
+	a.QKV = NewLinear(s, prefix+".qkv", c, 3*c, true)
+	a.Proj = NewLinear(s, prefix+".proj", c, c, true)
+	a.QKV.Weight.init, a.QKV.Bias.init = Normal(0, std), Const(0)
+	a.Proj.Weight.init, a.Proj.Bias.init = Normal(0, projStd), Const(0)
 	return a, nil
 }
 

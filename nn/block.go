@@ -13,19 +13,19 @@ type Block struct {
 }
 
 // NewBlock registers a block's parameters under prefix.
-func NewBlock(s *ParamSet, prefix string, c, heads, t int, std, projStd float32, rng *RNG) (*Block, error) {
+func NewBlock(s *ParamSet, prefix string, c, heads, t int, std, projStd float32) (*Block, error) {
 	b := &Block{LN1: NewLayerNorm(s, prefix+".ln1", c)}
-	attn, err := NewCausalSelfAttention(s, prefix, c, heads, t, std, projStd, rng)
+	attn, err := NewCausalSelfAttention(s, prefix, c, heads, t, std, projStd)
 	if err != nil {
 		return nil, err
 	}
 	b.Attn = attn
 	b.LN2 = NewLayerNorm(s, prefix+".ln2", c)
-	b.FC = NewLinear(s, prefix+".fc", c, 4*c, true, rng)
-	b.FC.Weight.init, b.FC.Bias.init = rng.Normal(0, std), Const(0)
+	b.FC = NewLinear(s, prefix+".fc", c, 4*c, true)
+	b.FC.Weight.init, b.FC.Bias.init = Normal(0, std), Const(0)
 	b.Act = &ActLayer{Fn: GELU}
-	b.Out = NewLinear(s, prefix+".out", 4*c, c, true, rng)
-	b.Out.Weight.init, b.Out.Bias.init = rng.Normal(0, projStd), Const(0)
+	b.Out = NewLinear(s, prefix+".out", 4*c, c, true)
+	b.Out.Weight.init, b.Out.Bias.init = Normal(0, projStd), Const(0)
 	return b, nil
 }
 

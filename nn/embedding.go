@@ -8,8 +8,8 @@ type Embedding struct {
 
 // NewEmbedding registers prefix.weight [num, dim] drawn from N(0, std²)
 // (PyTorch's default is std 1; GPTs use 0.02).
-func NewEmbedding(s *ParamSet, prefix string, num, dim int, std float32, rng *RNG) *Embedding {
-	return &Embedding{Num: num, Dim: dim, Weight: s.Add(prefix+".weight", []int{num, dim}, rng.Normal(0, std))}
+func NewEmbedding(s *ParamSet, prefix string, num, dim int, std float32) *Embedding {
+	return &Embedding{Num: num, Dim: dim, Weight: s.Add(prefix+".weight", []int{num, dim}, Normal(0, std))}
 }
 
 // Params implements Layer.

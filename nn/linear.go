@@ -17,14 +17,13 @@ type Linear struct {
 }
 
 // NewLinear registers prefix.weight [out, in] and prefix.bias [out] with
-// PyTorch's default initialisation (uniform ±1/sqrt(in) for both), drawing
-// from rng.
-func NewLinear(s *ParamSet, prefix string, in, out int, bias bool, rng *RNG) *Linear {
+// PyTorch's default initialisation (uniform ±1/sqrt(in) for both).
+func NewLinear(s *ParamSet, prefix string, in, out int, bias bool) *Linear {
 	bound := float32(1 / math.Sqrt(float64(in)))
 	l := &Linear{In: in, Out: out}
-	l.Weight = s.Add(prefix+".weight", []int{out, in}, rng.Uniform(-bound, bound))
+	l.Weight = s.Add(prefix+".weight", []int{out, in}, Uniform(-bound, bound))
 	if bias {
-		l.Bias = s.Add(prefix+".bias", []int{out}, rng.Uniform(-bound, bound))
+		l.Bias = s.Add(prefix+".bias", []int{out}, Uniform(-bound, bound))
 	}
 	return l
 }

@@ -100,8 +100,8 @@ func TestLayersAgainstReference(t *testing.T) {
 	up := func(n int) []float32 { return randF32(r, n, 1) }
 	const rows = 33
 	t.Run("Linear", func(t *testing.T) {
-		s := nn.NewParamSet(be)
-		l := nn.NewLinear(s, "l", 17, 9, true, nn.NewRNG(1))
+		s := nn.NewParamSet(be, 1)
+		l := nn.NewLinear(s, "l", 17, 9, true)
 		s.Finalize()
 		x := randF32(r, rows*17, 1)
 		s.ZeroGrads()
@@ -127,7 +127,7 @@ func TestLayersAgainstReference(t *testing.T) {
 		})
 	}
 	t.Run("LayerNorm", func(t *testing.T) {
-		s := nn.NewParamSet(be)
+		s := nn.NewParamSet(be, 1)
 		l := nn.NewLayerNorm(s, "ln", 24)
 		s.Finalize()
 		// Non-trivial affine parameters.
@@ -148,8 +148,8 @@ func TestLayersAgainstReference(t *testing.T) {
 	})
 	t.Run("Attention", func(t *testing.T) {
 		const B, T, C, H = 3, 5, 12, 3
-		s := nn.NewParamSet(be)
-		a, err := nn.NewCausalSelfAttention(s, "a", C, H, T, 0.3, 0.3, nn.NewRNG(2))
+		s := nn.NewParamSet(be, 1)
+		a, err := nn.NewCausalSelfAttention(s, "a", C, H, T, 0.3, 0.3)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,8 +21,8 @@ type Param struct {
 	Uses int
 	// NoDecay excludes the parameter from weight decay.
 	NoDecay bool
-	// init fills the host copy of the weights at construction.
-	init func(w []float32)
+	// init draws the initial weights at Finalize.
+	init Init
 }
 
 // Size is the number of elements.
@@ -40,6 +40,7 @@ func numel(shape []int) int {
 // gradients), in registration (forward) order.
 type ParamSet struct {
 	be     kernels.Backend
+	seed   uint64
 	params []*Param
 	byName map[string]*Param
 	w, g   kernels.Buffer
@@ -47,15 +48,16 @@ type ParamSet struct {
 	ready  bool
 }
 
-// NewParamSet starts an empty set on a backend.
-func NewParamSet(be kernels.Backend) *ParamSet {
-	return &ParamSet{be: be, byName: map[string]*Param{}}
+// NewParamSet starts an empty set on a backend; seed drives the
+// initialisers.
+func NewParamSet(be kernels.Backend, seed uint64) *ParamSet {
+	return &ParamSet{be: be, seed: seed, byName: map[string]*Param{}}
 }
 
-// Add registers a parameter; init fills its host weights (PyTorch layout).
+// Add registers a parameter drawn from init (PyTorch layout).
 // Add panics after Finalize or on a duplicate name: both are programming
 // errors in a model's constructor.
-func (s *ParamSet) Add(name string, shape []int, init func(w []float32)) *Param {
+func (s *ParamSet) Add(name string, shape []int, init Init) *Param {
 	if s.ready {
 		panic("nn: ParamSet.Add after Finalize: " + name)
 	}
@@ -80,9 +82,7 @@ func (s *ParamSet) Finalize() {
 	for _, p := range s.params {
 		p.W = s.be.View(s.w, p.Offset, p.Size())
 		p.G = s.be.View(s.g, p.Offset, p.Size())
-		if p.init != nil {
-			p.init(host[p.Offset : p.Offset+p.Size()])
-		}
+		p.init.fill(host[p.Offset:p.Offset+p.Size()], s.seed, p.Name)
 	}
 	s.be.Upload(s.w, host)
 	s.ready = true
