@@ -8,7 +8,7 @@ import (
 )
 
 // activeKernel is the micro-kernel Gemm uses: assembly where the CPU has it,
-// else the portable one. Tests swap it to cover both paths.
+// else the portable one.
 var activeKernel = pickKernel()
 
 func pickKernel() *gemmKernel {
@@ -21,18 +21,14 @@ func pickKernel() *gemmKernel {
 // simdName names the vector path GEMM takes on this CPU.
 func simdName() string { return activeKernel.name }
 
-// minFlopsPerThread is the least work worth handing to another goroutine:
-// starting and joining one costs a few microseconds, about what the kernel
-// does with 2^20 flops.
-const minFlopsPerThread = 1 << 20
-
 // Gemm implements kernels.Backend.
 //
 // It is a GotoBLAS/BLIS-style blocked product: op(B) is packed kc×nc at a
-// time (L3), op(A) mc×kc at a time (L2), and a register-tile micro-kernel
-// multiplies an A micro-panel by a B micro-panel (L1). The work (batch
-// members, and row or column ranges of C) is split over up to be.threads
-// goroutines, each with its own pack buffers, all joined before Gemm returns.
+// time, op(A) mc×kc at a time, and a register-tile micro-kernel multiplies
+// an A micro-panel (from L2) by a B micro-panel (from L1) into a tile of C.
+// Small operands that would be read only a few times are used in place
+// instead of packed. The work is spread over up to be.threads goroutines
+// (gemm_parallel.go), all joined before Gemm returns.
 func (be *Backend) Gemm(g kernels.GemmArgs, a, b, c kernels.Buffer) {
 	gemmWith(activeKernel, be.threads, g, a, b, c)
 }
@@ -40,19 +36,40 @@ func (be *Backend) Gemm(g kernels.GemmArgs, a, b, c kernels.Buffer) {
 // gemmWith is Gemm with a chosen micro-kernel, so tests cover every kernel
 // this CPU can run.
 func gemmWith(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b, c kernels.Buffer) {
+	if p, ok := prepareGemm(kern, g, a, b, c); ok {
+		p.execute(p.threads(threads))
+	}
+}
+
+// prepareGemm checks the arguments and handles the products with nothing
+// to multiply (M, N, K or Alpha zero); ok says whether a product remains.
+func prepareGemm(kern *gemmKernel, g kernels.GemmArgs, a, b, c kernels.Buffer) (p gemmProblem, ok bool) {
 	g = g.Normalize()
 	A, B, C := F(a), F(b), F(c)
 	checkGemm(g, len(A), len(B), len(C))
 	if g.M == 0 || g.N == 0 {
-		return
+		return p, false
 	}
 	if g.K == 0 || g.Alpha == 0 {
-		for bt := 0; bt < g.Batch; bt++ {
+		for bt := range g.Batch {
 			scaleC(C[bt*g.StrideC:], g.M, g.N, g.LDC, g.Beta)
 		}
+		return p, false
+	}
+	return gemmProblem{GemmArgs: g, kern: kern, A: A, B: B, C: C}, true
+}
+
+// execute computes the product on threads goroutines.
+func (p gemmProblem) execute(threads int) {
+	if threads <= 1 {
+		// Kept apart from the goroutines' closures, which move the problem
+		// to the heap: the single-threaded path allocates nothing.
+		p.serial()
 		return
 	}
-	gemmParallel(kern, threads, g, A, B, C)
+	hp := new(gemmProblem)
+	*hp = p
+	hp.parallel(threads)
 }
 
 // checkGemm panics with a message naming the offending argument when the
@@ -108,6 +125,13 @@ func scaleC(c []float32, m, n, ldc int, beta float32) {
 	}
 }
 
+// gemmProblem is one validated, normalized Gemm call.
+type gemmProblem struct {
+	kernels.GemmArgs
+	kern    *gemmKernel
+	A, B, C []float32
+}
+
 // gemmScratch is one goroutine's pack buffers. They come from scratchPool,
 // so steady-state calls allocate none.
 type gemmScratch struct {
@@ -126,98 +150,15 @@ func grow(buf []float32, n int) []float32 {
 	return buf[:n]
 }
 
-// gemmTask is one independent piece of a Gemm: rows [i0, i1) and columns
-// [j0, j1) of C for one batch member.
-type gemmTask struct {
-	batch, i0, i1, j0, j1 int
-}
-
-// gemmParallel splits the product into tasks and runs them on up to
-// threads goroutines.
-func gemmParallel(kern *gemmKernel, threads int, g kernels.GemmArgs, A, B, C []float32) {
-	flops := 2 * float64(g.M) * float64(g.N) * float64(g.K) * float64(g.Batch)
-	if limit := int(flops / minFlopsPerThread); threads > limit {
-		threads = max(1, limit)
-	}
-	// Batch members are the cheapest split (no shared packing); split C
-	// itself only as far as needed to give every goroutine equal work.
-	parts := threads / gcd(g.Batch, threads)
-	mp, np := splitTiles(kern, g.M, g.N, g.K, parts)
-	nTasks := g.Batch * mp * np
-	sp := taskSplit{mp: mp, np: np, mTiles: ceilDiv(g.M, kern.mr), nTiles: ceilDiv(g.N, kern.nr)}
-	if threads <= 1 {
-		// No closure here: the single-threaded path allocates nothing.
-		runTasks(kern, g, sp, 0, nTasks, A, B, C)
-		return
-	}
-	parallelFor(nTasks, threads, 1, func(lo, hi int) {
-		runTasks(kern, g, sp, lo, hi, A, B, C)
-	})
-}
-
-// taskSplit cuts each batch member's C into mp row ranges × np column
-// ranges, on tile boundaries.
-type taskSplit struct {
-	mp, np, mTiles, nTiles int
-}
-
-// task returns the t-th task: batch member t/(mp·np), then row-major over
-// the mp×np grid.
-func (sp taskSplit) task(t, mr, nr, m, n int) gemmTask {
-	bt, r := t/(sp.mp*sp.np), t%(sp.mp*sp.np)
-	pi, pj := r/sp.np, r%sp.np
-	return gemmTask{
-		batch: bt,
-		i0:    pi * sp.mTiles / sp.mp * mr, i1: min(m, (pi+1)*sp.mTiles/sp.mp*mr),
-		j0: pj * sp.nTiles / sp.np * nr, j1: min(n, (pj+1)*sp.nTiles/sp.np*nr),
-	}
-}
-
-// runTasks runs tasks [lo, hi) in order with one set of pack buffers.
-func runTasks(kern *gemmKernel, g kernels.GemmArgs, sp taskSplit, lo, hi int, A, B, C []float32) {
-	s := scratchPool.Get().(*gemmScratch)
-	for t := lo; t < hi; t++ {
-		gemmTile(kern, s, g, sp.task(t, kern.mr, kern.nr, g.M, g.N), A, B, C)
-	}
-	scratchPool.Put(s)
-}
-
-// splitTiles chooses how many row ranges (mp) and column ranges (np) to
-// cut C into so that mp·np ≈ parts: the split minimising the largest
-// part's work, counting the padded tiles it computes and the operands it
-// packs.
-func splitTiles(kern *gemmKernel, m, n, k, parts int) (mp, np int) {
-	mTiles, nTiles := ceilDiv(m, kern.mr), ceilDiv(n, kern.nr)
-	best := -1.0
-	mp, np = 1, 1
-	for cm := 1; cm <= parts; cm++ {
-		if parts%cm != 0 {
-			continue
-		}
-		cn := parts / cm
-		cm, cn := min(cm, mTiles), min(cn, nTiles)
-		rows := ceilDiv(mTiles, cm) * kern.mr
-		cols := ceilDiv(nTiles, cn) * kern.nr
-		// A packed value costs about as much as a few dozen flops.
-		cost := 2*float64(rows)*float64(cols)*float64(k) + 32*float64(rows+cols)*float64(k)
-		if best < 0 || cost < best || (cost == best && cm*cn > mp*np) {
-			best, mp, np = cost, cm, cn
-		}
-	}
-	return mp, np
-}
-
 // Packing a block costs a pass over it; it pays when the kernel then reads
 // each packed micro-panel many times. A B micro-panel is read once per A
 // micro-panel (m/mr times) and an A micro-panel once per B micro-panel
-// (n/nr times). Below these many reads the kernel takes the operand where
+// (n/nr times). Below packMinReads reads the kernel takes the operand where
 // it lies (B: kc rows of nr values, ldb apart; A: mr rows or columns, lda
 // apart), which is what makes batched attention-sized products fast.
-// Transposed B always gets packed: the kernel needs each k step's nr values
+// Transposed B is always packed: the kernel needs each k step's nr values
 // adjacent.
-const (
-	packMinReads = 8
-)
+const packMinReads = 8
 
 // panels describes the micro-panels of one block of A or B: panel q starts
 // at data[q·step], and element (i, p) of an A panel is at i·rs+p·ks (B
@@ -240,28 +181,67 @@ func (pn *panels) panel(q int) (data []float32, rs, ks int) {
 	return pn.data[q*pn.step:], pn.rs, pn.ks
 }
 
-// gemmTile computes one task's block of C sequentially with the blocked
-// algorithm.
-func gemmTile(kern *gemmKernel, s *gemmScratch, g kernels.GemmArgs, t gemmTask, A, B, C []float32) {
-	mr, nr := kern.mr, kern.nr
-	m, n := t.i1-t.i0, t.j1-t.j0
-	// The operands' origins for this task: op(A)[i0, 0], op(B)[0, j0], C[i0, j0].
-	offA, offB := t.batch*g.StrideA, t.batch*g.StrideB
-	if g.TransA {
-		offA += t.i0
-	} else {
-		offA += t.i0 * g.LDA
+// aPanels describes op(A) in place from op(A)[ic, pc] of batch member bt.
+func (p *gemmProblem) aPanels(bt, ic, pc int) panels {
+	o := bt * p.StrideA
+	if p.TransA {
+		return panels{data: p.A[o+pc*p.LDA+ic:], step: p.kern.mr, rs: 1, ks: p.LDA}
 	}
-	if g.TransB {
-		offB += t.j0 * g.LDB
-	} else {
-		offB += t.j0
-	}
-	offC := t.batch*g.StrideC + t.i0*g.LDC + t.j0
+	return panels{data: p.A[o+ic*p.LDA+pc:], step: p.kern.mr * p.LDA, rs: p.LDA, ks: 1}
+}
 
+// bPanels describes op(B) in place from op(B)[pc, jc] of batch member bt
+// (ks is meaningful only without TransB).
+func (p *gemmProblem) bPanels(bt, pc, jc int) panels {
+	o := bt * p.StrideB
+	if p.TransB {
+		return panels{data: p.B[o+jc*p.LDB+pc:], step: p.kern.nr * p.LDB}
+	}
+	return panels{data: p.B[o+pc*p.LDB+jc:], step: p.kern.nr, ks: p.LDB}
+}
+
+// packA packs A micro-panels [q0, q1) of the mc×kc block src into dst.
+func (p *gemmProblem) packA(dst []float32, src *panels, q0, q1, mc, kc int) {
+	mr := p.kern.mr
+	for q := q0; q < q1; q++ {
+		p.kern.packA(dst[q*mr*kc:], src.data[q*src.step:], p.LDA, p.TransA, min(mr, mc-q*mr), kc)
+	}
+}
+
+// packB packs B micro-panels [q0, q1) of the kc×nc block src into dst.
+func (p *gemmProblem) packB(dst []float32, src *panels, q0, q1, nc, kc int) {
+	nr := p.kern.nr
+	for q := q0; q < q1; q++ {
+		p.kern.packB(dst[q*nr*kc:], src.data[q*src.step:], p.LDB, p.TransB, min(nr, nc-q*nr), kc)
+	}
+}
+
+// blockK is the k block size: at most kern.kc, with the k blocks of equal
+// size (rounded up to a multiple of 8, what the packing routines move at a
+// time) rather than a short last one whose kernel calls would be mostly
+// overhead.
+func blockK(kern *gemmKernel, k int) int {
+	kc := ceilDiv(k, ceilDiv(k, kern.kc))
+	return min(k, ceilDiv(kc, 8)*8, kern.kc)
+}
+
+// betaAt is the beta for the k block starting at pc: later k blocks add to
+// what the first one wrote.
+func (p *gemmProblem) betaAt(pc int) float32 {
+	if pc > 0 {
+		return 1
+	}
+	return p.Beta
+}
+
+// member computes batch member bt on the calling goroutine.
+func (p *gemmProblem) member(s *gemmScratch, bt int) {
+	kern := p.kern
+	mr, nr := kern.mr, kern.nr
+	m, n := p.M, p.N
 	packA := ceilDiv(n, nr) >= packMinReads
-	packB := g.TransB || ceilDiv(m, mr) >= packMinReads
-	kcMax := min(kern.kc, g.K)
+	packB := p.TransB || ceilDiv(m, mr) >= packMinReads
+	kcMax := blockK(kern, p.K)
 	if packA {
 		s.a = grow(s.a, min(kern.mc, ceilDiv(m, mr)*mr)*kcMax)
 	}
@@ -271,53 +251,33 @@ func gemmTile(kern *gemmKernel, s *gemmScratch, g kernels.GemmArgs, t gemmTask, 
 	s.edgeA = grow(s.edgeA, mr*kcMax)
 	s.edgeB = grow(s.edgeB, nr*kcMax)
 	s.tile = grow(s.tile, mr*nr)
+	offC := bt * p.StrideC
 
 	for jc := 0; jc < n; jc += kern.nc {
 		nc := min(kern.nc, n-jc)
-		for pc := 0; pc < g.K; pc += kern.kc {
-			kc := min(kern.kc, g.K-pc)
-			// Later k blocks add to what the first one wrote.
-			beta := g.Beta
-			if pc > 0 {
-				beta = 1
-			}
-			// op(B)[pc, jc] and the distance between column panels.
-			ob, bStep := offB+pc*g.LDB+jc, nr
-			if g.TransB {
-				ob, bStep = offB+jc*g.LDB+pc, nr*g.LDB
-			}
-			bp := panels{data: B[ob:], step: bStep, ks: g.LDB}
+		for pc := 0; pc < p.K; pc += kcMax {
+			kc := min(kcMax, p.K-pc)
+			bp := p.bPanels(bt, pc, jc)
 			if packB {
-				for jr := 0; jr < nc; jr += nr {
-					kern.packB(s.b[jr*kc:], B[ob+jr/nr*bStep:], g.LDB, g.TransB, min(nr, nc-jr), kc)
-				}
+				p.packB(s.b, &bp, 0, ceilDiv(nc, nr), nc, kc)
 				bp = panels{data: s.b, step: nr * kc, ks: nr}
 			} else if nc%nr != 0 {
 				q := nc / nr
-				kern.packB(s.edgeB, B[ob+q*bStep:], g.LDB, false, nc-q*nr, kc)
+				kern.packB(s.edgeB, bp.data[q*bp.step:], p.LDB, false, nc-q*nr, kc)
 				bp.edge, bp.edgeIndex, bp.edgeKS = s.edgeB, q, nr
 			}
 			for ic := 0; ic < m; ic += kern.mc {
 				mc := min(kern.mc, m-ic)
-				// op(A)[ic, pc] and the distance between row panels.
-				oa, aStep := offA+ic*g.LDA+pc, mr*g.LDA
-				ap := panels{rs: g.LDA, ks: 1}
-				if g.TransA {
-					oa, aStep = offA+pc*g.LDA+ic, mr
-					ap = panels{rs: 1, ks: g.LDA}
-				}
-				ap.data, ap.step = A[oa:], aStep
+				ap := p.aPanels(bt, ic, pc)
 				if packA {
-					for ir := 0; ir < mc; ir += mr {
-						kern.packA(s.a[ir*kc:], A[oa+ir/mr*aStep:], g.LDA, g.TransA, min(mr, mc-ir), kc)
-					}
+					p.packA(s.a, &ap, 0, ceilDiv(mc, mr), mc, kc)
 					ap = panels{data: s.a, step: mr * kc, rs: 1, ks: mr}
 				} else if mc%mr != 0 {
 					q := mc / mr
-					kern.packA(s.edgeA, A[oa+q*aStep:], g.LDA, g.TransA, mc-q*mr, kc)
+					kern.packA(s.edgeA, ap.data[q*ap.step:], p.LDA, p.TransA, mc-q*mr, kc)
 					ap.edge, ap.edgeIndex, ap.edgeKS = s.edgeA, q, mr
 				}
-				macroKernel(kern, s, mc, nc, kc, g.Alpha, beta, &ap, &bp, C[offC+ic*g.LDC+jc:], g.LDC)
+				macroKernel(kern, s, mc, nc, kc, p.Alpha, p.betaAt(pc), &ap, &bp, p.C[offC+ic*p.LDC+jc:], p.LDC)
 			}
 		}
 	}
@@ -355,10 +315,3 @@ func macroKernel(kern *gemmKernel, s *gemmScratch, mc, nc, kc int, alpha, beta f
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
-
-func gcd(a, b int) int {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
-}

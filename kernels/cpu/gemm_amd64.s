@@ -32,6 +32,7 @@
 	ADDQ         R10, R9;           \
 	ADDQ         R11, BX
 
+
 // C row = alpha·acc (beta == 0: C is not read, so NaNs in it vanish).
 #define STORE0(lo, hi) \
 	VMULPS  Y14, lo, lo;   \

@@ -147,7 +147,11 @@ func (tc gemmCase) check(t *testing.T, kern *gemmKernel, threads int, seed uint6
 	orig := append([]float32(nil), C...)
 	want, mag := refGemm(g, A, B, C)
 
-	gemmWith(kern, threads, g, Buf(A), Buf(B), Buf(C))
+	// Below its work threshold Gemm would run small products on one
+	// thread; force the requested count to exercise the parallel paths.
+	if p, ok := prepareGemm(kern, g, Buf(A), Buf(B), Buf(C)); ok {
+		p.execute(threads)
+	}
 
 	u := math.Ldexp(1, -24)
 	bad := 0
@@ -229,18 +233,22 @@ func TestGemmRandom(t *testing.T) {
 	}
 }
 
-// TestGemmThreads checks the parallel splits: by batch, by rows and by
-// columns, with thread counts that do and do not divide the work.
+// TestGemmThreads checks the parallel paths: whole batch members per
+// goroutine, and threads cooperating on one member by row blocks (shared
+// packed B) or by column ranges (shared packed A), over several k blocks
+// and shared blocks, with thread counts that do and do not divide the work.
 func TestGemmThreads(t *testing.T) {
 	cases := []gemmCase{
-		{g: kernels.GemmArgs{M: 300, N: 40, K: 64, Alpha: 1}},                            // rows
-		{g: kernels.GemmArgs{M: 20, N: 400, K: 64, Alpha: 1, TransB: true}},              // columns
-		{g: kernels.GemmArgs{M: 64, N: 64, K: 32, Alpha: 0.125, Batch: 7, TransB: true}}, // batch
-		{g: kernels.GemmArgs{M: 130, N: 130, K: 300, Alpha: 1, Beta: 1, TransA: true}, padLD: 5},
+		{g: kernels.GemmArgs{M: 500, N: 100, K: 600, Alpha: 1}},                                                       // rows
+		{g: kernels.GemmArgs{M: 400, N: 600, K: 300, Alpha: -1, Beta: 0.5, TransB: true}, padLD: 3},                   // columns, 2 shared A blocks
+		{g: kernels.GemmArgs{M: 7, N: 1000, K: 33, Alpha: 1, TransA: true}},                                           // columns, one A panel
+		{g: kernels.GemmArgs{M: 64, N: 64, K: 32, Alpha: 0.125, Batch: 7, TransB: true}},                              // batch
+		{g: kernels.GemmArgs{M: 210, N: 210, K: 210, Alpha: 1, Beta: 1, Batch: 3, TransA: true}, padLD: 5, padStr: 9}, // cooperative per member
+		{g: kernels.GemmArgs{M: 130, N: 130, K: 300, Beta: 0, Alpha: 2, TransA: true, TransB: true}, nanC: true},
 	}
 	for _, kern := range kernelsToTest() {
 		for _, tc := range cases {
-			for _, threads := range []int{2, 3, 4, 8} {
+			for _, threads := range []int{2, 3, 8} {
 				t.Run(fmt.Sprintf("%s/t%d/%v", kern.name, threads, tc), func(t *testing.T) {
 					t.Parallel()
 					tc.check(t, kern, threads, 3)
