@@ -66,7 +66,7 @@ train() { # name device [env...]
 # field FILE KEY: the KEY values of a metrics file, one a line.
 field() { awk -v k="\"$2\":" '{ i = index($0, k); if (i) { s = substr($0, i + length(k)); sub(/[,}].*/, "", s); print s } }' "$1"; }
 # median tokens/s over the steps after the first five (warm-up, JIT).
-tokps() { field "$1" tokens_per_s | tail -n +6 | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "n/a" }'; }
+tokps() { field "$1" tokens_per_s | tail -n +6 | sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%.0f\n", v[int((NR + 1) / 2)]; else print "n/a" }'; }
 # maxrel A B: the largest |lossA − lossB| / |lossB| over the steps.
 maxrel() { paste <(field "$1" loss) <(field "$2" loss) | awk 'BEGIN { m = 0 } { d = $1 - $2; if (d < 0) d = -d; b = $2 < 0 ? -$2 : $2; if (b > 0 && d / b > m) m = d / b; n++ } END { if (n == 0) print "n/a"; else printf "%.2e\n", m }'; }
 
@@ -83,7 +83,7 @@ rel=$(maxrel "$OUT/train-cuda.jsonl" "$OUT/train-cpu.jsonl" 2>/dev/null)
 reltf=$(maxrel "$OUT/train-cuda-tf32.jsonl" "$OUT/train-cpu.jsonl" 2>/dev/null)
 lossok=$(awk -v r="$rel" -v t="$LOSS_RTOL" -v a="$ncpu" -v b="$ngpu" -v s="$STEPS" 'BEGIN { print (r != "n/a" && a == s && b == s && r + 0 <= t + 0) ? "PASS" : "FAIL" }')
 [ "$lossok" = PASS ] || status=1
-last() { field "$1" loss | tail -1; }
+last() { field "$1" loss | tail -1 | awk '{ printf "%.4f\n", $1 }'; }
 
 share() { awk -v v="$1" -v c="$2" 'BEGIN { if (v == "") print "n/a"; else printf "%.1f%%\n", 100 * v / c }'; }
 stage "summary ($(date -u +%Y-%m-%d))"
