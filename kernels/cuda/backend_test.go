@@ -121,7 +121,9 @@ func TestClose(t *testing.T) {
 		t.Errorf("Sync after Close: %v, want ErrClosed", err)
 	}
 	mustPanic(t, "Alloc after Close", func() { be.Alloc(1) })
-	mustPanic(t, "Fill of a buffer after Close", func() { be.Fill(b, 1) })
+	if msg := mustPanic(t, "Fill of a buffer after Close", func() { be.Fill(b, 1) }); !strings.Contains(msg, "closed") {
+		t.Errorf("Fill after Close panicked with %q, want it to say the backend is closed", msg)
+	}
 }
 
 func TestConfigValidate(t *testing.T) {

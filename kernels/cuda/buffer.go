@@ -37,9 +37,10 @@ var (
 	_ kernels.Index  = (*Ids)(nil)
 )
 
-// buf returns b as this backend's live buffer; a buffer of another backend,
-// or one whose memory was freed, panics.
+// buf returns b as this backend's live buffer; a closed backend, a buffer of
+// another backend, or one whose memory was freed, panics.
 func (be *Backend) buf(op string, b kernels.Buffer) *Buf {
+	be.check()
 	d, ok := b.(*Buf)
 	if !ok || d.be != be {
 		panic(fmt.Sprintf("kernels/cuda: %s: buffer %T is not from this backend", op, b))
@@ -52,6 +53,7 @@ func (be *Backend) buf(op string, b kernels.Buffer) *Buf {
 
 // ids is buf for index buffers.
 func (be *Backend) ids(op string, x kernels.Index) *Ids {
+	be.check()
 	d, ok := x.(*Ids)
 	if !ok || d.be != be {
 		panic(fmt.Sprintf("kernels/cuda: %s: index buffer %T is not from this backend", op, x))
