@@ -115,8 +115,8 @@ type Core struct {
 	now  int64
 
 	live   map[string]Member // by ID, self included
-	vcache []Member           // view(), nil when live changed
-	wdirty bool               // live or committed changed: recompute the waiting reason
+	vcache []Member          // view(), nil when live changed
+	wdirty bool              // live or committed changed: recompute the waiting reason
 	down   map[string]string // members of the committed world gone since: ID → "failed" or "left"
 	lastUp int64             // tick of the last member up
 	forced string            // a new generation is wanted although membership is the same
