@@ -10,7 +10,8 @@
 #   2. GEMM at 4096³ on the FP32, TF32 and BF16 paths, in TFLOP/s and as a
 #      share of the H200's dense peaks on NVIDIA's spec sheet (67 FP32,
 #      495 TF32, 989 BF16 TFLOP/s);
-#   3. the default GPT trained for 50 steps on the CPU and on the GPU (FP32),
+#   3. per-kernel times of a small-GPT step (kerneltest.Bench);
+#   4. the default GPT trained for 50 steps on the CPU and on the GPU (FP32),
 #      same seed and data: per-step losses compared (they must agree within
 #      LOSS_RTOL relative), and tokens/s of each; then the GPU with TF32.
 #
@@ -56,6 +57,10 @@ tflops() { awk -v p="Gemm4096/$1" '$1 ~ p { for (i = 1; i < NF; i++) if ($(i+1) 
 fp32=$(tflops fp32)
 tf32=$(tflops tf32)
 bf16=$(tflops bf16)
+
+stage "kernels of a small-GPT step (kerneltest.Bench), FP32"
+timeout 90 bin/cuda.test -test.run '^$' -test.bench 'Kernels' -test.benchtime 50x >"$OUT/kernels.txt" 2>&1 || status=1
+grep -E "^Benchmark" "$OUT/kernels.txt" | awk '{ printf "%-60s %s %s\n", $1, $3, $4 }'
 
 train() { # name device [env...]
 	local name=$1 dev=$2

@@ -10,6 +10,7 @@ import (
 
 	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/kernels/kerneltest"
 )
 
 // toBF16 converts the n float32 values of src into bfloat16 in dst (two a
@@ -144,4 +145,13 @@ func BenchmarkGemm4096(b *testing.B) {
 			b.ReportMetric(2*n*n*n*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
 		})
 	}
+}
+
+// BenchmarkKernels times the kernels of one small-GPT training step (the
+// shared kerneltest.Bench, each call followed by Sync) on the GPU.
+func BenchmarkKernels(b *testing.B) {
+	if emulated {
+		b.Skip("the emulator's speed means nothing")
+	}
+	kerneltest.Bench(b, open(b, false))
 }
