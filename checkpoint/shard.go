@@ -1,11 +1,9 @@
 package checkpoint
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"hash"
 	"hash/crc32"
 	"io"
 	"path/filepath"
@@ -95,7 +93,7 @@ func WriteShard(fsys FS, tmpDir string, r RankShard) (*Part, error) {
 		spec := r.Specs[p.Tensor]
 		off, sizes := sliceShape(spec.Shape, p)
 		ts[i] = safetensors.Tensor{Name: spec.Name, DType: spec.DType, Shape: sizes, Data: r.Data[i]}
-		part.Slices[i] = PartSlice{Tensor: spec.Name, SliceEntry: SliceEntry{Offsets: off, Sizes: sizes, File: name, CRC32C: crc32c(r.Data[i])}}
+		part.Slices[i] = PartSlice{Tensor: spec.Name, SliceEntry: SliceEntry{Offsets: off, Sizes: sizes, File: name}}
 	}
 	meta := map[string]string{
 		"format":       "pt",
@@ -111,22 +109,27 @@ func WriteShard(fsys FS, tmpDir string, r RankShard) (*Part, error) {
 		info, _ := h.Lookup(ts[i].Name)
 		part.Slices[i].Offset, part.Slices[i].Bytes = info.Offset, info.Size()
 	}
+	// The CRC-32C of the header and of every slice is taken from the bytes
+	// on their way to the file, a chunk at a time, so each chunk is read
+	// from memory once and is still in cache when the kernel copies it.
+	cw := &crcWriter{ranges: []crcRange{{start: 0, end: h.DataStart()}}}
+	for i := range part.Slices {
+		sl := part.Slices[i]
+		cw.ranges = append(cw.ranges, crcRange{start: sl.Offset, end: sl.Offset + sl.Bytes, slice: i})
+	}
+	slices.SortFunc(cw.ranges[1:], func(a, b crcRange) int { return int(a.start - b.start) })
 	path := filepath.Join(tmpDir, name)
 	f, err := fsys.Create(path)
 	if err != nil {
 		return nil, err
 	}
-	hw := &headerCRC{w: f, left: h.DataStart(), crc: crc32.New(castagnoli)}
-	var size int64 = h.DataStart()
-	for _, t := range ts {
-		size += int64(len(t.Data))
-	}
-	// Up to 4 MiB of buffer merges small tensors into few writes; big
-	// tensors go straight through, as bufio writes them unbuffered.
-	bw := bufio.NewWriterSize(hw, int(min(4<<20, size)))
-	err = safetensors.Write(bw, ts, meta)
+	cw.w = f
+	err = safetensors.Write(cw, ts, meta)
 	if err == nil {
-		err = bw.Flush()
+		err = cw.flush()
+	}
+	if size := h.DataStart() + dataBytes(ts); err == nil && cw.pos != size {
+		err = fmt.Errorf("wrote %d bytes, the layout has %d", cw.pos, size)
 	}
 	if err == nil {
 		err = f.Sync()
@@ -137,28 +140,89 @@ func WriteShard(fsys FS, tmpDir string, r RankShard) (*Part, error) {
 	if err != nil {
 		return nil, fmt.Errorf("writing %s: %w", path, err)
 	}
-	part.File = FileEntry{Name: name, Rank: r.Rank(), Stage: r.Stage, DPRank: r.DPRank, Bytes: hw.n, HeaderCRC32C: hw.crc.Sum32()}
+	for _, rg := range cw.ranges[1:] {
+		part.Slices[rg.slice].CRC32C = rg.crc
+	}
+	part.File = FileEntry{Name: name, Rank: r.Rank(), Stage: r.Stage, DPRank: r.DPRank, Bytes: cw.pos, HeaderCRC32C: cw.ranges[0].crc}
 	return part, nil
 }
 
-// headerCRC passes writes through, counting bytes and taking the CRC-32C
-// of the first left bytes (the safetensors length and header).
-type headerCRC struct {
-	w    io.Writer
-	left int64
-	n    int64
-	crc  hash.Hash32
+func dataBytes(ts []safetensors.Tensor) int64 {
+	var n int64
+	for _, t := range ts {
+		n += int64(len(t.Data))
+	}
+	return n
 }
 
-func (h *headerCRC) Write(p []byte) (int, error) {
-	if h.left > 0 {
-		k := min(int64(len(p)), h.left)
-		h.crc.Write(p[:k])
-		h.left -= k
+// crcRange is a byte range of a file being written and its CRC-32C so far.
+type crcRange struct {
+	start, end int64
+	crc        uint32
+	slice      int
+}
+
+// crcWriter writes a file sequentially in chunks of at most crcChunk
+// bytes, taking the CRC-32C of each range (the header, each slice) on the
+// way; writes smaller than directWrite are gathered into one buffer, larger
+// ones go straight to the file without a copy.
+type crcWriter struct {
+	w      io.Writer
+	pos    int64
+	ranges []crcRange // sorted by start, not overlapping
+	next   int        // first range not yet complete
+	buf    []byte
+}
+
+const (
+	crcChunk    = 1 << 20
+	directWrite = 256 << 10
+	gatherSize  = 1 << 20
+)
+
+func (c *crcWriter) Write(p []byte) (int, error) {
+	total := len(p)
+	for len(p) > 0 {
+		chunk := p[:min(len(p), crcChunk)]
+		end := c.pos + int64(len(chunk))
+		for c.next < len(c.ranges) && c.ranges[c.next].end <= c.pos {
+			c.next++
+		}
+		for j := c.next; j < len(c.ranges) && c.ranges[j].start < end; j++ {
+			rg := &c.ranges[j]
+			lo, hi := max(rg.start, c.pos), min(rg.end, end)
+			if lo < hi {
+				rg.crc = crc32.Update(rg.crc, castagnoli, chunk[lo-c.pos:hi-c.pos])
+			}
+		}
+		if len(chunk) >= directWrite {
+			if err := c.flush(); err != nil {
+				return total - len(p), err
+			}
+			if _, err := c.w.Write(chunk); err != nil {
+				return total - len(p), err
+			}
+		} else {
+			c.buf = append(c.buf, chunk...)
+			if len(c.buf) >= gatherSize {
+				if err := c.flush(); err != nil {
+					return total - len(p), err
+				}
+			}
+		}
+		c.pos = end
+		p = p[len(chunk):]
 	}
-	n, err := h.w.Write(p)
-	h.n += int64(n)
-	return n, err
+	return total, nil
+}
+
+func (c *crcWriter) flush() error {
+	if len(c.buf) == 0 {
+		return nil
+	}
+	_, err := c.w.Write(c.buf)
+	c.buf = c.buf[:0]
+	return err
 }
 
 // WritePart writes a rank's part manifest into tmpDir and fsyncs it, for a

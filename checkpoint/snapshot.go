@@ -79,10 +79,32 @@ func (s *Snapshot) buffer(k bufKey, n int) []float32 {
 // once per stage, stages in order; in data parallelism, with one replica
 // of each stage (all replicas hold the same state).
 func (s *Snapshot) AddModel(stage int, set *nn.ParamSet, opt optim.Optimizer) error {
+	return s.addParams(stage, set, opt, "")
+}
+
+// AddStage is AddModel for a pipeline stage built by nn.Build: when the
+// stage holds a tied token embedding that an earlier stage holds too
+// (Model.Tied on a stage that is not the first), that copy is left out, so
+// the checkpoint stores the tensor once, under the first stage. Restore
+// loads it into every stage that has it, by name.
+func (s *Snapshot) AddStage(stage int, m *nn.Model, opt optim.Optimizer) error {
+	skip := ""
+	if m.Tied != nil && !m.First() {
+		skip = m.Tied.Name
+	}
+	return s.addParams(stage, m.Set, opt, skip)
+}
+
+func (s *Snapshot) addParams(stage int, set *nn.ParamSet, opt optim.Optimizer, skip string) error {
 	be := set.Backend()
 	w := s.buffer(bufKey{stage, ""}, set.Len())
 	be.Download(w, set.Weights())
-	params := set.Params()
+	var params []*nn.Param
+	for _, p := range set.Params() {
+		if p.Name != skip {
+			params = append(params, p)
+		}
+	}
 	for _, p := range params {
 		s.Add(Tensor{
 			TensorSpec: TensorSpec{Name: p.Name, DType: safetensors.F32, Shape: slices.Clone(p.Shape), Stage: stage},

@@ -245,3 +245,84 @@ func TestSnapshotRejects(t *testing.T) {
 		t.Errorf("dp rank out of range: %v", err)
 	}
 }
+
+// TestTiedEmbeddingAcrossStages: a GPT whose tied token embedding sits on
+// the first stage (embedding) and the last (LM head) is saved with the
+// tensor once, and every stage of another split, and the whole model, load
+// it back bit for bit.
+func TestTiedEmbeddingAcrossStages(t *testing.T) {
+	be := cpu(t)
+	spec := nn.Spec{GPT: &nn.GPTConfig{Vocab: 7, Context: 4, DModel: 8, Layers: 3, Heads: 2}}
+	units := spec.Units()
+	c := optim.DefaultConfig("adamw")
+	build := func(lo, hi int) (*nn.Model, optim.Optimizer) {
+		m, err := nn.Build(be, spec, 5, lo, hi)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := optim.New(m.Set, c)
+		return m, o
+	}
+	r := rand.New(rand.NewPCG(3, 3))
+	whole, wopt := build(0, units)
+	fill(r, whole.Set, wopt, 4)
+	want := state(whole.Set, wopt)
+	// Two stages holding the whole model's state.
+	cuts := []int{0, 2, units}
+	snap := &Snapshot{Meta: Meta{Step: 4, World: World{DP: 2, PP: 2}}}
+	for s := 0; s < 2; s++ {
+		m, o := build(cuts[s], cuts[s+1])
+		if m.Tied == nil {
+			t.Fatal("the stage does not mark the tied embedding")
+		}
+		if err := ck0Restore(whole, wopt, m, o); err != nil {
+			t.Fatal(err)
+		}
+		if err := snap.AddStage(s, m, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fsys := NewMemFS()
+	if _, err := Save(fsys, "ckpt", snap, 0); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := OpenLatest(fsys, "ckpt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	if tok, _ := ck.Manifest.Lookup("tok.weight"); tok.Stage != 0 {
+		t.Fatalf("tok.weight saved under stage %d", tok.Stage)
+	}
+	for _, cut := range [][]int{{0, units}, {0, 1, 3, units}} {
+		for s := 0; s+1 < len(cut); s++ {
+			m, o := build(cut[s], cut[s+1])
+			if err := ck.Restore(m.Set, o); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range state(m.Set, o) {
+				if !sameBits(v, want[k]) {
+					t.Fatalf("split %v stage %d: %s differs", cut, s, k)
+				}
+			}
+		}
+	}
+}
+
+// ck0Restore copies the whole model's state into a stage by name.
+func ck0Restore(whole *nn.Model, wopt optim.Optimizer, m *nn.Model, o optim.Optimizer) error {
+	s := &Snapshot{Meta: Meta{Step: 4, World: World{DP: 1, PP: 1}}}
+	if err := s.AddModel(0, whole.Set, wopt); err != nil {
+		return err
+	}
+	fsys := NewMemFS()
+	if _, err := Save(fsys, "c", s, 0); err != nil {
+		return err
+	}
+	ck, err := OpenLatest(fsys, "c")
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	return ck.Restore(m.Set, o)
+}
