@@ -23,6 +23,7 @@
 #else
 #include "emu.h"
 #define UNROLL
+#define __launch_bounds__(n)
 #endif
 
 #define RB 256
@@ -523,7 +524,7 @@ __device__ static float ld_opb(const float* b, int tb, i64 ldb, i64 K, i64 N, i6
 	return tb ? b[j * ldb + k] : b[k * ldb + j];
 }
 
-extern "C" __global__ void k_gemm_f32(int ta, int tb, i64 M, i64 N, i64 K, float alpha, float beta, const float* a,
+extern "C" __global__ void __launch_bounds__(256) k_gemm_f32(int ta, int tb, i64 M, i64 N, i64 K, float alpha, float beta, const float* a,
                                       i64 lda, i64 sa, const float* b, i64 ldb, i64 sb, float* c, i64 ldc, i64 sc,
                                       i64 batch) {
 	EMU_SHARED float As[GK][GT + 4];
@@ -576,6 +577,8 @@ extern "C" __global__ void k_gemm_f32(int ta, int tb, i64 M, i64 N, i64 K, float
 
 // ---------------------------------------------------------------------------
 // Tensor-core GEMMs (sm_80+): mma.sync.m16n8k8 (TF32) and m16n8k16 (BF16).
+// __launch_bounds__(256) keeps ptxas within the registers that let a
+// 256-thread block launch at all (the accumulators alone are 64 a thread).
 //
 // A block of 256 threads (8 warps as 2 rows × 4 columns) computes a 128×128
 // tile of C; each warp a 64×32 sub-tile as 4×4 mma tiles of 16×8. Fragment
@@ -645,7 +648,7 @@ __device__ static void tc_store(float acc[4][4][4], float* C, i64 ldc, i64 M, i6
 }
 
 // k_gemm_tf32: same contract as k_gemm_f32, inputs rounded to TF32.
-extern "C" __global__ void k_gemm_tf32(int ta, int tb, i64 M, i64 N, i64 K, float alpha, float beta, const float* a,
+extern "C" __global__ void __launch_bounds__(256) k_gemm_tf32(int ta, int tb, i64 M, i64 N, i64 K, float alpha, float beta, const float* a,
                                        i64 lda, i64 sa, const float* b, i64 ldb, i64 sb, float* c, i64 ldc, i64 sc,
                                        i64 batch) {
 	EMU_SHARED uint32_t As[TT][TK32 + TPAD32];  // [m][k]
@@ -717,7 +720,7 @@ extern "C" __global__ void k_f32_to_bf16(i64 n, const float* x, unsigned short* 
 // (the "NT" form every mma operand wants) and C float32, not batched. It is
 // the benchmark's tensor-core ceiling probe; K must be even (words of two
 // values are loaded at once).
-extern "C" __global__ void k_gemm_bf16(i64 M, i64 N, i64 K, float alpha, float beta, const unsigned short* a,
+extern "C" __global__ void __launch_bounds__(256) k_gemm_bf16(i64 M, i64 N, i64 K, float alpha, float beta, const unsigned short* a,
                                        i64 lda, const unsigned short* b, i64 ldb, float* c, i64 ldc) {
 	EMU_SHARED uint32_t As[TT][(TK16 + TPAD16) / 2];  // [m][k pair]
 	EMU_SHARED uint32_t Bs[TT][(TK16 + TPAD16) / 2];  // [n][k pair]
