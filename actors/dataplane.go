@@ -11,7 +11,6 @@ import (
 	"math"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/troupe-ml/troupe/collective"
@@ -340,8 +339,10 @@ func (d *DataPlane) Cancel(group uint32, gen uint64) {
 	}
 }
 
-// Close closes the listener and every connection and waits for the
-// goroutines.
+// Close stops taking frames, gives the writers up to a second to send what
+// they queued (an operation's last completion count may still be on its
+// way when the operation completes here), then closes the listener and every
+// connection and waits for the goroutines.
 func (d *DataPlane) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -349,17 +350,19 @@ func (d *DataPlane) Close() error {
 		return nil
 	}
 	d.closed = true
-	d.ln.Close()
-	for c := range d.conns {
-		c.Close()
-	}
 	outs := make([]*dpOut, 0, len(d.out))
 	for _, o := range d.out {
 		outs = append(outs, o)
 	}
 	d.mu.Unlock()
+	deadline := time.Now().Add(time.Second)
 	for _, o := range outs {
 		o.mu.Lock()
+		for (len(o.queue) > 0 || o.writing) && o.err == nil && time.Now().Before(deadline) {
+			o.mu.Unlock()
+			time.Sleep(time.Millisecond)
+			o.mu.Lock()
+		}
 		o.closed = true
 		if o.conn != nil {
 			o.conn.Close()
@@ -367,6 +370,12 @@ func (d *DataPlane) Close() error {
 		o.cond.Broadcast()
 		o.mu.Unlock()
 	}
+	d.mu.Lock()
+	d.ln.Close()
+	for c := range d.conns {
+		c.Close()
+	}
+	d.mu.Unlock()
 	d.wg.Wait()
 	return nil
 }
@@ -460,46 +469,31 @@ func (d *DataPlane) serveIn(c net.Conn) {
 	W, maxCount := d.cfg.Window, uint32(d.cfg.MaxFrameBytes/4)
 	free := make(chan int, W)
 	bufs := make([][]float32, W)
-	var pending atomic.Int64
-	signal := make(chan struct{}, 1)
 	release := make([]func(), W)
+	// Credits go back in batches of a quarter window, written by whoever
+	// releases the buffer (the Comm actor): fewer syscalls and wake-ups,
+	// while the sender still has three quarters of its window in flight. A
+	// credit write never waits: at most Window of them are ever unread.
+	var pending int
+	var creditMu sync.Mutex
+	batch := max(1, W/4)
+	var cb [4]byte
 	for i := range bufs {
 		bufs[i] = make([]float32, maxCount)
 		free <- i
 		release[i] = func() {
 			free <- i
-			pending.Add(1)
-			select {
-			case signal <- struct{}{}:
-			default:
+			creditMu.Lock()
+			defer creditMu.Unlock()
+			if pending++; pending < batch {
+				return
 			}
+			binary.LittleEndian.PutUint32(cb[:], uint32(pending))
+			pending = 0
+			c.SetWriteDeadline(time.Now().Add(d.cfg.WriteTimeout))
+			c.Write(cb[:]) // a broken connection shows in the frame reader
 		}
 	}
-	stop := make(chan struct{})
-	var creditWG sync.WaitGroup
-	creditWG.Add(1)
-	go func() { // the credit writer: never blocks a Release
-		defer creditWG.Done()
-		var b [4]byte
-		for {
-			select {
-			case <-stop:
-				return
-			case <-signal:
-			}
-			n := pending.Swap(0)
-			if n == 0 {
-				continue
-			}
-			binary.LittleEndian.PutUint32(b[:], uint32(n))
-			c.SetWriteDeadline(time.Now().Add(d.cfg.WriteTimeout))
-			if _, err := c.Write(b[:]); err != nil {
-				return
-			}
-		}
-	}()
-	defer creditWG.Wait()
-	defer close(stop)
 
 	var hb [dpHeaderLen]byte
 	var scratch []byte
@@ -657,26 +651,22 @@ func (o *dpOut) connect(addr string) error {
 	return nil
 }
 
-// readCredits adds the credits the receiver returns.
-func (o *dpOut) readCredits(window int) {
-	defer o.d.wg.Done()
+// readCredits blocks until the receiver returns credit. The writer calls it
+// only when it has none left: it has nothing to do meanwhile, and credit
+// frames simply wait in the socket until then.
+func (o *dpOut) readCredits(window int) error {
 	var b [4]byte
-	for {
-		if _, err := io.ReadFull(o.conn, b[:]); err != nil {
-			o.fail(fmt.Errorf("%w: connection to rank %d: %w", ErrDataPlane, o.peer, err))
-			return
-		}
-		n := int(binary.LittleEndian.Uint32(b[:]))
-		o.mu.Lock()
-		o.credits += n
-		bad := o.credits > window
-		o.cond.Broadcast()
-		o.mu.Unlock()
-		if bad {
-			o.fail(fmt.Errorf("%w: rank %d returned more credit than its window", ErrDataPlane, o.peer))
-			return
-		}
+	if _, err := io.ReadFull(o.conn, b[:]); err != nil {
+		return fmt.Errorf("%w: connection to rank %d: %w", ErrDataPlane, o.peer, err)
 	}
+	n := int(binary.LittleEndian.Uint32(b[:]))
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.credits += n
+	if n == 0 || o.credits > window {
+		return fmt.Errorf("%w: rank %d returned %d credits, more than its window of %d", ErrDataPlane, o.peer, n, window)
+	}
+	return nil
 }
 
 // run is the connection's writer goroutine.
@@ -687,18 +677,24 @@ func (o *dpOut) run() {
 		return
 	}
 	window := o.credits
-	o.d.wg.Add(1)
-	go o.readCredits(window)
 	var hb [dpHeaderLen]byte
 	var scratch []byte
 	for {
 		o.mu.Lock()
-		for !o.closed && (len(o.queue) == 0 || (o.queue[0].Type == collective.MsgData && o.credits == 0)) {
+		for !o.closed && len(o.queue) == 0 {
 			o.cond.Wait()
 		}
 		if o.closed {
 			o.mu.Unlock()
 			return
+		}
+		if o.queue[0].Type == collective.MsgData && o.credits == 0 {
+			o.mu.Unlock()
+			if err := o.readCredits(window); err != nil {
+				o.fail(err)
+				return
+			}
+			continue // the head may have been canceled meanwhile
 		}
 		m := o.queue[0]
 		o.queue[0] = collective.Message{}

@@ -1,9 +1,9 @@
 package collective
 
-// addTo adds src into dst element by element (len(src) == len(dst)). This is
-// the reduce-scatter's inner loop; it is unrolled by 8 so that the compiler
-// drops the bounds checks and keeps several independent adds in flight.
-func addTo(dst, src []float32) {
+// addGo adds src into dst element by element (len(src) ≥ len(dst)),
+// unrolled by 8 so that the compiler drops the bounds checks and keeps
+// several independent adds in flight.
+func addGo(dst, src []float32) {
 	n := len(dst)
 	src = src[:n]
 	i := 0

@@ -1,0 +1,635 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/troupe-ml/troupe/actors"
+	"github.com/troupe-ml/troupe/collective"
+)
+
+type benchAllReduceFlags struct {
+	ranks     int
+	bytes     string
+	transport string
+	algo      string
+	iters     int
+	warmup    int
+	subChunk  string
+	window    int
+	timeout   time.Duration
+	json      bool
+}
+
+func newBenchAllReduceCmd() *cobra.Command {
+	var f benchAllReduceFlags
+	cmd := &cobra.Command{
+		Use:   "allreduce --ranks P --bytes S --transport local|actor|tcp",
+		Short: "Measure all-reduce time and bandwidth (nccl-tests' algbw and busbw)",
+		Long: `Runs a float32 sum all-reduce of S bytes on P ranks and reports the median
+time, algbw = S / t and busbw = algbw × 2(P−1)/P in GB/s (10⁹ B/s), the
+nccl-tests convention, as PyTorch's gloo anchor (torch_allreduce.py) prints
+them. Each iteration refills the buffers (untimed), passes a barrier, and
+times the all-reduce; the iteration's time is the slowest rank's.
+
+Transports:
+  local  one process, one Comm actor per rank, chunks passed by pointer
+  tcp    one OS process per rank on loopback: control through protoactor
+         remote (gRPC), chunk bytes on the framed TCP data plane
+  actor  one OS process per rank: chunk bytes as protobuf bytes through
+         protoactor remote (kept to compare with tcp); "grpc" is an alias
+
+--bytes takes one size or a comma-separated list (1MiB,16MiB,…; K, M, G
+are binary, kB, MB, GB decimal); --json then prints one JSON object per
+size, one per line.`,
+		Example: "  troupe bench allreduce --ranks 2 --bytes 16MiB --transport tcp --json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBenchAllReduce(cmd.Context(), cmd.OutOrStdout(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&f.ranks, "ranks", 2, "number of ranks P")
+	fl.StringVar(&f.bytes, "bytes", "16MiB", "bytes per rank: a size or a comma-separated list of sizes")
+	fl.StringVar(&f.transport, "transport", "local", "local, tcp or actor")
+	fl.StringVar(&f.algo, "algo", "ring", "ring, or naive (gather to rank 0, then send the result back)")
+	fl.IntVar(&f.iters, "iters", 0, "timed iterations per size (0: 50 up to 1 MiB, 20 up to 16 MiB, 10 above, as the gloo anchor)")
+	fl.IntVar(&f.warmup, "warmup", 3, "untimed iterations before the timed ones")
+	fl.StringVar(&f.subChunk, "sub-chunk", "", "sub-chunk size (default: 256KiB local and tcp, 1MiB actor)")
+	fl.IntVar(&f.window, "window", 0, "frames (tcp) or messages (actor) in flight per peer (default 16)")
+	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up (and stop every rank process) after this long")
+	fl.BoolVar(&f.json, "json", false, "print JSON lines")
+	return cmd
+}
+
+func init() {
+	benchCmd.AddCommand(newBenchAllReduceCmd(), newBenchAllReduceWorkerCmd())
+}
+
+// benchAllReduceResult is one size's measurement; the field names follow
+// the gloo anchor (torch_allreduce.py).
+type benchAllReduceResult struct {
+	Bench         string  `json:"bench"`
+	Backend       string  `json:"backend"`
+	Transport     string  `json:"transport"`
+	Algo          string  `json:"algo"`
+	Procs         int     `json:"procs"`
+	Ranks         int     `json:"ranks"`
+	Bytes         int64   `json:"bytes"`
+	MiB           float64 `json:"mib"`
+	SubChunkBytes int     `json:"sub_chunk_bytes"`
+	Iters         int     `json:"iters"`
+	TimeMedS      float64 `json:"time_med_s"`
+	TimeMinS      float64 `json:"time_min_s"`
+	TimeMaxS      float64 `json:"time_max_s"`
+	AlgbwGBs      float64 `json:"algbw_gbs"`
+	BusbwGBs      float64 `json:"busbw_gbs"`
+	Correct       bool    `json:"correct"`
+}
+
+// parseByteSize reads "16MiB", "1M", "64kB", "4096".
+func parseByteSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mul    int64
+	}{
+		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
+		{"kB", 1e3}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9},
+		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1},
+	}
+	mul := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mul = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mul
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < 0 || math.IsInf(v, 0) || v*float64(mul) > 1<<40 {
+		return 0, fmt.Errorf("not a size")
+	}
+	return int64(math.Round(v * float64(mul))), nil
+}
+
+func parseSizes(list string) ([]int64, error) {
+	var sizes []int64
+	for _, item := range strings.Split(list, ",") {
+		n, err := parseByteSize(item)
+		if err != nil || n <= 0 || n%4 != 0 {
+			return nil, fmt.Errorf("%w: --bytes %q: want a positive multiple of 4 bytes (float32), like 16MiB", errUsage, item)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes, nil
+}
+
+func itersFor(bytes int64, iters int) int {
+	if iters > 0 {
+		return iters
+	}
+	switch {
+	case bytes <= 1<<20:
+		return 50
+	case bytes <= 16<<20:
+		return 20
+	}
+	return 10
+}
+
+// benchPlan is the checked command line.
+type benchPlan struct {
+	ranks     int
+	sizes     []int64
+	transport string
+	algo      collective.Kind
+	iters     int
+	warmup    int
+	comm      actors.CommConfig
+}
+
+func planBench(f benchAllReduceFlags) (*benchPlan, error) {
+	p := &benchPlan{ranks: f.ranks, iters: f.iters, warmup: f.warmup, transport: f.transport}
+	if f.ranks < 1 || f.ranks > 64 {
+		return nil, fmt.Errorf("%w: --ranks %d: want 1…64", errUsage, f.ranks)
+	}
+	if f.iters < 0 || f.warmup < 0 {
+		return nil, fmt.Errorf("%w: --iters %d, --warmup %d: want ≥ 0", errUsage, f.iters, f.warmup)
+	}
+	sizes, err := parseSizes(f.bytes)
+	if err != nil {
+		return nil, err
+	}
+	p.sizes = sizes
+	switch f.algo {
+	case "ring":
+		p.algo = collective.KindAllReduce
+	case "naive":
+		p.algo = collective.KindNaiveAllReduce
+	default:
+		return nil, fmt.Errorf("%w: --algo %q: want ring or naive", errUsage, f.algo)
+	}
+	p.comm = actors.DefaultCommConfig()
+	sub := "256KiB"
+	switch f.transport {
+	case "local":
+	case "tcp":
+		p.comm.Transport = actors.TransportTCP
+	case "actor", "grpc":
+		p.transport = "actor"
+		p.comm.Transport = actors.TransportActor
+		sub = "1MiB"
+	default:
+		return nil, fmt.Errorf("%w: --transport %q: want local, tcp or actor", errUsage, f.transport)
+	}
+	if f.subChunk != "" {
+		sub = f.subChunk
+	}
+	n, err := parseByteSize(sub)
+	if err != nil || n < 4 || n%4 != 0 || n > 1<<30 {
+		return nil, fmt.Errorf("%w: --sub-chunk %q: want a multiple of 4 bytes up to 1GiB", errUsage, sub)
+	}
+	if p.transport == "actor" && n > 1<<20 {
+		return nil, fmt.Errorf("%w: --sub-chunk %q: the actor transport sends at most 1MiB per message", errUsage, sub)
+	}
+	p.comm.Collective.SubChunkBytes = int(n)
+	p.comm.DataPlane.MaxFrameBytes = int(n)
+	if f.window < 0 {
+		return nil, fmt.Errorf("%w: --window %d", errUsage, f.window)
+	}
+	if f.window > 0 {
+		p.comm.DataPlane.Window = f.window
+		p.comm.ActorWindow = f.window
+	}
+	p.comm.Collective.Timeout = time.Minute
+	p.comm.Logger = logger
+	return p, nil
+}
+
+func runBenchAllReduce(ctx context.Context, w io.Writer, f benchAllReduceFlags) error {
+	plan, err := planBench(f)
+	if err != nil {
+		return err
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	var results []benchAllReduceResult
+	if plan.transport == "local" {
+		results, err = runLocalBench(ctx, plan)
+	} else {
+		results, err = runProcessBench(ctx, plan, f)
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range results {
+		if f.json {
+			b, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(w, string(b))
+			continue
+		}
+		fmt.Fprintf(w, "allreduce %-6s %-5s P=%d %9.2f MiB  median %9.3f ms  algbw %6.2f GB/s  busbw %6.2f GB/s  (%d iters, min %.3f ms, max %.3f ms, correct %v)\n",
+			r.Transport, r.Algo, r.Ranks, r.MiB, r.TimeMedS*1e3, r.AlgbwGBs, r.BusbwGBs, r.Iters, r.TimeMinS*1e3, r.TimeMaxS*1e3, r.Correct)
+	}
+	for _, r := range results {
+		if !r.Correct {
+			return fmt.Errorf("allreduce of %d bytes gave a wrong sum", r.Bytes)
+		}
+	}
+	return nil
+}
+
+// rankTimes is one rank's measurement of one size.
+type rankTimes struct {
+	Rank    int       `json:"rank"`
+	Bytes   int64     `json:"bytes"`
+	Times   []float64 `json:"times"`
+	Correct bool      `json:"correct"`
+}
+
+// benchRank runs one rank's iterations of one size: fill (untimed),
+// barrier, timed all-reduce, check (untimed).
+func benchRank(ctx context.Context, c collective.Communicator, algo collective.Kind, bytes int64, iters, warmup int) (rankTimes, error) {
+	buf := make([]float32, bytes/4)
+	rt := rankTimes{Rank: c.Rank(), Bytes: bytes, Correct: true}
+	want := float32(c.Size())
+	for it := 0; it < warmup+iters; it++ {
+		for i := range buf {
+			buf[i] = 1
+		}
+		if err := c.Barrier(ctx).Wait(); err != nil {
+			return rt, err
+		}
+		t0 := time.Now()
+		var h *collective.Handle
+		if algo == collective.KindNaiveAllReduce {
+			h = c.NaiveAllReduce(ctx, buf, collective.Sum)
+		} else {
+			h = c.AllReduce(ctx, buf, collective.Sum)
+		}
+		if err := h.Wait(); err != nil {
+			return rt, err
+		}
+		dt := time.Since(t0).Seconds()
+		if it >= warmup {
+			rt.Times = append(rt.Times, dt)
+		}
+		for _, v := range buf {
+			if v != want {
+				rt.Correct = false
+				break
+			}
+		}
+	}
+	return rt, nil
+}
+
+// summarize turns every rank's times into the result: an iteration takes
+// as long as its slowest rank; the median over iterations is reported.
+func summarize(plan *benchPlan, bytes int64, procs int, ranks []rankTimes) benchAllReduceResult {
+	iters := len(ranks[0].Times)
+	per := make([]float64, iters)
+	correct := true
+	for _, r := range ranks {
+		correct = correct && r.Correct && len(r.Times) == iters
+		for i := 0; i < iters && i < len(r.Times); i++ {
+			per[i] = max(per[i], r.Times[i])
+		}
+	}
+	slices.Sort(per)
+	med := per[iters/2]
+	if iters%2 == 0 {
+		med = (per[iters/2-1] + per[iters/2]) / 2
+	}
+	P := plan.ranks
+	alg := float64(bytes) / med / 1e9
+	algo := "ring"
+	if plan.algo == collective.KindNaiveAllReduce {
+		algo = "naive"
+	}
+	return benchAllReduceResult{
+		Bench: "allreduce", Backend: "troupe", Transport: plan.transport, Algo: algo,
+		Procs: procs, Ranks: P, Bytes: bytes, MiB: float64(bytes) / (1 << 20),
+		SubChunkBytes: plan.comm.Collective.SubChunkBytes, Iters: iters,
+		TimeMedS: med, TimeMinS: per[0], TimeMaxS: per[iters-1],
+		AlgbwGBs: alg, BusbwGBs: alg * 2 * float64(P-1) / float64(P), Correct: correct,
+	}
+}
+
+func runLocalBench(ctx context.Context, plan *benchPlan) ([]benchAllReduceResult, error) {
+	sc := actors.DefaultSystemConfig()
+	sc.Logger = logger
+	sys, err := actors.NewSystem(sc)
+	if err != nil {
+		return nil, err
+	}
+	defer sys.Close()
+	comms, err := actors.StartLocal(sys, plan.ranks, plan.comm)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	var results []benchAllReduceResult
+	for _, bytes := range plan.sizes {
+		iters := itersFor(bytes, plan.iters)
+		ranks := make([]rankTimes, plan.ranks)
+		errs := make([]error, plan.ranks)
+		var wg sync.WaitGroup
+		for r, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ranks[r], errs[r] = benchRank(ctx, c, plan.algo, bytes, iters, plan.warmup)
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		results = append(results, summarize(plan, bytes, 1, ranks))
+	}
+	return results, nil
+}
+
+// Multi-process runs: the parent starts P copies of this executable as
+// `troupe bench allreduce-worker --rank r …`, and talks to each over its
+// stdin and stdout, one JSON object per line:
+//
+//	worker → parent: {"rank":r,"addr":"127.0.0.1:port"}   its actor system is up
+//	parent → worker: {"addrs":[…]}                         every rank's address
+//	worker → parent: {"rank":r,"bytes":S,"times":[…],"correct":true}   per size
+//	worker → parent: {"rank":r,"done":true}
+//
+// A worker exits when its stdin closes, so that none outlives the parent;
+// the parent kills every worker when it gives up.
+
+// benchWorkerEnv is added to the workers' environment (tests point it at
+// their own binary's worker mode).
+var benchWorkerEnv []string
+
+// benchExecutable is the program started as the workers.
+var benchExecutable = os.Executable
+
+type workerLine struct {
+	Rank    int       `json:"rank"`
+	Addr    string    `json:"addr,omitempty"`
+	Bytes   int64     `json:"bytes,omitempty"`
+	Times   []float64 `json:"times,omitempty"`
+	Correct bool      `json:"correct,omitempty"`
+	Done    bool      `json:"done,omitempty"`
+	Error   string    `json:"error,omitempty"`
+}
+
+type addrsLine struct {
+	Addrs []string `json:"addrs"`
+}
+
+func runProcessBench(ctx context.Context, plan *benchPlan, f benchAllReduceFlags) ([]benchAllReduceResult, error) {
+	exe, err := benchExecutable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this program to start the ranks: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	P := plan.ranks
+	type worker struct {
+		cmd   *exec.Cmd
+		stdin io.WriteCloser
+		lines chan workerLine
+		errs  chan error
+	}
+	workers := make([]*worker, P)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel() // kills every worker still running (exec.CommandContext)
+		for _, w := range workers {
+			if w != nil {
+				w.stdin.Close()
+				w.cmd.Wait()
+			}
+		}
+		wg.Wait()
+	}()
+	for r := 0; r < P; r++ {
+		args := []string{"bench", "allreduce-worker", "--rank", strconv.Itoa(r), "--ranks", strconv.Itoa(P),
+			"--bytes", f.bytes, "--transport", plan.transport, "--algo", f.algo,
+			"--iters", strconv.Itoa(plan.iters), "--warmup", strconv.Itoa(plan.warmup),
+			"--sub-chunk", strconv.Itoa(plan.comm.Collective.SubChunkBytes), "--window", strconv.Itoa(f.window),
+			"--log-level", logLevel, "--log-format", "json"}
+		cmd := exec.CommandContext(ctx, exe, args...)
+		cmd.Env = append(os.Environ(), benchWorkerEnv...)
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("starting rank %d: %w", r, err)
+		}
+		w := &worker{cmd: cmd, stdin: stdin, lines: make(chan workerLine, 16), errs: make(chan error, 1)}
+		workers[r] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(w.lines)
+			sc := bufio.NewScanner(stdout)
+			sc.Buffer(make([]byte, 1<<16), 1<<24)
+			for sc.Scan() {
+				var l workerLine
+				if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+					w.errs <- fmt.Errorf("rank %d printed %q: %w", r, sc.Text(), err)
+					return
+				}
+				w.lines <- l
+			}
+			io.Copy(io.Discard, stdout)
+		}()
+	}
+	next := func(r int) (workerLine, error) {
+		w := workers[r]
+		select {
+		case l, ok := <-w.lines:
+			if !ok {
+				select {
+				case err := <-w.errs:
+					return l, err
+				default:
+				}
+				return l, fmt.Errorf("rank %d exited early (see its log above)", r)
+			}
+			if l.Error != "" {
+				return l, fmt.Errorf("rank %d: %s", r, l.Error)
+			}
+			return l, nil
+		case <-ctx.Done():
+			return workerLine{}, fmt.Errorf("waiting for rank %d: %w", r, ctx.Err())
+		}
+	}
+	addrs := make([]string, P)
+	for r := range workers {
+		l, err := next(r)
+		if err != nil {
+			return nil, err
+		}
+		addrs[r] = l.Addr
+	}
+	msg, _ := json.Marshal(addrsLine{Addrs: addrs})
+	for r, w := range workers {
+		if _, err := w.stdin.Write(append(msg, '\n')); err != nil {
+			return nil, fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	var results []benchAllReduceResult
+	for _, bytes := range plan.sizes {
+		ranks := make([]rankTimes, P)
+		for r := range workers {
+			l, err := next(r)
+			if err != nil {
+				return nil, err
+			}
+			if l.Bytes != bytes {
+				return nil, fmt.Errorf("rank %d reported %d bytes, want %d", r, l.Bytes, bytes)
+			}
+			ranks[r] = rankTimes{Rank: r, Bytes: l.Bytes, Times: l.Times, Correct: l.Correct}
+		}
+		results = append(results, summarize(plan, bytes, P, ranks))
+	}
+	for r := range workers {
+		if l, err := next(r); err != nil || !l.Done {
+			return nil, fmt.Errorf("rank %d did not finish: %v", r, err)
+		}
+	}
+	for r, w := range workers {
+		w.stdin.Close()
+		if err := w.cmd.Wait(); err != nil {
+			return nil, fmt.Errorf("rank %d: %w", r, err)
+		}
+		workers[r] = nil
+	}
+	return results, nil
+}
+
+func newBenchAllReduceWorkerCmd() *cobra.Command {
+	var f benchAllReduceFlags
+	var rank int
+	cmd := &cobra.Command{
+		Use:    "allreduce-worker",
+		Short:  "One rank of a multi-process troupe bench allreduce (started by it)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBenchWorker(cmd.Context(), os.Stdin, cmd.OutOrStdout(), rank, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&rank, "rank", 0, "this rank")
+	fl.IntVar(&f.ranks, "ranks", 2, "number of ranks")
+	fl.StringVar(&f.bytes, "bytes", "16MiB", "sizes")
+	fl.StringVar(&f.transport, "transport", "tcp", "tcp or actor")
+	fl.StringVar(&f.algo, "algo", "ring", "ring or naive")
+	fl.IntVar(&f.iters, "iters", 0, "timed iterations")
+	fl.IntVar(&f.warmup, "warmup", 3, "untimed iterations")
+	fl.StringVar(&f.subChunk, "sub-chunk", "", "sub-chunk bytes")
+	fl.IntVar(&f.window, "window", 0, "window")
+	return cmd
+}
+
+func runBenchWorker(ctx context.Context, stdin io.Reader, stdout io.Writer, rank int, f benchAllReduceFlags) error {
+	plan, err := planBench(f)
+	if err != nil {
+		return err
+	}
+	if rank < 0 || rank >= plan.ranks || plan.transport == "local" {
+		return fmt.Errorf("%w: rank %d of %d over %s", errUsage, rank, plan.ranks, plan.transport)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	enc := json.NewEncoder(stdout)
+	sc := actors.DefaultSystemConfig()
+	sc.Remote = true
+	sc.Logger = logger.With(zap.Int("rank", rank))
+	sys, err := actors.NewSystem(sc)
+	if err != nil {
+		return err
+	}
+	defer sys.Close()
+	if err := enc.Encode(workerLine{Rank: rank, Addr: sys.Address()}); err != nil {
+		return err
+	}
+	in := bufio.NewReader(stdin)
+	line, err := in.ReadBytes('\n')
+	if err != nil {
+		return fmt.Errorf("reading the ranks' addresses: %w", err)
+	}
+	var al addrsLine
+	if err := json.Unmarshal(line, &al); err != nil || len(al.Addrs) != plan.ranks {
+		return fmt.Errorf("bad addresses line %q: %v", line, err)
+	}
+	// The parent closes stdin once every rank reported done, or when it
+	// dies or gives up: before done, that means exit now.
+	stdinClosed := make(chan struct{})
+	var finished atomic.Bool
+	go func() {
+		io.Copy(io.Discard, in)
+		if !finished.Load() {
+			os.Exit(3)
+		}
+		close(stdinClosed)
+	}()
+	comm, err := actors.StartRemote(sys, actors.RemoteWorld{Rank: rank, Addrs: al.Addrs}, plan.comm)
+	if err != nil {
+		enc.Encode(workerLine{Rank: rank, Error: err.Error()})
+		return err
+	}
+	defer comm.Close()
+	for _, bytes := range plan.sizes {
+		rt, err := benchRank(ctx, comm, plan.algo, bytes, itersFor(bytes, plan.iters), plan.warmup)
+		if err != nil {
+			enc.Encode(workerLine{Rank: rank, Error: err.Error()})
+			return err
+		}
+		if err := enc.Encode(workerLine{Rank: rank, Bytes: bytes, Times: rt.Times, Correct: rt.Correct}); err != nil {
+			return err
+		}
+	}
+	// Stay up until the parent heard from every rank: a rank that left as
+	// soon as its own last operation completed could cut the last message
+	// another rank still waits for.
+	finished.Store(true)
+	if err := enc.Encode(workerLine{Rank: rank, Done: true}); err != nil {
+		return err
+	}
+	<-stdinClosed
+	return nil
+}

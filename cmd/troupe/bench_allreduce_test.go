@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+)
+
+// With benchWorkerTestEnv set, this test binary is one rank of a
+// multi-process bench (see benchWorkerEnv): init runs the worker command
+// and exits before any test runs. It builds the command itself because the
+// root command is not assembled yet when this init runs.
+const benchWorkerTestEnv = "TROUPE_BENCH_ALLREDUCE_TEST_WORKER"
+
+func init() {
+	if os.Getenv(benchWorkerTestEnv) == "" {
+		return
+	}
+	cmd := newBenchAllReduceWorkerCmd()
+	args := os.Args[1:]
+	for len(args) > 0 && args[0] != "allreduce-worker" {
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		os.Exit(2)
+	}
+	// the flags the parent passes to the root command
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "")
+	cmd.Flags().StringVar(&logFormat, "log-format", "json", "")
+	cmd.SetArgs(args[1:])
+	if err := cmd.Execute(); err != nil {
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func TestParseByteSize(t *testing.T) {
+	for in, want := range map[string]int64{"16MiB": 16 << 20, "1M": 1 << 20, "64kB": 64000, "4096": 4096, "1.5KiB": 1536, "2GiB": 2 << 30, "8B": 8} {
+		if got, err := parseByteSize(in); err != nil || got != want {
+			t.Fatalf("%q: %d %v, want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1M", "lots", "1TiB"} {
+		if _, err := parseByteSize(in); err == nil {
+			t.Fatalf("%q accepted", in)
+		}
+	}
+}
+
+func runBench(t *testing.T, args ...string) []benchAllReduceResult {
+	t.Helper()
+	out, err := runRoot(t, append([]string{"bench", "allreduce", "--json"}, args...)...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var rs []benchAllReduceResult
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var r benchAllReduceResult
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("%v in %s", err, out)
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+func checkResults(t *testing.T, rs []benchAllReduceResult, transport string, P int, sizes ...int64) {
+	t.Helper()
+	if len(rs) != len(sizes) {
+		t.Fatalf("%d results, want %d", len(rs), len(sizes))
+	}
+	for i, r := range rs {
+		if r.Bytes != sizes[i] || r.Ranks != P || r.Transport != transport || !r.Correct || r.Iters != 2 {
+			t.Fatalf("result %+v", r)
+		}
+		if r.TimeMedS <= 0 || r.TimeMinS > r.TimeMedS || r.TimeMaxS < r.TimeMedS {
+			t.Fatalf("times %+v", r)
+		}
+		// the nccl-tests definitions, exactly
+		alg := float64(r.Bytes) / r.TimeMedS / 1e9
+		if d := r.AlgbwGBs/alg - 1; d > 1e-9 || d < -1e-9 {
+			t.Fatalf("algbw %v, want %v", r.AlgbwGBs, alg)
+		}
+		if d := r.BusbwGBs/(alg*2*float64(P-1)/float64(P)) - 1; P > 1 && (d > 1e-9 || d < -1e-9) {
+			t.Fatalf("busbw %v", r.BusbwGBs)
+		}
+	}
+}
+
+func TestBenchAllReduceLocal(t *testing.T) {
+	rs := runBench(t, "--ranks", "3", "--bytes", "4KiB,64KiB", "--transport", "local", "--iters", "2", "--warmup", "1")
+	checkResults(t, rs, "local", 3, 4<<10, 64<<10)
+	rs = runBench(t, "--ranks", "2", "--bytes", "64KiB", "--transport", "local", "--algo", "naive", "--iters", "2", "--warmup", "0")
+	if rs[0].Algo != "naive" {
+		t.Fatal(rs[0])
+	}
+	checkResults(t, rs, "local", 2, 64<<10)
+}
+
+// TestBenchAllReduceProcesses runs the multi-process transports: the ranks
+// are copies of this test binary in worker mode.
+func TestBenchAllReduceProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	benchWorkerEnv = []string{benchWorkerTestEnv + "=1"}
+	defer func() { benchWorkerEnv = nil }()
+	for _, tr := range []string{"tcp", "actor"} {
+		rs := runBench(t, "--ranks", "2", "--bytes", "4KiB,256KiB", "--transport", tr, "--iters", "2", "--warmup", "1", "--sub-chunk", "64KiB", "--timeout", "2m")
+		checkResults(t, rs, tr, 2, 4<<10, 256<<10)
+		if rs[0].Procs != 2 {
+			t.Fatalf("procs %d", rs[0].Procs)
+		}
+	}
+}
+
+func TestBenchAllReduceUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"--ranks", "0"},
+		{"--bytes", "3"},
+		{"--bytes", "1MiB,x"},
+		{"--transport", "carrier-pigeon"},
+		{"--algo", "tree"},
+		{"--transport", "actor", "--sub-chunk", "4MiB"},
+		{"--sub-chunk", "6"},
+	} {
+		var out bytes.Buffer
+		rootCmd.SetOut(&out)
+		_, err := runRoot(t, append([]string{"bench", "allreduce", "--ranks", "2", "--bytes", "4KiB", "--transport", "local", "--algo", "ring", "--sub-chunk", ""}, args...)...)
+		if !errors.Is(err, errUsage) {
+			t.Fatalf("%v: %v, want a usage error", args, err)
+		}
+	}
+}
