@@ -40,8 +40,8 @@ type SystemConfig struct {
 	// endpoint writer batches at most MaxMessageBytes/MaxActorMessageBytes
 	// messages. Default 1 MiB + 4 KiB.
 	MaxActorMessageBytes int
-	// Logger receives protoactor's logs (one level quieter: its Info is our
-	// Debug). Default: a no-op logger.
+	// Logger receives protoactor's logs (its Info, Warn and Error at Debug
+	// level, see zapSlog). Default: a no-op logger.
 	Logger *zap.Logger
 }
 
@@ -209,19 +209,17 @@ func (s *System) Close() error {
 	return nil
 }
 
-// zapSlog sends protoactor's slog records to zap, one level quieter:
-// protoactor reports routine connection events at Info and expected peer
-// deaths at Error.
+// zapSlog sends protoactor's slog records to zap at Debug level: it reports
+// routine connection events at Info and every peer that hangs up at Error,
+// while the failures that matter reach troupe's own code (a Comm actor's
+// PeerLost) and are reported there.
 type zapSlog struct {
 	z     *zap.Logger
 	attrs []zap.Field
 }
 
 func (h *zapSlog) level(l slog.Level) zapcore.Level {
-	switch {
-	case l >= slog.LevelWarn:
-		return zapcore.WarnLevel
-	case l >= slog.LevelInfo:
+	if l >= slog.LevelInfo {
 		return zapcore.DebugLevel
 	}
 	return zapcore.DebugLevel - 1
