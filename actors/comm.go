@@ -137,6 +137,10 @@ type commShell struct {
 	// actor's end, is the last thing the mailbox gets from the shell).
 	closed bool
 	done   chan struct{} // closed when the actor has stopped
+	// posted holds the requests in the mailbox: if the actor is stopped
+	// from outside, protoactor drops them, and they are failed instead.
+	pmu    sync.Mutex
+	posted map[*collective.Request]struct{}
 }
 
 func (s *commShell) post(req *collective.Request) error {
@@ -145,8 +149,21 @@ func (s *commShell) post(req *collective.Request) error {
 	if s.closed {
 		return collective.ErrClosed
 	}
+	s.pmu.Lock()
+	if s.posted == nil {
+		s.posted = map[*collective.Request]struct{}{}
+	}
+	s.posted[req] = struct{}{}
+	s.pmu.Unlock()
 	s.root.Send(s.pid, req)
 	return nil
+}
+
+// take is called by the actor as a request reaches it.
+func (s *commShell) take(req *collective.Request) {
+	s.pmu.Lock()
+	delete(s.posted, req)
+	s.pmu.Unlock()
 }
 
 // close asks the actor to close (it waits, bounded, for its operations to
@@ -163,11 +180,18 @@ func (s *commShell) close() error {
 	return nil
 }
 
-// markStopped is called by the actor as it stops.
-func (s *commShell) markStopped() {
+// markStopped is called by the actor as it stops: requests it never got
+// fail with err.
+func (s *commShell) markStopped(err error) {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
+	s.pmu.Lock()
+	for req := range s.posted {
+		req.Fail(err)
+	}
+	s.posted = nil
+	s.pmu.Unlock()
 	close(s.done)
 }
 
@@ -244,13 +268,12 @@ func (a *commActor) Receive(ctx actor.Context) {
 			}
 		}
 	case *collective.Request:
+		a.shell.take(msg)
 		if a.failed != nil {
-			a.engine.Fail(a.failed)
+			msg.Fail(a.failed)
+			return
 		}
 		a.engine.Submit(now, msg)
-		if a.failed != nil {
-			a.engine.Fail(a.failed)
-		}
 	case *localMsg:
 		a.engine.Deliver(now, msg.m)
 	case *dpFrame:
@@ -344,7 +367,7 @@ func (a *commActor) stopped() {
 	}
 	a.engine.Fail(err)
 	a.signalReady(fmt.Errorf("%w: Comm actor of rank %d stopped", ErrHandshake, a.rank))
-	a.shell.markStopped()
+	a.shell.markStopped(err)
 }
 
 // lost passes a failure signal to the engine.

@@ -160,6 +160,22 @@ type Request struct {
 	reply  chan error
 }
 
+// Fail answers a request that will never reach an Engine (its shell
+// stopped with the request still in its mailbox): an operation's Handle
+// resolves with err, a group request returns err. Call it from the shell's
+// goroutine, once.
+func (r *Request) Fail(err error) {
+	if r.handle != nil {
+		r.handle.resolve(OpID{}, err)
+	}
+	if r.reply != nil {
+		select {
+		case r.reply <- err:
+		default:
+		}
+	}
+}
+
 // PostFunc delivers a Request to the shell's goroutine or mailbox. It must
 // not block for long, and must return an error (ErrClosed) once the shell
 // stopped.

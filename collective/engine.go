@@ -65,13 +65,13 @@ func NewEngine(cfg Config, rank, size int, out Outbox) (*Engine, error) {
 	for i := range members {
 		members[i] = i
 	}
-	if err := e.addGroup(WorldGroup, members); err != nil {
+	if err := e.addGroup(time.Time{}, WorldGroup, members); err != nil {
 		return nil, err
 	}
 	return e, nil
 }
 
-func (e *Engine) addGroup(id uint32, members []int) error {
+func (e *Engine) addGroup(now time.Time, id uint32, members []int) error {
 	if g, ok := e.groups[id]; ok {
 		if g.core.closed == nil || g.core.Busy() {
 			if slices.Equal(g.members, members) {
@@ -93,10 +93,9 @@ func (e *Engine) addGroup(id uint32, members []int) error {
 	e.groups[id] = g
 	for w, err := range e.dead {
 		if i, ok := g.index[w]; ok {
-			core.PeerLost(time.Time{}, i, err)
+			core.PeerLost(now, i, err)
 		}
 	}
-	now := time.Now()
 	for _, m := range e.early[id] {
 		e.earlyN -= int64(4 * len(m.Payload))
 		e.deliver(now, g, m)
@@ -139,7 +138,7 @@ func (e *Engine) Submit(now time.Time, req *Request) {
 	case reqGroup:
 		err := error(ErrClosed)
 		if !e.closing {
-			err = e.addGroup(req.group, req.ranks)
+			err = e.addGroup(now, req.group, req.ranks)
 		}
 		req.reply <- err
 	case reqCloseGroup:
