@@ -50,8 +50,9 @@ type CommConfig struct {
 	// to one peer on TransportActor (protoactor's remote Send never blocks,
 	// so flow control is ours). Default 16.
 	ActorWindow int
-	// DataPlane tunes TransportTCP; its MaxFrameBytes is raised to
-	// Collective.SubChunkBytes if smaller.
+	// DataPlane tunes TransportTCP. Its MaxFrameBytes (the receive buffers'
+	// size) defaults to Collective.SubChunkBytes, and is raised to it if
+	// smaller.
 	DataPlane DataPlaneConfig
 	// DataAddr is where the data plane listens; default the system's host,
 	// any port.
@@ -68,7 +69,7 @@ func DefaultCommConfig() CommConfig {
 		World:            "troupe",
 		HandshakeTimeout: 30 * time.Second,
 		ActorWindow:      16,
-		DataPlane:        DefaultDataPlaneConfig(),
+		DataPlane:        DataPlaneConfig{Window: 16},
 	}
 }
 
@@ -100,10 +101,10 @@ func (c *CommConfig) Validate() error {
 	if c.TickInterval < 0 || c.HandshakeTimeout < 0 || c.ActorWindow < 1 {
 		return fmt.Errorf("%w: TickInterval %v, HandshakeTimeout %v, ActorWindow %d", ErrBadConfig, c.TickInterval, c.HandshakeTimeout, c.ActorWindow)
 	}
+	c.DataPlane.MaxFrameBytes = max(c.DataPlane.MaxFrameBytes, c.Collective.SubChunkBytes)
 	if err := c.DataPlane.Validate(); err != nil {
 		return err
 	}
-	c.DataPlane.MaxFrameBytes = max(c.DataPlane.MaxFrameBytes, c.Collective.SubChunkBytes)
 	return nil
 }
 

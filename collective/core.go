@@ -180,6 +180,10 @@ func CheckSpec(spec Spec, size int) error {
 	if spec.Kind == KindBroadcast && (spec.Root < 0 || spec.Root >= size) {
 		return fmt.Errorf("%w: broadcast root %d not in [0, %d)", ErrBadArgument, spec.Root, size)
 	}
+	if uint64(len(spec.Buf)) >= 1<<31 {
+		// sequence numbers are uint32: 2(P−1) steps of at most n/P+1 values
+		return fmt.Errorf("%w: a buffer of %d values; split it below 2³¹", ErrBadArgument, len(spec.Buf))
+	}
 	if spec.Kind == KindBarrier && len(spec.Buf) != 0 {
 		return fmt.Errorf("%w: a barrier takes no buffer", ErrBadArgument)
 	}
@@ -211,7 +215,7 @@ func (c *Core) Start(now time.Time, spec Spec) (OpID, error) {
 	if early, ok := c.early[id]; ok {
 		delete(c.early, id)
 		for i := range early {
-			c.earlyBytes -= int64(4 * len(early[i].Payload))
+			c.earlyBytes -= heldSize(&early[i])
 		}
 		for i := range early {
 			if c.ops[id.Op] != op {
@@ -398,7 +402,7 @@ func (c *Core) Step(now time.Time, m Message) {
 // transport can reuse the buffer: holding it could starve the transport's
 // window while the message that would let us progress waits behind it.
 func (c *Core) hold(now time.Time, m Message) {
-	size := int64(4 * len(m.Payload))
+	size := heldSize(&m)
 	if c.earlyBytes+size > c.cfg.MaxEarlyBytes {
 		m.release()
 		c.abortGen(now, fmt.Errorf("%w: %d bytes held for operations not started, %s sent more", ErrOverflow, c.earlyBytes, c.peerName(m.From)), m.From, c.gen)
@@ -414,6 +418,10 @@ func (c *Core) hold(now time.Time, m Message) {
 	c.early[id] = append(c.early[id], m)
 	c.earlyBytes += size
 }
+
+// heldSize is what a held message counts against Config.MaxEarlyBytes: its
+// payload, and at least 64 bytes, so that empty messages count too.
+func heldSize(m *Message) int64 { return max(64, int64(4*len(m.Payload))) }
 
 func (c *Core) onOpMessage(now time.Time, op *opState, m *Message) {
 	if m.Kind != op.spec.Kind || m.Len != uint64(op.n) || (op.spec.Kind == KindBroadcast && m.Root != op.spec.Root) {
@@ -688,7 +696,7 @@ func (c *Core) abortGen(now time.Time, cause error, culprit int, at uint64) {
 	for id, ms := range c.early {
 		if id.Gen < c.gen {
 			for i := range ms {
-				c.earlyBytes -= int64(4 * len(ms[i].Payload))
+				c.earlyBytes -= heldSize(&ms[i])
 				ms[i].release()
 			}
 			delete(c.early, id)

@@ -688,3 +688,30 @@ func FuzzCoreStep(f *testing.F) {
 		}
 	})
 }
+
+// TestEarlyMessagesBounded: a peer running far ahead cannot make a rank
+// hold unbounded data; past Config.MaxEarlyBytes the generation aborts.
+func TestEarlyMessagesBounded(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxEarlyBytes = 1000
+	c, err := NewCore(cfg, 0, 1, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(0, 0)
+	released := 0
+	for op := uint64(0); op < 10; op++ {
+		c.Step(now, Message{Type: MsgData, From: 0, To: 1, Op: op, Kind: KindAllReduce, Len: 200,
+			Payload: make([]float32, 100), Release: func() { released++ }})
+	}
+	if released != 10 {
+		t.Fatalf("%d of 10 receive buffers released", released)
+	}
+	if c.Gen() != 1 {
+		t.Fatalf("generation %d: the overflow did not abort generation 0", c.Gen())
+	}
+	// the op this rank starts now is in generation 1 and completes normally
+	if id, err := c.Start(now, Spec{Kind: KindBarrier}); err != nil || id.Gen != 1 {
+		t.Fatal(id, err)
+	}
+}

@@ -97,7 +97,7 @@ func (e *Engine) addGroup(now time.Time, id uint32, members []int) error {
 		}
 	}
 	for _, m := range e.early[id] {
-		e.earlyN -= int64(4 * len(m.Payload))
+		e.earlyN -= heldSize(&m)
 		e.deliver(now, g, m)
 	}
 	delete(e.early, id)
@@ -155,7 +155,7 @@ func (e *Engine) Deliver(now time.Time, m Message) {
 	g := e.groups[m.Group]
 	if g == nil {
 		// A group this rank has not created yet: hold the message, bounded.
-		size := int64(4 * len(m.Payload))
+		size := heldSize(&m)
 		if e.closing || e.earlyN+size > e.cfg.MaxEarlyBytes {
 			m.release()
 			return
