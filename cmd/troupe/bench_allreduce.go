@@ -103,8 +103,8 @@ type benchAllReduceResult struct {
 	Correct       bool    `json:"correct"`
 }
 
-// parseByteSize reads "16MiB", "1M", "64kB", "4096".
-func parseByteSize(s string) (int64, error) {
+// allreduceParseSize reads "16MiB", "1M", "64kB", "4096".
+func allreduceParseSize(s string) (int64, error) {
 	s = strings.TrimSpace(s)
 	units := []struct {
 		suffix string
@@ -128,10 +128,10 @@ func parseByteSize(s string) (int64, error) {
 	return int64(math.Round(v * float64(mul))), nil
 }
 
-func parseSizes(list string) ([]int64, error) {
+func allreduceParseSizes(list string) ([]int64, error) {
 	var sizes []int64
 	for _, item := range strings.Split(list, ",") {
-		n, err := parseByteSize(item)
+		n, err := allreduceParseSize(item)
 		if err != nil || n <= 0 || n%4 != 0 {
 			return nil, fmt.Errorf("%w: --bytes %q: want a positive multiple of 4 bytes (float32), like 16MiB", errUsage, item)
 		}
@@ -140,7 +140,7 @@ func parseSizes(list string) ([]int64, error) {
 	return sizes, nil
 }
 
-func itersFor(bytes int64, iters int) int {
+func allreduceIters(bytes int64, iters int) int {
 	if iters > 0 {
 		return iters
 	}
@@ -153,8 +153,8 @@ func itersFor(bytes int64, iters int) int {
 	return 10
 }
 
-// benchPlan is the checked command line.
-type benchPlan struct {
+// allreducePlan is the checked command line.
+type allreducePlan struct {
 	ranks     int
 	sizes     []int64
 	transport string
@@ -164,15 +164,15 @@ type benchPlan struct {
 	comm      actors.CommConfig
 }
 
-func planBench(f benchAllReduceFlags) (*benchPlan, error) {
-	p := &benchPlan{ranks: f.ranks, iters: f.iters, warmup: f.warmup, transport: f.transport}
+func allreducePlanOf(f benchAllReduceFlags) (*allreducePlan, error) {
+	p := &allreducePlan{ranks: f.ranks, iters: f.iters, warmup: f.warmup, transport: f.transport}
 	if f.ranks < 1 || f.ranks > 64 {
 		return nil, fmt.Errorf("%w: --ranks %d: want 1…64", errUsage, f.ranks)
 	}
 	if f.iters < 0 || f.warmup < 0 {
 		return nil, fmt.Errorf("%w: --iters %d, --warmup %d: want ≥ 0", errUsage, f.iters, f.warmup)
 	}
-	sizes, err := parseSizes(f.bytes)
+	sizes, err := allreduceParseSizes(f.bytes)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +201,7 @@ func planBench(f benchAllReduceFlags) (*benchPlan, error) {
 	if f.subChunk != "" {
 		sub = f.subChunk
 	}
-	n, err := parseByteSize(sub)
+	n, err := allreduceParseSize(sub)
 	if err != nil || n < 4 || n%4 != 0 || n > 1<<30 {
 		return nil, fmt.Errorf("%w: --sub-chunk %q: want a multiple of 4 bytes up to 1GiB", errUsage, sub)
 	}
@@ -223,7 +223,7 @@ func planBench(f benchAllReduceFlags) (*benchPlan, error) {
 }
 
 func runBenchAllReduce(ctx context.Context, w io.Writer, f benchAllReduceFlags) error {
-	plan, err := planBench(f)
+	plan, err := allreducePlanOf(f)
 	if err != nil {
 		return err
 	}
@@ -234,9 +234,9 @@ func runBenchAllReduce(ctx context.Context, w io.Writer, f benchAllReduceFlags) 
 	defer cancel()
 	var results []benchAllReduceResult
 	if plan.transport == "local" {
-		results, err = runLocalBench(ctx, plan)
+		results, err = runAllReduceLocal(ctx, plan)
 	} else {
-		results, err = runProcessBench(ctx, plan, f)
+		results, err = runAllReduceProcesses(ctx, plan, f)
 	}
 	if err != nil {
 		return err
@@ -261,19 +261,19 @@ func runBenchAllReduce(ctx context.Context, w io.Writer, f benchAllReduceFlags) 
 	return nil
 }
 
-// rankTimes is one rank's measurement of one size.
-type rankTimes struct {
+// allreduceRankTimes is one rank's measurement of one size.
+type allreduceRankTimes struct {
 	Rank    int       `json:"rank"`
 	Bytes   int64     `json:"bytes"`
 	Times   []float64 `json:"times"`
 	Correct bool      `json:"correct"`
 }
 
-// benchRank runs one rank's iterations of one size: fill (untimed),
+// allreduceRank runs one rank's iterations of one size: fill (untimed),
 // barrier, timed all-reduce, check (untimed).
-func benchRank(ctx context.Context, c collective.Communicator, algo collective.Kind, bytes int64, iters, warmup int) (rankTimes, error) {
+func allreduceRank(ctx context.Context, c collective.Communicator, algo collective.Kind, bytes int64, iters, warmup int) (allreduceRankTimes, error) {
 	buf := make([]float32, bytes/4)
-	rt := rankTimes{Rank: c.Rank(), Bytes: bytes, Correct: true}
+	rt := allreduceRankTimes{Rank: c.Rank(), Bytes: bytes, Correct: true}
 	want := float32(c.Size())
 	for it := 0; it < warmup+iters; it++ {
 		for i := range buf {
@@ -306,9 +306,9 @@ func benchRank(ctx context.Context, c collective.Communicator, algo collective.K
 	return rt, nil
 }
 
-// summarize turns every rank's times into the result: an iteration takes
+// allreduceSummarize turns every rank's times into the result: an iteration takes
 // as long as its slowest rank; the median over iterations is reported.
-func summarize(plan *benchPlan, bytes int64, procs int, ranks []rankTimes) benchAllReduceResult {
+func allreduceSummarize(plan *allreducePlan, bytes int64, procs int, ranks []allreduceRankTimes) benchAllReduceResult {
 	iters := len(ranks[0].Times)
 	per := make([]float64, iters)
 	correct := true
@@ -338,7 +338,7 @@ func summarize(plan *benchPlan, bytes int64, procs int, ranks []rankTimes) bench
 	}
 }
 
-func runLocalBench(ctx context.Context, plan *benchPlan) ([]benchAllReduceResult, error) {
+func runAllReduceLocal(ctx context.Context, plan *allreducePlan) ([]benchAllReduceResult, error) {
 	sc := actors.DefaultSystemConfig()
 	sc.Logger = logger
 	sys, err := actors.NewSystem(sc)
@@ -357,22 +357,22 @@ func runLocalBench(ctx context.Context, plan *benchPlan) ([]benchAllReduceResult
 	}()
 	var results []benchAllReduceResult
 	for _, bytes := range plan.sizes {
-		iters := itersFor(bytes, plan.iters)
-		ranks := make([]rankTimes, plan.ranks)
+		iters := allreduceIters(bytes, plan.iters)
+		ranks := make([]allreduceRankTimes, plan.ranks)
 		errs := make([]error, plan.ranks)
 		var wg sync.WaitGroup
 		for r, c := range comms {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ranks[r], errs[r] = benchRank(ctx, c, plan.algo, bytes, iters, plan.warmup)
+				ranks[r], errs[r] = allreduceRank(ctx, c, plan.algo, bytes, iters, plan.warmup)
 			}()
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
 			return nil, err
 		}
-		results = append(results, summarize(plan, bytes, 1, ranks))
+		results = append(results, allreduceSummarize(plan, bytes, 1, ranks))
 	}
 	return results, nil
 }
@@ -389,14 +389,14 @@ func runLocalBench(ctx context.Context, plan *benchPlan) ([]benchAllReduceResult
 // A worker exits when its stdin closes, so that none outlives the parent;
 // the parent kills every worker when it gives up.
 
-// benchWorkerEnv is added to the workers' environment (tests point it at
+// allreduceWorkerEnv is added to the workers' environment (tests point it at
 // their own binary's worker mode).
-var benchWorkerEnv []string
+var allreduceWorkerEnv []string
 
-// benchExecutable is the program started as the workers.
-var benchExecutable = os.Executable
+// allreduceExecutable is the program started as the workers.
+var allreduceExecutable = os.Executable
 
-type workerLine struct {
+type allreduceWorkerLine struct {
 	Rank    int       `json:"rank"`
 	Addr    string    `json:"addr,omitempty"`
 	Bytes   int64     `json:"bytes,omitempty"`
@@ -406,12 +406,12 @@ type workerLine struct {
 	Error   string    `json:"error,omitempty"`
 }
 
-type addrsLine struct {
+type allreduceAddrsLine struct {
 	Addrs []string `json:"addrs"`
 }
 
-func runProcessBench(ctx context.Context, plan *benchPlan, f benchAllReduceFlags) ([]benchAllReduceResult, error) {
-	exe, err := benchExecutable()
+func runAllReduceProcesses(ctx context.Context, plan *allreducePlan, f benchAllReduceFlags) ([]benchAllReduceResult, error) {
+	exe, err := allreduceExecutable()
 	if err != nil {
 		return nil, fmt.Errorf("finding this program to start the ranks: %w", err)
 	}
@@ -421,7 +421,7 @@ func runProcessBench(ctx context.Context, plan *benchPlan, f benchAllReduceFlags
 	type worker struct {
 		cmd   *exec.Cmd
 		stdin io.WriteCloser
-		lines chan workerLine
+		lines chan allreduceWorkerLine
 		errs  chan error
 	}
 	workers := make([]*worker, P)
@@ -443,7 +443,7 @@ func runProcessBench(ctx context.Context, plan *benchPlan, f benchAllReduceFlags
 			"--sub-chunk", strconv.Itoa(plan.comm.Collective.SubChunkBytes), "--window", strconv.Itoa(f.window),
 			"--log-level", logLevel, "--log-format", "json"}
 		cmd := exec.CommandContext(ctx, exe, args...)
-		cmd.Env = append(os.Environ(), benchWorkerEnv...)
+		cmd.Env = append(os.Environ(), allreduceWorkerEnv...)
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -456,7 +456,7 @@ func runProcessBench(ctx context.Context, plan *benchPlan, f benchAllReduceFlags
 		if err := cmd.Start(); err != nil {
 			return nil, fmt.Errorf("starting rank %d: %w", r, err)
 		}
-		w := &worker{cmd: cmd, stdin: stdin, lines: make(chan workerLine, 16), errs: make(chan error, 1)}
+		w := &worker{cmd: cmd, stdin: stdin, lines: make(chan allreduceWorkerLine, 16), errs: make(chan error, 1)}
 		workers[r] = w
 		wg.Add(1)
 		go func() {
@@ -465,7 +465,7 @@ func runProcessBench(ctx context.Context, plan *benchPlan, f benchAllReduceFlags
 			sc := bufio.NewScanner(stdout)
 			sc.Buffer(make([]byte, 1<<16), 1<<24)
 			for sc.Scan() {
-				var l workerLine
+				var l allreduceWorkerLine
 				if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 					w.errs <- fmt.Errorf("rank %d printed %q: %w", r, sc.Text(), err)
 					return
@@ -475,7 +475,7 @@ func runProcessBench(ctx context.Context, plan *benchPlan, f benchAllReduceFlags
 			io.Copy(io.Discard, stdout)
 		}()
 	}
-	next := func(r int) (workerLine, error) {
+	next := func(r int) (allreduceWorkerLine, error) {
 		w := workers[r]
 		select {
 		case l, ok := <-w.lines:
@@ -492,7 +492,7 @@ func runProcessBench(ctx context.Context, plan *benchPlan, f benchAllReduceFlags
 			}
 			return l, nil
 		case <-ctx.Done():
-			return workerLine{}, fmt.Errorf("waiting for rank %d: %w", r, ctx.Err())
+			return allreduceWorkerLine{}, fmt.Errorf("waiting for rank %d: %w", r, ctx.Err())
 		}
 	}
 	addrs := make([]string, P)
@@ -503,7 +503,7 @@ func runProcessBench(ctx context.Context, plan *benchPlan, f benchAllReduceFlags
 		}
 		addrs[r] = l.Addr
 	}
-	msg, _ := json.Marshal(addrsLine{Addrs: addrs})
+	msg, _ := json.Marshal(allreduceAddrsLine{Addrs: addrs})
 	for r, w := range workers {
 		if _, err := w.stdin.Write(append(msg, '\n')); err != nil {
 			return nil, fmt.Errorf("rank %d: %w", r, err)
@@ -511,7 +511,7 @@ func runProcessBench(ctx context.Context, plan *benchPlan, f benchAllReduceFlags
 	}
 	var results []benchAllReduceResult
 	for _, bytes := range plan.sizes {
-		ranks := make([]rankTimes, P)
+		ranks := make([]allreduceRankTimes, P)
 		for r := range workers {
 			l, err := next(r)
 			if err != nil {
@@ -520,9 +520,9 @@ func runProcessBench(ctx context.Context, plan *benchPlan, f benchAllReduceFlags
 			if l.Bytes != bytes {
 				return nil, fmt.Errorf("rank %d reported %d bytes, want %d", r, l.Bytes, bytes)
 			}
-			ranks[r] = rankTimes{Rank: r, Bytes: l.Bytes, Times: l.Times, Correct: l.Correct}
+			ranks[r] = allreduceRankTimes{Rank: r, Bytes: l.Bytes, Times: l.Times, Correct: l.Correct}
 		}
-		results = append(results, summarize(plan, bytes, P, ranks))
+		results = append(results, allreduceSummarize(plan, bytes, P, ranks))
 	}
 	for r := range workers {
 		if l, err := next(r); err != nil || !l.Done {
@@ -548,7 +548,7 @@ func newBenchAllReduceWorkerCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBenchWorker(cmd.Context(), os.Stdin, cmd.OutOrStdout(), rank, f)
+			return runAllReduceWorker(cmd.Context(), os.Stdin, cmd.OutOrStdout(), rank, f)
 		},
 	}
 	fl := cmd.Flags()
@@ -564,8 +564,8 @@ func newBenchAllReduceWorkerCmd() *cobra.Command {
 	return cmd
 }
 
-func runBenchWorker(ctx context.Context, stdin io.Reader, stdout io.Writer, rank int, f benchAllReduceFlags) error {
-	plan, err := planBench(f)
+func runAllReduceWorker(ctx context.Context, stdin io.Reader, stdout io.Writer, rank int, f benchAllReduceFlags) error {
+	plan, err := allreducePlanOf(f)
 	if err != nil {
 		return err
 	}
@@ -584,7 +584,7 @@ func runBenchWorker(ctx context.Context, stdin io.Reader, stdout io.Writer, rank
 		return err
 	}
 	defer sys.Close()
-	if err := enc.Encode(workerLine{Rank: rank, Addr: sys.Address()}); err != nil {
+	if err := enc.Encode(allreduceWorkerLine{Rank: rank, Addr: sys.Address()}); err != nil {
 		return err
 	}
 	in := bufio.NewReader(stdin)
@@ -592,7 +592,7 @@ func runBenchWorker(ctx context.Context, stdin io.Reader, stdout io.Writer, rank
 	if err != nil {
 		return fmt.Errorf("reading the ranks' addresses: %w", err)
 	}
-	var al addrsLine
+	var al allreduceAddrsLine
 	if err := json.Unmarshal(line, &al); err != nil || len(al.Addrs) != plan.ranks {
 		return fmt.Errorf("bad addresses line %q: %v", line, err)
 	}
@@ -609,17 +609,17 @@ func runBenchWorker(ctx context.Context, stdin io.Reader, stdout io.Writer, rank
 	}()
 	comm, err := actors.StartRemote(sys, actors.RemoteWorld{Rank: rank, Addrs: al.Addrs}, plan.comm)
 	if err != nil {
-		enc.Encode(workerLine{Rank: rank, Error: err.Error()})
+		enc.Encode(allreduceWorkerLine{Rank: rank, Error: err.Error()})
 		return err
 	}
 	defer comm.Close()
 	for _, bytes := range plan.sizes {
-		rt, err := benchRank(ctx, comm, plan.algo, bytes, itersFor(bytes, plan.iters), plan.warmup)
+		rt, err := allreduceRank(ctx, comm, plan.algo, bytes, allreduceIters(bytes, plan.iters), plan.warmup)
 		if err != nil {
-			enc.Encode(workerLine{Rank: rank, Error: err.Error()})
+			enc.Encode(allreduceWorkerLine{Rank: rank, Error: err.Error()})
 			return err
 		}
-		if err := enc.Encode(workerLine{Rank: rank, Bytes: bytes, Times: rt.Times, Correct: rt.Correct}); err != nil {
+		if err := enc.Encode(allreduceWorkerLine{Rank: rank, Bytes: bytes, Times: rt.Times, Correct: rt.Correct}); err != nil {
 			return err
 		}
 	}
@@ -627,7 +627,7 @@ func runBenchWorker(ctx context.Context, stdin io.Reader, stdout io.Writer, rank
 	// soon as its own last operation completed could cut the last message
 	// another rank still waits for.
 	finished.Store(true)
-	if err := enc.Encode(workerLine{Rank: rank, Done: true}); err != nil {
+	if err := enc.Encode(allreduceWorkerLine{Rank: rank, Done: true}); err != nil {
 		return err
 	}
 	<-stdinClosed

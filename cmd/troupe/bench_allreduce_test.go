@@ -9,14 +9,14 @@ import (
 	"testing"
 )
 
-// With benchWorkerTestEnv set, this test binary is one rank of a
-// multi-process bench (see benchWorkerEnv): init runs the worker command
+// With allreduceWorkerTestEnv set, this test binary is one rank of a
+// multi-process bench (see allreduceWorkerEnv): init runs the worker command
 // and exits before any test runs. It builds the command itself because the
 // root command is not assembled yet when this init runs.
-const benchWorkerTestEnv = "TROUPE_BENCH_ALLREDUCE_TEST_WORKER"
+const allreduceWorkerTestEnv = "TROUPE_BENCH_ALLREDUCE_TEST_WORKER"
 
 func init() {
-	if os.Getenv(benchWorkerTestEnv) == "" {
+	if os.Getenv(allreduceWorkerTestEnv) == "" {
 		return
 	}
 	cmd := newBenchAllReduceWorkerCmd()
@@ -39,18 +39,18 @@ func init() {
 
 func TestParseByteSize(t *testing.T) {
 	for in, want := range map[string]int64{"16MiB": 16 << 20, "1M": 1 << 20, "64kB": 64000, "4096": 4096, "1.5KiB": 1536, "2GiB": 2 << 30, "8B": 8} {
-		if got, err := parseByteSize(in); err != nil || got != want {
+		if got, err := allreduceParseSize(in); err != nil || got != want {
 			t.Fatalf("%q: %d %v, want %d", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"", "MiB", "-1M", "lots", "1TiB"} {
-		if _, err := parseByteSize(in); err == nil {
+		if _, err := allreduceParseSize(in); err == nil {
 			t.Fatalf("%q accepted", in)
 		}
 	}
 }
 
-func runBench(t *testing.T, args ...string) []benchAllReduceResult {
+func allreduceRunBench(t *testing.T, args ...string) []benchAllReduceResult {
 	t.Helper()
 	out, err := runRoot(t, append([]string{"bench", "allreduce", "--json"}, args...)...)
 	if err != nil {
@@ -68,7 +68,7 @@ func runBench(t *testing.T, args ...string) []benchAllReduceResult {
 	return rs
 }
 
-func checkResults(t *testing.T, rs []benchAllReduceResult, transport string, P int, sizes ...int64) {
+func allreduceCheckResults(t *testing.T, rs []benchAllReduceResult, transport string, P int, sizes ...int64) {
 	t.Helper()
 	if len(rs) != len(sizes) {
 		t.Fatalf("%d results, want %d", len(rs), len(sizes))
@@ -92,13 +92,13 @@ func checkResults(t *testing.T, rs []benchAllReduceResult, transport string, P i
 }
 
 func TestBenchAllReduceLocal(t *testing.T) {
-	rs := runBench(t, "--ranks", "3", "--bytes", "4KiB,64KiB", "--transport", "local", "--iters", "2", "--warmup", "1")
-	checkResults(t, rs, "local", 3, 4<<10, 64<<10)
-	rs = runBench(t, "--ranks", "2", "--bytes", "64KiB", "--transport", "local", "--algo", "naive", "--iters", "2", "--warmup", "0")
+	rs := allreduceRunBench(t, "--ranks", "3", "--bytes", "4KiB,64KiB", "--transport", "local", "--iters", "2", "--warmup", "1")
+	allreduceCheckResults(t, rs, "local", 3, 4<<10, 64<<10)
+	rs = allreduceRunBench(t, "--ranks", "2", "--bytes", "64KiB", "--transport", "local", "--algo", "naive", "--iters", "2", "--warmup", "0")
 	if rs[0].Algo != "naive" {
 		t.Fatal(rs[0])
 	}
-	checkResults(t, rs, "local", 2, 64<<10)
+	allreduceCheckResults(t, rs, "local", 2, 64<<10)
 }
 
 // TestBenchAllReduceProcesses runs the multi-process transports: the ranks
@@ -107,11 +107,11 @@ func TestBenchAllReduceProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	benchWorkerEnv = []string{benchWorkerTestEnv + "=1"}
-	defer func() { benchWorkerEnv = nil }()
+	allreduceWorkerEnv = []string{allreduceWorkerTestEnv + "=1"}
+	defer func() { allreduceWorkerEnv = nil }()
 	for _, tr := range []string{"tcp", "actor"} {
-		rs := runBench(t, "--ranks", "2", "--bytes", "4KiB,256KiB", "--transport", tr, "--iters", "2", "--warmup", "1", "--sub-chunk", "64KiB", "--timeout", "2m")
-		checkResults(t, rs, tr, 2, 4<<10, 256<<10)
+		rs := allreduceRunBench(t, "--ranks", "2", "--bytes", "4KiB,256KiB", "--transport", tr, "--iters", "2", "--warmup", "1", "--sub-chunk", "64KiB", "--timeout", "2m")
+		allreduceCheckResults(t, rs, tr, 2, 4<<10, 256<<10)
 		if rs[0].Procs != 2 {
 			t.Fatalf("procs %d", rs[0].Procs)
 		}

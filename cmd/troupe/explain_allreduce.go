@@ -54,8 +54,8 @@ t rank r sends chunk (r−t+2) mod P and copies chunk (r−t+1) mod P.`,
 
 func init() { explainCmd.AddCommand(newExplainAllReduceCmd()) }
 
-// explainRank is one rank's buffer after one step.
-type explainRank struct {
+// allreduceExplainRank is one rank's buffer after one step.
+type allreduceExplainRank struct {
 	Rank   int       `json:"rank"`
 	Buffer []float32 `json:"buffer"`
 	// SentChunk and RecvChunk are the chunks the rank sent to rank+1 and
@@ -64,22 +64,22 @@ type explainRank struct {
 	RecvChunk *int `json:"recv_chunk,omitempty"`
 }
 
-type explainStep struct {
-	Phase string        `json:"phase"`
-	Step  int           `json:"step"`
-	Ranks []explainRank `json:"ranks"`
+type allreduceExplainStep struct {
+	Phase string                 `json:"phase"`
+	Step  int                    `json:"step"`
+	Ranks []allreduceExplainRank `json:"ranks"`
 }
 
-type explainDoc struct {
-	Ranks         int           `json:"ranks"`
-	Op            string        `json:"op"`
-	ValuesPerRank int           `json:"values_per_rank"`
-	Chunks        [][2]int      `json:"chunks"`
-	Owned         []int         `json:"owned_chunk"`
-	Steps         []explainStep `json:"steps"`
+type allreduceExplanation struct {
+	Ranks         int                    `json:"ranks"`
+	Op            string                 `json:"op"`
+	ValuesPerRank int                    `json:"values_per_rank"`
+	Chunks        [][2]int               `json:"chunks"`
+	Owned         []int                  `json:"owned_chunk"`
+	Steps         []allreduceExplainStep `json:"steps"`
 }
 
-func parseValues(s string) ([]float32, error) {
+func allreduceParseValues(s string) ([]float32, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, fmt.Errorf("%w: --values is required", errUsage)
 	}
@@ -95,7 +95,7 @@ func parseValues(s string) ([]float32, error) {
 	return vals, nil
 }
 
-func buildExplain(f explainAllReduceFlags) (*explainDoc, error) {
+func allreduceExplainDoc(f explainAllReduceFlags) (*allreduceExplanation, error) {
 	if f.ranks < 1 {
 		return nil, fmt.Errorf("%w: --ranks %d: want at least 1", errUsage, f.ranks)
 	}
@@ -103,7 +103,7 @@ func buildExplain(f explainAllReduceFlags) (*explainDoc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: --op %q: want sum or avg", errUsage, f.op)
 	}
-	vals, err := parseValues(f.values)
+	vals, err := allreduceParseValues(f.values)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +120,7 @@ func buildExplain(f explainAllReduceFlags) (*explainDoc, error) {
 	if err != nil {
 		return nil, err
 	}
-	doc := &explainDoc{Ranks: P, Op: op.String(), ValuesPerRank: m}
+	doc := &allreduceExplanation{Ranks: P, Op: op.String(), ValuesPerRank: m}
 	for c := 0; c < P; c++ {
 		lo, hi := collective.ChunkRange(m, P, c)
 		doc.Chunks = append(doc.Chunks, [2]int{lo, hi})
@@ -129,9 +129,9 @@ func buildExplain(f explainAllReduceFlags) (*explainDoc, error) {
 		doc.Owned = append(doc.Owned, collective.OwnedChunk(r, P))
 	}
 	for _, st := range steps {
-		es := explainStep{Phase: st.Phase, Step: st.Step}
+		es := allreduceExplainStep{Phase: st.Phase, Step: st.Step}
 		for r, b := range st.Buffers {
-			er := explainRank{Rank: r, Buffer: b}
+			er := allreduceExplainRank{Rank: r, Buffer: b}
 			switch st.Phase {
 			case "reduce-scatter":
 				s, rc := collective.ReduceScatterSendChunk(r, st.Step, P), collective.ReduceScatterRecvChunk(r, st.Step, P)
@@ -148,7 +148,7 @@ func buildExplain(f explainAllReduceFlags) (*explainDoc, error) {
 }
 
 func runExplainAllReduce(w io.Writer, f explainAllReduceFlags) error {
-	doc, err := buildExplain(f)
+	doc, err := allreduceExplainDoc(f)
 	if err != nil {
 		return err
 	}
@@ -169,12 +169,12 @@ func runExplainAllReduce(w io.Writer, f explainAllReduceFlags) error {
 		case "start":
 			fmt.Fprintln(w, "start")
 		case "reduce-scatter":
-			fmt.Fprintf(w, "reduce-scatter step %d/%d: rank r sends chunk %s, adds chunk %s\n", st.Step, P-1, chunkExpr(1-st.Step, P), chunkExpr(-st.Step, P))
+			fmt.Fprintf(w, "reduce-scatter step %d/%d: rank r sends chunk %s, adds chunk %s\n", st.Step, P-1, allreduceChunkExpr(1-st.Step, P), allreduceChunkExpr(-st.Step, P))
 		case "all-gather":
-			fmt.Fprintf(w, "all-gather step %d/%d: rank r sends chunk %s, copies chunk %s\n", st.Step, P-1, chunkExpr(2-st.Step, P), chunkExpr(1-st.Step, P))
+			fmt.Fprintf(w, "all-gather step %d/%d: rank r sends chunk %s, copies chunk %s\n", st.Step, P-1, allreduceChunkExpr(2-st.Step, P), allreduceChunkExpr(1-st.Step, P))
 		}
 		for _, r := range st.Ranks {
-			fmt.Fprintf(w, "  rank %d: %s", r.Rank, formatChunks(r.Buffer, doc.Chunks, r.RecvChunk))
+			fmt.Fprintf(w, "  rank %d: %s", r.Rank, allreduceFormatChunks(r.Buffer, doc.Chunks, r.RecvChunk))
 			if r.SentChunk != nil {
 				verb := "added"
 				if st.Phase == "all-gather" {
@@ -191,8 +191,8 @@ func runExplainAllReduce(w io.Writer, f explainAllReduceFlags) error {
 	return nil
 }
 
-// chunkExpr writes (r+k) mod P readably: "r", "(r+1) mod 3", "(r−2) mod 3".
-func chunkExpr(k, P int) string {
+// allreduceChunkExpr writes (r+k) mod P readably: "r", "(r+1) mod 3", "(r−2) mod 3".
+func allreduceChunkExpr(k, P int) string {
 	switch {
 	case k == 0:
 		return "r"
@@ -202,7 +202,7 @@ func chunkExpr(k, P int) string {
 	return fmt.Sprintf("(r−%d) mod %d", -k, P)
 }
 
-func formatChunks(buf []float32, chunks [][2]int, mark *int) string {
+func allreduceFormatChunks(buf []float32, chunks [][2]int, mark *int) string {
 	var b strings.Builder
 	b.WriteByte('[')
 	for c, ch := range chunks {

@@ -26,7 +26,7 @@ func TestExplainAllReduceHandWorked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc explainDoc
+	var doc allreduceExplanation
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("%v in %s", err, out)
 	}
