@@ -53,6 +53,9 @@ type StepResult struct {
 	GradNorm float64
 	Checksum uint64
 	PeakAct  int64
+	// PeakMicro is the most micro-batches whose activations were alive at
+	// once (pipeline stages).
+	PeakMicro int
 }
 
 // Worker runs data-parallel steps on one rank: forward and backward on its

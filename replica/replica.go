@@ -36,7 +36,7 @@ func New(m *nn.Model, opt optim.Optimizer) *Replica {
 // negative, excluded).
 func Targets(b *data.Batch, lo, hi int, m *nn.Model) int {
 	per := 1
-	if m.Input == nn.TokenInput {
+	if m.Context > 0 { // a language model: one target per token
 		per = m.Context
 	}
 	n := 0
