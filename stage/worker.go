@@ -44,13 +44,13 @@ type Config struct {
 
 // micro is one micro-batch's state on this stage.
 type micro struct {
-	lo, hi  int          // rows of the replica's share
-	tape    nn.Tape      // saved activations for backward
+	lo, hi  int            // rows of the replica's share
+	tape    nn.Tape        // saved activations for backward
 	in      kernels.Buffer // the stage input, kept for recompute
 	recv    nn.Act         // the input activation received
 	out     nn.Act         // output activation (to send) or logits' gradient
 	grad    nn.Act         // gradient received for the output
-	dx      nn.Act       // gradient of the input (to send)
+	dx      nn.Act         // gradient of the input (to send)
 	sendAct *collective.Handle
 	sendDx  *collective.Handle
 	ids     kernels.Index
