@@ -164,9 +164,10 @@ func planCommit(in commitInput) ([]action, error) {
 	if slices.Contains(in.Entries, final) {
 		// A directory of this step that latest does not name: written by a
 		// run that crashed before its commit point, or an abandoned future
-		// after a resume from an older step. Nothing points to it.
+		// after a resume from an older step. Nothing points to it, so the
+		// removal needs no fsync of its own: a crash may bring it back or
+		// not, and the rename's fsync below covers both.
 		add(action{kind: actRemoveAll, path: filepath.Join(in.Dir, final)})
-		add(action{kind: actSyncDir, path: in.Dir})
 	}
 	add(action{kind: actRename, path: tmp, to: filepath.Join(in.Dir, final)})
 	add(action{kind: actSyncDir, path: in.Dir})
@@ -174,12 +175,10 @@ func planCommit(in commitInput) ([]action, error) {
 	add(action{kind: actWrite, path: latestTmp, data: []byte(final + "\n")})
 	add(action{kind: actRename, path: latestTmp, to: filepath.Join(in.Dir, LatestFile)})
 	add(action{kind: actSyncDir, path: in.Dir})
-	doomed := selectPrune(in.Entries, in.Tmp, in.Step, in.Keep)
-	for _, n := range doomed {
+	// Pruning needs no fsync: what a crash brings back, the next commit
+	// removes again.
+	for _, n := range selectPrune(in.Entries, in.Tmp, in.Step, in.Keep) {
 		add(action{kind: actRemoveAll, path: filepath.Join(in.Dir, n), prune: true})
-	}
-	if len(doomed) > 0 {
-		add(action{kind: actSyncDir, path: in.Dir, prune: true})
 	}
 	return acts, nil
 }
@@ -346,7 +345,8 @@ func Commit(fsys FS, dir, tmp string, m *Manifest, o CommitOptions) error {
 
 // Prune removes, from dir, crash leftovers and the checkpoints beyond the
 // keep newest up to the latest (see CommitOptions.Keep); Commit does it
-// after every commit.
+// after every commit. It must not run while a save is in flight, whose
+// temporary directory it would remove.
 func Prune(fsys FS, dir string, keep int) error {
 	latest, err := readLatest(fsys, dir)
 	if err != nil || latest == "" {
@@ -362,5 +362,5 @@ func Prune(fsys FS, dir string, keep int) error {
 			return fmt.Errorf("%w: %w", ErrPrune, err)
 		}
 	}
-	return fsys.SyncDir(dir)
+	return nil
 }

@@ -10,7 +10,9 @@ import (
 )
 
 // crashFixture is a checkpoint root holding two committed checkpoints
-// (steps 1 and 2, keep 2) and the model that the step-3 save writes.
+// (steps 1 and 2, keep 2) and an uncommitted step 3 of other values (a run
+// that crashed between renaming its directory and moving latest), and the
+// model that the step-3 save writes over it.
 type crashFixture struct {
 	base   *MemFS
 	models map[int64]*model
@@ -44,6 +46,13 @@ func newCrashFixture(t *testing.T, seed uint64) *crashFixture {
 			t.Fatal(err)
 		}
 	}
+	stale := f.models[1].snapshot(3, f.dp, f.pp, f.bounds)
+	if _, err := Save(f.base, "ckpt", stale, 0); err != nil {
+		t.Fatal(err)
+	}
+	writeAll(t, f.base, "ckpt/latest.tmp-x", "step-000002\n", true)
+	f.base.Rename("ckpt/latest.tmp-x", "ckpt/latest")
+	f.base.SyncDir("ckpt")
 	return f
 }
 
@@ -182,5 +191,53 @@ func TestPruneFailureKeepsCommit(t *testing.T) {
 	}
 	if step, err := Latest(mem, "ckpt"); err != nil || step != 3 {
 		t.Fatalf("latest %d, %v after a prune failure", step, err)
+	}
+}
+
+// TestCompletedSaveIsDurable: once Save returns, the checkpoint survives a
+// power loss, including the first one into a directory Save had to create
+// (whose entry in its parent must be synced too).
+func TestCompletedSaveIsDurable(t *testing.T) {
+	m := smallModel()
+	fsys := NewMemFS()
+	fsys.MkdirAll("runs")
+	fsys.SyncDir(".")
+	dir := "runs/a/ckpt"
+	for step := int64(1); step <= 2; step++ {
+		if _, err := Save(fsys, dir, m.snapshot(step, 2, 1, []int{0, 2}), 1); err != nil {
+			t.Fatal(err)
+		}
+		after := fsys.Crash()
+		got, err := Latest(after, dir)
+		if err != nil || got != step {
+			t.Fatalf("after saving step %d and a crash: latest %d, %v", step, got, err)
+		}
+		ck, err := OpenLatest(after, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.checkAll(t, ck)
+		ck.Close()
+	}
+	// Crashing the first save at each operation leaves no checkpoint or a
+	// whole one.
+	count := NewFaultFS(NewMemFS())
+	if _, err := Save(count, dir, m.snapshot(1, 2, 1, []int{0, 2}), 1); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= count.Ops(); i++ {
+		mem := NewMemFS()
+		Save(NewFaultFS(mem, Fault{Op: OpAny, N: i, Mode: Crash}), dir, m.snapshot(1, 2, 1, []int{0, 2}), 1)
+		after := mem.Crash()
+		step, err := Latest(after, dir)
+		if errors.Is(err, ErrNoCheckpoint) {
+			continue
+		}
+		if err != nil || step != 1 {
+			t.Fatalf("first save crashed at operation %d: latest %d, %v", i, step, err)
+		}
+		if err := loadAll(after, dir); err != nil {
+			t.Fatalf("first save crashed at operation %d: %v", i, err)
+		}
 	}
 }

@@ -31,16 +31,48 @@ type MemFS struct {
 var _ FS = (*MemFS)(nil)
 
 // memNode is an inode: a file (data, of which the first synced bytes are
-// durable) or a directory (its live entries and the entries as of its last
-// SyncDir). Files are only ever appended to, because Create makes a new
-// inode, so the durable bytes are always a prefix of data.
+// durable) or a directory (its live entries, the entries as of its last
+// SyncDir, and the operations on it since). Files are only ever appended
+// to, because Create makes a new inode, so the durable bytes are always a
+// prefix of data.
 type memNode struct {
 	dir     bool
 	data    []byte
 	synced  int
 	entries map[string]*memNode
 	durable map[string]*memNode
+	pending []dirOp
 	mtime   time.Time
+}
+
+// dirOp is one change to a directory's entries: name now refers to node
+// (nil: removed), and for a rename within the directory, from is removed
+// in the same atomic step.
+type dirOp struct {
+	name string
+	node *memNode
+	from string
+}
+
+// set changes an entry and logs the change until the next SyncDir.
+func (d *memNode) set(name string, n *memNode) {
+	if n == nil {
+		delete(d.entries, name)
+	} else {
+		d.entries[name] = n
+	}
+	d.pending = append(d.pending, dirOp{name: name, node: n})
+}
+
+func (op dirOp) apply(m map[string]*memNode) {
+	if op.from != "" {
+		delete(m, op.from)
+	}
+	if op.node == nil {
+		delete(m, op.name)
+	} else {
+		m[op.name] = op.node
+	}
 }
 
 func newDirNode() *memNode {
@@ -105,7 +137,7 @@ func (m *MemFS) Create(name string) (File, error) {
 		return nil, pathErr("create", name, fmt.Errorf("is a directory"))
 	}
 	n := &memNode{mtime: time.Now()}
-	d.entries[base] = n
+	d.set(base, n)
 	return &memFile{fs: m, node: n, name: name, write: true}, nil
 }
 
@@ -138,7 +170,7 @@ func (m *MemFS) Remove(name string) error {
 	if n.dir && len(n.entries) > 0 {
 		return pathErr("remove", name, fmt.Errorf("directory not empty"))
 	}
-	delete(d.entries, base)
+	d.set(base, nil)
 	return nil
 }
 
@@ -150,7 +182,9 @@ func (m *MemFS) RemoveAll(name string) error {
 	if err != nil {
 		return nil // the parent is missing, so is name
 	}
-	delete(d.entries, base)
+	if _, ok := d.entries[base]; ok {
+		d.set(base, nil)
+	}
 	return nil
 }
 
@@ -186,8 +220,16 @@ func (m *MemFS) Rename(oldname, newname string) error {
 			return pathErr("rename", newname, fmt.Errorf("directory not empty"))
 		}
 	}
-	delete(od.entries, obase)
-	nd.entries[nbase] = n
+	if od == nd {
+		if obase != nbase {
+			delete(od.entries, obase)
+			od.entries[nbase] = n
+			od.pending = append(od.pending, dirOp{name: nbase, node: n, from: obase})
+		}
+		return nil
+	}
+	od.set(obase, nil)
+	nd.set(nbase, n)
 	return nil
 }
 
@@ -201,7 +243,7 @@ func (m *MemFS) MkdirAll(name string) error {
 		if !ok {
 			c = newDirNode()
 			c.mtime = time.Now()
-			n.entries[part] = c
+			n.set(part, c)
 		} else if !c.dir {
 			return pathErr("mkdir", name, fmt.Errorf("not a directory"))
 		}
@@ -225,6 +267,7 @@ func (m *MemFS) SyncDir(name string) error {
 	for k, v := range n.entries {
 		n.durable[k] = v
 	}
+	n.pending = nil
 	return nil
 }
 
@@ -280,6 +323,12 @@ func (m *MemFS) Clone() *MemFS {
 			for k, v := range n.durable {
 				c.durable[k] = rec(v)
 			}
+			for _, op := range n.pending {
+				if op.node != nil {
+					op.node = rec(op.node)
+				}
+				c.pending = append(c.pending, op)
+			}
 		}
 		return c
 	}
@@ -293,9 +342,11 @@ func (m *MemFS) Crash() *MemFS { return m.crash(nil) }
 
 // CrashTorn is Crash where the disk got further than it had to: each file
 // keeps a random prefix of its unsynced bytes (a torn write), and each
-// directory comes back either as last synced or as it is now. Every such
-// state is one a real file system may leave, so a commit protocol must
-// survive all of them.
+// directory operation since the directory's last sync (a create, a remove,
+// a rename as one atomic step) made it to disk or not, at random and
+// independently of the others, since POSIX orders none of them before a
+// directory fsync. Every such state is one a real file system may leave,
+// so a commit protocol must survive all of them.
 func (m *MemFS) CrashTorn(r *rand.Rand) *MemFS { return m.crash(r) }
 
 func (m *MemFS) crash(r *rand.Rand) *MemFS {
@@ -318,9 +369,16 @@ func (m *MemFS) crash(r *rand.Rand) *MemFS {
 			}
 			c = &memNode{data: slices.Clone(n.data[:keep]), synced: keep, mtime: n.mtime}
 		} else {
-			src := n.durable
-			if r != nil && r.IntN(2) == 0 {
-				src = n.entries
+			src := make(map[string]*memNode, len(n.durable))
+			for k, v := range n.durable {
+				src[k] = v
+			}
+			if r != nil {
+				for _, op := range n.pending {
+					if r.IntN(2) == 0 {
+						op.apply(src)
+					}
+				}
 			}
 			c = newDirNode()
 			c.mtime = n.mtime

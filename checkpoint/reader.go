@@ -232,8 +232,12 @@ func (c *Checkpoint) readAt(sf *shardFile, t *TensorEntry, p []byte, off int64) 
 }
 
 func (c *Checkpoint) crcError(sf *shardFile, t *TensorEntry, s SliceEntry, got uint32) error {
-	return fmt.Errorf("%w: %s: tensor %q, rows %v+%v: CRC-32C %08x, the manifest says %08x",
-		ErrCorrupt, sf.path, t.Name, s.Offsets, s.Sizes, got, s.CRC32C)
+	rows := ""
+	if len(t.Shape) > 0 {
+		rows = fmt.Sprintf(" rows [%d, %d) of %v", s.Offsets[0], s.Offsets[0]+s.Sizes[0], t.Shape)
+	}
+	return fmt.Errorf("%w: %s: tensor %q%s: CRC-32C %08x, the manifest says %08x",
+		ErrCorrupt, sf.path, t.Name, rows, got, s.CRC32C)
 }
 
 // Execute runs reads (from Manifest.PlanRead or PlanRank) into dst.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -115,7 +116,16 @@ func ckptProblems(rep *checkpoint.DirReport) error {
 	return fmt.Errorf("%d problem(s) in %s:\n  %s", len(bad), rep.Dir, strings.Join(bad, "\n  "))
 }
 
-func printCkptReport(w io.Writer, rep *checkpoint.DirReport, detail int64) {
+func printCkptReport(out io.Writer, rep *checkpoint.DirReport, detail int64) {
+	var buf bytes.Buffer
+	writeCkptReport(&buf, rep, detail)
+	// tabwriter pads the cell before an empty last column; trim it.
+	for _, line := range strings.SplitAfter(buf.String(), "\n") {
+		io.WriteString(out, strings.TrimRight(line, " \n")+strings.Repeat("\n", strings.Count(line, "\n")))
+	}
+}
+
+func writeCkptReport(w io.Writer, rep *checkpoint.DirReport, detail int64) {
 	latest := "none"
 	if rep.Latest >= 0 {
 		latest = checkpoint.StepDirName(rep.Latest)
