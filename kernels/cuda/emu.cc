@@ -184,6 +184,7 @@ const entry table[] = {
     K(k_sgd),
     K(k_adamw),
     K(k_gemm_f32),
+    K(k_gemm_f32_128),
     K(k_gemm_tf32),
     K(k_f32_to_bf16),
     K(k_gemm_bf16),

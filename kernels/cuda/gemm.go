@@ -8,7 +8,8 @@ import (
 	"github.com/troupe-ml/troupe/kernels"
 )
 
-// Gemm implements kernels.Backend. FP32 tiles by default; with TF32 enabled
+// Gemm implements kernels.Backend. FP32 tiles by default (128×128 when M and
+// N allow, else 64×64); with TF32 enabled
 // (Config.TF32) and every dimension at least TF32MinDim, the mma.sync
 // tensor-core kernel. α = 0 runs with K = 0, so that C = β·C and nothing of
 // A or B is read, as in BLAS and the CPU backend.
@@ -24,6 +25,9 @@ func (be *Backend) Gemm(g kernels.GemmArgs, a, b, c kernels.Buffer) {
 		k = 0
 	}
 	kern, tile := kGemmF32, gemmTile
+	if g.M >= gemmTileBig && g.N >= gemmTileBig {
+		kern, tile = kGemmF32Big, gemmTileBig
+	}
 	if be.tf32() && g.M >= be.cfg.TF32MinDim && g.N >= be.cfg.TF32MinDim && k >= be.cfg.TF32MinDim {
 		kern, tile = kGemmTF32, tcTile
 	}

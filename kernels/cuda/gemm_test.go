@@ -155,3 +155,57 @@ func BenchmarkKernels(b *testing.B) {
 	}
 	kerneltest.Bench(b, open(b, false))
 }
+
+// TestGemmLargeShapes covers the 128×128-tile FP32 kernel and the TF32
+// kernel (the conformance suite's largest M·N stays below 128×128) at
+// sizes that leave partial tiles in M, N and K, with every transpose,
+// padded leading dimensions and a strided batch, against the CPU backend
+// with the dot-product bound of gemmClose.
+func TestGemmLargeShapes(t *testing.T) {
+	for _, tf32 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tf32=%v", tf32), func(t *testing.T) {
+			be := open(t, tf32)
+			if tf32 && !be.tf32() {
+				t.Skip("no tensor cores")
+			}
+			p := &pair{t: t, gpu: be, ref: cpu.New(1), rng: rand.New(rand.NewPCG(9, 10))}
+			for _, sz := range [][3]int{{129, 257, 13}, {130, 200, 67}, {256, 128, 1}} {
+				for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+					g := kernels.GemmArgs{TransA: tr[0], TransB: tr[1], M: sz[0], N: sz[1], K: sz[2], Alpha: 0.75, Beta: 0.5, Batch: 2}
+					n := g.Normalize()
+					g.LDA, g.LDB, g.LDC = n.LDA+3, n.LDB+1, n.LDC+2
+					n = g.Normalize()
+					g.StrideA, g.StrideB, g.StrideC = n.StrideA+5, n.StrideB+7, n.StrideC+11
+					n = g.Normalize()
+					rowsA, rowsB := n.M, n.K
+					if n.TransA {
+						rowsA = n.K
+					}
+					if n.TransB {
+						rowsB = n.N
+					}
+					a := p.randn((n.Batch-1)*n.StrideA+rowsA*n.LDA, 1)
+					b := p.randn((n.Batch-1)*n.StrideB+rowsB*n.LDB, 1)
+					c := p.randn((n.Batch-1)*n.StrideC+n.M*n.LDC, 1)
+					_, before := p.get(c)
+					p.gpu.Gemm(g, a.g, b.g, c.g)
+					p.ref.Gemm(g, a.c, b.c, c.c)
+					// gemmClose's magnitude product runs over the whole
+					// buffers as one unbatched product would not fit the
+					// strides; compare per batch member through views.
+					for bt := 0; bt < n.Batch; bt++ {
+						sub := func(x both, off, ln int) both {
+							return both{g: p.gpu.View(x.g, off, ln), c: p.ref.View(x.c, off, ln), n: ln}
+						}
+						one := g
+						one.Batch, one.StrideA, one.StrideB, one.StrideC = 1, 0, 0, 0
+						ca := sub(c, bt*n.StrideC, n.M*n.LDC)
+						p.gemmClose(fmt.Sprintf("%dx%dx%d trans=%v batch %d", sz[0], sz[1], sz[2], tr, bt), one,
+							sub(a, bt*n.StrideA, rowsA*n.LDA), sub(b, bt*n.StrideB, rowsB*n.LDB), ca,
+							before[bt*n.StrideC:bt*n.StrideC+n.M*n.LDC], tf32 && sz[2] >= 64)
+					}
+				}
+			}
+		})
+	}
+}

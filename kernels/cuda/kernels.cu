@@ -503,14 +503,14 @@ extern "C" __global__ void k_adamw(i64 n, float* p, const float* g, float* m, fl
 // ---------------------------------------------------------------------------
 // GEMM, FP32: C = α·op(A)·op(B) + β·C, row-major, strided batch.
 //
-// A block of 256 threads computes a 64×64 tile of C, 4×4 values a thread at
-// rows ty+16i and columns tx+16j, walking K in steps of 16 through shared
-// memory. Loads outside the matrices read as 0, so every size works; β = 0
-// never reads C (BLAS semantics: NaN in C must not leak). Grid: x over
-// column tiles, y over row tiles, z over the batch, each grid-strided.
-
-#define GT 64
-#define GK 16
+// A block of 256 threads computes a T×T tile of C, R×R values a thread
+// (R = T/16) at rows ty+16i and columns tx+16j, walking K in steps of KT
+// through shared memory: 64×64 tiles with KT = 16 (k_gemm_f32, any shape),
+// and 128×128 with KT = 8 (k_gemm_f32_128, for M, N ≥ 128: twice the
+// multiply-adds per shared-memory read). Loads outside the matrices read as
+// 0, so every size works; β = 0 never reads C (BLAS semantics: NaN in C must
+// not leak). Grid: x over column tiles, y over row tiles, z over the batch,
+// each grid-strided.
 
 // ld_opa returns op(A)[i, k] of an M×K op(A), 0 outside.
 __device__ static float ld_opa(const float* a, int ta, i64 lda, i64 M, i64 K, i64 i, i64 k) {
@@ -524,47 +524,48 @@ __device__ static float ld_opb(const float* b, int tb, i64 ldb, i64 K, i64 N, i6
 	return tb ? b[j * ldb + k] : b[k * ldb + j];
 }
 
-extern "C" __global__ void __launch_bounds__(256) k_gemm_f32(int ta, int tb, i64 M, i64 N, i64 K, float alpha, float beta, const float* a,
-                                      i64 lda, i64 sa, const float* b, i64 ldb, i64 sb, float* c, i64 ldc, i64 sc,
-                                      i64 batch) {
-	EMU_SHARED float As[GK][GT + 4];
-	EMU_SHARED float Bs[GK][GT + 4];
+template <int T, int KT>
+__device__ static void gemm_f32(int ta, int tb, i64 M, i64 N, i64 K, float alpha, float beta, const float* a, i64 lda,
+                                i64 sa, const float* b, i64 ldb, i64 sb, float* c, i64 ldc, i64 sc, i64 batch) {
+	const int R = T / 16, L = T * KT / 256;  // values a thread computes per axis, loads per tile
+	EMU_SHARED float As[KT][T + 4];
+	EMU_SHARED float Bs[KT][T + 4];
 	int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-	i64 tilesM = (M + GT - 1) / GT, tilesN = (N + GT - 1) / GT;
+	i64 tilesM = (M + T - 1) / T, tilesN = (N + T - 1) / T;
 	for (i64 bt = blockIdx.z; bt < batch; bt += gridDim.z)
 		for (i64 tm = blockIdx.y; tm < tilesM; tm += gridDim.y)
 			for (i64 tn = blockIdx.x; tn < tilesN; tn += gridDim.x) {
 				const float* A = a + bt * sa;
 				const float* B = b + bt * sb;
 				float* C = c + bt * sc;
-				i64 m0 = tm * GT, n0 = tn * GT;
-				float acc[4][4];
-				UNROLL for (int i = 0; i < 4; i++)
-					UNROLL for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-				for (i64 k0 = 0; k0 < K; k0 += GK) {
-					// 1024 values of each tile, 4 a thread, in the order
+				i64 m0 = tm * T, n0 = tn * T;
+				float acc[R][R];
+				UNROLL for (int i = 0; i < R; i++)
+					UNROLL for (int j = 0; j < R; j++) acc[i][j] = 0.0f;
+				for (i64 k0 = 0; k0 < K; k0 += KT) {
+					// T·KT values of each tile, L a thread, in the order
 					// that reads consecutive addresses of the stored matrix.
-					UNROLL for (int q = 0; q < 4; q++) {
+					UNROLL for (int q = 0; q < L; q++) {
 						int e = tid + 256 * q;
-						int ai = ta ? e % GT : e / GK, ak = ta ? e / GT : e % GK;
+						int ai = ta ? e % T : e / KT, ak = ta ? e / T : e % KT;
 						As[ak][ai] = ld_opa(A, ta, lda, M, K, m0 + ai, k0 + ak);
-						int bj = tb ? e / GK : e % GT, bk = tb ? e % GK : e / GT;
+						int bj = tb ? e / KT : e % T, bk = tb ? e % KT : e / T;
 						Bs[bk][bj] = ld_opb(B, tb, ldb, K, N, k0 + bk, n0 + bj);
 					}
 					__syncthreads();
-					UNROLL for (int kk = 0; kk < GK; kk++) {
-						float av[4], bv[4];
-						UNROLL for (int i = 0; i < 4; i++) av[i] = As[kk][ty + 16 * i];
-						UNROLL for (int j = 0; j < 4; j++) bv[j] = Bs[kk][tx + 16 * j];
-						UNROLL for (int i = 0; i < 4; i++)
-							UNROLL for (int j = 0; j < 4; j++) acc[i][j] += av[i] * bv[j];
+					UNROLL for (int kk = 0; kk < KT; kk++) {
+						float av[R], bv[R];
+						UNROLL for (int i = 0; i < R; i++) av[i] = As[kk][ty + 16 * i];
+						UNROLL for (int j = 0; j < R; j++) bv[j] = Bs[kk][tx + 16 * j];
+						UNROLL for (int i = 0; i < R; i++)
+							UNROLL for (int j = 0; j < R; j++) acc[i][j] += av[i] * bv[j];
 					}
 					__syncthreads();
 				}
-				UNROLL for (int i = 0; i < 4; i++) {
+				UNROLL for (int i = 0; i < R; i++) {
 					i64 row = m0 + ty + 16 * i;
 					if (row >= M) continue;
-					UNROLL for (int j = 0; j < 4; j++) {
+					UNROLL for (int j = 0; j < R; j++) {
 						i64 col = n0 + tx + 16 * j;
 						if (col >= N) continue;
 						float v = alpha * acc[i][j];
@@ -573,6 +574,18 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm_f32(int ta, int tb, i64
 					}
 				}
 			}
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_gemm_f32(int ta, int tb, i64 M, i64 N, i64 K, float alpha, float beta, const float* a,
+                                      i64 lda, i64 sa, const float* b, i64 ldb, i64 sb, float* c, i64 ldc, i64 sc,
+                                      i64 batch) {
+	gemm_f32<64, 16>(ta, tb, M, N, K, alpha, beta, a, lda, sa, b, ldb, sb, c, ldc, sc, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256) k_gemm_f32_128(int ta, int tb, i64 M, i64 N, i64 K, float alpha, float beta,
+                                          const float* a, i64 lda, i64 sa, const float* b, i64 ldb, i64 sb, float* c,
+                                          i64 ldc, i64 sc, i64 batch) {
+	gemm_f32<128, 8>(ta, tb, M, N, K, alpha, beta, a, lda, sa, b, ldb, sb, c, ldc, sc, batch);
 }
 
 // ---------------------------------------------------------------------------

@@ -35,6 +35,7 @@ const (
 	kSGD
 	kAdamW
 	kGemmF32
+	kGemmF32Big
 	kGemmTF32
 	kF32ToBF16
 	kGemmBF16
@@ -72,6 +73,7 @@ var kernelSpecs = [numKernels]struct {
 	kSGD:               {"k_sgd", 10},
 	kAdamW:             {"k_adamw", 13},
 	kGemmF32:           {"k_gemm_f32", 17},
+	kGemmF32Big:        {"k_gemm_f32_128", 17},
 	kGemmTF32:          {"k_gemm_tf32", 17},
 	kF32ToBF16:         {"k_f32_to_bf16", 3},
 	kGemmBF16:          {"k_gemm_bf16", 11},
@@ -86,6 +88,7 @@ const (
 	embBwdThreads  = 128
 	embBwdCols     = 128
 	gemmTile       = 64
+	gemmTileBig    = 128
 	tcTile         = 128
 	bf16KMultiple  = 2
 	errCodeEmb     = 1
