@@ -25,8 +25,8 @@ type Tensor struct {
 // AsyncSaver.
 //
 // A Snapshot keeps its host buffers between Reset calls, so a loop that
-// saves every N steps downloads into the same memory each time and
-// allocates nothing after the first save.
+// saves every N steps downloads into the same memory each time instead of
+// allocating the model's size again.
 type Snapshot struct {
 	Meta    Meta
 	Tensors []Tensor
