@@ -25,6 +25,10 @@ type CoordinatorConfig struct {
 	// CallTimeout bounds a call: a rank that has not answered by then is
 	// reported as silent (a hung process). Default 10 minutes.
 	CallTimeout time.Duration
+	// EvalRanks answer EvalCall and WeightsCall together: the stages of
+	// one replica in pipeline order (default: rank 0 alone). Their losses
+	// add up and their weights concatenate to the whole model's.
+	EvalRanks []int
 }
 
 // StepCall asks the Coordinator to run one step on every rank; it answers
@@ -38,8 +42,8 @@ type StepReport struct {
 	Err   error
 }
 
-// EvalCall asks rank 0 for the loss on held-out samples [Lo, Hi); the
-// answer is an *EvalReport.
+// EvalCall asks the eval ranks for the loss on held-out samples [Lo, Hi);
+// the answer is an *EvalReport.
 type EvalCall struct{ Lo, Hi int }
 
 // EvalReport answers EvalCall.
@@ -48,7 +52,8 @@ type EvalReport struct {
 	Err  error
 }
 
-// WeightsCall asks rank 0 for its parameters; the answer is a *WeightsReport.
+// WeightsCall asks the eval ranks for their parameters; the answer is a
+// *WeightsReport with the whole model's weights.
 type WeightsCall struct{}
 
 // WeightsReport answers WeightsCall.
@@ -95,6 +100,8 @@ type coordinator struct {
 	kind     callKind
 	caller   *actor.PID
 	dones    []*actorspb.StepDone
+	evals    map[int]*actorspb.EvalDone
+	weights  map[int]*actorspb.Weights
 	answered int
 	step     uint64
 }
@@ -109,6 +116,14 @@ func SpawnCoordinator(sys *System, cfg CoordinatorConfig) (*actor.PID, error) {
 	}
 	if cfg.World < 1 {
 		return nil, fmt.Errorf("%w: a coordinator needs at least one worker", ErrBadConfig)
+	}
+	if len(cfg.EvalRanks) == 0 {
+		cfg.EvalRanks = []int{0}
+	}
+	for _, r := range cfg.EvalRanks {
+		if r < 0 || r >= cfg.World {
+			return nil, fmt.Errorf("%w: eval rank %d of a world of %d", ErrBadConfig, r, cfg.World)
+		}
 	}
 	a := &coordinator{cfg: cfg, log: sys.Logger(), lost: map[int]string{}}
 	a.workers = make([]*actor.PID, cfg.World)
@@ -161,34 +176,57 @@ func (a *coordinator) Receive(c actor.Context) {
 		if a.busy(c) {
 			return
 		}
-		a.kind, a.caller = callEval, c.Sender()
-		c.Request(a.workers[0], &actorspb.EvalRequest{Lo: uint64(m.Lo), Hi: uint64(m.Hi)})
+		a.kind, a.caller, a.evals = callEval, c.Sender(), map[int]*actorspb.EvalDone{}
+		for _, r := range a.cfg.EvalRanks {
+			c.Request(a.workers[r], &actorspb.EvalRequest{Lo: uint64(m.Lo), Hi: uint64(m.Hi)})
+		}
 		c.SetReceiveTimeout(a.cfg.CallTimeout)
 	case *actorspb.EvalDone:
-		if a.kind != callEval {
+		if a.kind != callEval || a.evals[int(m.Rank)] != nil {
 			return
 		}
-		rep := &EvalReport{Done: m}
 		if m.Error != "" {
-			rep.Err = fmt.Errorf("rank 0: %s", m.Error)
+			a.reply(c, &EvalReport{Err: fmt.Errorf("rank %d: %s", m.Rank, m.Error)})
+			return
 		}
-		a.reply(c, rep)
+		a.evals[int(m.Rank)] = m
+		if len(a.evals) < len(a.cfg.EvalRanks) {
+			return
+		}
+		sum := &actorspb.EvalDone{}
+		for _, d := range a.evals {
+			sum.LossSum += d.LossSum
+			sum.Targets += d.Targets
+			sum.Correct += d.Correct
+			sum.Rows = max(sum.Rows, d.Rows)
+		}
+		a.reply(c, &EvalReport{Done: sum})
 	case *WeightsCall:
 		if a.busy(c) {
 			return
 		}
-		a.kind, a.caller = callWeights, c.Sender()
-		c.Request(a.workers[0], &actorspb.WeightsRequest{})
+		a.kind, a.caller, a.weights = callWeights, c.Sender(), map[int]*actorspb.Weights{}
+		for _, r := range a.cfg.EvalRanks {
+			c.Request(a.workers[r], &actorspb.WeightsRequest{})
+		}
 		c.SetReceiveTimeout(a.cfg.CallTimeout)
 	case *actorspb.Weights:
-		if a.kind != callWeights {
+		if a.kind != callWeights || a.weights[int(m.Rank)] != nil {
 			return
 		}
-		rep := &WeightsReport{Weights: BytesToFloats(m.Data)}
 		if m.Error != "" {
-			rep.Err = fmt.Errorf("rank 0: %s", m.Error)
+			a.reply(c, &WeightsReport{Err: fmt.Errorf("rank %d: %s", m.Rank, m.Error)})
+			return
 		}
-		a.reply(c, rep)
+		a.weights[int(m.Rank)] = m
+		if len(a.weights) < len(a.cfg.EvalRanks) {
+			return
+		}
+		var all []byte
+		for _, r := range a.cfg.EvalRanks {
+			all = append(all, a.weights[r].Data...)
+		}
+		a.reply(c, &WeightsReport{Weights: BytesToFloats(all)})
 	case *actor.Terminated:
 		for r, w := range a.workers {
 			if w != nil && w.Equal(m.Who) {
@@ -296,13 +334,25 @@ func (a *coordinator) lostErr() error {
 
 // silent names the ranks that have not answered the step in flight.
 func (a *coordinator) silent() string {
-	if a.kind != callStep {
-		return "rank 0"
-	}
 	var rs []string
-	for r, d := range a.dones {
-		if d == nil {
-			rs = append(rs, fmt.Sprint(r))
+	switch a.kind {
+	case callStep:
+		for r, d := range a.dones {
+			if d == nil {
+				rs = append(rs, fmt.Sprint(r))
+			}
+		}
+	case callEval:
+		for _, r := range a.cfg.EvalRanks {
+			if a.evals[r] == nil {
+				rs = append(rs, fmt.Sprint(r))
+			}
+		}
+	case callWeights:
+		for _, r := range a.cfg.EvalRanks {
+			if a.weights[r] == nil {
+				rs = append(rs, fmt.Sprint(r))
+			}
 		}
 	}
 	return "rank(s) " + strings.Join(rs, ", ")
@@ -319,6 +369,6 @@ func (a *coordinator) finish(c actor.Context, err error) {
 
 func (a *coordinator) reply(c actor.Context, msg any) {
 	c.Send(a.caller, msg)
-	a.kind, a.caller, a.dones = callNone, nil, nil
+	a.kind, a.caller, a.dones, a.evals, a.weights = callNone, nil, nil, nil, nil
 	c.CancelReceiveTimeout()
 }

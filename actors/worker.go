@@ -22,20 +22,23 @@ const WorkerActorName = "worker"
 // crash the receiving process).
 const TrainProtocol = 1
 
-// workerActor is the shell around a ddp.Worker: it turns RunStep,
-// EvalRequest and WeightsRequest messages into calls and answers them. A
-// step runs inside Receive: the mailbox holds the next request meanwhile, so
-// the replica is only ever touched by this actor.
+// workerActor is the shell around a ddp.Stepper (a data-parallel replica
+// or a pipeline stage): it turns RunStep, EvalRequest and WeightsRequest
+// messages into calls and answers them. A step runs inside Receive: the
+// mailbox holds the next request meanwhile, so the replica is only ever
+// touched by this actor.
 type workerActor struct {
-	w    *ddp.Worker
-	rank int
-	log  *zap.Logger
+	w     ddp.Stepper
+	rank  int
+	stage int
+	log   *zap.Logger
 }
 
-// SpawnWorker spawns the Worker actor for w under name (WorkerActorName in a
-// worker process; any unique name in one process).
-func SpawnWorker(sys *System, name string, rank int, w *ddp.Worker) (*actor.PID, error) {
-	a := &workerActor{w: w, rank: rank, log: sys.Logger().With(zap.Int("rank", rank))}
+// SpawnWorker spawns the Worker actor for w (rank, pipeline stage) under
+// name (WorkerActorName in a worker process; any unique name in one
+// process).
+func SpawnWorker(sys *System, name string, rank, stage int, w ddp.Stepper) (*actor.PID, error) {
+	a := &workerActor{w: w, rank: rank, stage: stage, log: sys.Logger().With(zap.Int("rank", rank))}
 	props := actor.PropsFromProducer(func() actor.Actor { return a },
 		// A failed Worker does not restart with half-updated state; the
 		// Coordinator sees it stop and fails the step.
@@ -49,13 +52,13 @@ func (a *workerActor) Receive(c actor.Context) {
 		c.Respond(a.step(m))
 	case *actorspb.EvalRequest:
 		res, rows, err := a.w.Evaluate(int(m.Lo), int(m.Hi))
-		done := &actorspb.EvalDone{LossSum: res.LossSum, Targets: uint64(res.Targets), Correct: uint64(res.Correct), Rows: uint64(rows)}
+		done := &actorspb.EvalDone{LossSum: res.LossSum, Targets: uint64(res.Targets), Correct: uint64(res.Correct), Rows: uint64(rows), Rank: uint32(a.rank)}
 		if err != nil {
 			done.Error = err.Error()
 		}
 		c.Respond(done)
 	case *actorspb.WeightsRequest:
-		c.Respond(&actorspb.Weights{Data: floatsToBytes(a.w.Weights())})
+		c.Respond(&actorspb.Weights{Data: floatsToBytes(a.w.Weights()), Rank: uint32(a.rank)})
 	}
 }
 
@@ -70,6 +73,7 @@ func (a *workerActor) step(m *actorspb.RunStep) *actorspb.StepDone {
 		LossSum: res.LossSum, Targets: uint64(res.Targets), Correct: uint64(res.Correct),
 		ComputeMs: res.ComputeMs, CommMs: res.CommMs, ExposedCommMs: res.ExposedMs,
 		GradNorm: res.GradNorm, Checksum: res.Checksum, PeakActivationBytes: res.PeakAct, StepMs: res.StepMs,
+		Stage: uint32(a.stage), PeakMicroBatches: uint32(res.PeakMicro), ScheduleMs: res.ScheduleMs,
 	}
 	if err != nil {
 		done.Error = err.Error()

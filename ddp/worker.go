@@ -56,7 +56,20 @@ type StepResult struct {
 	// PeakMicro is the most micro-batches whose activations were alive at
 	// once (pipeline stages).
 	PeakMicro int
+	// ScheduleMs is the time until the last backward ended (for a pipeline
+	// stage: its schedule, waits included).
+	ScheduleMs float64
 }
+
+// Stepper is what a Worker actor drives: a data-parallel replica (Worker)
+// or a pipeline stage (package stage).
+type Stepper interface {
+	Step(ctx context.Context, req StepRequest) (StepResult, error)
+	Evaluate(lo, hi int) (replica.Result, int, error)
+	Weights() []float32
+}
+
+var _ Stepper = (*Worker)(nil)
 
 // Worker runs data-parallel steps on one rank: forward and backward on its
 // rows, gradient buckets all-reduced as soon as backward makes them, then
@@ -153,6 +166,7 @@ func (w *Worker) Step(ctx context.Context, req StepRequest) (StepResult, error) 
 		res.Correct += out.Correct
 	}
 	backwardEnd := time.Now()
+	res.ScheduleMs = msOf(backwardEnd.Sub(start))
 	if w.cfg.World > 1 {
 		// A rank whose last micro-batch was empty contributed no hooks:
 		// launch whatever is left (zero or accumulated gradients).

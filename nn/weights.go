@@ -25,7 +25,13 @@ func (s *ParamSet) SaveWeights(path string, meta map[string]string) error {
 // BF16). Every parameter must be present with its exact shape; tensors the
 // model does not have are an error, except an "head.weight" equal in shape to
 // a tied "tok.weight" (PyTorch's state_dict lists tied tensors twice).
-func (s *ParamSet) LoadWeights(path string) error {
+func (s *ParamSet) LoadWeights(path string) error { return s.loadWeights(path, false) }
+
+// LoadStageWeights is LoadWeights for a pipeline stage: the file holds the
+// whole model, and the tensors of other stages are skipped.
+func (s *ParamSet) LoadStageWeights(path string) error { return s.loadWeights(path, true) }
+
+func (s *ParamSet) loadWeights(path string, partial bool) error {
 	f, err := safetensors.Open(path)
 	if err != nil {
 		return fmt.Errorf("nn: loading weights from %s: %w", path, err)
@@ -38,6 +44,9 @@ func (s *ParamSet) LoadWeights(path string) error {
 			continue // the tied copy
 		}
 		if s.byName[name] == nil {
+			if partial {
+				continue
+			}
 			return fmt.Errorf("nn: loading weights from %s: %w: %q is not a parameter of this model", path, ErrStateDict, name)
 		}
 		v, shape, err := f.Float32(name)

@@ -257,6 +257,7 @@ func (w *Worker) Step(ctx context.Context, req ddp.StepRequest) (ddp.StepResult,
 		return res, err
 	}
 	commStart := time.Now()
+	res.ScheduleMs = msOf(commStart.Sub(start))
 	if err := w.sumGradients(ctx); err != nil {
 		return res, err
 	}
@@ -281,7 +282,11 @@ func (w *Worker) Step(ctx context.Context, req ddp.StepRequest) (ddp.StepResult,
 	return res, nil
 }
 
-func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1e3 }
+func msSince(t time.Time) float64 { return msOf(time.Since(t)) }
+
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+
+var _ ddp.Stepper = (*Worker)(nil)
 
 // ctxFor is the nn context of micro-batch k.
 func (w *Worker) ctxFor(t *nn.Tape) *nn.Ctx {

@@ -94,6 +94,22 @@ type Config struct {
 	CollectiveTimeout time.Duration
 	// StepTimeout bounds the Coordinator's wait for a step's answers.
 	StepTimeout time.Duration
+
+	// PP is the number of pipeline stages (1: no pipelining).
+	PP int
+	// MicroBatches is the number of micro-batches per replica and step.
+	MicroBatches int
+	// PipelineSchedule is the pipeline schedule: "gpipe" or "1f1b".
+	PipelineSchedule string
+	// Recompute keeps only each stage's input in the forward pass and
+	// recomputes the rest during backward (activation checkpointing).
+	Recompute bool
+	// StageLayers cuts the model explicitly: units per stage, "3,3,2"
+	// (default: balanced by parameter count).
+	StageLayers string
+	// Trace writes a Chrome trace-event file of the pipeline stages (an
+	// in-process world).
+	Trace string
 }
 
 // ErrDiverged reports replicas whose parameters differ.
@@ -108,7 +124,7 @@ func DefaultConfig() Config {
 		Batch: 32, Steps: 300, Accum: 1,
 		Optim: optim.DefaultConfig("adamw"), LR: 1e-3, Schedule: "cosine", Warmup: 20, MinLRFactor: 0.1, ClipNorm: 1,
 		Seed: 1, LogEvery: 10, Device: "cpu",
-		DP: 1, BucketMB: 25, CheckEvery: 0, Transport: "tcp",
+		DP: 1, BucketMB: 25, CheckEvery: 0, Transport: "tcp", PP: 1, MicroBatches: 1, PipelineSchedule: "1f1b",
 		CollectiveTimeout: 30 * time.Second, StepTimeout: 10 * time.Minute,
 	}
 }
@@ -181,14 +197,39 @@ func (c *Config) Validate() error {
 	if c.DP <= 0 {
 		c.DP = 1
 	}
+	if c.PP <= 0 {
+		c.PP = 1
+	}
+	if c.MicroBatches <= 0 {
+		c.MicroBatches = 1
+	}
 	if c.Procs < 0 {
 		return fmt.Errorf("%w: --procs must be ≥ 0", ErrConfig)
 	}
 	if c.Procs > 0 {
-		if c.DP != 1 && c.DP != c.Procs {
-			return fmt.Errorf("%w: --procs %d runs one worker per process: --dp must be %d or unset, got %d", ErrConfig, c.Procs, c.Procs, c.DP)
+		if c.Procs%c.PP != 0 {
+			return fmt.Errorf("%w: --procs %d runs one worker per process: it must be a multiple of --pp %d", ErrConfig, c.Procs, c.PP)
 		}
-		c.DP = c.Procs
+		if c.DP != 1 && c.DP*c.PP != c.Procs {
+			return fmt.Errorf("%w: --procs %d runs one worker per process: --dp × --pp must be %d, got %d × %d", ErrConfig, c.Procs, c.Procs, c.DP, c.PP)
+		}
+		c.DP = c.Procs / c.PP
+	}
+	if c.PP > 1 {
+		if c.Accum != 1 {
+			return fmt.Errorf("%w: with --pp, micro-batches accumulate the gradients: use --micro-batches instead of --accum", ErrConfig)
+		}
+		if c.PipelineSchedule != "gpipe" && c.PipelineSchedule != "1f1b" {
+			return fmt.Errorf("%w: --schedule %q: want gpipe or 1f1b", ErrConfig, c.PipelineSchedule)
+		}
+		if per := c.Batch / c.DP; per < c.MicroBatches {
+			return fmt.Errorf("%w: --batch %d over %d replicas leaves %d rows, fewer than --micro-batches %d", ErrConfig, c.Batch, c.DP, per, c.MicroBatches)
+		}
+	} else if c.MicroBatches != 1 || c.Recompute || c.StageLayers != "" {
+		return fmt.Errorf("%w: --micro-batches, --recompute and --stage-layers need --pp > 1 (use --accum for accumulation)", ErrConfig)
+	}
+	if c.Trace != "" && (c.PP == 1 || c.Procs > 0) {
+		return fmt.Errorf("%w: --trace records the stages of an in-process pipeline: it needs --pp > 1 without --procs", ErrConfig)
 	}
 	if c.BucketMB <= 0 {
 		return fmt.Errorf("%w: --bucket-mb must be positive", ErrConfig)

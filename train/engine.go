@@ -19,6 +19,10 @@ type stepStats struct {
 	World      int
 	Generation uint64
 	PeakAct    int64
+	// PeakMicro is the most micro-batches alive at once on stage 0;
+	// BubbleFraction the measured idle share of the pipeline schedule.
+	PeakMicro      int
+	BubbleFraction float64
 }
 
 // engine runs optimizer steps on a global batch: one replica here, a world

@@ -38,8 +38,15 @@ type StepMetrics struct {
 	OverlapFraction float64 `json:"overlap_fraction"`
 	// CkptPauseMs is the time the loop paused for a checkpoint snapshot.
 	CkptPauseMs float64 `json:"ckpt_pause_ms,omitempty"`
-	// PeakActBytes is the activation pool's high-water mark in this step.
+	// PeakActBytes is the activation pool's high-water mark in this step
+	// (stage 0's, with pipelining).
 	PeakActBytes int64 `json:"peak_activation_bytes,omitempty"`
+	// PeakMicro is the most micro-batches alive at once on stage 0.
+	PeakMicro int `json:"peak_micro_batches,omitempty"`
+	// BubbleFraction is the measured idle share of the pipeline schedule;
+	// FormulaBubble is (P − 1)/(M + P − 1) for the same P and M.
+	BubbleFraction float64 `json:"bubble_fraction,omitempty"`
+	FormulaBubble  float64 `json:"formula_bubble_fraction,omitempty"`
 }
 
 // metricsWriter writes one JSON object per line.

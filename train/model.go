@@ -11,43 +11,59 @@ import (
 // BuildModel makes the configured model on be, shaped to fit ds, with
 // weights from cfg.Init when given.
 func BuildModel(cfg *Config, be kernels.Backend, ds data.Dataset) (*nn.Model, error) {
-	var m *nn.Model
-	var err error
+	spec, err := ModelSpec(cfg, ds)
+	if err != nil {
+		return nil, err
+	}
+	return buildUnits(cfg, be, spec, 0, spec.Units())
+}
+
+// ModelSpec is the configured architecture, shaped to fit ds.
+func ModelSpec(cfg *Config, ds data.Dataset) (nn.Spec, error) {
 	switch cfg.Model {
 	case "mlp":
 		if ds.Kind() != data.Dense {
-			return nil, fmt.Errorf("%w: --model mlp needs feature/label data, but %s is %s data", ErrConfig, ds.Name(), ds.Kind())
+			return nn.Spec{}, fmt.Errorf("%w: --model mlp needs feature/label data, but %s is %s data", ErrConfig, ds.Name(), ds.Kind())
 		}
 		sizes := cfg.MLPSizes
 		if len(sizes) == 0 {
 			sizes = []int{ds.Features(), 256, ds.Classes()}
 		}
 		if sizes[0] != ds.Features() {
-			return nil, fmt.Errorf("%w: --layers starts with %d inputs but %s has %d features", ErrConfig, sizes[0], ds.Name(), ds.Features())
+			return nn.Spec{}, fmt.Errorf("%w: --layers starts with %d inputs but %s has %d features", ErrConfig, sizes[0], ds.Name(), ds.Features())
 		}
 		if last := sizes[len(sizes)-1]; last != ds.Classes() {
-			return nil, fmt.Errorf("%w: --layers ends with %d outputs but %s has %d classes", ErrConfig, last, ds.Name(), ds.Classes())
+			return nn.Spec{}, fmt.Errorf("%w: --layers ends with %d outputs but %s has %d classes", ErrConfig, last, ds.Name(), ds.Classes())
 		}
-		m, err = nn.NewMLP(be, nn.MLPConfig{Sizes: sizes}, cfg.Seed)
+		return nn.Spec{MLP: &nn.MLPConfig{Sizes: sizes}}, nil
 	case "gpt":
 		if ds.Kind() != data.Tokens {
-			return nil, fmt.Errorf("%w: --model gpt needs token data, but %s is %s data", ErrConfig, ds.Name(), ds.Kind())
+			return nn.Spec{}, fmt.Errorf("%w: --model gpt needs token data, but %s is %s data", ErrConfig, ds.Name(), ds.Kind())
 		}
 		if ds.Context() != cfg.Context {
-			return nil, fmt.Errorf("%w: the data has context %d, the model %d", ErrConfig, ds.Context(), cfg.Context)
+			return nn.Spec{}, fmt.Errorf("%w: the data has context %d, the model %d", ErrConfig, ds.Context(), cfg.Context)
 		}
-		m, err = nn.NewGPT(be, nn.GPTConfig{
+		return nn.Spec{GPT: &nn.GPTConfig{
 			Vocab: ds.Classes(), Context: cfg.Context, DModel: cfg.DModel,
 			Layers: cfg.NLayers, Heads: cfg.Heads, Untied: cfg.Untied,
-		}, cfg.Seed)
-	default:
-		return nil, fmt.Errorf("%w: unknown model %q", ErrConfig, cfg.Model)
+		}}, nil
 	}
+	return nn.Spec{}, fmt.Errorf("%w: unknown model %q", ErrConfig, cfg.Model)
+}
+
+// buildUnits makes units [lo, hi) of spec on be, with their weights from
+// cfg.Init when given.
+func buildUnits(cfg *Config, be kernels.Backend, spec nn.Spec, lo, hi int) (*nn.Model, error) {
+	m, err := nn.Build(be, spec, cfg.Seed, lo, hi)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	if cfg.Init != "" {
-		if err := m.Set.LoadWeights(cfg.Init); err != nil {
+		load := m.Set.LoadWeights
+		if lo != 0 || hi != spec.Units() {
+			load = m.Set.LoadStageWeights
+		}
+		if err := load(cfg.Init); err != nil {
 			return nil, err
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/troupe-ml/troupe/actors"
 	"github.com/troupe-ml/troupe/actors/actorspb"
+	"github.com/troupe-ml/troupe/kernels/cpu"
 )
 
 // Environment of a worker process started by --procs (troupe __worker).
@@ -68,9 +69,10 @@ type child struct {
 	done  chan struct{}
 }
 
-// newProcsDP starts cfg.Procs worker processes on loopback and a
-// Coordinator in this process that drives them through protoactor remote.
-func newProcsDP(cfg *Config, log *zap.Logger) (_ *dpEngine, err error) {
+// newProcsWorld starts cfg.Procs worker processes on loopback (one rank
+// each) and a Coordinator in this process that drives them through
+// protoactor remote.
+func newProcsWorld(cfg *Config, plan *worldPlan, log *zap.Logger) (_ *dpEngine, err error) {
 	argv, err := WorkerCommand()
 	if err != nil {
 		return nil, err
@@ -79,14 +81,14 @@ func newProcsDP(cfg *Config, log *zap.Logger) (_ *dpEngine, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &dpEngine{sys: sys, world: cfg.Procs, timeout: cfg.StepTimeout, log: log, accum: cfg.Accum}
+	e := &dpEngine{sys: sys, plan: plan, timeout: cfg.StepTimeout, log: log, accum: cfg.Accum}
 	e.cleanup = append(e.cleanup, sys.Close)
 	defer func() {
 		if err != nil {
 			e.close()
 		}
 	}()
-	if e.coord, err = actors.SpawnCoordinator(sys, actors.CoordinatorConfig{World: cfg.Procs, CallTimeout: cfg.StepTimeout}); err != nil {
+	if e.coord, err = actors.SpawnCoordinator(sys, actors.CoordinatorConfig{World: cfg.Procs, CallTimeout: cfg.StepTimeout, EvalRanks: plan.evalRanks()}); err != nil {
 		return nil, err
 	}
 	addrs, err := freeAddrs(cfg.Procs)
@@ -201,14 +203,26 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, log *zap.Logger) err
 		return err
 	}
 	defer comm.Close()
-	w, closer, err := newWorker(&cfg, rank, len(addrs), threadsPerWorker(&cfg, 1), comm, trainSet, testSet)
+	meta, err := BuildModel(&cfg, cpu.New(1), trainSet)
+	if err != nil {
+		return err
+	}
+	plan, err := planWorld(&cfg, meta)
+	if err != nil {
+		return err
+	}
+	if plan.grid.Size() != len(addrs) {
+		return fmt.Errorf("train: worker process: a %d×%d world in %d processes", plan.grid.Replicas, plan.grid.Stages, len(addrs))
+	}
+	w, closer, err := newStepper(&cfg, plan, rank, threadsPerWorker(&cfg, 1), comm, nil, trainSet, testSet)
 	if closer != nil {
 		defer closer.Close()
 	}
 	if err != nil {
 		return err
 	}
-	if _, err := actors.SpawnWorker(sys, actors.WorkerActorName, rank, w); err != nil {
+	_, st := plan.grid.Coords(rank)
+	if _, err := actors.SpawnWorker(sys, actors.WorkerActorName, rank, st, w); err != nil {
 		return err
 	}
 	sys.Root().Send(actor.NewPID(coordAddr, actors.CoordinatorActorName),

@@ -15,6 +15,7 @@ import (
 	"github.com/troupe-ml/troupe/kernels/cpu"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
+	"github.com/troupe-ml/troupe/pipeline"
 	"github.com/troupe-ml/troupe/replica"
 )
 
@@ -193,8 +194,12 @@ func (l *loop) run(ctx context.Context) (*Summary, error) {
 			World: st.World, Generation: st.Generation,
 			Epoch:   float64(l.sampler.Cursor()) / float64(l.train.Len()),
 			Samples: sum.Samples, GradNorm: st.GradNorm,
-			DP: cfg.DP, PP: 1, Micro: 1, Accum: cfg.Accum, GradBytes: int64(4 * l.model.Set.Len()),
-			OverlapFraction: st.Overlap, PeakActBytes: st.PeakAct,
+			DP: cfg.DP, PP: cfg.PP, Micro: cfg.MicroBatches, Accum: cfg.Accum, GradBytes: int64(4 * l.model.Set.Len()),
+			OverlapFraction: st.Overlap, PeakActBytes: st.PeakAct, PeakMicro: st.PeakMicro,
+			BubbleFraction: st.BubbleFraction,
+		}
+		if cfg.PP > 1 {
+			m.FormulaBubble = pipeline.FormulaBubble(cfg.PP, cfg.MicroBatches)
 		}
 		if tokensPerRow > 0 {
 			m.TokensPerS = m.SamplesPerS * float64(tokensPerRow)
@@ -238,7 +243,7 @@ func (l *loop) run(ctx context.Context) (*Summary, error) {
 	sum.StepMsMed = median(stepTimes)
 	sum.ComputeMsMed = median(computeTimes)
 	sum.CommMsMed = median(commTimes)
-	sum.World = cfg.DP
+	sum.World = cfg.DP * cfg.PP
 	return sum, nil
 }
 
@@ -289,7 +294,7 @@ func median(xs []float64) float64 {
 // run's shape on this process (the trained one for a single worker; for a
 // world of workers, a copy that gives names and shapes to the weights).
 func newEngine(cfg *Config, trainSet, testSet data.Dataset, log *zap.Logger) (engine, *nn.Model, error) {
-	if cfg.DP == 1 && cfg.Procs == 0 {
+	if cfg.DP == 1 && cfg.PP == 1 && cfg.Procs == 0 {
 		be, err := kernels.Open(cfg.Device, kernels.Options{Threads: cfg.Threads})
 		if err != nil {
 			return nil, nil, fmt.Errorf("train: --device %s: %w", cfg.Device, err)
@@ -308,11 +313,15 @@ func newEngine(cfg *Config, trainSet, testSet data.Dataset, log *zap.Logger) (en
 	if err != nil {
 		return nil, nil, err
 	}
+	plan, err := planWorld(cfg, model)
+	if err != nil {
+		return nil, nil, err
+	}
 	var eng *dpEngine
 	if cfg.Procs > 0 {
-		eng, err = newProcsDP(cfg, log)
+		eng, err = newProcsWorld(cfg, plan, log)
 	} else {
-		eng, err = newLocalDP(cfg, trainSet, testSet, log)
+		eng, err = newLocalWorld(cfg, plan, trainSet, testSet, log)
 	}
 	if err != nil {
 		return nil, nil, err

@@ -164,8 +164,16 @@ type StepDone struct {
 	Error               string  `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
 	PeakActivationBytes int64   `protobuf:"varint,13,opt,name=peak_activation_bytes,json=peakActivationBytes,proto3" json:"peak_activation_bytes,omitempty"`
 	StepMs              float64 `protobuf:"fixed64,14,opt,name=step_ms,json=stepMs,proto3" json:"step_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// stage is this rank's pipeline stage (0 without pipelining).
+	Stage uint32 `protobuf:"varint,15,opt,name=stage,proto3" json:"stage,omitempty"`
+	// peak_micro_batches is the most micro-batches whose activations were
+	// alive at once on this stage.
+	PeakMicroBatches uint32 `protobuf:"varint,16,opt,name=peak_micro_batches,json=peakMicroBatches,proto3" json:"peak_micro_batches,omitempty"`
+	// schedule_ms is the time of the pipeline schedule alone (forwards,
+	// backwards, sends, receives, waits), before the gradient sums.
+	ScheduleMs    float64 `protobuf:"fixed64,17,opt,name=schedule_ms,json=scheduleMs,proto3" json:"schedule_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StepDone) Reset() {
@@ -296,6 +304,27 @@ func (x *StepDone) GetStepMs() float64 {
 	return 0
 }
 
+func (x *StepDone) GetStage() uint32 {
+	if x != nil {
+		return x.Stage
+	}
+	return 0
+}
+
+func (x *StepDone) GetPeakMicroBatches() uint32 {
+	if x != nil {
+		return x.PeakMicroBatches
+	}
+	return 0
+}
+
+func (x *StepDone) GetScheduleMs() float64 {
+	if x != nil {
+		return x.ScheduleMs
+	}
+	return 0
+}
+
 // EvalRequest asks a Worker for the loss on held-out samples [lo, hi).
 type EvalRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -365,6 +394,7 @@ type EvalDone struct {
 	Correct       uint64                 `protobuf:"varint,3,opt,name=correct,proto3" json:"correct,omitempty"`
 	Rows          uint64                 `protobuf:"varint,4,opt,name=rows,proto3" json:"rows,omitempty"`
 	Error         string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	Rank          uint32                 `protobuf:"varint,6,opt,name=rank,proto3" json:"rank,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -434,6 +464,13 @@ func (x *EvalDone) GetError() string {
 	return ""
 }
 
+func (x *EvalDone) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
 // WeightsRequest asks a Worker for its parameters (rank 0 saves them).
 type WeightsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -484,6 +521,7 @@ type Weights struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
 	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Rank          uint32                 `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -530,6 +568,13 @@ func (x *Weights) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *Weights) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
 }
 
 // WorkerHello tells the Coordinator that a worker process is ready: its
@@ -612,7 +657,7 @@ const file_train_proto_rawDesc = "" +
 	"\x02lr\x18\x06 \x01(\x01R\x02lr\x12%\n" +
 	"\x0eglobal_targets\x18\a \x01(\x04R\rglobalTargets\x12\x1a\n" +
 	"\bchecksum\x18\b \x01(\bR\bchecksum\x12\x14\n" +
-	"\x05world\x18\t \x01(\rR\x05world\"\x9d\x03\n" +
+	"\x05world\x18\t \x01(\rR\x05world\"\x82\x04\n" +
 	"\bStepDone\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -631,26 +676,32 @@ const file_train_proto_rawDesc = "" +
 	"\bchecksum\x18\v \x01(\x04R\bchecksum\x12\x14\n" +
 	"\x05error\x18\f \x01(\tR\x05error\x122\n" +
 	"\x15peak_activation_bytes\x18\r \x01(\x03R\x13peakActivationBytes\x12\x17\n" +
-	"\astep_ms\x18\x0e \x01(\x01R\x06stepMs\"M\n" +
+	"\astep_ms\x18\x0e \x01(\x01R\x06stepMs\x12\x14\n" +
+	"\x05stage\x18\x0f \x01(\rR\x05stage\x12,\n" +
+	"\x12peak_micro_batches\x18\x10 \x01(\rR\x10peakMicroBatches\x12\x1f\n" +
+	"\vschedule_ms\x18\x11 \x01(\x01R\n" +
+	"scheduleMs\"M\n" +
 	"\vEvalRequest\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12\x0e\n" +
 	"\x02lo\x18\x02 \x01(\x04R\x02lo\x12\x0e\n" +
-	"\x02hi\x18\x03 \x01(\x04R\x02hi\"\x83\x01\n" +
+	"\x02hi\x18\x03 \x01(\x04R\x02hi\"\x97\x01\n" +
 	"\bEvalDone\x12\x19\n" +
 	"\bloss_sum\x18\x01 \x01(\x01R\alossSum\x12\x18\n" +
 	"\atargets\x18\x02 \x01(\x04R\atargets\x12\x18\n" +
 	"\acorrect\x18\x03 \x01(\x04R\acorrect\x12\x12\n" +
 	"\x04rows\x18\x04 \x01(\x04R\x04rows\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"0\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12\x12\n" +
+	"\x04rank\x18\x06 \x01(\rR\x04rank\"0\n" +
 	"\x0eWeightsRequest\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
-	"generation\"3\n" +
+	"generation\"G\n" +
 	"\aWeights\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"W\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x12\n" +
+	"\x04rank\x18\x03 \x01(\rR\x04rank\"W\n" +
 	"\vWorkerHello\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\rR\x04rank\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +

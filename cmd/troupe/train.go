@@ -44,6 +44,9 @@ type trainFlags struct {
 	bucketMB                            float64
 	transport                           string
 	collTimeout, stepTimeout            time.Duration
+	pp, micro                           int
+	pipeSchedule, stageLayers, trace    string
+	recompute                           bool
 }
 
 func newTrainCmd() *cobra.Command {
@@ -158,6 +161,12 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.transport, "transport", d.Transport, "gradient transport between processes: tcp (data plane) or actor (protoactor remote)")
 	fl.DurationVar(&f.collTimeout, "collective-timeout", d.CollectiveTimeout, "abort a collective when a peer is silent this long")
 	fl.DurationVar(&f.stepTimeout, "step-timeout", d.StepTimeout, "abort a step when a worker has not answered within this time")
+	fl.IntVar(&f.pp, "pp", d.PP, "pipeline stages (stage actors, each with a contiguous range of the model's units)")
+	fl.IntVar(&f.micro, "micro-batches", d.MicroBatches, "micro-batches per replica and step (with --pp)")
+	fl.StringVar(&f.pipeSchedule, "schedule", d.PipelineSchedule, "pipeline schedule: gpipe or 1f1b")
+	fl.BoolVar(&f.recompute, "recompute", false, "activation checkpointing: keep only each stage's input, recompute the rest in backward")
+	fl.StringVar(&f.stageLayers, "stage-layers", "", "units per stage, e.g. 3,3,2 (default: balanced by parameter count)")
+	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace-event file (Perfetto) of the pipeline stages")
 }
 
 // config builds the run's configuration: the model's defaults, then every
@@ -222,6 +231,12 @@ func (f *trainFlags) config(fl *pflag.FlagSet) (train.Config, error) {
 	set("transport", func() { cfg.Transport = f.transport })
 	set("collective-timeout", func() { cfg.CollectiveTimeout = f.collTimeout })
 	set("step-timeout", func() { cfg.StepTimeout = f.stepTimeout })
+	set("pp", func() { cfg.PP = f.pp })
+	set("micro-batches", func() { cfg.MicroBatches = f.micro })
+	set("schedule", func() { cfg.PipelineSchedule = f.pipeSchedule })
+	set("recompute", func() { cfg.Recompute = f.recompute })
+	set("stage-layers", func() { cfg.StageLayers = f.stageLayers })
+	set("trace", func() { cfg.Trace = f.trace })
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("%w: %v", errUsage, err)
 	}
