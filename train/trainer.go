@@ -39,8 +39,8 @@ type Summary struct {
 	ComputeMsMed float64 `json:"compute_ms_median"`
 	CommMsMed    float64 `json:"comm_ms_median"`
 	Hidden       float64 `json:"comm_hidden_fraction"`
-	World       int     `json:"world"`
-	Saved       string  `json:"saved,omitempty"`
+	World        int     `json:"world"`
+	Saved        string  `json:"saved,omitempty"`
 }
 
 // Options are a run's collaborators.
