@@ -48,7 +48,7 @@ type CommConfig struct {
 	HandshakeTimeout time.Duration
 	// ActorWindow is the number of chunk messages a rank may have in flight
 	// to one peer on TransportActor (protoactor's remote Send never blocks,
-	// so flow control is ours). Default 16.
+	// so flow control is ours). Default 8.
 	ActorWindow int
 	// DataPlane tunes TransportTCP. Its MaxFrameBytes (the receive buffers'
 	// size) defaults to Collective.SubChunkBytes, and is raised to it if
@@ -68,8 +68,8 @@ func DefaultCommConfig() CommConfig {
 		Transport:        TransportTCP,
 		World:            "troupe",
 		HandshakeTimeout: 30 * time.Second,
-		ActorWindow:      16,
-		DataPlane:        DataPlaneConfig{Window: 16},
+		ActorWindow:      8,
+		DataPlane:        DataPlaneConfig{Window: 8},
 	}
 }
 

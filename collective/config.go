@@ -12,8 +12,9 @@ type Config struct {
 	// SubChunkBytes caps one data message: ring chunks (and the whole buffer
 	// of a broadcast or naive all-reduce) larger than this are cut into
 	// sub-chunks, so that while rank r adds sub-chunk k, sub-chunk k+1 is on
-	// the wire and rank r+1 already adds sub-chunk k−1. Default 256 KiB;
-	// rounded down to a multiple of 4 bytes.
+	// the wire and rank r+1 already adds sub-chunk k−1. Default 1 MiB (on
+	// the 2-core machines measured, 1 MiB beat 64 and 256 KiB on every
+	// transport: fewer hand-offs per byte); rounded down to a multiple of 4.
 	SubChunkBytes int
 	// Timeout aborts an operation that has heard nothing from the peer it
 	// waits on for this long. It must exceed the longest gap between two
@@ -35,7 +36,7 @@ type Config struct {
 // DefaultConfig returns the defaults described on each Config field.
 func DefaultConfig() Config {
 	return Config{
-		SubChunkBytes:   256 << 10,
+		SubChunkBytes:   1 << 20,
 		Timeout:         30 * time.Second,
 		AbortAckTimeout: 2 * time.Second,
 		MaxEarlyBytes:   1 << 30,

@@ -71,8 +71,8 @@ size, one per line.`,
 	fl.StringVar(&f.algo, "algo", "ring", "ring, or naive (gather to rank 0, then send the result back)")
 	fl.IntVar(&f.iters, "iters", 0, "timed iterations per size (0: 50 up to 1 MiB, 20 up to 16 MiB, 10 above, as the gloo anchor)")
 	fl.IntVar(&f.warmup, "warmup", 3, "untimed iterations before the timed ones")
-	fl.StringVar(&f.subChunk, "sub-chunk", "", "sub-chunk size (default: 256KiB local and tcp, 1MiB actor)")
-	fl.IntVar(&f.window, "window", 0, "frames (tcp) or messages (actor) in flight per peer (default 16)")
+	fl.StringVar(&f.subChunk, "sub-chunk", "1MiB", "sub-chunk size: the largest message (at most 1MiB on the actor transport)")
+	fl.IntVar(&f.window, "window", 0, "frames (tcp) or messages (actor) in flight per peer (default 8)")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up (and stop every rank process) after this long")
 	fl.BoolVar(&f.json, "json", false, "print JSON lines")
 	return cmd
@@ -186,7 +186,6 @@ func allreducePlanOf(f benchAllReduceFlags) (*allreducePlan, error) {
 		return nil, fmt.Errorf("%w: --algo %q: want ring or naive", errUsage, f.algo)
 	}
 	p.comm = actors.DefaultCommConfig()
-	sub := "256KiB"
 	switch f.transport {
 	case "local":
 	case "tcp":
@@ -194,13 +193,10 @@ func allreducePlanOf(f benchAllReduceFlags) (*allreducePlan, error) {
 	case "actor", "grpc":
 		p.transport = "actor"
 		p.comm.Transport = actors.TransportActor
-		sub = "1MiB"
 	default:
 		return nil, fmt.Errorf("%w: --transport %q: want local, tcp or actor", errUsage, f.transport)
 	}
-	if f.subChunk != "" {
-		sub = f.subChunk
-	}
+	sub := f.subChunk
 	n, err := allreduceParseSize(sub)
 	if err != nil || n < 4 || n%4 != 0 || n > 1<<30 {
 		return nil, fmt.Errorf("%w: --sub-chunk %q: want a multiple of 4 bytes up to 1GiB", errUsage, sub)
@@ -559,7 +555,7 @@ func newBenchAllReduceWorkerCmd() *cobra.Command {
 	fl.StringVar(&f.algo, "algo", "ring", "ring or naive")
 	fl.IntVar(&f.iters, "iters", 0, "timed iterations")
 	fl.IntVar(&f.warmup, "warmup", 3, "untimed iterations")
-	fl.StringVar(&f.subChunk, "sub-chunk", "", "sub-chunk bytes")
+	fl.StringVar(&f.subChunk, "sub-chunk", "1MiB", "sub-chunk bytes")
 	fl.IntVar(&f.window, "window", 0, "window")
 	return cmd
 }

@@ -52,7 +52,9 @@ func TestParseByteSize(t *testing.T) {
 
 func allreduceRunBench(t *testing.T, args ...string) []benchAllReduceResult {
 	t.Helper()
-	out, err := runRoot(t, append([]string{"bench", "allreduce", "--json"}, args...)...)
+	// flags keep their values between runs of the command: reset them first
+	defaults := []string{"bench", "allreduce", "--json", "--algo", "ring", "--sub-chunk", "1MiB", "--window", "0", "--warmup", "3", "--iters", "0"}
+	out, err := runRoot(t, append(defaults, args...)...)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -130,7 +132,7 @@ func TestBenchAllReduceUsage(t *testing.T) {
 	} {
 		var out bytes.Buffer
 		rootCmd.SetOut(&out)
-		_, err := runRoot(t, append([]string{"bench", "allreduce", "--ranks", "2", "--bytes", "4KiB", "--transport", "local", "--algo", "ring", "--sub-chunk", ""}, args...)...)
+		_, err := runRoot(t, append([]string{"bench", "allreduce", "--ranks", "2", "--bytes", "4KiB", "--transport", "local", "--algo", "ring", "--sub-chunk", "1MiB"}, args...)...)
 		if !errors.Is(err, errUsage) {
 			t.Fatalf("%v: %v, want a usage error", args, err)
 		}
