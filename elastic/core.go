@@ -139,6 +139,7 @@ type Core struct {
 	retryAt  int64
 
 	started  bool // Start was called: the node may lead
+	leaving  bool // Leave was called: the node no longer leads
 	waiting  string
 	conflict string
 	inbox    []Message // messages to self
@@ -164,6 +165,14 @@ func NewCore(cfg CoreConfig) (*Core, error) {
 // cluster's.
 func (c *Core) Start() {
 	c.started, c.wdirty = true, true
+	c.after()
+}
+
+// Leave tells the core that this node is leaving: it stops leading (the
+// others form the next world without it) but still answers as an
+// acceptor until it is gone.
+func (c *Core) Leave() {
+	c.leaving, c.att = true, nil
 	c.after()
 }
 
@@ -500,7 +509,7 @@ func (c *Core) maybeLead() {
 			return
 		}
 	}
-	if !leads || !c.started || c.now < c.retryAt || !c.quorumPossible(view) {
+	if !leads || !c.started || c.leaving || c.now < c.retryAt || !c.quorumPossible(view) {
 		return
 	}
 	members, reason, ok := c.target(view)

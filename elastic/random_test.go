@@ -90,7 +90,7 @@ func runRandom(seed uint64, verbose bool) (*sim, error) {
 			m := s.net[r.IntN(len(s.net))]
 			s.printf("duplicate %s\n", m)
 			s.net = append(s.net, m)
-		case k < 59 && len(s.upIDs()) < 7:
+		case k < 60 && len(s.upIDs()) < 7:
 			s.printf("join n%d\n", nextName)
 			newNode()
 		case k < 61:
@@ -141,6 +141,13 @@ func runRandom(seed uint64, verbose bool) (*sim, error) {
 				s.printf("hold %s %v\n", id, held[id])
 				s.flush(n)
 			}
+		case k < 79:
+			// memberlist's periodic push/pull between two live nodes
+			a, okA := pick()
+			b, okB := pick()
+			if okA && okB && a != b && s.reach(a, b) {
+				s.pushPull(s.nodes[a], s.nodes[b])
+			}
 		case k < 80:
 			if id, ok := pick(); ok {
 				s.printf("request %s\n", id)
@@ -168,9 +175,15 @@ func runRandom(seed uint64, verbose bool) (*sim, error) {
 			s.flush(s.nodes[id])
 		}
 	}
-	for range 20 * (s.cfg.RetryTicks + s.cfg.SettleTicks + 2) {
+	for i := range 20 * (s.cfg.RetryTicks + s.cfg.SettleTicks + 2) {
 		s.deliverAll(-1)
 		s.tick()
+		if i%10 == 0 {
+			up := s.upIDs()
+			for j := 1; j < len(up); j++ {
+				s.pushPull(s.nodes[up[j-1]], s.nodes[up[j]])
+			}
+		}
 	}
 	s.deliverAll(-1)
 	if s.violation != nil {
@@ -189,23 +202,35 @@ func runRandom(seed uint64, verbose bool) (*sim, error) {
 	return s, s.converged()
 }
 
-// quorumAlive: is a strict majority of the newest committed world alive
-// (or no world committed yet)?
+// quorumAlive: can the live nodes decide anything? A strict majority of
+// the newest world a live node knows must be alive (its slot needs it),
+// and of the newest world committed anywhere (a world only dead nodes
+// learned is decided again from the live acceptors, and its successor
+// needs its majority).
 func (s *sim) quorumAlive() bool {
-	var last World
+	var newest, known World
 	for g, w := range s.worlds {
-		if g > last.Gen {
-			last = w
+		if g > newest.Gen {
+			newest = w
 		}
 	}
-	if last.Gen == 0 {
+	for _, id := range s.upIDs() {
+		if w := s.nodes[id].core.committed; w.Gen > known.Gen {
+			known = w
+		}
+	}
+	return s.majorityUp(newest) && s.majorityUp(known)
+}
+
+func (s *sim) majorityUp(w World) bool {
+	if w.Gen == 0 {
 		return true
 	}
 	k := 0
-	for _, m := range last.Members {
+	for _, m := range w.Members {
 		if n, ok := s.nodes[m.ID]; ok && n.up {
 			k++
 		}
 	}
-	return 2*k > len(last.Members)
+	return 2*k > len(w.Members)
 }

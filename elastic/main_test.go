@@ -1,0 +1,14 @@
+package elastic
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// protoactor starts a timer goroutine per burst of dead letters (messages
+// to actors that stopped, routine while nodes close); it ends after the
+// throttle interval on its own.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"))
+}

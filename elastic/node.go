@@ -1,0 +1,559 @@
+package elastic
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/hashicorp/memberlist"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/troupe-ml/troupe/actors"
+)
+
+// Option configures an optional collaborator of a Node.
+type Option func(*options)
+
+type options struct {
+	logger *zap.Logger
+	// Test hooks.
+	wrapTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
+	protocol      uint32
+}
+
+// WithLogger sets the node's logger (default: the actor system's).
+func WithLogger(l *zap.Logger) Option { return func(o *options) { o.logger = l } }
+
+// Node is one elastic node: a memberlist member, the membership actor that
+// owns the rendezvous core, and the channels the trainer reads. Its
+// methods are safe for concurrent use.
+type Node struct {
+	cfg      Config
+	self     Member
+	sys      *actors.System
+	logger   *zap.Logger
+	protocol uint32
+	meta     atomic.Pointer[[]byte]
+	key      []byte // rendezvous MAC key, nil without a cluster key
+	pid      *actor.PID
+	ml       *memberlist.Memberlist
+	gossip   string // host:port others reach this node's gossip at
+
+	// mu orders Hold against the actor's steps: a proposal either arrives
+	// before Hold (Hold returns false) or is deferred by it.
+	mu      sync.Mutex
+	held    bool
+	pending bool // a proposal that involves this node waits for its commit
+
+	world     atomic.Pointer[World]
+	members   atomic.Pointer[[]Member]
+	pushState atomic.Pointer[[]byte]
+	acks      ackTimes
+	failed    failedAddrs
+
+	worlds chan World // size 1: the newest committed world replaces an unread one
+	events *eventQueue
+
+	stop      chan struct{}
+	wg        sync.WaitGroup // ticker, reconnector
+	actorDone chan struct{}
+	pumpDone  chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start creates the node's memberlist member and membership actor on sys,
+// joins the cluster through cfg.Join and returns once it has joined (or
+// started a cluster of its own). The node then takes part in every
+// rendezvous; Close (or Leave) stops it. ctx bounds the join only.
+func Start(ctx context.Context, cfg Config, sys *actors.System, opts ...Option) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	o := options{protocol: ProtocolVersion}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.logger == nil {
+		o.logger = sys.Logger()
+	}
+	var rnd [2]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return nil, err
+	}
+	start := time.Now().UnixNano()
+	self := Member{
+		ID:        fmt.Sprintf("%s-%s-%s", cfg.Name, strconv.FormatInt(start, 36), hex.EncodeToString(rnd[:])),
+		Name:      cfg.Name,
+		Start:     start,
+		ActorAddr: sys.Address(),
+		DataAddr:  cfg.DataAddr,
+		Devices:   slices.Clone(cfg.Devices),
+		Protocol:  o.protocol,
+	}
+	meta, err := encodeMeta(self, false)
+	if err != nil {
+		return nil, err
+	}
+	core, err := NewCore(CoreConfig{Self: self, MinNodes: cfg.MinNodes, MaxNodes: cfg.MaxNodes, Quorum: cfg.Quorum,
+		SettleTicks: cfg.Timings.ticks(cfg.Timings.Settle), RetryTicks: max(1, cfg.Timings.ticks(cfg.Timings.Retry))})
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, self: self, sys: sys, protocol: o.protocol, key: macKey(cfg.Key),
+		logger: o.logger.With(zap.String("node", cfg.Name), zap.String("member", self.ID)),
+		worlds: make(chan World, 1), events: newEventQueue(), stop: make(chan struct{}), actorDone: make(chan struct{}), pumpDone: make(chan struct{})}
+	n.meta.Store(&meta)
+	n.world.Store(&World{})
+	n.members.Store(&[]Member{})
+	if cfg.Key == nil {
+		n.logger.Warn("elastic: no cluster key: gossip is not encrypted and anyone who reaches the gossip port can join")
+	}
+
+	a := &memberActor{n: n, core: core, addrs: map[string]string{self.ID: self.ActorAddr}, members: map[string]Member{}, refused: map[string]bool{}, badSenders: map[string]bool{}}
+	pid, err := sys.Root().SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return a }), actorName(self.ID))
+	if err != nil {
+		return nil, fmt.Errorf("elastic: spawning the membership actor: %w", err)
+	}
+	n.pid = pid
+	go n.pump()
+
+	if err := n.startMemberlist(o); err != nil {
+		n.stopActor()
+		return nil, err
+	}
+	if err := n.join(ctx); err != nil {
+		n.ml.Shutdown()
+		n.stopActor()
+		return nil, err
+	}
+	sys.Root().Send(pid, startMsg{})
+	n.wg.Add(2)
+	go n.ticker()
+	go n.reconnector()
+	return n, nil
+}
+
+func actorName(id string) string { return "elastic-" + id }
+
+func (n *Node) startMemberlist(o options) error {
+	t := n.cfg.Timings
+	host, port, _ := splitHostPort(n.cfg.BindAddr)
+	ip, err := resolveIP(host)
+	if err != nil {
+		return fmt.Errorf("%w: BindAddr %s: %v", ErrBadConfig, n.cfg.BindAddr, err)
+	}
+	mlLog := memberlistLogger(n.logger)
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{ip.String()}, BindPort: port, Logger: mlLog})
+	if err != nil {
+		return fmt.Errorf("elastic: gossip listener on %s: %w", n.cfg.BindAddr, err)
+	}
+	var tr memberlist.NodeAwareTransport = nt
+	if o.wrapTransport != nil {
+		tr = o.wrapTransport(nt)
+	}
+	c := memberlist.DefaultLocalConfig()
+	c.Name = n.self.ID
+	c.Transport = tr
+	c.BindAddr, c.BindPort = ip.String(), nt.GetAutoBindPort()
+	if n.cfg.AdvertiseAddr != "" {
+		ah, ap, _ := splitHostPort(n.cfg.AdvertiseAddr)
+		aip, err := resolveIP(ah)
+		if err != nil {
+			nt.Shutdown()
+			return fmt.Errorf("%w: AdvertiseAddr %s: %v", ErrBadConfig, n.cfg.AdvertiseAddr, err)
+		}
+		c.AdvertiseAddr, c.AdvertisePort = aip.String(), ap
+	}
+	c.ProbeInterval, c.ProbeTimeout, c.GossipInterval = t.ProbeInterval, t.ProbeTimeout, t.GossipInterval
+	c.SuspicionMult, c.PushPullInterval, c.TCPTimeout = t.SuspicionMult, t.PushPullInterval, t.TCPTimeout
+	c.SecretKey = n.cfg.Key
+	d := delegate{n}
+	c.Delegate, c.Events, c.Alive, c.Merge, c.Ping = d, d, d, d, d
+	c.Logger = mlLog
+	ml, err := memberlist.Create(c)
+	if err != nil {
+		nt.Shutdown()
+		return fmt.Errorf("elastic: starting memberlist: %w", err)
+	}
+	n.ml = ml
+	ln := ml.LocalNode()
+	n.gossip = net.JoinHostPort(ln.Addr.String(), strconv.Itoa(int(ln.Port)))
+	return nil
+}
+
+func resolveIP(host string) (net.IP, error) {
+	if host == "" {
+		return net.IPv4zero, nil
+	}
+	a, err := net.ResolveIPAddr("ip", host)
+	if err != nil {
+		return nil, err
+	}
+	return a.IP, nil
+}
+
+// isSelf reports whether the join address a is this node's own.
+func (n *Node) isSelf(a string) bool {
+	host, port, err := splitHostPort(a)
+	if err != nil {
+		return false
+	}
+	_, myPort, _ := splitHostPort(n.gossip)
+	if port != myPort {
+		return false
+	}
+	ip, err := resolveIP(host)
+	if err != nil {
+		return false
+	}
+	myHost, _, _ := splitHostPort(n.gossip)
+	my := net.ParseIP(myHost)
+	bindHost, _, _ := splitHostPort(n.cfg.BindAddr)
+	bind, _ := resolveIP(bindHost)
+	return ip.Equal(my) || ip.IsLoopback() && (my.IsLoopback() || bind.IsUnspecified())
+}
+
+// seeds are the join addresses other than this node's own; seed says
+// whether this node is one of its own join addresses.
+func (n *Node) seeds() (others []string, seed bool) {
+	for _, a := range n.cfg.Join {
+		if n.isSelf(a) {
+			seed = true
+		} else {
+			others = append(others, a)
+		}
+	}
+	return others, seed || len(n.cfg.Join) == 0
+}
+
+// join contacts the seeds until one answers. A seed (a node listed in its
+// own Join) starts alone when no other seed answers at once: the others
+// join it when they start, and the reconnector keeps trying the seeds.
+func (n *Node) join(ctx context.Context) error {
+	others, seed := n.seeds()
+	if len(others) == 0 {
+		n.logger.Info("elastic: starting a cluster", zap.String("gossip", n.gossip))
+		return nil
+	}
+	deadline := time.Now().Add(n.cfg.JoinTimeout)
+	for {
+		k, err := n.ml.Join(others)
+		if k > 0 {
+			n.logger.Info("elastic: joined", zap.String("gossip", n.gossip), zap.Int("contacted", k))
+			return nil
+		}
+		if seed {
+			n.logger.Info("elastic: no other seed answered; starting the cluster", zap.String("gossip", n.gossip), zap.Error(err))
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %v within %v: %v", ErrJoin, others, n.cfg.JoinTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %v: %w", ErrJoin, others, ctx.Err())
+		case <-time.After(min(200*time.Millisecond, time.Until(deadline))):
+		}
+	}
+}
+
+// ticker passes the time to the actor.
+func (n *Node) ticker() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.Timings.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+			n.sys.Root().Send(n.pid, tickMsg{})
+		}
+	}
+}
+
+// failedAddrs are the gossip addresses of members seen failing, for the
+// reconnector.
+type failedAddrs struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (f *failedAddrs) add(addr string, t time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at == nil {
+		f.at = map[string]time.Time{}
+	}
+	f.at[addr] = t
+}
+
+func (f *failedAddrs) remove(addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.at, addr)
+}
+
+// since lists the addresses that failed after t, and forgets the others.
+func (f *failedAddrs) since(t time.Time) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for a, at := range f.at {
+		if at.After(t) {
+			out = append(out, a)
+		} else {
+			delete(f.at, a)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// reconnector tries, every Reconnect, the join addresses and the members
+// that failed recently and are not live: memberlist stops gossiping to
+// dead members, so without it two sides of a healed partition (or two
+// seeds that started at the same time) would never merge. It runs
+// outside memberlist's callbacks, so it may call Join.
+func (n *Node) reconnector() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.Timings.Reconnect)
+	defer t.Stop()
+	seeds, _ := n.seeds()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		live := map[string]bool{}
+		for _, m := range n.ml.Members() {
+			live[m.Address()] = true
+		}
+		var try []string
+		for _, a := range append(slices.Clone(seeds), n.failed.since(time.Now().Add(-n.cfg.Timings.ReconnectTimeout))...) {
+			if !live[a] && !slices.Contains(try, a) && len(try) < 3 {
+				try = append(try, a)
+			}
+		}
+		for _, a := range try {
+			select {
+			case <-n.stop:
+				return
+			default:
+			}
+			if k, err := n.ml.Join([]string{a}); k > 0 {
+				n.logger.Info("elastic: reconnected", zap.String("gossip", a))
+			} else {
+				n.logger.Debug("elastic: reconnect failed", zap.String("gossip", a), zap.Error(err))
+			}
+		}
+	}
+}
+
+// Self is this node's member record.
+func (n *Node) Self() Member { return n.self.clone() }
+
+// GossipAddr is the host:port this node gossips on (with BindAddr port 0,
+// the port picked), for other nodes' Join lists.
+func (n *Node) GossipAddr() string { return n.gossip }
+
+// World is the newest committed world this node knows (Gen 0: none yet).
+// The node may not be a member of it (standby, waiting).
+func (n *Node) World() World { return n.world.Load().clone() }
+
+// Members lists the live members this node sees (itself included), in
+// order; refused nodes are not members.
+func (n *Node) Members() []Member {
+	ms := *n.members.Load()
+	out := make([]Member, len(ms))
+	for i, m := range ms {
+		out[i] = m.clone()
+	}
+	return out
+}
+
+// Worlds delivers each committed world this node learns, newest last. It
+// holds one world: a newer one replaces a world not yet read, so a slow
+// reader always gets the newest. Closed by Close.
+func (n *Node) Worlds() <-chan World { return n.worlds }
+
+// Events delivers every transition this node sees (members joining,
+// leaving, failing, refused; proposals, commits, waiting), in order, for
+// logs and metrics. Events queue without bound until read; there are a
+// handful per transition. Closed by Close.
+func (n *Node) Events() <-chan Event { return n.events.out }
+
+// Hold marks the start of a training step: until Release, this node
+// defers acknowledging a new world, so worlds change at step boundaries.
+// It returns false, and holds nothing, when a new world that involves this
+// node is already being agreed: do not start the step; wait for Worlds.
+// (After a failure the trainer aborts the step on its own failure signal
+// and calls Release at once.)
+func (n *Node) Hold() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.pending {
+		return false
+	}
+	n.held = true
+	return true
+}
+
+// Release marks a step boundary (the step completed or was aborted): a
+// deferred acknowledgement goes out.
+func (n *Node) Release() {
+	n.mu.Lock()
+	n.held = false
+	n.mu.Unlock()
+	n.sys.Root().Send(n.pid, releaseMsg{})
+}
+
+// Request asks the leader for a new generation although membership did
+// not change (e.g. a collective failed between live members).
+func (n *Node) Request(reason string) { n.sys.Root().Send(n.pid, &requestMsg{reason: reason}) }
+
+// Leave announces that this node leaves and closes it. The others see it
+// go within 0.1–0.2 s with FastTimings, form a world without it at once,
+// and name the reason "left", not "failed". Each of the two announcements
+// (the metadata flag, then memberlist's leave) waits up to timeout to go
+// out. This node stops proposing worlds first.
+func (n *Node) Leave(timeout time.Duration) error {
+	n.sys.Root().Send(n.pid, leaveMsg{})
+	meta, err := encodeMeta(n.self, true)
+	if err == nil {
+		n.meta.Store(&meta)
+		err = n.ml.UpdateNode(timeout)
+	}
+	if lerr := n.ml.Leave(timeout); err == nil {
+		err = lerr
+	}
+	if cerr := n.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Close stops the node without a goodbye (the others detect its failure)
+// and waits for its goroutines: memberlist, the membership actor, the
+// ticker, the reconnector and the events pump. Worlds and Events close.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		close(n.stop)
+		n.wg.Wait()
+		n.closeErr = n.ml.Shutdown()
+		n.stopActor()
+	})
+	return n.closeErr
+}
+
+// stopActor stops the membership actor and closes the trainer's channels.
+func (n *Node) stopActor() {
+	if err := n.sys.Root().StopFuture(n.pid).Wait(); err != nil && !errors.Is(err, actor.ErrTimeout) {
+		n.logger.Warn("elastic: stopping the membership actor", zap.Error(err))
+	}
+	<-n.actorDone
+	close(n.worlds)
+	n.events.close()
+	<-n.pumpDone
+}
+
+// publishWorld hands a committed world to the trainer's channel, replacing
+// one not yet read. Only the actor calls it.
+func (n *Node) publishWorld(w World) {
+	n.world.Store(&w)
+	for {
+		select {
+		case n.worlds <- w:
+			return
+		default:
+		}
+		select {
+		case <-n.worlds:
+		default:
+		}
+	}
+}
+
+// publishState seals the core's push/pull state for LocalState.
+func (n *Node) publishState(m Message) {
+	env, err := seal(n.key, n.protocol, n.self.ActorAddr, m)
+	if err != nil {
+		return
+	}
+	b, err := proto.Marshal(env)
+	if err != nil {
+		return
+	}
+	n.pushState.Store(&b)
+}
+
+// eventQueue is an unbounded queue drained into an unbuffered channel by
+// the pump goroutine, so that the actor never blocks on a slow reader.
+type eventQueue struct {
+	mu     sync.Mutex
+	q      []Event
+	wake   chan struct{} // size 1: "something was queued"
+	out    chan Event
+	done   chan struct{}
+	closed bool
+}
+
+func newEventQueue() *eventQueue {
+	return &eventQueue{wake: make(chan struct{}, 1), out: make(chan Event), done: make(chan struct{})}
+}
+
+func (q *eventQueue) push(e Event) {
+	q.mu.Lock()
+	q.q = append(q.q, e)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *eventQueue) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.closed {
+		q.closed = true
+		close(q.done)
+	}
+}
+
+// pump moves queued events to the channel until the queue closes.
+func (n *Node) pump() {
+	defer close(n.pumpDone)
+	q := n.events
+	defer close(q.out)
+	for {
+		q.mu.Lock()
+		batch := q.q
+		q.q = nil
+		q.mu.Unlock()
+		for _, e := range batch {
+			select {
+			case q.out <- e:
+			case <-q.done:
+				return
+			}
+		}
+		select {
+		case <-q.wake:
+		case <-q.done:
+			return
+		}
+	}
+}
