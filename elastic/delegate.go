@@ -88,7 +88,9 @@ func (d delegate) NotifyJoin(n *memberlist.Node) { d.post(&mlEvent{kind: mlJoin,
 
 func (d delegate) NotifyLeave(n *memberlist.Node) { d.post(&mlEvent{kind: mlLeave, node: copyNode(n)}) }
 
-func (d delegate) NotifyUpdate(n *memberlist.Node) { d.post(&mlEvent{kind: mlUpdate, node: copyNode(n)}) }
+func (d delegate) NotifyUpdate(n *memberlist.Node) {
+	d.post(&mlEvent{kind: mlUpdate, node: copyNode(n)})
+}
 
 // NotifyAlive refuses a member whose metadata does not decode or that
 // speaks another protocol: memberlist then never makes it a peer, and logs

@@ -80,16 +80,22 @@ func TestWireRefuses(t *testing.T) {
 		key []byte
 		env *elasticpb.Envelope
 	}{
-		"wrong key":         {other, env},
-		"no key here":       {nil, env},
-		"unsigned":          {key, &elasticpb.Envelope{Protocol: ProtocolVersion, SenderAddr: "a:1", Body: env.Body}},
-		"other protocol":    {key, func() *elasticpb.Envelope { e, _ := seal(key, ProtocolVersion+1, "a:1", m); return e }()},
-		"tampered body":     {key, &elasticpb.Envelope{Protocol: ProtocolVersion, SenderAddr: "a:1", Body: append(slices.Clone(env.Body), 0), Mac: env.Mac}},
-		"tampered sender":   {key, &elasticpb.Envelope{Protocol: ProtocolVersion, SenderAddr: "b:1", Body: env.Body, Mac: env.Mac}},
-		"garbage body":      {nil, &elasticpb.Envelope{Protocol: ProtocolVersion, Body: []byte{0xff, 0xff, 0xff}}},
-		"unknown type":      {nil, func() *elasticpb.Envelope { e, _ := seal(nil, ProtocolVersion, "", Message{Type: 99, From: "x"}); return e }()},
-		"no sender":         {nil, func() *elasticpb.Envelope { e, _ := seal(nil, ProtocolVersion, "", Message{Type: MsgAck}); return e }()},
-		"members unordered": {nil, func() *elasticpb.Envelope { e, _ := seal(nil, ProtocolVersion, "", Message{Type: MsgCommit, From: "x", Value: testWorld(2, "n2", "n1")}); return e }()},
+		"wrong key":       {other, env},
+		"no key here":     {nil, env},
+		"unsigned":        {key, &elasticpb.Envelope{Protocol: ProtocolVersion, SenderAddr: "a:1", Body: env.Body}},
+		"other protocol":  {key, func() *elasticpb.Envelope { e, _ := seal(key, ProtocolVersion+1, "a:1", m); return e }()},
+		"tampered body":   {key, &elasticpb.Envelope{Protocol: ProtocolVersion, SenderAddr: "a:1", Body: append(slices.Clone(env.Body), 0), Mac: env.Mac}},
+		"tampered sender": {key, &elasticpb.Envelope{Protocol: ProtocolVersion, SenderAddr: "b:1", Body: env.Body, Mac: env.Mac}},
+		"garbage body":    {nil, &elasticpb.Envelope{Protocol: ProtocolVersion, Body: []byte{0xff, 0xff, 0xff}}},
+		"unknown type": {nil, func() *elasticpb.Envelope {
+			e, _ := seal(nil, ProtocolVersion, "", Message{Type: 99, From: "x"})
+			return e
+		}()},
+		"no sender": {nil, func() *elasticpb.Envelope { e, _ := seal(nil, ProtocolVersion, "", Message{Type: MsgAck}); return e }()},
+		"members unordered": {nil, func() *elasticpb.Envelope {
+			e, _ := seal(nil, ProtocolVersion, "", Message{Type: MsgCommit, From: "x", Value: testWorld(2, "n2", "n1")})
+			return e
+		}()},
 	} {
 		if _, err := open(tc.key, ProtocolVersion, tc.env); !errors.Is(err, ErrWire) {
 			t.Errorf("%s: got %v, want ErrWire", name, err)
