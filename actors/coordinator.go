@@ -62,6 +62,16 @@ type WeightsReport struct {
 	Err     error
 }
 
+// SaveCall asks every rank to write its checkpoint shard; the answer is a
+// *SaveReport once all have (or one failed).
+type SaveCall struct{ Req *actorspb.SaveShard }
+
+// SaveReport answers SaveCall.
+type SaveReport struct {
+	Bytes int64
+	Err   error
+}
+
 // ReadyCall is answered with a *ReadyReport once every rank has said hello
 // (at once when the workers were given at spawn time).
 type ReadyCall struct{}
@@ -84,10 +94,11 @@ const (
 	callStep
 	callEval
 	callWeights
+	callSave
 )
 
 func (k callKind) String() string {
-	return [...]string{"none", "step", "eval", "weights"}[k]
+	return [...]string{"none", "step", "eval", "weights", "save"}[k]
 }
 
 type coordinator struct {
@@ -102,6 +113,7 @@ type coordinator struct {
 	dones    []*actorspb.StepDone
 	evals    map[int]*actorspb.EvalDone
 	weights  map[int]*actorspb.Weights
+	saved    map[int]*actorspb.ShardSaved
 	answered int
 	step     uint64
 }
@@ -227,6 +239,31 @@ func (a *coordinator) Receive(c actor.Context) {
 			all = append(all, a.weights[r].Data...)
 		}
 		a.reply(c, &WeightsReport{Weights: BytesToFloats(all)})
+	case *SaveCall:
+		if a.busy(c) {
+			return
+		}
+		a.kind, a.caller, a.saved = callSave, c.Sender(), map[int]*actorspb.ShardSaved{}
+		for _, w := range a.workers {
+			c.Request(w, m.Req)
+		}
+		c.SetReceiveTimeout(a.cfg.CallTimeout)
+	case *actorspb.ShardSaved:
+		if a.kind != callSave || a.saved[int(m.Rank)] != nil {
+			return
+		}
+		if m.Error != "" {
+			a.reply(c, &SaveReport{Err: fmt.Errorf("rank %d: %s", m.Rank, m.Error)})
+			return
+		}
+		a.saved[int(m.Rank)] = m
+		if len(a.saved) == a.cfg.World {
+			var n int64
+			for _, s := range a.saved {
+				n += int64(s.Bytes)
+			}
+			a.reply(c, &SaveReport{Bytes: n})
+		}
 	case *actor.Terminated:
 		for r, w := range a.workers {
 			if w != nil && w.Equal(m.Who) {
@@ -290,6 +327,8 @@ func callKindOf(m any) callKind {
 		return callEval
 	case *WeightsCall:
 		return callWeights
+	case *SaveCall:
+		return callSave
 	}
 	return callNone
 }
@@ -302,6 +341,8 @@ func (a *coordinator) errorReport(k callKind, err error) any {
 		return &EvalReport{Err: err}
 	case callWeights:
 		return &WeightsReport{Err: err}
+	case callSave:
+		return &SaveReport{Err: err}
 	}
 	return &ReadyReport{Err: err}
 }
@@ -354,6 +395,12 @@ func (a *coordinator) silent() string {
 				rs = append(rs, fmt.Sprint(r))
 			}
 		}
+	case callSave:
+		for r := range a.cfg.World {
+			if a.saved[r] == nil {
+				rs = append(rs, fmt.Sprint(r))
+			}
+		}
 	}
 	return "rank(s) " + strings.Join(rs, ", ")
 }
@@ -369,6 +416,6 @@ func (a *coordinator) finish(c actor.Context, err error) {
 
 func (a *coordinator) reply(c actor.Context, msg any) {
 	c.Send(a.caller, msg)
-	a.kind, a.caller, a.dones, a.evals, a.weights = callNone, nil, nil, nil, nil
+	a.kind, a.caller, a.dones, a.evals, a.weights, a.saved = callNone, nil, nil, nil, nil, nil
 	c.CancelReceiveTimeout()
 }

@@ -2,6 +2,9 @@ package actors
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"encoding/binary"
 	"math"
 
@@ -9,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/troupe-ml/troupe/actors/actorspb"
+	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/ddp"
 )
@@ -57,6 +61,14 @@ func (a *workerActor) Receive(c actor.Context) {
 			done.Error = err.Error()
 		}
 		c.Respond(done)
+	case *actorspb.SaveShard:
+		n, err := a.saveShard(m)
+		done := &actorspb.ShardSaved{Rank: uint32(a.rank), Bytes: uint64(n)}
+		if err != nil {
+			done.Error = err.Error()
+			a.log.Warn("checkpoint shard failed", zap.Uint64("step", m.Step), zap.Error(err))
+		}
+		c.Respond(done)
 	case *actorspb.WeightsRequest:
 		c.Respond(&actorspb.Weights{Data: floatsToBytes(a.w.Weights()), Rank: uint32(a.rank)})
 	}
@@ -80,6 +92,37 @@ func (a *workerActor) step(m *actorspb.RunStep) *actorspb.StepDone {
 		a.log.Warn("step failed", zap.Uint64("step", m.Step), zap.Error(err))
 	}
 	return done
+}
+
+// saveShard writes this rank's share of a checkpoint (its stage's
+// tensors, split among the stage's data-parallel ranks) into dir/tmp.
+func (a *workerActor) saveShard(m *actorspb.SaveShard) (int64, error) {
+	var meta checkpoint.Meta
+	if err := json.Unmarshal(m.Meta, &meta); err != nil {
+		return 0, fmt.Errorf("checkpoint meta: %w", err)
+	}
+	if meta.World.DP < 1 {
+		return 0, fmt.Errorf("checkpoint meta: world %v", meta.World)
+	}
+	model, opt := a.w.State()
+	snap := &checkpoint.Snapshot{Meta: meta}
+	if err := snap.AddStage(a.stage, model, opt); err != nil {
+		return 0, err
+	}
+	shard, err := snap.Shard(a.stage, a.rank%meta.World.DP)
+	if err != nil {
+		return 0, err
+	}
+	fsys := checkpoint.OSFS{}
+	tmp := filepath.Join(m.Dir, m.Tmp)
+	part, err := checkpoint.WriteShard(fsys, tmp, shard)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkpoint.WritePart(fsys, tmp, part); err != nil {
+		return 0, err
+	}
+	return snap.Bytes(), nil
 }
 
 func floatsToBytes(v []float32) []byte {

@@ -10,6 +10,7 @@ import (
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/nn"
+	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/replica"
 )
 
@@ -67,6 +68,9 @@ type Stepper interface {
 	Step(ctx context.Context, req StepRequest) (StepResult, error)
 	Evaluate(lo, hi int) (replica.Result, int, error)
 	Weights() []float32
+	// State is the model part and optimizer this worker holds, for a
+	// checkpoint taken between steps.
+	State() (*nn.Model, optim.Optimizer)
 }
 
 var _ Stepper = (*Worker)(nil)
@@ -251,6 +255,11 @@ func (w *Worker) Evaluate(lo, hi int) (replica.Result, int, error) {
 	w.cfg.Test.Fill(w.idx, &b)
 	res, err := w.cfg.Replica.Evaluate(&b, 0, b.Rows)
 	return res, hi - lo, err
+}
+
+// State implements Stepper.
+func (w *Worker) State() (*nn.Model, optim.Optimizer) {
+	return w.cfg.Replica.Model, w.cfg.Replica.Opt
 }
 
 // Weights returns a host copy of the parameters.

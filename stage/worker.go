@@ -581,6 +581,9 @@ func (w *Worker) Evaluate(lo, hi int) (replica.Result, int, error) {
 	return res, 0, err
 }
 
+// State implements ddp.Stepper.
+func (w *Worker) State() (*nn.Model, optim.Optimizer) { return w.cfg.Model, w.cfg.Opt }
+
 // Weights returns this stage's parameters on the host, without the copy of
 // the tied embedding a last stage keeps (the first stage reports it).
 func (w *Worker) Weights() []float32 {

@@ -110,6 +110,18 @@ type Config struct {
 	// Trace writes a Chrome trace-event file of the pipeline stages (an
 	// in-process world).
 	Trace string
+
+	// CkptDir holds the checkpoints; CkptEvery saves one every so many
+	// steps (0: never); Keep keeps the last so many (0: all).
+	CkptDir   string
+	CkptEvery int
+	Keep      int
+	// Resume continues from the latest checkpoint in CkptDir (from scratch,
+	// saying so, when there is none).
+	Resume bool
+	// ResumeFrom is the checkpoint step every worker restores from; Run
+	// sets it when resuming.
+	ResumeFrom int64 `json:"resume_from"`
 }
 
 // ErrDiverged reports replicas whose parameters differ.
@@ -123,7 +135,7 @@ func DefaultConfig() Config {
 		Vocab: "char", Shuffle: true,
 		Batch: 32, Steps: 300, Accum: 1,
 		Optim: optim.DefaultConfig("adamw"), LR: 1e-3, Schedule: "cosine", Warmup: 20, MinLRFactor: 0.1, ClipNorm: 1,
-		Seed: 1, LogEvery: 10, Device: "cpu",
+		Seed: 1, LogEvery: 10, Device: "cpu", Keep: 3,
 		DP: 1, BucketMB: 25, CheckEvery: 0, Transport: "tcp", PP: 1, MicroBatches: 1, PipelineSchedule: "1f1b",
 		CollectiveTimeout: 30 * time.Second, StepTimeout: 10 * time.Minute,
 	}
@@ -227,6 +239,12 @@ func (c *Config) Validate() error {
 		}
 	} else if c.MicroBatches != 1 || c.Recompute || c.StageLayers != "" {
 		return fmt.Errorf("%w: --micro-batches, --recompute and --stage-layers need --pp > 1 (use --accum for accumulation)", ErrConfig)
+	}
+	if c.CkptEvery < 0 || c.Keep < 0 {
+		return fmt.Errorf("%w: --ckpt-every and --keep must be ≥ 0", ErrConfig)
+	}
+	if (c.CkptEvery > 0 || c.Resume) && c.CkptDir == "" {
+		return fmt.Errorf("%w: --ckpt-every and --resume need --ckpt-dir", ErrConfig)
 	}
 	if c.Trace != "" && (c.PP == 1 || c.Procs > 0) {
 		return fmt.Errorf("%w: --trace records the stages of an in-process pipeline: it needs --pp > 1 without --procs", ErrConfig)

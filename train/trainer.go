@@ -25,6 +25,7 @@ type Summary struct {
 	Params      int     `json:"params"`
 	Data        string  `json:"data"`
 	Steps       int     `json:"steps"`
+	StartStep   int     `json:"start_step"`
 	Samples     int64   `json:"samples"`
 	FirstLoss   float64 `json:"first_loss"`
 	FinalLoss   float64 `json:"final_loss"`
@@ -49,6 +50,10 @@ type Options struct {
 	Logger *zap.Logger
 	// Progress, when set, gets a live progress bar (a terminal).
 	Progress io.Writer
+	// StopAfter, when positive, ends the run after that many steps (counted
+	// from the start of training) as if it had been interrupted there:
+	// tests and chaos experiments use it to stop a run at a chosen step.
+	StopAfter int
 }
 
 // Run trains cfg to completion or until ctx is cancelled.
@@ -63,6 +68,12 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	trainSet, testSet, err := OpenData(&cfg)
 	if err != nil {
 		return nil, err
+	}
+	start, samplerState := 0, (*data.SamplerState)(nil)
+	if cfg.Resume {
+		if start, samplerState, err = resumePoint(&cfg, log); err != nil {
+			return nil, err
+		}
 	}
 	eng, model, err := newEngine(&cfg, trainSet, testSet, log)
 	if err != nil {
@@ -81,6 +92,19 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
+	if samplerState != nil {
+		if err := sampler.Restore(*samplerState); err != nil {
+			return nil, fmt.Errorf("train: --resume: the checkpoint's data sampler does not fit this run: %w", err)
+		}
+	}
+	if start > steps {
+		return nil, fmt.Errorf("train: --resume: the checkpoint is at step %d, past --steps %d", start, steps)
+	}
+	ckpt, err := newCheckpointer(&cfg, eng, log)
+	if err != nil {
+		return nil, err
+	}
+	defer ckpt.close()
 	caps := model.Set.Backend().Caps()
 	log.Info("training",
 		zap.String("model", model.Describe), zap.String("data", trainSet.Name()),
@@ -89,7 +113,7 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 		zap.Int("dp", cfg.DP), zap.Int("procs", cfg.Procs), zap.Int("threads", cfg.Threads), zap.String("simd", caps.SIMD))
 
 	l := &loop{cfg: &cfg, log: log, eng: eng, model: model, train: trainSet, test: testSet, sampler: sampler,
-		sched: cfg.schedule(steps), steps: steps}
+		sched: cfg.schedule(steps), steps: steps, start: start, ckpt: ckpt, stopAfter: o.StopAfter}
 	if cfg.MetricsOut != "" {
 		if l.metrics, err = newMetricsWriter(cfg.MetricsOut); err != nil {
 			return nil, err
@@ -106,6 +130,9 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	sum, err := l.run(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if err := ckpt.close(); err != nil {
+		return nil, fmt.Errorf("train: the last checkpoint write failed: %w", err)
 	}
 	if cfg.Save != "" {
 		w, err := eng.weights()
@@ -142,15 +169,19 @@ type loop struct {
 	sampler *data.Sampler
 	sched   optim.Schedule
 	steps   int
-	metrics *metricsWriter
-	bar     *progress
-	batch   data.Batch
-	idx     []int
+	start   int
+	ckpt    *checkpointer
+	// stopAfter ends the loop early (Options.StopAfter).
+	stopAfter int
+	metrics   *metricsWriter
+	bar       *progress
+	batch     data.Batch
+	idx       []int
 }
 
 func (l *loop) run(ctx context.Context) (*Summary, error) {
 	cfg := l.cfg
-	sum := &Summary{Model: l.model.Describe, Params: l.model.Set.Len(), Data: l.train.Name(), Steps: l.steps}
+	sum := &Summary{Model: l.model.Describe, Params: l.model.Set.Len(), Data: l.train.Name(), Steps: l.steps, StartStep: l.start}
 	start := time.Now()
 	stepTimes := make([]float64, 0, l.steps)
 	computeTimes := make([]float64, 0, l.steps)
@@ -159,7 +190,7 @@ func (l *loop) run(ctx context.Context) (*Summary, error) {
 	if l.model.Input == nn.TokenInput {
 		tokensPerRow = l.model.Context
 	}
-	for step := 0; step < l.steps; step++ {
+	for step := l.start; step < l.steps; step++ {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("train: stopped at step %d: %w", step, err)
 		}
@@ -182,7 +213,7 @@ func (l *loop) run(ctx context.Context) (*Summary, error) {
 		if math.IsNaN(loss) || math.IsInf(loss, 0) {
 			return nil, fmt.Errorf("train: step %d: loss is %v (diverged; lower --lr or set --clip)", step, loss)
 		}
-		if step == 0 {
+		if step == l.start {
 			sum.FirstLoss = loss
 		}
 		sum.FinalLoss = loss
@@ -221,24 +252,37 @@ func (l *loop) run(ctx context.Context) (*Summary, error) {
 			}
 			l.log.Info("eval", fields...)
 		}
+		if l.ckpt != nil && cfg.CkptEvery > 0 && (step+1)%cfg.CkptEvery == 0 {
+			pause, err := l.ckpt.save(l.eng, l.ckpt.meta(step+1, st.Generation, l.sampler, l.sched))
+			if err != nil {
+				return nil, err
+			}
+			m.CkptPauseMs = ms(pause)
+		}
 		if l.metrics != nil {
 			if err := l.metrics.write(m); err != nil {
 				return nil, err
 			}
+		}
+		if l.stopAfter > 0 && step+1 >= l.stopAfter {
+			l.log.Info("stopping early", zap.Int("after_step", step+1))
+			break
 		}
 		if l.bar != nil {
 			l.bar.update(step+1, loss, m.SamplesPerS, m.TokensPerS)
 		} else if (step+1)%cfg.LogEvery == 0 || step == 0 || last {
 			l.log.Info("step", zap.Int("step", step+1), zap.Int("of", l.steps), zap.Float64("loss", loss),
 				zap.Float64("lr", lr), zap.Float64("step_ms", stepMs), zap.Float64("samples_per_s", m.SamplesPerS),
-				zap.Float64("epoch", m.Epoch), zap.Duration("eta", eta(start, step+1, l.steps)))
+				zap.Float64("epoch", m.Epoch), zap.Duration("eta", eta(start, step+1-l.start, l.steps-l.start)))
 		}
 	}
 	if l.bar != nil {
 		l.bar.finish()
 	}
 	sum.WallS = time.Since(start).Seconds()
-	sum.SamplesPerS = float64(sum.Samples) / sum.WallS
+	if sum.WallS > 0 {
+		sum.SamplesPerS = float64(sum.Samples) / sum.WallS
+	}
 	sum.TokensPerS = sum.SamplesPerS * float64(tokensPerRow)
 	sum.StepMsMed = median(stepTimes)
 	sum.ComputeMsMed = median(computeTimes)
@@ -305,6 +349,9 @@ func newEngine(cfg *Config, trainSet, testSet data.Dataset, log *zap.Logger) (en
 		}
 		opt, err := optim.New(model.Set, cfg.Optim)
 		if err != nil {
+			return nil, nil, err
+		}
+		if err := restore(cfg, model, opt); err != nil {
 			return nil, nil, err
 		}
 		return &singleEngine{r: replica.New(model, opt), test: testSet, accum: cfg.Accum, clipNorm: cfg.ClipNorm}, model, nil

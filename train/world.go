@@ -39,6 +39,10 @@ type dpEngine struct {
 	gen     uint64
 	accum   int
 	log     *zap.Logger
+	// local are replica 0's stages in order when the workers are actors of
+	// this process (nil for worker processes): checkpoints read them
+	// between steps.
+	local []ddp.Stepper
 	// recorders and tw trace in-process pipelines (--trace).
 	recorders []*pipeline.Recorder
 	tw        *trace.Writer
@@ -130,6 +134,9 @@ func newStepper(cfg *Config, plan *worldPlan, rank, threads int, comm collective
 	if err != nil {
 		return nil, closer, err
 	}
+	if err := restore(cfg, model, opt); err != nil {
+		return nil, closer, err
+	}
 	if plan.sched == nil {
 		w, err := ddp.NewWorker(ddp.WorkerConfig{
 			Rank: rank, World: plan.grid.Size(), Replica: replica.New(model, opt), Comm: comm,
@@ -196,6 +203,9 @@ func newLocalWorld(cfg *Config, plan *worldPlan, trainSet, testSet data.Dataset,
 		}
 		if pids[r], err = actors.SpawnWorker(sys, fmt.Sprintf("%s-%d", actors.WorkerActorName, r), r, st, w); err != nil {
 			return nil, err
+		}
+		if replicaIdx == 0 {
+			e.local = append(e.local, w)
 		}
 	}
 	if e.coord, err = actors.SpawnCoordinator(sys, actors.CoordinatorConfig{Workers: pids, CallTimeout: cfg.StepTimeout, EvalRanks: plan.evalRanks()}); err != nil {

@@ -641,6 +641,139 @@ func (x *WorkerHello) GetProtocol() uint32 {
 	return 0
 }
 
+// SaveShard asks a Worker to write its shard of a checkpoint into the
+// temporary directory dir/tmp (multi-process worlds: each rank writes its
+// share, the Coordinator's process commits).
+type SaveShard struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Step  uint64                 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	Dir   string                 `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	Tmp   string                 `protobuf:"bytes,3,opt,name=tmp,proto3" json:"tmp,omitempty"`
+	// meta is the checkpoint's checkpoint.Meta as JSON.
+	Meta          []byte `protobuf:"bytes,4,opt,name=meta,proto3" json:"meta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SaveShard) Reset() {
+	*x = SaveShard{}
+	mi := &file_train_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SaveShard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SaveShard) ProtoMessage() {}
+
+func (x *SaveShard) ProtoReflect() protoreflect.Message {
+	mi := &file_train_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SaveShard.ProtoReflect.Descriptor instead.
+func (*SaveShard) Descriptor() ([]byte, []int) {
+	return file_train_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SaveShard) GetStep() uint64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *SaveShard) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+func (x *SaveShard) GetTmp() string {
+	if x != nil {
+		return x.Tmp
+	}
+	return ""
+}
+
+func (x *SaveShard) GetMeta() []byte {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
+// ShardSaved answers SaveShard.
+type ShardSaved struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rank          uint32                 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardSaved) Reset() {
+	*x = ShardSaved{}
+	mi := &file_train_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardSaved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardSaved) ProtoMessage() {}
+
+func (x *ShardSaved) ProtoReflect() protoreflect.Message {
+	mi := &file_train_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardSaved.ProtoReflect.Descriptor instead.
+func (*ShardSaved) Descriptor() ([]byte, []int) {
+	return file_train_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ShardSaved) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *ShardSaved) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ShardSaved) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 var File_train_proto protoreflect.FileDescriptor
 
 const file_train_proto_rawDesc = "" +
@@ -705,7 +838,17 @@ const file_train_proto_rawDesc = "" +
 	"\vWorkerHello\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\rR\x04rank\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
-	"\bprotocol\x18\x03 \x01(\rR\bprotocolB-Z+github.com/troupe-ml/troupe/actors/actorspbb\x06proto3"
+	"\bprotocol\x18\x03 \x01(\rR\bprotocol\"W\n" +
+	"\tSaveShard\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x04R\x04step\x12\x10\n" +
+	"\x03dir\x18\x02 \x01(\tR\x03dir\x12\x10\n" +
+	"\x03tmp\x18\x03 \x01(\tR\x03tmp\x12\x12\n" +
+	"\x04meta\x18\x04 \x01(\fR\x04meta\"L\n" +
+	"\n" +
+	"ShardSaved\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\rR\x04rank\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x04R\x05bytesB-Z+github.com/troupe-ml/troupe/actors/actorspbb\x06proto3"
 
 var (
 	file_train_proto_rawDescOnce sync.Once
@@ -719,7 +862,7 @@ func file_train_proto_rawDescGZIP() []byte {
 	return file_train_proto_rawDescData
 }
 
-var file_train_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_train_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_train_proto_goTypes = []any{
 	(*RunStep)(nil),        // 0: troupe.actors.v1.RunStep
 	(*StepDone)(nil),       // 1: troupe.actors.v1.StepDone
@@ -728,6 +871,8 @@ var file_train_proto_goTypes = []any{
 	(*WeightsRequest)(nil), // 4: troupe.actors.v1.WeightsRequest
 	(*Weights)(nil),        // 5: troupe.actors.v1.Weights
 	(*WorkerHello)(nil),    // 6: troupe.actors.v1.WorkerHello
+	(*SaveShard)(nil),      // 7: troupe.actors.v1.SaveShard
+	(*ShardSaved)(nil),     // 8: troupe.actors.v1.ShardSaved
 }
 var file_train_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -748,7 +893,7 @@ func file_train_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_train_proto_rawDesc), len(file_train_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -47,6 +47,9 @@ type trainFlags struct {
 	pp, micro                           int
 	pipeSchedule, stageLayers, trace    string
 	recompute                           bool
+	ckptDir                             string
+	ckptEvery, keep                     int
+	resume                              bool
 }
 
 func newTrainCmd() *cobra.Command {
@@ -167,6 +170,10 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.recompute, "recompute", false, "activation checkpointing: keep only each stage's input, recompute the rest in backward")
 	fl.StringVar(&f.stageLayers, "stage-layers", "", "units per stage, e.g. 3,3,2 (default: balanced by parameter count)")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace-event file (Perfetto) of the pipeline stages")
+	fl.StringVar(&f.ckptDir, "ckpt-dir", "", "checkpoint directory (sharded safetensors + manifest.json, atomic commits)")
+	fl.IntVar(&f.ckptEvery, "ckpt-every", 0, "save a checkpoint every N steps (0: never)")
+	fl.IntVar(&f.keep, "keep", d.Keep, "keep the last K checkpoints (0: all)")
+	fl.BoolVar(&f.resume, "resume", false, "continue from the latest checkpoint in --ckpt-dir (--steps counts from the start of training)")
 }
 
 // config builds the run's configuration: the model's defaults, then every
@@ -237,6 +244,8 @@ func (f *trainFlags) config(fl *pflag.FlagSet) (train.Config, error) {
 	set("recompute", func() { cfg.Recompute = f.recompute })
 	set("stage-layers", func() { cfg.StageLayers = f.stageLayers })
 	set("trace", func() { cfg.Trace = f.trace })
+	cfg.CkptDir, cfg.CkptEvery, cfg.Resume = f.ckptDir, f.ckptEvery, f.resume
+	set("keep", func() { cfg.Keep = f.keep })
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("%w: %v", errUsage, err)
 	}
