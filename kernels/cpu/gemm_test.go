@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -350,5 +351,20 @@ func TestSimdName(t *testing.T) {
 	}
 	if got := New(1).Caps().SIMD; got != want {
 		t.Fatalf("SIMD = %q, want %q", got, want)
+	}
+}
+
+// TestGemmOneProc: with more threads than Ps the goroutines take turns on
+// one OS thread; a goroutine waiting for a step must let the others run
+// (no deadlock, same result).
+func TestGemmOneProc(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	kern := activeKernel
+	for _, tc := range []gemmCase{
+		{g: kernels.GemmArgs{M: 300, N: 200, K: 600, Alpha: 1}},
+		{g: kernels.GemmArgs{M: 100, N: 400, K: 300, Alpha: 1, TransB: true}},
+		{g: kernels.GemmArgs{M: 40, N: 40, K: 40, Alpha: 1, Batch: 6}},
+	} {
+		tc.check(t, kern, 3, 5)
 	}
 }
