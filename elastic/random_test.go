@@ -36,10 +36,21 @@ func TestRandomized(t *testing.T) {
 	if testing.Short() {
 		n /= 4
 	}
+	live := 0
 	for seed := uint64(1); seed <= uint64(n); seed++ {
-		if _, err := runRandom(seed, false); err != nil {
+		s, err := runRandom(seed, false)
+		if err != nil {
 			t.Fatalf("seed %d: %v (rerun with -run TestRandomized -seed=%d -v)", seed, err, seed)
 		}
+		if s.liveness {
+			live++
+		}
+	}
+	// A schedule so harsh that no quorum survives checks safety only; make
+	// sure enough of them check liveness too.
+	t.Logf("%d seeds, %d ended with a quorum alive and converged", n, live)
+	if live < n/4 {
+		t.Errorf("only %d of %d seeds checked liveness", live, n)
 	}
 }
 
@@ -77,33 +88,44 @@ func runRandom(seed uint64, verbose bool) (*sim, error) {
 	held := map[string]bool{}
 	steps := 150 + r.IntN(150)
 	for step := 0; step < steps && s.violation == nil; step++ {
-		switch k := r.IntN(100); {
-		case k < 30 && len(s.net) > 0: // deliver a random message (reordering)
-			s.deliverAt(r.IntN(len(s.net)))
-		case k < 45:
+		// Each action has a share of 1000; faults are rare enough that most
+		// schedules end with a quorum alive, so liveness gets checked too.
+		k := r.IntN(1000)
+		switch {
+		case k < 300: // deliver a random message (reordering)
+			if len(s.net) > 0 {
+				s.deliverAt(r.IntN(len(s.net)))
+			}
+		case k < 450:
 			s.tick()
-		case k < 50 && len(s.net) > 0: // drop
-			i := r.IntN(len(s.net))
-			s.printf("drop %s\n", s.net[i])
-			s.net = append(s.net[:i], s.net[i+1:]...)
-		case k < 54 && len(s.net) > 0: // duplicate
-			m := s.net[r.IntN(len(s.net))]
-			s.printf("duplicate %s\n", m)
-			s.net = append(s.net, m)
-		case k < 60 && len(s.upIDs()) < 7:
-			s.printf("join n%d\n", nextName)
-			newNode()
-		case k < 61:
+		case k < 500: // drop
+			if len(s.net) > 0 {
+				i := r.IntN(len(s.net))
+				s.printf("drop %s\n", s.net[i])
+				s.net = append(s.net[:i], s.net[i+1:]...)
+			}
+		case k < 540: // duplicate
+			if len(s.net) > 0 {
+				m := s.net[r.IntN(len(s.net))]
+				s.printf("duplicate %s\n", m)
+				s.net = append(s.net, m)
+			}
+		case k < 590:
+			if len(s.upIDs()) < 7 {
+				s.printf("join n%d\n", nextName)
+				newNode()
+			}
+		case k < 598:
 			if id, ok := pick(); ok {
 				s.printf("crash %s\n", id)
 				_ = s.stop(id, false)
 			}
-		case k < 62:
+		case k < 603:
 			if id, ok := pick(); ok {
 				s.printf("leave %s\n", id)
 				_ = s.stop(id, true)
 			}
-		case k < 64:
+		case k < 613:
 			if id, ok := pick(); ok {
 				n := s.nodes[id]
 				s.printf("restart %s\n", id)
@@ -114,22 +136,24 @@ func runRandom(seed uint64, verbose bool) (*sim, error) {
 					s.detect(id, false)
 				}
 			}
-		case k < 70 && formed():
-			up := s.upIDs()
-			var a, b []string
-			for _, id := range up {
-				if r.IntN(2) == 0 {
-					a = append(a, id)
-				} else {
-					b = append(b, id)
+		case k < 665:
+			if formed() {
+				up := s.upIDs()
+				var a, b []string
+				for _, id := range up {
+					if r.IntN(2) == 0 {
+						a = append(a, id)
+					} else {
+						b = append(b, id)
+					}
 				}
+				s.printf("partition %v | %v\n", a, b)
+				s.partition([][]string{a, b})
 			}
-			s.printf("partition %v | %v\n", a, b)
-			s.partition([][]string{a, b})
-		case k < 74:
+		case k < 715:
 			s.printf("heal\n")
 			s.heal()
-		case k < 78:
+		case k < 755:
 			if id, ok := pick(); ok {
 				n := s.nodes[id]
 				if held[id] {
@@ -141,14 +165,14 @@ func runRandom(seed uint64, verbose bool) (*sim, error) {
 				s.printf("hold %s %v\n", id, held[id])
 				s.flush(n)
 			}
-		case k < 79:
+		case k < 775:
 			// memberlist's periodic push/pull between two live nodes
 			a, okA := pick()
 			b, okB := pick()
 			if okA && okB && a != b && s.reach(a, b) {
 				s.pushPull(s.nodes[a], s.nodes[b])
 			}
-		case k < 80:
+		case k < 790:
 			if id, ok := pick(); ok {
 				s.printf("request %s\n", id)
 				s.nodes[id].core.Request("random")
@@ -199,6 +223,7 @@ func runRandom(seed uint64, verbose bool) (*sim, error) {
 	if len(s.upIDs()) < s.cfg.MinNodes {
 		return s, nil
 	}
+	s.liveness = true
 	return s, s.converged()
 }
 

@@ -27,6 +27,7 @@ type sim struct {
 	lastGen   map[string]uint64
 	violation error
 	anyQuorum bool // QuorumAny seen: split brain is allowed
+	liveness  bool // the randomized run ended where convergence is expected
 }
 
 type simNode struct {
