@@ -101,6 +101,7 @@ func newProcsWorld(cfg *Config, plan *worldPlan, log *zap.Logger) (_ *dpEngine, 
 	}
 	var children []*child
 	var wg sync.WaitGroup
+	coord := e.coord // close() clears e.coord; the waiters keep this one
 	e.cleanup = append(e.cleanup, func() error { stopChildren(children, &wg); return nil })
 	for r := 0; r < cfg.Procs; r++ {
 		cmd := exec.Command(argv[0], argv[1:]...)
@@ -126,7 +127,7 @@ func newProcsWorld(cfg *Config, plan *worldPlan, log *zap.Logger) (_ *dpEngine, 
 			if err != nil {
 				cause = "process exited: " + err.Error()
 			}
-			sys.Root().Send(e.coord, &actors.WorkerLost{Rank: ch.rank, Cause: cause})
+			sys.Root().Send(coord, &actors.WorkerLost{Rank: ch.rank, Cause: cause})
 		}()
 	}
 	log.Info("started worker processes", zap.Int("procs", cfg.Procs), zap.Strings("addresses", addrs))
