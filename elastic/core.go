@@ -239,7 +239,10 @@ func (c *Core) MemberDown(id string, left bool) {
 	delete(c.live, id)
 	c.vcache, c.wdirty = nil, true
 	if c.committed.Contains(id) {
-		c.down[id] = map[bool]string{false: "failed", true: "left"}[left]
+		c.down[id] = "failed"
+		if left {
+			c.down[id] = "left"
+		}
 	}
 	c.after()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -65,6 +64,7 @@ type Node struct {
 	events *eventQueue
 
 	stop      chan struct{}
+	stopOnce  sync.Once
 	wg        sync.WaitGroup // ticker, reconnector
 	actorDone chan struct{}
 	pumpDone  chan struct{}
@@ -430,6 +430,7 @@ func (n *Node) Request(reason string) { n.sys.Root().Send(n.pid, &requestMsg{rea
 // (the metadata flag, then memberlist's leave) waits up to timeout to go
 // out. This node stops proposing worlds first.
 func (n *Node) Leave(timeout time.Duration) error {
+	n.stopBackground() // the reconnector must not join again
 	n.sys.Root().Send(n.pid, leaveMsg{})
 	meta, err := encodeMeta(n.self, true)
 	if err == nil {
@@ -448,25 +449,38 @@ func (n *Node) Leave(timeout time.Duration) error {
 // Close stops the node without a goodbye (the others detect its failure)
 // and waits for its goroutines: memberlist, the membership actor, the
 // ticker, the reconnector and the events pump. Worlds and Events close.
+// Close nodes before their actor system.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
-		close(n.stop)
-		n.wg.Wait()
+		n.stopBackground()
 		n.closeErr = n.ml.Shutdown()
-		n.stopActor()
+		if err := n.stopActor(); err != nil && n.closeErr == nil {
+			n.closeErr = err
+		}
 	})
 	return n.closeErr
 }
 
+// stopBackground stops the ticker and the reconnector and waits for them.
+func (n *Node) stopBackground() {
+	n.stopOnce.Do(func() { close(n.stop) })
+	n.wg.Wait()
+}
+
 // stopActor stops the membership actor and closes the trainer's channels.
-func (n *Node) stopActor() {
-	if err := n.sys.Root().StopFuture(n.pid).Wait(); err != nil && !errors.Is(err, actor.ErrTimeout) {
-		n.logger.Warn("elastic: stopping the membership actor", zap.Error(err))
+// An actor that does not stop (its system was shut down first) keeps the
+// channels open, since it might still write to them.
+func (n *Node) stopActor() error {
+	n.sys.Root().Stop(n.pid)
+	select {
+	case <-n.actorDone:
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("%w: the membership actor did not stop within 5 s (was the actor system closed first?)", ErrClosed)
 	}
-	<-n.actorDone
 	close(n.worlds)
 	n.events.close()
 	<-n.pumpDone
+	return nil
 }
 
 // publishWorld hands a committed world to the trainer's channel, replacing

@@ -210,8 +210,10 @@ func TestNodesWrongKey(t *testing.T) {
 	if now := a.World(); !now.Equal(w) {
 		t.Fatalf("world changed from %s to %s", w, now)
 	}
-	if n := c.logs.FilterField(zap.String("lib", "memberlist")).FilterMessageSnippet("ecrypt").Len(); n == 0 {
-		t.Fatalf("no memberlist log line about the refused key; logs: %v", c.logs.All())
+	for deadline := time.Now().Add(waitLimit); c.logs.FilterField(zap.String("lib", "memberlist")).FilterMessageSnippet("ecrypt").Len() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no memberlist log line about the refused key; logs: %v", c.logs.All())
+		}
 	}
 }
 
@@ -289,6 +291,19 @@ func TestNodesGarbage(t *testing.T) {
 	if namesOf(w2) != "a b" || !strings.Contains(w2.Reason, "after garbage") {
 		t.Fatalf("after garbage: %s (%s)", w2, w2.Reason)
 	}
+	// memberlist logged the garbage (its goroutines read the packets and
+	// streams on their own time: poll, bounded).
+	refusals := func() *observer.ObservedLogs {
+		return c.logs.FilterField(zap.String("lib", "memberlist")).Filter(func(e observer.LoggedEntry) bool {
+			return e.Level >= zapcore.ErrorLevel
+		})
+	}
+	for deadline := time.Now().Add(waitLimit); refusals().Len() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no memberlist log line for the garbage")
+		}
+	}
+	t.Logf("%d memberlist error lines, e.g. %q", refusals().Len(), refusals().All()[0].Message)
 	if got := len(a.Members()); got != 2 {
 		t.Fatalf("a sees %d members, want 2", got)
 	}
