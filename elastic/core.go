@@ -101,8 +101,10 @@ type attempt struct {
 // use: one actor owns it.
 //
 // Each committed generation g is a slot; the next world is decided in it
-// by single-decree Paxos among the members of world g (a strict majority
-// of them must promise and accept), with ballots (round, proposer). The
+// by single-decree Paxos among the members of world g (with QuorumMajority
+// a strict majority of them must promise and accept; for the first world,
+// and with QuorumAny, every live node the leader sees), with ballots
+// (round, proposer). The
 // proposer of world g owns round 0 of slot g and skips the prepare phase,
 // so a stable leader agrees a change in one round trip: propose, ack,
 // commit. Any other leader (the previous one died) prepares first and
