@@ -215,6 +215,11 @@ type commActor struct {
 	remoteWorld bool
 	heard       []bool
 	nHeard      int
+	// connected holds the peer addresses protoactor has a live connection
+	// to: an EndpointTerminatedEvent for an address never connected comes
+	// from a first dial that failed while the peer was still starting, and
+	// says nothing about the peer now.
+	connected map[string]bool
 	ready       chan error
 	lastHello   time.Time
 
@@ -300,7 +305,13 @@ func (a *commActor) Receive(ctx actor.Context) {
 		if r := a.rankOf(msg.Who); r >= 0 {
 			a.lost(now, r, fmt.Errorf("its Comm actor terminated (%s)", msg.Why))
 		}
+	case *remote.EndpointConnectedEvent:
+		a.connected[msg.Address] = true
 	case *remote.EndpointTerminatedEvent:
+		if !a.connected[msg.Address] {
+			break
+		}
+		a.connected[msg.Address] = false
 		for r, p := range a.peers {
 			if r != a.rank && a.heard[r] && !a.local[r] && p.Address == msg.Address {
 				a.lost(now, r, fmt.Errorf("endpoint %s terminated", msg.Address))
@@ -565,8 +576,12 @@ func StartRemote(sys *System, w RemoteWorld, cfg CommConfig) (collective.Communi
 			return nil, err
 		}
 	}
+	a.connected = map[string]bool{}
 	a.sub = sys.Actors().EventStream.Subscribe(func(evt any) {
-		if e, ok := evt.(*remote.EndpointTerminatedEvent); ok {
+		switch e := evt.(type) {
+		case *remote.EndpointTerminatedEvent:
+			root.Send(self, e)
+		case *remote.EndpointConnectedEvent:
 			root.Send(self, e)
 		}
 	})
@@ -636,6 +651,15 @@ func (a *commActor) onHello(ctx actor.Context, h *actorspb.CommHello) {
 		a.signalReady(err)
 		return
 	}
+	if !h.Reply {
+		// Answer every plain hello, also from a peer heard before: our
+		// earlier answer may have been dropped while protoactor's
+		// connection to it was still being made, and the peer keeps
+		// asking until it hears us.
+		reply := a.hello()
+		reply.Reply = true
+		ctx.Send(a.peers[r], reply)
+	}
 	if a.heard[r] {
 		return
 	}
@@ -649,7 +673,6 @@ func (a *commActor) onHello(ctx actor.Context, h *actorspb.CommHello) {
 	// remote watch makes protoactor send Terminated across the wire when an
 	// actor stops; if the peer's system is already gone, that send blocks a
 	// protoactor endpoint writer in connection retries for about 10 s.
-	ctx.Send(a.peers[r], a.hello()) // it may not have heard us yet
 	if a.nHeard == a.size-1 {
 		a.signalReady(nil)
 	}

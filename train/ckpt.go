@@ -12,6 +12,7 @@ import (
 	"github.com/troupe-ml/troupe/actors/actorspb"
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/kernels/cpu"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
 )
@@ -104,6 +105,14 @@ func (c *checkpointer) save(eng engine, meta checkpoint.Meta) (time.Duration, er
 	if err != nil {
 		return 0, err
 	}
+	// The workers hold the optimizers; this process describes theirs: the
+	// same configuration, one update per step.
+	o, err := optim.New(nn.NewParamSet(cpu.New(1), 0), c.cfg.Optim)
+	if err != nil {
+		return 0, err
+	}
+	meta.Optimizer = checkpoint.OptimizerStateOf(o)
+	meta.Optimizer.Steps = meta.Step
 	mj, err := json.Marshal(meta)
 	if err != nil {
 		return 0, err

@@ -36,7 +36,11 @@ type CommHello struct {
 	Size      uint32                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
 	Transport string                 `protobuf:"bytes,5,opt,name=transport,proto3" json:"transport,omitempty"`
 	// data_addr is the host:port of the sender's data plane listener (tcp).
-	DataAddr      string `protobuf:"bytes,6,opt,name=data_addr,json=dataAddr,proto3" json:"data_addr,omitempty"`
+	DataAddr string `protobuf:"bytes,6,opt,name=data_addr,json=dataAddr,proto3" json:"data_addr,omitempty"`
+	// reply marks a hello sent in answer to a peer's: it is never answered,
+	// so two peers do not ping-pong, while every plain hello is, so a reply
+	// lost before the connection was up is sent again on the peer's next try.
+	Reply         bool `protobuf:"varint,7,opt,name=reply,proto3" json:"reply,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -111,6 +115,13 @@ func (x *CommHello) GetDataAddr() string {
 		return x.DataAddr
 	}
 	return ""
+}
+
+func (x *CommHello) GetReply() bool {
+	if x != nil {
+		return x.Reply
+	}
+	return false
 }
 
 // CollectiveMsg is one collective.Message (see package collective).
@@ -322,14 +333,15 @@ var File_comm_proto protoreflect.FileDescriptor
 const file_comm_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"comm.proto\x12\x10troupe.actors.v1\"\xa0\x01\n" +
+	"comm.proto\x12\x10troupe.actors.v1\"\xb6\x01\n" +
 	"\tCommHello\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x14\n" +
 	"\x05world\x18\x02 \x01(\tR\x05world\x12\x12\n" +
 	"\x04rank\x18\x03 \x01(\rR\x04rank\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\rR\x04size\x12\x1c\n" +
 	"\ttransport\x18\x05 \x01(\tR\ttransport\x12\x1b\n" +
-	"\tdata_addr\x18\x06 \x01(\tR\bdataAddr\"\xab\x02\n" +
+	"\tdata_addr\x18\x06 \x01(\tR\bdataAddr\x12\x14\n" +
+	"\x05reply\x18\a \x01(\bR\x05reply\"\xab\x02\n" +
 	"\rCollectiveMsg\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\rR\x04type\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\rR\x05group\x12\x12\n" +

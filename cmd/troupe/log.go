@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/spf13/cobra"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/term"
@@ -18,7 +20,16 @@ var (
 
 // setupLogging builds the zap logger from --log-level and --log-format:
 // human-readable on a terminal, one JSON object per line otherwise.
-func setupLogging() error {
+func setupLogging(cmd *cobra.Command) error {
+	// Worker processes started by --procs log as their parent does.
+	if v := os.Getenv("TROUPE_LOG_LEVEL"); v != "" && !cmd.Flags().Changed("log-level") {
+		logLevel = v
+	}
+	if v := os.Getenv("TROUPE_LOG_FORMAT"); v != "" && !cmd.Flags().Changed("log-format") {
+		logFormat = v
+	}
+	os.Setenv("TROUPE_LOG_LEVEL", logLevel)
+	os.Setenv("TROUPE_LOG_FORMAT", logFormat)
 	var lvl zapcore.Level
 	if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 		return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, logLevel)

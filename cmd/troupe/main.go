@@ -19,7 +19,7 @@ var rootCmd = &cobra.Command{
 	SilenceUsage:  true,
 	SilenceErrors: true,
 	PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-		return setupLogging()
+		return setupLogging(cmd)
 	},
 }
 
