@@ -220,8 +220,8 @@ type commActor struct {
 	// from a first dial that failed while the peer was still starting, and
 	// says nothing about the peer now.
 	connected map[string]bool
-	ready       chan error
-	lastHello   time.Time
+	ready     chan error
+	lastHello time.Time
 
 	// TransportActor flow control
 	credits  []int

@@ -2,11 +2,11 @@ package actors
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
-	"encoding/binary"
 	"math"
+	"path/filepath"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
