@@ -1,6 +1,7 @@
 package train
 
 import (
+	"io"
 	"time"
 
 	"github.com/troupe-ml/troupe/data"
@@ -91,6 +92,11 @@ func (e *singleEngine) eval(lo, hi int) (replica.Result, error) {
 
 func (e *singleEngine) weights() ([]float32, error) { return e.r.Model.Set.HostWeights(), nil }
 
-func (e *singleEngine) close() error { return nil }
+func (e *singleEngine) close() error {
+	if c, ok := e.r.Be.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }

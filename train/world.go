@@ -116,10 +116,26 @@ func commConfig(cfg *Config, log *zap.Logger) actors.CommConfig {
 	return cc
 }
 
+// deviceFor spreads the ranks of a machine over the backend's devices: one
+// Worker per GPU (rank r on device r mod the device count).
+func deviceFor(backend string, rank int) int {
+	devs, _ := kernels.Devices()
+	n := 0
+	for _, d := range devs {
+		if d.Backend == backend {
+			n++
+		}
+	}
+	if n <= 1 {
+		return 0
+	}
+	return rank % n
+}
+
 // newStepper builds rank's worker: its model units, optimizer and backend,
 // as a data-parallel replica or a pipeline stage.
 func newStepper(cfg *Config, plan *worldPlan, rank, threads int, comm collective.Communicator, rec *pipeline.Recorder, trainSet, testSet data.Dataset) (ddp.Stepper, io.Closer, error) {
-	be, err := kernels.Open(cfg.Device, kernels.Options{Threads: threads})
+	be, err := kernels.Open(cfg.Device, kernels.Options{Threads: threads, Device: deviceFor(cfg.Device, rank)})
 	if err != nil {
 		return nil, nil, fmt.Errorf("train: --device %s: %w", cfg.Device, err)
 	}
