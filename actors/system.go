@@ -171,7 +171,10 @@ func (s *System) IsRemote() bool { return s.remote != nil }
 func (s *System) Logger() *zap.Logger { return s.logger }
 
 // Close stops protoactor remote and the actor system. Actors should be
-// stopped first (their Close methods).
+// stopped first (their Close methods). protoactor's graceful remote stop
+// writes a flag that its gRPC handlers read without synchronisation; the
+// race detector reports it when peers are still connected, so race-enabled
+// tests let processes end instead of closing remote systems.
 func (s *System) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

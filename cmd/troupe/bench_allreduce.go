@@ -579,7 +579,8 @@ func runAllReduceWorker(ctx context.Context, stdin io.Reader, stdout io.Writer, 
 	if err != nil {
 		return err
 	}
-	defer sys.Close()
+	// The system is not closed: the process exits when this returns, and
+	// protoactor's graceful stop only waits for peers that are leaving too.
 	if err := enc.Encode(allreduceWorkerLine{Rank: rank, Addr: sys.Address()}); err != nil {
 		return err
 	}
