@@ -130,6 +130,9 @@ type gemmProblem struct {
 	kernels.GemmArgs
 	kern    *gemmKernel
 	A, B, C []float32
+	// sharedFloats bounds the packed operand that cooperating threads share
+	// (0: coopSharedFloats); tests lower it to cover several shared ranges.
+	sharedFloats int
 }
 
 // gemmScratch is one goroutine's pack buffers. They come from scratchPool,

@@ -121,18 +121,32 @@ func (c *coopSync) wait(st *coopStep, n int) {
 // packing chunk covers.
 const coopShareGroup = 4
 
-// coopMaxCols bounds the columns of one chunk when the threads split
-// columns: the chunk's packed B (kc×cols) stays within the L2.
-const coopMaxCols = 512
+// coopSharedFloats bounds the shared packed operand (8 MiB, a quarter of
+// the L3): it holds all of K for a range of columns (or rows) of C, so that
+// the threads meet only once per range rather than once per k block.
+const coopSharedFloats = 2 << 20
+
+// Chunk sizes when the threads split rows (of C, with op(A) rows packed
+// privately) or columns (of C, with op(B) columns packed privately). The
+// target is about 4 chunks per thread, so that a thread held up by the OS
+// or a slower core costs the others at most a small chunk at the end; a
+// chunk has at least 16 micro-panels, so that each B (or A) micro-panel
+// brought into L1 serves 16 kernel calls.
+const (
+	coopChunksPerThread = 4
+	coopMinPanels       = 16
+	coopMaxCols         = 512 // a chunk's kc×cols packed B stays in L2
+)
 
 // coop computes batch member bt with all threads working on it, BLIS style.
-// When C has at least as many rows as columns, each kc×nc block of op(B) is
-// packed once into a shared buffer (the threads packing disjoint panels),
-// and then the threads claim row blocks of C, each packing its own A block.
-// Otherwise the roles swap: a shared packed block of op(A) (up to 2·mc
-// rows) and column ranges of C, each packing its own B. Every block is a
-// step; a step starts when the previous one is done, which is what lets the
-// shared buffer be reused and the k blocks accumulate in order.
+// When C has at least as many rows as columns, op(B) is packed (for all of
+// K, over a range of columns of C) into a buffer the threads share, each
+// packing disjoint panels; then the threads claim row blocks of C and run
+// the k blocks over them, each packing its own A blocks. Otherwise the roles
+// swap: a shared packed op(A) for a range of rows, and column blocks of C,
+// each packing its own B. Each range takes two steps, packing then
+// computing; a step starts when the previous one is done, which is what
+// lets the shared buffer be reused.
 func (p *gemmProblem) coop(threads, bt int) {
 	kern := p.kern
 	mr, nr := kern.mr, kern.nr
@@ -140,27 +154,33 @@ func (p *gemmProblem) coop(threads, bt int) {
 	nPC := ceilDiv(p.K, kcMax)
 	rowsMode := p.M >= p.N
 	offC := bt * p.StrideC
+	shared := p.sharedFloats
+	if shared == 0 {
+		shared = coopSharedFloats
+	}
 
-	// Chunks per step: a multiple of threads, so that they share out
-	// evenly when every thread runs at the same speed.
-	var outer, nPhases, chunk, nChunks int
+	// span is the extent of one shared range (columns of C in rows mode,
+	// rows in columns mode), chunk that of one claimed block.
+	var span, nRanges, chunk, nChunks int
 	sh := scratchPool.Get().(*gemmScratch)
 	if rowsMode {
-		outer = kern.nc
-		nPhases = ceilDiv(p.N, outer) * nPC
-		nChunks = threads * ceilDiv(ceilDiv(p.M, kern.mc), threads)
-		chunk = ceilDiv(ceilDiv(p.M, nChunks), mr) * mr
+		span = max(nr, min(kern.nc, shared/(nPC*kcMax)/nr*nr))
+		nRanges = ceilDiv(p.N, span)
+		chunk = ceilDiv(ceilDiv(p.M, coopChunksPerThread*threads), mr) * mr
+		chunk = min(max(chunk, coopMinPanels*mr), kern.mc)
 		nChunks = ceilDiv(p.M, chunk)
-		sh.b = grow(sh.b, kcMax*min(kern.nc, ceilDiv(p.N, nr)*nr))
+		span = min(span, ceilDiv(p.N, nr)*nr)
+		sh.b = grow(sh.b, nPC*kcMax*span)
 	} else {
-		outer = 2 * kern.mc
-		nPhases = ceilDiv(p.M, outer) * nPC
-		nChunks = threads * ceilDiv(ceilDiv(p.N, coopMaxCols), threads)
-		chunk = ceilDiv(ceilDiv(p.N, nChunks), nr) * nr
+		span = max(mr, min(2*kern.mc, shared/(nPC*kcMax)/mr*mr))
+		nRanges = ceilDiv(p.M, span)
+		chunk = ceilDiv(ceilDiv(p.N, coopChunksPerThread*threads), nr) * nr
+		chunk = min(max(chunk, coopMinPanels*nr), coopMaxCols)
 		nChunks = ceilDiv(p.N, chunk)
-		sh.a = grow(sh.a, min(outer, ceilDiv(p.M, mr)*mr)*kcMax)
+		span = min(span, ceilDiv(p.M, mr)*mr)
+		sh.a = grow(sh.a, nPC*kcMax*span)
 	}
-	steps := make([]coopStep, 2*nPhases)
+	steps := make([]coopStep, 2*nRanges)
 	var cs coopSync
 	cs.cond.L = &cs.mu
 
@@ -172,51 +192,62 @@ func (p *gemmProblem) coop(threads, bt int) {
 			s.b = grow(s.b, kcMax*chunk)
 		}
 		s.tile = grow(s.tile, mr*nr)
-		for ph := range nPhases {
-			o, pc := ph/nPC*outer, ph%nPC*kcMax
-			kc := min(kcMax, p.K-pc)
-			beta := p.betaAt(pc)
-			packStep, computeStep := &steps[2*ph], &steps[2*ph+1]
+		for r := range nRanges {
+			packStep, computeStep := &steps[2*r], &steps[2*r+1]
 			if rowsMode {
-				// o is jc: share the kc×nc block of op(B) at (pc, jc).
-				jc, nc := o, min(outer, p.N-o)
-				nPack := ceilDiv(ceilDiv(nc, nr), coopShareGroup)
-				src := p.bPanels(bt, pc, jc)
+				// Share op(B)[:, jc:jc+nc]: k block q of it at sh.b[q·kcMax·span:].
+				jc, nc := r*span, min(span, p.N-r*span)
+				groups := ceilDiv(ceilDiv(nc, nr), coopShareGroup)
+				nPack := nPC * groups
 				for i, ok := packStep.next(nPack); ok; i, ok = packStep.next(nPack) {
-					p.packB(sh.b, &src, i*coopShareGroup, min((i+1)*coopShareGroup, ceilDiv(nc, nr)), nc, kc)
+					q, g := i/groups, i%groups
+					pc := q * kcMax
+					src := p.bPanels(bt, pc, jc)
+					p.packB(sh.b[q*kcMax*span:], &src, g*coopShareGroup, min((g+1)*coopShareGroup, ceilDiv(nc, nr)), nc, min(kcMax, p.K-pc))
 					cs.finish(packStep, nPack)
 				}
 				cs.wait(packStep, nPack)
-				bp := panels{data: sh.b, step: nr * kc, ks: nr}
 				for i, ok := computeStep.next(nChunks); ok; i, ok = computeStep.next(nChunks) {
 					ic := i * chunk
 					mc := min(chunk, p.M-ic)
-					src := p.aPanels(bt, ic, pc)
-					p.packA(s.a, &src, 0, ceilDiv(mc, mr), mc, kc)
-					ap := panels{data: s.a, step: mr * kc, rs: 1, ks: mr}
-					macroKernel(kern, s, mc, nc, kc, p.Alpha, beta, &ap, &bp, p.C[offC+ic*p.LDC+jc:], p.LDC)
+					for q := range nPC {
+						pc := q * kcMax
+						kc := min(kcMax, p.K-pc)
+						src := p.aPanels(bt, ic, pc)
+						p.packA(s.a, &src, 0, ceilDiv(mc, mr), mc, kc)
+						ap := panels{data: s.a, step: mr * kc, rs: 1, ks: mr}
+						bp := panels{data: sh.b[q*kcMax*span:], step: nr * kc, ks: nr}
+						macroKernel(kern, s, mc, nc, kc, p.Alpha, p.betaAt(pc), &ap, &bp, p.C[offC+ic*p.LDC+jc:], p.LDC)
+					}
 					cs.finish(computeStep, nChunks)
 				}
 				cs.wait(computeStep, nChunks)
 				continue
 			}
-			// o is ic: share the mc×kc block of op(A) at (ic, pc).
-			ic, mc := o, min(outer, p.M-o)
-			nPack := ceilDiv(ceilDiv(mc, mr), coopShareGroup)
-			src := p.aPanels(bt, ic, pc)
+			// Share op(A)[ic:ic+mc, :]: k block q of it at sh.a[q·kcMax·span:].
+			ic, mc := r*span, min(span, p.M-r*span)
+			groups := ceilDiv(ceilDiv(mc, mr), coopShareGroup)
+			nPack := nPC * groups
 			for i, ok := packStep.next(nPack); ok; i, ok = packStep.next(nPack) {
-				p.packA(sh.a, &src, i*coopShareGroup, min((i+1)*coopShareGroup, ceilDiv(mc, mr)), mc, kc)
+				q, g := i/groups, i%groups
+				pc := q * kcMax
+				src := p.aPanels(bt, ic, pc)
+				p.packA(sh.a[q*kcMax*span:], &src, g*coopShareGroup, min((g+1)*coopShareGroup, ceilDiv(mc, mr)), mc, min(kcMax, p.K-pc))
 				cs.finish(packStep, nPack)
 			}
 			cs.wait(packStep, nPack)
-			ap := panels{data: sh.a, step: mr * kc, rs: 1, ks: mr}
 			for i, ok := computeStep.next(nChunks); ok; i, ok = computeStep.next(nChunks) {
 				jc := i * chunk
 				nc := min(chunk, p.N-jc)
-				src := p.bPanels(bt, pc, jc)
-				p.packB(s.b, &src, 0, ceilDiv(nc, nr), nc, kc)
-				bp := panels{data: s.b, step: nr * kc, ks: nr}
-				macroKernel(kern, s, mc, nc, kc, p.Alpha, beta, &ap, &bp, p.C[offC+ic*p.LDC+jc:], p.LDC)
+				for q := range nPC {
+					pc := q * kcMax
+					kc := min(kcMax, p.K-pc)
+					src := p.bPanels(bt, pc, jc)
+					p.packB(s.b, &src, 0, ceilDiv(nc, nr), nc, kc)
+					ap := panels{data: sh.a[q*kcMax*span:], step: mr * kc, rs: 1, ks: mr}
+					bp := panels{data: s.b, step: nr * kc, ks: nr}
+					macroKernel(kern, s, mc, nc, kc, p.Alpha, p.betaAt(pc), &ap, &bp, p.C[offC+ic*p.LDC+jc:], p.LDC)
+				}
 				cs.finish(computeStep, nChunks)
 			}
 			cs.wait(computeStep, nChunks)

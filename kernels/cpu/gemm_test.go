@@ -87,6 +87,9 @@ type gemmCase struct {
 	padLD  int
 	padStr int
 	nanC   bool
+	// shared, when set, bounds the operand cooperating threads share, so
+	// that a small product spans several shared ranges.
+	shared int
 }
 
 func (tc gemmCase) String() string {
@@ -151,6 +154,7 @@ func (tc gemmCase) check(t *testing.T, kern *gemmKernel, threads int, seed uint6
 	// Below its work threshold Gemm would run small products on one
 	// thread; force the requested count to exercise the parallel paths.
 	if p, ok := prepareGemm(kern, g, Buf(A), Buf(B), Buf(C)); ok {
+		p.sharedFloats = tc.shared
 		p.execute(threads)
 	}
 
