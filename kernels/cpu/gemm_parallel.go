@@ -12,8 +12,9 @@ import (
 const minFlopsPerThread = 1 << 20
 
 // coopMinFlops is the least work per batch member for which the threads
-// cooperate on one member (with barriers between blocks) rather than take
-// whole members each.
+// cooperate on one member (meeting after packing the shared operand and at
+// its end) rather than take whole members each, when the members do not
+// share out evenly.
 const coopMinFlops = 16 << 20
 
 // threads is how many goroutines the product is worth: at most limit, and
