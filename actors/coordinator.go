@@ -25,6 +25,9 @@ type CoordinatorConfig struct {
 	// CallTimeout bounds a call: a rank that has not answered by then is
 	// reported as silent (a hung process). Default 10 minutes.
 	CallTimeout time.Duration
+	// Name is the actor's name in its system (default CoordinatorActorName;
+	// an elastic leader names one per generation).
+	Name string
 	// EvalRanks answer EvalCall and WeightsCall together: the stages of
 	// one replica in pipeline order (default: rank 0 alone). Their losses
 	// add up and their weights concatenate to the whole model's.
@@ -72,6 +75,27 @@ type SaveReport struct {
 	Err   error
 }
 
+// GatherCall sends Msgs[r] to rank r (a nil entry skips the rank) and is
+// answered with a *GatherReport once every addressed rank replied with a
+// message carrying its rank (GetRank) and, optionally, an error (GetError).
+type GatherCall struct{ Msgs []any }
+
+// GatherReport answers GatherCall: the replies by rank.
+type GatherReport struct {
+	Replies []any
+	Err     error
+}
+
+// ranked is a reply a GatherCall collects.
+type ranked interface {
+	GetRank() uint32
+	GetError() string
+}
+
+// CancelCall fails the call in flight, if any, with Reason (an elastic
+// leader whose world was superseded stops waiting on a hung member).
+type CancelCall struct{ Reason string }
+
 // ReadyCall is answered with a *ReadyReport once every rank has said hello
 // (at once when the workers were given at spawn time).
 type ReadyCall struct{}
@@ -95,10 +119,11 @@ const (
 	callEval
 	callWeights
 	callSave
+	callGather
 )
 
 func (k callKind) String() string {
-	return [...]string{"none", "step", "eval", "weights", "save"}[k]
+	return [...]string{"none", "step", "eval", "weights", "save", "gather"}[k]
 }
 
 type coordinator struct {
@@ -114,6 +139,8 @@ type coordinator struct {
 	evals    map[int]*actorspb.EvalDone
 	weights  map[int]*actorspb.Weights
 	saved    map[int]*actorspb.ShardSaved
+	gathered []any
+	expect   int
 	answered int
 	step     uint64
 }
@@ -144,7 +171,11 @@ func SpawnCoordinator(sys *System, cfg CoordinatorConfig) (*actor.PID, error) {
 		a.hellos = cfg.World
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return a })
-	return sys.Root().SpawnNamed(props, CoordinatorActorName)
+	name := cfg.Name
+	if name == "" {
+		name = CoordinatorActorName
+	}
+	return sys.Root().SpawnNamed(props, name)
 }
 
 func (a *coordinator) Receive(c actor.Context) {
@@ -264,6 +295,43 @@ func (a *coordinator) Receive(c actor.Context) {
 			}
 			a.reply(c, &SaveReport{Bytes: n})
 		}
+	case *GatherCall:
+		if a.busy(c) {
+			return
+		}
+		if len(m.Msgs) != a.cfg.World {
+			c.Respond(&GatherReport{Err: fmt.Errorf("%w: %d messages for %d ranks", ErrBadConfig, len(m.Msgs), a.cfg.World)})
+			return
+		}
+		a.kind, a.caller, a.gathered, a.answered, a.expect = callGather, c.Sender(), make([]any, a.cfg.World), 0, 0
+		for r, msg := range m.Msgs {
+			if msg != nil {
+				c.Request(a.workers[r], msg)
+				a.expect++
+			}
+		}
+		if a.expect == 0 {
+			a.reply(c, &GatherReport{Replies: a.gathered})
+			return
+		}
+		c.SetReceiveTimeout(a.cfg.CallTimeout)
+	case ranked:
+		r := int(m.GetRank())
+		if a.kind != callGather || r >= len(a.gathered) || a.gathered[r] != nil {
+			return
+		}
+		if e := m.GetError(); e != "" {
+			a.reply(c, &GatherReport{Err: fmt.Errorf("rank %d: %s", r, e)})
+			return
+		}
+		a.gathered[r] = m
+		if a.answered++; a.answered == a.expect {
+			a.reply(c, &GatherReport{Replies: a.gathered})
+		}
+	case *CancelCall:
+		if a.kind != callNone {
+			a.finish(c, fmt.Errorf("%w: %s", ErrCanceled, m.Reason))
+		}
 	case *actor.Terminated:
 		for r, w := range a.workers {
 			if w != nil && w.Equal(m.Who) {
@@ -329,6 +397,8 @@ func callKindOf(m any) callKind {
 		return callWeights
 	case *SaveCall:
 		return callSave
+	case *GatherCall:
+		return callGather
 	}
 	return callNone
 }
@@ -343,6 +413,8 @@ func (a *coordinator) errorReport(k callKind, err error) any {
 		return &WeightsReport{Err: err}
 	case callSave:
 		return &SaveReport{Err: err}
+	case callGather:
+		return &GatherReport{Err: err}
 	}
 	return &ReadyReport{Err: err}
 }
@@ -401,6 +473,12 @@ func (a *coordinator) silent() string {
 				rs = append(rs, fmt.Sprint(r))
 			}
 		}
+	case callGather:
+		for r, g := range a.gathered {
+			if g == nil {
+				rs = append(rs, fmt.Sprint(r))
+			}
+		}
 	}
 	return "rank(s) " + strings.Join(rs, ", ")
 }
@@ -416,6 +494,6 @@ func (a *coordinator) finish(c actor.Context, err error) {
 
 func (a *coordinator) reply(c actor.Context, msg any) {
 	c.Send(a.caller, msg)
-	a.kind, a.caller, a.dones, a.evals, a.weights, a.saved = callNone, nil, nil, nil, nil, nil
+	a.kind, a.caller, a.dones, a.evals, a.weights, a.saved, a.gathered = callNone, nil, nil, nil, nil, nil, nil
 	c.CancelReceiveTimeout()
 }

@@ -9,4 +9,6 @@ var (
 	// ErrPeerSilent: a worker did not answer a call in time (a hung
 	// process, which sends no reset).
 	ErrPeerSilent = errors.New("actors: worker silent")
+	// ErrCanceled: the caller gave up on the call (CancelCall).
+	ErrCanceled = errors.New("actors: call canceled")
 )

@@ -15,6 +15,8 @@ import (
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/ddp"
+	"github.com/troupe-ml/troupe/nn"
+	"github.com/troupe-ml/troupe/nn/optim"
 )
 
 // WorkerActorName is the Worker actor's name in a worker process's system,
@@ -97,6 +99,15 @@ func (a *workerActor) step(m *actorspb.RunStep) *actorspb.StepDone {
 // saveShard writes this rank's share of a checkpoint (its stage's
 // tensors, split among the stage's data-parallel ranks) into dir/tmp.
 func (a *workerActor) saveShard(m *actorspb.SaveShard) (int64, error) {
+	model, opt := a.w.State()
+	return SaveShard(m, model, opt, a.rank, a.stage)
+}
+
+// SaveShard writes the share of a checkpoint that rank (at pipeline stage
+// stage) holds: its stage's tensors, split among the stage's data-parallel
+// ranks, into m.Dir/m.Tmp, with its part manifest. It returns the bytes of
+// the stage's state snapshot.
+func SaveShard(m *actorspb.SaveShard, model *nn.Model, opt optim.Optimizer, rank, stage int) (int64, error) {
 	var meta checkpoint.Meta
 	if err := json.Unmarshal(m.Meta, &meta); err != nil {
 		return 0, fmt.Errorf("checkpoint meta: %w", err)
@@ -104,12 +115,11 @@ func (a *workerActor) saveShard(m *actorspb.SaveShard) (int64, error) {
 	if meta.World.DP < 1 {
 		return 0, fmt.Errorf("checkpoint meta: world %v", meta.World)
 	}
-	model, opt := a.w.State()
 	snap := &checkpoint.Snapshot{Meta: meta}
-	if err := snap.AddStage(a.stage, model, opt); err != nil {
+	if err := snap.AddStage(stage, model, opt); err != nil {
 		return 0, err
 	}
-	shard, err := snap.Shard(a.stage, a.rank%meta.World.DP)
+	shard, err := snap.Shard(stage, rank%meta.World.DP)
 	if err != nil {
 		return 0, err
 	}

@@ -42,7 +42,9 @@ type checkpointer struct {
 	conf  json.RawMessage
 }
 
-func newCheckpointer(cfg *Config, eng engine, log *zap.Logger) (*checkpointer, error) {
+// newCheckpointer saves asynchronously from snapshots of this process's
+// state when async is set, else through the ranks' own shard writes.
+func newCheckpointer(cfg *Config, async bool, log *zap.Logger) (*checkpointer, error) {
 	if cfg.CkptDir == "" {
 		return nil, nil
 	}
@@ -51,7 +53,7 @@ func newCheckpointer(cfg *Config, eng engine, log *zap.Logger) (*checkpointer, e
 		return nil, err
 	}
 	c := &checkpointer{cfg: cfg, fsys: checkpoint.OSFS{}, log: log, conf: conf}
-	if dp, ok := eng.(*dpEngine); !ok || dp.local != nil {
+	if async {
 		c.saver, err = checkpoint.NewAsyncSaver(c.fsys, checkpoint.SaverConfig{Dir: cfg.CkptDir, Keep: cfg.Keep},
 			checkpoint.WithOnWritten(func(r checkpoint.WriteResult) {
 				if r.Err != nil {
@@ -80,13 +82,14 @@ func (c *checkpointer) meta(step int, gen uint64, s *data.Sampler, sched optim.S
 	}
 }
 
-// save checkpoints the state after step (steps done) and returns how long
+// save checkpoints the state after step (steps done), read from src (a
+// stateHolder when asynchronous, else a shardWriter), and returns how long
 // the training loop paused for it.
-func (c *checkpointer) save(eng engine, meta checkpoint.Meta) (time.Duration, error) {
+func (c *checkpointer) save(src any, meta checkpoint.Meta) (time.Duration, error) {
 	if c.saver != nil {
 		st, err := c.saver.Save(func(s *checkpoint.Snapshot) error {
 			s.Meta = meta
-			return eng.(stateHolder).capture(s)
+			return src.(stateHolder).capture(s)
 		})
 		if err != nil {
 			return st.Pause(), fmt.Errorf("train: checkpoint at step %d: %w", meta.Step, err)
@@ -94,7 +97,7 @@ func (c *checkpointer) save(eng engine, meta checkpoint.Meta) (time.Duration, er
 		return st.Pause(), nil
 	}
 	start := time.Now()
-	sw, ok := eng.(shardWriter)
+	sw, ok := src.(shardWriter)
 	if !ok {
 		return 0, errors.New("train: this world cannot write checkpoints")
 	}

@@ -41,6 +41,13 @@ type StepMetrics struct {
 	// PeakActBytes is the activation pool's high-water mark in this step
 	// (stage 0's, with pipelining).
 	PeakActBytes int64 `json:"peak_activation_bytes,omitempty"`
+	// Cursor is the sampler position of the step's global batch of Batch
+	// samples (elastic jobs: the batch follows the world under linear-lr).
+	Cursor uint64 `json:"cursor"`
+	Batch  int    `json:"batch,omitempty"`
+	// ResumeMs, on a generation's first step, is the time from the world's
+	// commit to that step's end.
+	ResumeMs float64 `json:"resume_ms,omitempty"`
 	// PeakMicro is the most micro-batches alive at once on stage 0.
 	PeakMicro int `json:"peak_micro_batches,omitempty"`
 	// BubbleFraction is the measured idle share of the pipeline schedule;
@@ -57,7 +64,17 @@ type metricsWriter struct {
 }
 
 func newMetricsWriter(path string) (*metricsWriter, error) {
-	f, err := os.Create(path)
+	return openMetrics(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY)
+}
+
+// appendMetricsWriter continues a metrics file (an elastic agent leads
+// several generations, each appending its steps).
+func appendMetricsWriter(path string) (*metricsWriter, error) {
+	return openMetrics(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY)
+}
+
+func openMetrics(path string, flag int) (*metricsWriter, error) {
+	f, err := os.OpenFile(path, flag, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("train: --metrics-out: %w", err)
 	}

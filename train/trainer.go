@@ -100,7 +100,8 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	if start > steps {
 		return nil, fmt.Errorf("train: --resume: the checkpoint is at step %d, past --steps %d", start, steps)
 	}
-	ckpt, err := newCheckpointer(&cfg, eng, log)
+	dp, isDP := eng.(*dpEngine)
+	ckpt, err := newCheckpointer(&cfg, !isDP || dp.local != nil, log)
 	if err != nil {
 		return nil, err
 	}
@@ -223,6 +224,7 @@ func (l *loop) run(ctx context.Context) (*Summary, error) {
 			SamplesPerS: float64(cfg.Batch) / (stepMs / 1e3),
 			StepMs:      stepMs, ComputeMs: st.ComputeMs, CommMs: st.CommMs, BubbleMs: st.BubbleMs,
 			World: st.World, Generation: st.Generation,
+			Cursor: uint64(cur), Batch: cfg.Batch,
 			Epoch:   float64(l.sampler.Cursor()) / float64(l.train.Len()),
 			Samples: sum.Samples, GradNorm: st.GradNorm,
 			DP: cfg.DP, PP: cfg.PP, Micro: cfg.MicroBatches, Accum: cfg.Accum, GradBytes: int64(4 * l.model.Set.Len()),

@@ -774,6 +774,425 @@ func (x *ShardSaved) GetBytes() uint64 {
 	return 0
 }
 
+// AgentStatusRequest asks an elastic agent for the training state it holds.
+type AgentStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Rank          uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentStatusRequest) Reset() {
+	*x = AgentStatusRequest{}
+	mi := &file_train_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentStatusRequest) ProtoMessage() {}
+
+func (x *AgentStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_train_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentStatusRequest.ProtoReflect.Descriptor instead.
+func (*AgentStatusRequest) Descriptor() ([]byte, []int) {
+	return file_train_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AgentStatusRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *AgentStatusRequest) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+// AgentStatus answers AgentStatusRequest: the last step whose update the
+// agent applied, the sampler cursor after it, and the size of the job's
+// first world (for the linear LR-scaling rule).
+type AgentStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rank          uint32                 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	AppliedStep   uint64                 `protobuf:"varint,2,opt,name=applied_step,json=appliedStep,proto3" json:"applied_step,omitempty"`
+	Cursor        uint64                 `protobuf:"varint,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	World0        uint32                 `protobuf:"varint,4,opt,name=world0,proto3" json:"world0,omitempty"`
+	Name          string                 `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	Error         string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentStatus) Reset() {
+	*x = AgentStatus{}
+	mi := &file_train_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentStatus) ProtoMessage() {}
+
+func (x *AgentStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_train_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentStatus.ProtoReflect.Descriptor instead.
+func (*AgentStatus) Descriptor() ([]byte, []int) {
+	return file_train_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AgentStatus) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *AgentStatus) GetAppliedStep() uint64 {
+	if x != nil {
+		return x.AppliedStep
+	}
+	return 0
+}
+
+func (x *AgentStatus) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *AgentStatus) GetWorld0() uint32 {
+	if x != nil {
+		return x.World0
+	}
+	return 0
+}
+
+func (x *AgentStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AgentStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// AgentSync forms generation `generation` on an agent: it joins the
+// collectives of the world whose ranks' actor addresses are `addrs`, as
+// rank `rank`, and receives the training state from rank `root` (weights,
+// optimizer state), then sets its step and cursor.
+type AgentSync struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Rank          uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	Addrs         []string               `protobuf:"bytes,3,rep,name=addrs,proto3" json:"addrs,omitempty"`
+	Root          uint32                 `protobuf:"varint,4,opt,name=root,proto3" json:"root,omitempty"`
+	Step          uint64                 `protobuf:"varint,5,opt,name=step,proto3" json:"step,omitempty"`
+	Cursor        uint64                 `protobuf:"varint,6,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	World0        uint32                 `protobuf:"varint,7,opt,name=world0,proto3" json:"world0,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentSync) Reset() {
+	*x = AgentSync{}
+	mi := &file_train_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentSync) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentSync) ProtoMessage() {}
+
+func (x *AgentSync) ProtoReflect() protoreflect.Message {
+	mi := &file_train_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentSync.ProtoReflect.Descriptor instead.
+func (*AgentSync) Descriptor() ([]byte, []int) {
+	return file_train_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AgentSync) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *AgentSync) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *AgentSync) GetAddrs() []string {
+	if x != nil {
+		return x.Addrs
+	}
+	return nil
+}
+
+func (x *AgentSync) GetRoot() uint32 {
+	if x != nil {
+		return x.Root
+	}
+	return 0
+}
+
+func (x *AgentSync) GetStep() uint64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *AgentSync) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *AgentSync) GetWorld0() uint32 {
+	if x != nil {
+		return x.World0
+	}
+	return 0
+}
+
+// AgentSyncDone answers AgentSync.
+type AgentSyncDone struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rank          uint32                 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Checksum      uint64                 `protobuf:"varint,3,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentSyncDone) Reset() {
+	*x = AgentSyncDone{}
+	mi := &file_train_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentSyncDone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentSyncDone) ProtoMessage() {}
+
+func (x *AgentSyncDone) ProtoReflect() protoreflect.Message {
+	mi := &file_train_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentSyncDone.ProtoReflect.Descriptor instead.
+func (*AgentSyncDone) Descriptor() ([]byte, []int) {
+	return file_train_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AgentSyncDone) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *AgentSyncDone) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *AgentSyncDone) GetChecksum() uint64 {
+	if x != nil {
+		return x.Checksum
+	}
+	return 0
+}
+
+// AgentFinish ends an agent's work: the job reached its target step.
+type AgentFinish struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Step          uint64                 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	Rank          uint32                 `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentFinish) Reset() {
+	*x = AgentFinish{}
+	mi := &file_train_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentFinish) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentFinish) ProtoMessage() {}
+
+func (x *AgentFinish) ProtoReflect() protoreflect.Message {
+	mi := &file_train_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentFinish.ProtoReflect.Descriptor instead.
+func (*AgentFinish) Descriptor() ([]byte, []int) {
+	return file_train_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AgentFinish) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *AgentFinish) GetStep() uint64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *AgentFinish) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+// AgentFinished answers AgentFinish with the agent's parameter checksum.
+type AgentFinished struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rank          uint32                 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	Checksum      uint64                 `protobuf:"varint,2,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentFinished) Reset() {
+	*x = AgentFinished{}
+	mi := &file_train_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentFinished) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentFinished) ProtoMessage() {}
+
+func (x *AgentFinished) ProtoReflect() protoreflect.Message {
+	mi := &file_train_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentFinished.ProtoReflect.Descriptor instead.
+func (*AgentFinished) Descriptor() ([]byte, []int) {
+	return file_train_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AgentFinished) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *AgentFinished) GetChecksum() uint64 {
+	if x != nil {
+		return x.Checksum
+	}
+	return 0
+}
+
+func (x *AgentFinished) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_train_proto protoreflect.FileDescriptor
 
 const file_train_proto_rawDesc = "" +
@@ -848,7 +1267,43 @@ const file_train_proto_rawDesc = "" +
 	"ShardSaved\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\rR\x04rank\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x14\n" +
-	"\x05bytes\x18\x03 \x01(\x04R\x05bytesB-Z+github.com/troupe-ml/troupe/actors/actorspbb\x06proto3"
+	"\x05bytes\x18\x03 \x01(\x04R\x05bytes\"H\n" +
+	"\x12AgentStatusRequest\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12\x12\n" +
+	"\x04rank\x18\x02 \x01(\rR\x04rank\"\x9e\x01\n" +
+	"\vAgentStatus\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\rR\x04rank\x12!\n" +
+	"\fapplied_step\x18\x02 \x01(\x04R\vappliedStep\x12\x16\n" +
+	"\x06cursor\x18\x03 \x01(\x04R\x06cursor\x12\x16\n" +
+	"\x06world0\x18\x04 \x01(\rR\x06world0\x12\x12\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\"\xad\x01\n" +
+	"\tAgentSync\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12\x12\n" +
+	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x14\n" +
+	"\x05addrs\x18\x03 \x03(\tR\x05addrs\x12\x12\n" +
+	"\x04root\x18\x04 \x01(\rR\x04root\x12\x12\n" +
+	"\x04step\x18\x05 \x01(\x04R\x04step\x12\x16\n" +
+	"\x06cursor\x18\x06 \x01(\x04R\x06cursor\x12\x16\n" +
+	"\x06world0\x18\a \x01(\rR\x06world0\"U\n" +
+	"\rAgentSyncDone\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\rR\x04rank\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1a\n" +
+	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\"U\n" +
+	"\vAgentFinish\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x04R\x04step\x12\x12\n" +
+	"\x04rank\x18\x03 \x01(\rR\x04rank\"U\n" +
+	"\rAgentFinished\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\rR\x04rank\x12\x1a\n" +
+	"\bchecksum\x18\x02 \x01(\x04R\bchecksum\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05errorB-Z+github.com/troupe-ml/troupe/actors/actorspbb\x06proto3"
 
 var (
 	file_train_proto_rawDescOnce sync.Once
@@ -862,17 +1317,23 @@ func file_train_proto_rawDescGZIP() []byte {
 	return file_train_proto_rawDescData
 }
 
-var file_train_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_train_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_train_proto_goTypes = []any{
-	(*RunStep)(nil),        // 0: troupe.actors.v1.RunStep
-	(*StepDone)(nil),       // 1: troupe.actors.v1.StepDone
-	(*EvalRequest)(nil),    // 2: troupe.actors.v1.EvalRequest
-	(*EvalDone)(nil),       // 3: troupe.actors.v1.EvalDone
-	(*WeightsRequest)(nil), // 4: troupe.actors.v1.WeightsRequest
-	(*Weights)(nil),        // 5: troupe.actors.v1.Weights
-	(*WorkerHello)(nil),    // 6: troupe.actors.v1.WorkerHello
-	(*SaveShard)(nil),      // 7: troupe.actors.v1.SaveShard
-	(*ShardSaved)(nil),     // 8: troupe.actors.v1.ShardSaved
+	(*RunStep)(nil),            // 0: troupe.actors.v1.RunStep
+	(*StepDone)(nil),           // 1: troupe.actors.v1.StepDone
+	(*EvalRequest)(nil),        // 2: troupe.actors.v1.EvalRequest
+	(*EvalDone)(nil),           // 3: troupe.actors.v1.EvalDone
+	(*WeightsRequest)(nil),     // 4: troupe.actors.v1.WeightsRequest
+	(*Weights)(nil),            // 5: troupe.actors.v1.Weights
+	(*WorkerHello)(nil),        // 6: troupe.actors.v1.WorkerHello
+	(*SaveShard)(nil),          // 7: troupe.actors.v1.SaveShard
+	(*ShardSaved)(nil),         // 8: troupe.actors.v1.ShardSaved
+	(*AgentStatusRequest)(nil), // 9: troupe.actors.v1.AgentStatusRequest
+	(*AgentStatus)(nil),        // 10: troupe.actors.v1.AgentStatus
+	(*AgentSync)(nil),          // 11: troupe.actors.v1.AgentSync
+	(*AgentSyncDone)(nil),      // 12: troupe.actors.v1.AgentSyncDone
+	(*AgentFinish)(nil),        // 13: troupe.actors.v1.AgentFinish
+	(*AgentFinished)(nil),      // 14: troupe.actors.v1.AgentFinished
 }
 var file_train_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -893,7 +1354,7 @@ func file_train_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_train_proto_rawDesc), len(file_train_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/troupe-ml/troupe/train"
+)
+
+func newAgentCmd() *cobra.Command {
+	f := &trainFlags{}
+	ac := train.AgentConfig{}
+	var join string
+	cmd := &cobra.Command{
+		Use:   "agent --name N --listen ADDR [--join ADDR[,ADDR]] [training flags]",
+		Short: "One node of an elastic job: joins the cluster, trains its share, survives the loss of others",
+		Long: `troupe agent runs one node of an elastic data-parallel job (one OS process, one worker).
+The first agents form the job when --min-nodes are present; more join up to --max-nodes, and the
+job re-forms (a new generation) when a node joins, leaves (SIGTERM) or dies, resuming from a
+surviving replica at the step boundary. Every agent of a job gets the same training flags and
+the same --join list. The cluster key (--key, or $TROUPE_CLUSTER_KEY) encrypts the gossip: a node
+without it cannot join. At the end each agent prints a JSON summary (step, checksum) on stdout.`,
+		Example: `  troupe agent --name n1 --listen 127.0.0.1:7101 --join 127.0.0.1:7101 --min-nodes 2 --steps 500
+  troupe agent --name n2 --listen 127.0.0.1:7102 --join 127.0.0.1:7101 --min-nodes 2 --steps 500
+  scripts/local-cluster.sh 3    # a 3-node cluster on loopback`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.config(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			ac.Train = cfg
+			if join != "" {
+				ac.Join = strings.Split(join, ",")
+			}
+			if ac.Key == "" {
+				ac.Key = os.Getenv("TROUPE_CLUSTER_KEY")
+			}
+			if err := ac.Validate(); err != nil {
+				return fmt.Errorf("%w: %v", errUsage, err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			sum, err := train.RunAgent(ctx, ac, train.Options{Logger: logger})
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(os.Stdout).Encode(sum)
+		},
+	}
+	f.register(cmd.Flags())
+	fl := cmd.Flags()
+	fl.StringVar(&ac.Name, "name", "", "stable node name (unique in the job)")
+	fl.StringVar(&ac.Listen, "listen", "", "gossip address host:port; the node's actor system listens on the same host")
+	fl.StringVar(&join, "join", "", "comma-separated gossip addresses of nodes to join (the same list on every node)")
+	fl.IntVar(&ac.MinNodes, "min-nodes", 1, "the job forms once this many nodes are present")
+	fl.IntVar(&ac.MaxNodes, "max-nodes", 0, "at most this many nodes train (more wait as standby; 0: no limit)")
+	fl.StringVar(&ac.Quorum, "quorum", "majority", "a new generation needs: majority (of the previous one; no split brain) or any")
+	fl.StringVar(&ac.Key, "key", "", "cluster key: hex:…, base64:…, passphrase:… (default $TROUPE_CLUSTER_KEY)")
+	fl.StringVar(&ac.Timings, "timings", "fast", "failure detection preset: fast (~1 s), lan (~5 s) or wan")
+	fl.StringVar(&ac.Rescale, "rescale", "keep-global-batch", "on a world of another size keep the global batch (keep-global-batch) or each rank's batch and scale the LR (linear-lr)")
+	return cmd
+}
+
+func init() { rootCmd.AddCommand(newAgentCmd()) }
