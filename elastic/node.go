@@ -436,6 +436,10 @@ func (n *Node) Leave(timeout time.Duration) error {
 	if err == nil {
 		n.meta.Store(&meta)
 		err = n.ml.UpdateNode(timeout)
+		// The "leaving" metadata travels by gossip, the leave itself by
+		// its own broadcast: give the metadata a few gossip rounds to reach
+		// the others first, so that they record a leave, not a failure.
+		time.Sleep(min(timeout, 4*n.cfg.Timings.GossipInterval))
 	}
 	if lerr := n.ml.Leave(timeout); err == nil {
 		err = lerr

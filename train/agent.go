@@ -253,7 +253,13 @@ func (a *agent) run(ctx context.Context) (*AgentSummary, error) {
 			stopLead()
 			return a.leave()
 		case f := <-a.finished:
-			stopLead()
+			if lead != nil {
+				// This node leads: its loop is still collecting the other
+				// members' answers to AgentFinish; leaving now could drop
+				// the messages to them still queued in the remote writers.
+				<-lead.done
+				lead = nil
+			}
 			return &AgentSummary{Step: int(f.Step), Generation: f.Generation, Checksum: fmt.Sprintf("%016x", ddp.Checksum(a.rep.Model.Set.HostWeights()))}, nil
 		case ev := <-a.node.Events():
 			switch ev.Kind {
@@ -266,6 +272,15 @@ func (a *agent) run(ctx context.Context) (*AgentSummary, error) {
 				}
 				a.log.Warn("member lost", zap.String("member", ev.Member.Name), zap.Stringer("kind", ev.Kind),
 					zap.Duration("detection", ev.Silence))
+			case elastic.EventProposed:
+				// A new world is being agreed (a join, a leave): the step in
+				// flight is abandoned on every rank (the collectives abort it
+				// everywhere once one rank leaves it) and retried in the new
+				// generation; a rank that refused the step (its Hold failed)
+				// would otherwise leave the others waiting in it.
+				if ev.World.Rank(a.node.Self().ID) >= 0 {
+					a.abortStep(fmt.Sprintf("generation %d proposed", ev.World.Gen))
+				}
 			case elastic.EventCommitted:
 				a.log.Info("transition", zap.Uint64("generation", ev.World.Gen), zap.Strings("members", memberNames(ev.World)),
 					zap.String("reason", ev.World.Reason), zap.Duration("rendezvous", ev.Rendezvous))
