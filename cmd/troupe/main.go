@@ -19,7 +19,10 @@ var rootCmd = &cobra.Command{
 	SilenceUsage:  true,
 	SilenceErrors: true,
 	PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-		return setupLogging(cmd)
+		if err := setupLogging(cmd); err != nil {
+			return err
+		}
+		return startProfile()
 	},
 }
 
@@ -38,6 +41,7 @@ var explainCmd = &cobra.Command{
 func init() {
 	rootCmd.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	rootCmd.PersistentFlags().StringVar(&logFormat, "log-format", "auto", "log format: auto (console on a terminal, JSON otherwise), console, json")
+	rootCmd.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) of the command to this file")
 	rootCmd.AddCommand(benchCmd, explainCmd)
 	// A bad flag is a usage error (exit 2), in every sub-command.
 	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
@@ -50,6 +54,7 @@ var errUsage = errors.New("usage")
 
 func main() {
 	err := rootCmd.Execute()
+	stopProfile()
 	syncLogger()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "troupe:", err)
