@@ -50,6 +50,10 @@ type Options struct {
 	Logger *zap.Logger
 	// Progress, when set, gets a live progress bar (a terminal).
 	Progress io.Writer
+	// OnStep, when set, receives every step's metrics on the training
+	// loop's goroutine (a service embedding troupe publishes progress with
+	// it); it must return quickly.
+	OnStep func(StepMetrics)
 	// StopAfter, when positive, ends the run after that many steps (counted
 	// from the start of training) as if it had been interrupted there:
 	// tests and chaos experiments use it to stop a run at a chosen step.
@@ -114,7 +118,7 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 		zap.Int("dp", cfg.DP), zap.Int("procs", cfg.Procs), zap.Int("threads", cfg.Threads), zap.String("simd", caps.SIMD))
 
 	l := &loop{cfg: &cfg, log: log, eng: eng, model: model, train: trainSet, test: testSet, sampler: sampler,
-		sched: cfg.schedule(steps), steps: steps, start: start, ckpt: ckpt, stopAfter: o.StopAfter}
+		sched: cfg.schedule(steps), steps: steps, start: start, ckpt: ckpt, stopAfter: o.StopAfter, onStep: o.OnStep}
 	if cfg.MetricsOut != "" {
 		if l.metrics, err = newMetricsWriter(cfg.MetricsOut); err != nil {
 			return nil, err
@@ -172,8 +176,10 @@ type loop struct {
 	steps   int
 	start   int
 	ckpt    *checkpointer
-	// stopAfter ends the loop early (Options.StopAfter).
+	// stopAfter ends the loop early (Options.StopAfter); onStep sees
+	// every step's metrics (Options.OnStep).
 	stopAfter int
+	onStep    func(StepMetrics)
 	metrics   *metricsWriter
 	bar       *progress
 	batch     data.Batch
@@ -265,6 +271,9 @@ func (l *loop) run(ctx context.Context) (*Summary, error) {
 			if err := l.metrics.write(m); err != nil {
 				return nil, err
 			}
+		}
+		if l.onStep != nil {
+			l.onStep(m)
 		}
 		if l.stopAfter > 0 && step+1 >= l.stopAfter {
 			l.log.Info("stopping early", zap.Int("after_step", step+1))
