@@ -78,14 +78,20 @@ func runLosses(t *testing.T, args []string) []float64 {
 
 // TestKilledWorkerStopsTheJob: kill -9 of a worker process mid-run ends the
 // whole job within seconds with an error naming the lost rank; nothing
-// hangs.
+// hangs. The same for a pipeline stage process.
 func TestKilledWorkerStopsTheJob(t *testing.T) {
+	t.Run("data-parallel", func(t *testing.T) { killWorker(t) })
+	t.Run("pipeline-stage", func(t *testing.T) { killWorker(t, "--pp", "2", "--micro-batches", "2", "--layers", "784,64,32,10") })
+}
+
+func killWorker(t *testing.T, extra ...string) {
 	dir := t.TempDir()
 	metrics := filepath.Join(dir, "m.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, troupeBin, "train", "--model", "mlp", "--data", "synthetic-mlp", "--layers", "784,64,10",
-		"--steps", "1000000", "--batch", "32", "--procs", "2", "--metrics-out", metrics, "--log-format", "json")
+	args := append([]string{"train", "--model", "mlp", "--data", "synthetic-mlp", "--layers", "784,64,10",
+		"--steps", "1000000", "--batch", "32", "--procs", "2", "--metrics-out", metrics, "--log-format", "json"}, extra...)
+	cmd := exec.CommandContext(ctx, troupeBin, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

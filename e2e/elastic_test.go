@@ -48,6 +48,8 @@ type cluster struct {
 	mu     sync.Mutex
 	agents map[string]*agentProc
 	ctx    context.Context
+	// extra flags every agent of this cluster gets.
+	extra []string
 }
 
 func freePort(t *testing.T) string {
@@ -78,6 +80,7 @@ func (c *cluster) start(i int) *agentProc {
 	args := append([]string{"agent", "--name", name, "--listen", c.ports[i], "--join", strings.Join(c.ports, ","),
 		"--min-nodes", fmt.Sprint(c.minN), "--key", "passphrase:e2e-cluster-key", "--metrics-out", a.metrics,
 		"--log-format", "json"}, elasticTrainArgs()...)
+	args = append(args, c.extra...)
 	a.cmd = exec.CommandContext(c.ctx, troupeBin, args...)
 	a.cmd.Stdout, a.cmd.Stderr = &a.stdout, &a.stderr
 	if err := a.cmd.Start(); err != nil {
@@ -366,4 +369,73 @@ func TestElasticLeaderKilled(t *testing.T) {
 	t.Logf("kill -9 of the leader n1; n2 led a world of 2 to step %d %.0f ms later", r.Step, float64(time.Since(killed).Milliseconds()))
 	recs := c.check(c.finish("n2", "n3"), ref)
 	t.Logf("worlds by generation: %v", generationsOf(recs))
+}
+
+// A node without the cluster key cannot join: its agent fails naming the
+// key, and the job goes on unchanged.
+func TestElasticWrongKeyRefused(t *testing.T) {
+	c := newCluster(t, 3, 2)
+	c.start(0)
+	c.start(1)
+	c.waitWorld(2, 0)
+	args := append([]string{"agent", "--name", "intruder", "--listen", c.ports[2], "--join", strings.Join(c.ports[:2], ","),
+		"--min-nodes", "2", "--key", "passphrase:not-the-cluster-key", "--log-format", "json"}, elasticTrainArgs()...)
+	_, errs, err := run(t, time.Minute, troupeBin, args...)
+	if err == nil {
+		t.Fatal("an agent with the wrong key joined")
+	}
+	last := lastLine(errs)
+	if !strings.Contains(last, "key") {
+		t.Errorf("the refusal does not mention the key: %q", last)
+	}
+	t.Logf("refused: %s", last)
+	for _, r := range c.steps() {
+		if r.World != 2 {
+			t.Fatalf("step %d ran in a world of %d: the intruder changed the job", r.Step, r.World)
+		}
+	}
+	sums := c.finish("n1", "n2")
+	if sums[0].Checksum != sums[1].Checksum || sums[0].Step != elasticSteps {
+		t.Errorf("after the refusal: %+v", sums)
+	}
+}
+
+// --rescale linear-lr keeps each rank's batch: when a third agent joins a
+// job of two, the global batch grows by half, and the cursor still
+// advances by exactly one (larger) batch per step.
+func TestElasticLinearLR(t *testing.T) {
+	c := newCluster(t, 3, 2)
+	c.extra = []string{"--rescale", "linear-lr"}
+	c.start(0)
+	c.start(1)
+	c.waitWorld(2, 0)
+	c.waitSteps(200)
+	c.start(2)
+	r := c.waitWorld(3, 200)
+	sums := c.finish("n1", "n2", "n3")
+	for _, s := range sums {
+		if s.Checksum != sums[0].Checksum {
+			t.Fatalf("replicas differ: %+v", sums)
+		}
+	}
+	recs := c.steps()
+	two, three := 0, 0
+	for i, rec := range recs {
+		switch rec.World {
+		case 2:
+			two = rec.Batch
+		case 3:
+			three = rec.Batch
+		}
+		if i > 0 {
+			p := recs[i-1]
+			if rec.Cursor != p.Cursor+uint64(p.Batch)*uint64(rec.Step-p.Step) {
+				t.Fatalf("step %d starts at sample %d after step %d at %d + %d", rec.Step, rec.Cursor, p.Step, p.Cursor, p.Batch)
+			}
+		}
+	}
+	if two != 48 || three != 72 {
+		t.Errorf("global batch %d with 2 ranks and %d with 3, want 48 and 72 (24 per rank)", two, three)
+	}
+	t.Logf("third agent from step %d: batch %d → %d", r.Step, two, three)
 }

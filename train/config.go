@@ -104,9 +104,12 @@ type Config struct {
 	// Recompute keeps only each stage's input in the forward pass and
 	// recomputes the rest during backward (activation checkpointing).
 	Recompute bool
-	// StageLayers cuts the model explicitly: units per stage, "3,3,2"
-	// (default: balanced by parameter count).
+	// StageLayers cuts the model explicitly: units per stage, "3,3,2".
 	StageLayers string
+	// Partition balances the stages by "params" (parameter count, the
+	// default) or "time" (each unit's forward and backward, measured on a
+	// micro-batch before training).
+	Partition string
 	// Trace writes a Chrome trace-event file of the pipeline stages (an
 	// in-process world).
 	Trace string
@@ -245,6 +248,12 @@ func (c *Config) Validate() error {
 	}
 	if (c.CkptEvery > 0 || c.Resume) && c.CkptDir == "" {
 		return fmt.Errorf("%w: --ckpt-every and --resume need --ckpt-dir", ErrConfig)
+	}
+	if c.Partition == "" {
+		c.Partition = "params"
+	}
+	if c.Partition != "params" && c.Partition != "time" {
+		return fmt.Errorf("%w: --partition %q: want params or time", ErrConfig, c.Partition)
 	}
 	if c.Trace != "" && (c.PP == 1 || c.Procs > 0) {
 		return fmt.Errorf("%w: --trace records the stages of an in-process pipeline: it needs --pp > 1 without --procs", ErrConfig)

@@ -70,3 +70,20 @@ func TestPipelineMetricsAndTrace(t *testing.T) {
 		}
 	}
 }
+
+// --partition time cuts where the measured costs balance; the run then
+// trains like any other pipeline.
+func TestPartitionByTime(t *testing.T) {
+	cfg := tinyMLP()
+	cfg.MLPSizes = []int{12, 64, 9, 8, 3}
+	cfg.Steps, cfg.Batch, cfg.PP, cfg.MicroBatches, cfg.Partition = 4, 16, 2, 2, "time"
+	ref := tinyMLP()
+	ref.MLPSizes, ref.Steps, ref.Batch = cfg.MLPSizes, 4, 16
+	want := losses(t, ref)
+	got := losses(t, cfg)
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 1e-4*math.Abs(want[i]) {
+			t.Errorf("step %d: loss %v, one worker %v", i+1, got[i], want[i])
+		}
+	}
+}

@@ -208,7 +208,7 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, log *zap.Logger) err
 	if err != nil {
 		return err
 	}
-	plan, err := planWorld(&cfg, meta)
+	plan, err := planWorld(&cfg, meta, trainSet)
 	if err != nil {
 		return err
 	}

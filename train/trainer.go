@@ -371,9 +371,14 @@ func newEngine(cfg *Config, trainSet, testSet data.Dataset, log *zap.Logger) (en
 	if err != nil {
 		return nil, nil, err
 	}
-	plan, err := planWorld(cfg, model)
+	plan, err := planWorld(cfg, model, trainSet)
 	if err != nil {
 		return nil, nil, err
+	}
+	if cfg.PP > 1 {
+		// Worker processes take this cut as it is: a measured one
+		// (--partition time) could come out differently in each.
+		cfg.StageLayers = pipeline.FormatStageLayers(plan.cuts)
 	}
 	var eng *dpEngine
 	if cfg.Procs > 0 {

@@ -177,6 +177,8 @@ func TestBadInputFailsClearly(t *testing.T) {
 		{"zero batch", func(c *Config) { c.Batch = 0 }, "--batch"},
 		{"unknown optimizer", func(c *Config) { c.Optim.Name = "lion" }, "lion"},
 		{"batch not divisible by accum", func(c *Config) { c.Accum = 3 }, "--accum"},
+		{"unknown partition", func(c *Config) { c.PP, c.MicroBatches, c.Partition = 2, 2, "luck" }, "--partition"},
+		{"micro-batches without a pipeline", func(c *Config) { c.MicroBatches = 4 }, "--pp"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

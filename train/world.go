@@ -59,8 +59,8 @@ type worldPlan struct {
 }
 
 // planWorld cuts the model into cfg.PP stages (--stage-layers, or balanced
-// by parameter count) and builds the schedule.
-func planWorld(cfg *Config, model *nn.Model) (*worldPlan, error) {
+// by parameter count, or by measured time) and builds the schedule.
+func planWorld(cfg *Config, model *nn.Model, ds data.Dataset) (*worldPlan, error) {
 	g, err := pipeline.NewGrid(cfg.DP, cfg.PP)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -69,9 +69,12 @@ func planWorld(cfg *Config, model *nn.Model) (*worldPlan, error) {
 	if cfg.PP == 1 {
 		return p, nil
 	}
-	if cfg.StageLayers != "" {
+	switch {
+	case cfg.StageLayers != "":
 		p.cuts, err = pipeline.ParseStageLayers(cfg.StageLayers, model.Units, cfg.PP)
-	} else {
+	case cfg.Partition == "time":
+		p.cuts, err = timeCuts(cfg, model, ds)
+	default:
 		var costs []float64
 		if costs, err = pipeline.ParamCosts(pipeline.LayerParams(model)); err == nil {
 			p.cuts, err = pipeline.Partition(costs, cfg.PP)

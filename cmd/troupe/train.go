@@ -46,6 +46,7 @@ type trainFlags struct {
 	collTimeout, stepTimeout            time.Duration
 	pp, micro                           int
 	pipeSchedule, stageLayers, trace    string
+	partition                           string
 	recompute                           bool
 	ckptDir                             string
 	ckptEvery, keep                     int
@@ -168,7 +169,8 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.micro, "micro-batches", d.MicroBatches, "micro-batches per replica and step (with --pp)")
 	fl.StringVar(&f.pipeSchedule, "schedule", d.PipelineSchedule, "pipeline schedule: gpipe or 1f1b")
 	fl.BoolVar(&f.recompute, "recompute", false, "activation checkpointing: keep only each stage's input, recompute the rest in backward")
-	fl.StringVar(&f.stageLayers, "stage-layers", "", "units per stage, e.g. 3,3,2 (default: balanced by parameter count)")
+	fl.StringVar(&f.stageLayers, "stage-layers", "", "units per stage, e.g. 3,3,2 (default: balanced by --partition)")
+	fl.StringVar(&f.partition, "partition", "params", "balance the pipeline stages by params (parameter count) or time (each unit's forward and backward, measured before training)")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome trace-event file (Perfetto) of the pipeline stages")
 	fl.StringVar(&f.ckptDir, "ckpt-dir", "", "checkpoint directory (sharded safetensors + manifest.json, atomic commits)")
 	fl.IntVar(&f.ckptEvery, "ckpt-every", 0, "save a checkpoint every N steps (0: never)")
@@ -243,6 +245,7 @@ func (f *trainFlags) config(fl *pflag.FlagSet) (train.Config, error) {
 	set("schedule", func() { cfg.PipelineSchedule = f.pipeSchedule })
 	set("recompute", func() { cfg.Recompute = f.recompute })
 	set("stage-layers", func() { cfg.StageLayers = f.stageLayers })
+	set("partition", func() { cfg.Partition = f.partition })
 	set("trace", func() { cfg.Trace = f.trace })
 	cfg.CkptDir, cfg.CkptEvery, cfg.Resume = f.ckptDir, f.ckptEvery, f.resume
 	set("keep", func() { cfg.Keep = f.keep })
