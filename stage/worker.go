@@ -399,9 +399,9 @@ func (w *Worker) run(ctx context.Context, op pipeline.Op, res *ddp.StepResult, s
 		}
 		c := w.ctxFor(&mb.tape)
 		y := nn.Forward(c, m.Layers, x)
-		if m.Last() {
-			w.pool.Put(y.X) // the loss gradient was kept from the forward
-		}
+		// The output was sent (or the loss gradient taken) by the forward;
+		// the recomputation only rebuilds the tape.
+		w.pool.Put(y.X)
 	case pipeline.Backward:
 		dy := mb.grad
 		if m.Last() {

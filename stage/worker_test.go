@@ -179,6 +179,11 @@ func TestPipelineMatchesOneWorker(t *testing.T) {
 						if math.Abs(got-ref[i]) > 1e-4*math.Abs(ref[i]) {
 							t.Errorf("step %d: loss %v, one worker %v", i+1, got, ref[i])
 						}
+						for r, w := range wd.workers {
+							if live := w.pool.LiveBytes(); live != 0 {
+								t.Fatalf("step %d: rank %d holds %d activation bytes after the step", i+1, r, live)
+							}
+						}
 						for r := range res {
 							if peer := r - r%tc.D; peer != r && res[r].Checksum != res[peer].Checksum {
 								t.Fatalf("step %d: rank %d differs from rank %d of the same stage", i+1, r, peer)

@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"fmt"
 	"sync"
 
 	"github.com/troupe-ml/troupe/kernels"
@@ -75,36 +74,8 @@ func (p gemmProblem) execute(threads int) {
 // checkGemm panics with a message naming the offending argument when the
 // sizes, leading dimensions, strides or buffer lengths are inconsistent.
 func checkGemm(g kernels.GemmArgs, lenA, lenB, lenC int) {
-	if g.M < 0 || g.N < 0 || g.K < 0 {
-		panic(fmt.Sprintf("kernels/cpu: Gemm: negative size M=%d N=%d K=%d", g.M, g.N, g.K))
-	}
-	rowsA, colsA := g.M, g.K
-	if g.TransA {
-		rowsA, colsA = g.K, g.M
-	}
-	rowsB, colsB := g.K, g.N
-	if g.TransB {
-		rowsB, colsB = g.N, g.K
-	}
-	checkOperand("A", rowsA, colsA, g.LDA, g.StrideA, g.Batch, lenA)
-	checkOperand("B", rowsB, colsB, g.LDB, g.StrideB, g.Batch, lenB)
-	checkOperand("C", g.M, g.N, g.LDC, g.StrideC, g.Batch, lenC)
-}
-
-func checkOperand(name string, rows, cols, ld, stride, batch, n int) {
-	if rows == 0 || cols == 0 {
-		return
-	}
-	if ld < cols {
-		panic(fmt.Sprintf("kernels/cpu: Gemm: LD%s=%d is less than the %d columns of %s", name, ld, cols, name))
-	}
-	if batch > 1 && stride < 0 {
-		panic(fmt.Sprintf("kernels/cpu: Gemm: negative Stride%s=%d", name, stride))
-	}
-	need := (batch-1)*stride + (rows-1)*ld + cols
-	if need > n {
-		panic(fmt.Sprintf("kernels/cpu: Gemm: %s needs %d elements (%d×%d, LD%s=%d, batch %d, Stride%s=%d), buffer has %d",
-			name, need, rows, cols, name, ld, batch, name, stride, n))
+	if err := g.Check(lenA, lenB, lenC); err != nil {
+		panic("kernels/cpu: Gemm: " + err.Error())
 	}
 }
 

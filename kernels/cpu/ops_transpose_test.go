@@ -26,8 +26,8 @@ func TestPlanTranspose(t *testing.T) {
 			n *= s
 		}
 		pl := planTranspose(tc.shape, tc.perm, n)
-		if pl.n != len(tc.dims) || !equalInts(pl.dims[:pl.n], tc.dims) || !equalInts(pl.strides[:pl.n], tc.strides) {
-			t.Errorf("plan(%v, %v) = dims %v strides %v, want %v %v", tc.shape, tc.perm, pl.dims[:pl.n], pl.strides[:pl.n], tc.dims, tc.strides)
+		if pl.N != len(tc.dims) || !equalInts(pl.Dims[:pl.N], tc.dims) || !equalInts(pl.Strides[:pl.N], tc.strides) {
+			t.Errorf("plan(%v, %v) = dims %v strides %v, want %v %v", tc.shape, tc.perm, pl.Dims[:pl.N], pl.Strides[:pl.N], tc.dims, tc.strides)
 		}
 	}
 }
