@@ -258,7 +258,8 @@ func (n *Node) join(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %v within %v: %v", ErrJoin, others, n.cfg.JoinTimeout, err)
+			return fmt.Errorf("%w: no answer from %v within %v (a node without the cluster's key gets none: the others drop what they cannot decrypt): %v",
+				ErrJoin, others, n.cfg.JoinTimeout, err)
 		}
 		select {
 		case <-ctx.Done():

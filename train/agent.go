@@ -45,6 +45,9 @@ type AgentConfig struct {
 	Key string
 	// Timings is the failure detector preset: fast (default), lan or wan.
 	Timings string
+	// JoinTimeout bounds the wait for an answer from the Join list
+	// (default 30 s).
+	JoinTimeout time.Duration
 	// Rescale is what a world of another size keeps: "keep-global-batch"
 	// (default: the global batch; each rank's share changes) or
 	// "linear-lr" (each rank's batch; the global batch and the learning
@@ -187,7 +190,7 @@ func RunAgent(ctx context.Context, ac AgentConfig, o Options) (*AgentSummary, er
 	}
 	defer a.closeComm()
 	a.node, err = elastic.Start(ctx, elastic.Config{
-		Name: ac.Name, BindAddr: ac.Listen, Join: ac.Join, MinNodes: ac.MinNodes, MaxNodes: ac.MaxNodes,
+		Name: ac.Name, BindAddr: ac.Listen, Join: ac.Join, JoinTimeout: ac.JoinTimeout, MinNodes: ac.MinNodes, MaxNodes: ac.MaxNodes,
 		Quorum: quorum, Key: key, Timings: timings, Devices: []string{be.Caps().Device},
 	}, a.sys, elastic.WithLogger(log))
 	if err != nil {

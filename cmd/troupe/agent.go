@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -64,6 +65,7 @@ without it cannot join. At the end each agent prints a JSON summary (step, check
 	fl.StringVar(&ac.Quorum, "quorum", "majority", "a new generation needs: majority (of the previous one; no split brain) or any")
 	fl.StringVar(&ac.Key, "key", "", "cluster key: hex:…, base64:…, passphrase:… (default $TROUPE_CLUSTER_KEY)")
 	fl.StringVar(&ac.Timings, "timings", "fast", "failure detection preset: fast (~1 s), lan (~5 s) or wan")
+	fl.DurationVar(&ac.JoinTimeout, "join-timeout", 30*time.Second, "give up when no node of --join answers within this time")
 	fl.StringVar(&ac.Rescale, "rescale", "keep-global-batch", "on a world of another size keep the global batch (keep-global-batch) or each rank's batch and scale the LR (linear-lr)")
 	return cmd
 }

@@ -156,7 +156,7 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.evalBatches, "eval-batches", 0, "batches per evaluation (0: the whole held-out set)")
 	fl.IntVar(&f.logEvery, "log-every", d.LogEvery, "log a progress line every N steps when stderr is not a terminal")
 	fl.StringVar(&f.device, "device", d.Device, "kernels backend: cpu (cuda when built with -tags cuda)")
-	fl.IntVar(&f.threads, "threads", 0, "threads per worker for the kernels (0: GOMAXPROCS)")
+	fl.IntVar(&f.threads, "threads", 0, "threads of this process for the kernels, split among its worker actors (0: GOMAXPROCS)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the run summary as one JSON object on stdout")
 	fl.IntVar(&f.dp, "dp", d.DP, "data-parallel replicas (worker actors) in this process")
 	fl.IntVar(&f.procs, "procs", 0, "run the data-parallel world as N OS processes on loopback, one worker each (like torchrun --standalone)")
