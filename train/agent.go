@@ -15,13 +15,18 @@ import (
 
 	"github.com/troupe-ml/troupe/actors"
 	"github.com/troupe-ml/troupe/actors/actorspb"
+	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/ddp"
 	"github.com/troupe-ml/troupe/elastic"
 	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
+	"github.com/troupe-ml/troupe/pipeline"
 	"github.com/troupe-ml/troupe/replica"
+	"github.com/troupe-ml/troupe/stage"
 )
 
 // AgentConfig is one node of an elastic job (troupe agent): one OS process
@@ -60,8 +65,11 @@ func (c *AgentConfig) Validate() error {
 	if err := c.Train.Validate(); err != nil {
 		return err
 	}
-	if c.Train.DP != 1 || c.Train.PP != 1 || c.Train.Procs != 0 || c.Train.Accum != 1 {
-		return fmt.Errorf("%w: an agent runs one data-parallel worker: --dp, --pp, --procs and --accum do not apply", ErrConfig)
+	if c.Train.DP != 1 || c.Train.Procs != 0 || c.Train.Accum != 1 {
+		return fmt.Errorf("%w: an agent runs one worker (a replica, or a pipeline stage with --pp): --dp, --procs and --accum do not apply", ErrConfig)
+	}
+	if c.Train.PP > 1 && c.Train.Partition == "time" {
+		return fmt.Errorf("%w: agents cut the pipeline by parameters or --stage-layers: --partition time would cut differently on each node", ErrConfig)
 	}
 	if c.Name == "" || c.Listen == "" {
 		return fmt.Errorf("%w: troupe agent needs --name and --listen", ErrConfig)
@@ -78,9 +86,12 @@ func (c *AgentConfig) Validate() error {
 // AgentSummary is what an agent reports when the job ends (troupe agent
 // prints it as JSON).
 type AgentSummary struct {
-	Name       string `json:"name"`
-	Member     string `json:"member"`
-	Step       int    `json:"step"`
+	Name   string `json:"name"`
+	Member string `json:"member"`
+	Step   int    `json:"step"`
+	// Stage is the pipeline stage the agent held at the end (0 without
+	// pipelining, -1 on standby): checksums compare within a stage.
+	Stage      int    `json:"stage"`
 	Generation uint64 `json:"generation"`
 	Checksum   string `json:"checksum"`
 	// Led counts the generations this agent led.
@@ -101,22 +112,30 @@ type agent struct {
 	node  *elastic.Node
 	train data.Dataset
 	test  data.Dataset
-	rep   *replica.Replica
+	be    kernels.Backend
+	spec  nn.Spec
+	cuts  []pipeline.Range
+	sched *pipeline.Schedule // nil without pipelining
 	pid   *actor.PID
 
 	// owned by the agent actor
+	model   *nn.Model
+	opt     optim.Optimizer
+	rep     *replica.Replica // the model as a data-parallel replica (one stage)
+	held    int              // the stage model holds the state of, -1 before any
 	applied int
 	cursor  data.Cursor
 	world0  int
 	gen     uint64
-	rank    int
+	rank    int // grid rank in generation gen, -1 on standby
+	stage   int
 	comm    collective.Communicator
-	worker  *ddp.Worker
+	worker  ddp.Stepper
 
 	mu         sync.Mutex
 	stepCancel context.CancelFunc
 
-	finished chan *actorspb.AgentFinish
+	finished chan *AgentSummary
 	led      int
 }
 
@@ -158,28 +177,21 @@ func RunAgent(ctx context.Context, ac AgentConfig, o Options) (*AgentSummary, er
 	if err != nil {
 		return nil, fmt.Errorf("train: --device %s: %w", cfg.Device, err)
 	}
-	model, err := BuildModel(cfg, be, trainSet)
+	whole, err := BuildModel(cfg, be, trainSet)
 	if err != nil {
 		return nil, err
 	}
-	opt, err := optim.New(model.Set, cfg.Optim)
+	a := &agent{ac: ac, cfg: cfg, log: log, train: trainSet, test: testSet, be: be, spec: whole.Spec,
+		held: -1, rank: -1, finished: make(chan *AgentSummary, 1)}
+	plan, err := planWorld(cfg, whole, trainSet)
 	if err != nil {
 		return nil, err
 	}
-	a := &agent{ac: ac, cfg: cfg, log: log, train: trainSet, test: testSet, rep: replica.New(model, opt),
-		finished: make(chan *actorspb.AgentFinish, 1)}
-	if cfg.Resume {
-		start, st, err := resumePoint(cfg, log)
-		if err != nil {
-			return nil, err
-		}
-		if err := restore(cfg, model, opt); err != nil {
-			return nil, err
-		}
-		if st != nil {
-			a.applied, a.cursor = start, st.Cursor
-		}
-	}
+	a.cuts = plan.cuts
+	// A node holds no stage until its first generation gives it one, from
+	// the seed, a surviving replica or (--resume, a lost stage) the latest
+	// checkpoint: the leader decides.
+	a.sched = plan.sched
 	if a.sys, err = actors.NewSystem(actors.SystemConfig{Remote: true, Host: host, Logger: log}); err != nil {
 		return nil, err
 	}
@@ -263,7 +275,7 @@ func (a *agent) run(ctx context.Context) (*AgentSummary, error) {
 				<-lead.done
 				lead = nil
 			}
-			return &AgentSummary{Step: int(f.Step), Generation: f.Generation, Checksum: fmt.Sprintf("%016x", ddp.Checksum(a.rep.Model.Set.HostWeights()))}, nil
+			return f, nil
 		case ev := <-a.node.Events():
 			switch ev.Kind {
 			case elastic.EventFailed, elastic.EventLeft:
@@ -343,37 +355,30 @@ func (a *agent) leave() (*AgentSummary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("train: leaving: %w", err)
 	}
-	st := res.(*leaveDone)
+	sum := res.(*AgentSummary)
 	start := time.Now()
 	if err := a.node.Leave(5 * time.Second); err != nil {
 		a.log.Warn("leave", zap.Error(err))
 	}
-	a.log.Info("left the job", zap.Int("step", st.applied), zap.Duration("leave", time.Since(start)))
-	return &AgentSummary{Step: st.applied, Generation: st.gen, Left: true,
-		Checksum: fmt.Sprintf("%016x", st.checksum)}, nil
+	a.log.Info("left the job", zap.Int("step", sum.Step), zap.Duration("leave", time.Since(start)))
+	return sum, nil
 }
 
 type leaveRequest struct{}
 
-type leaveDone struct {
-	applied  int
-	gen      uint64
-	checksum uint64
-}
-
-// Receive is the agent actor: the only code that touches the replica.
+// Receive is the agent actor: the only code that touches the model.
 func (a *agent) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actorspb.AgentStatusRequest:
 		c.Respond(&actorspb.AgentStatus{Rank: m.Rank, AppliedStep: uint64(a.applied), Cursor: uint64(a.cursor),
-			World0: uint32(a.world0), Name: a.ac.Name})
+			World0: uint32(a.world0), Name: a.ac.Name, HeldStage: int32(a.held)})
 	case *actorspb.AgentSync:
-		done := &actorspb.AgentSyncDone{Rank: m.Rank}
+		done := &actorspb.AgentSyncDone{Rank: m.Member}
 		if err := a.sync(m); err != nil {
 			done.Error = err.Error()
 			a.log.Warn("sync failed", zap.Uint64("generation", m.Generation), zap.Error(err))
-		} else {
-			done.Checksum = ddp.Checksum(a.rep.Model.Set.HostWeights())
+		} else if a.model != nil {
+			done.Checksum = ddp.Checksum(a.model.Set.HostWeights())
 		}
 		c.Respond(done)
 	case *actorspb.RunStep:
@@ -381,7 +386,7 @@ func (a *agent) Receive(c actor.Context) {
 	case *actorspb.EvalRequest:
 		done := &actorspb.EvalDone{Rank: uint32(a.rank)}
 		if a.worker == nil {
-			done.Error = "no world"
+			done.Error = "no slot in this generation"
 		} else if res, rows, err := a.worker.Evaluate(int(m.Lo), int(m.Hi)); err != nil {
 			done.Error = err.Error()
 		} else {
@@ -389,24 +394,53 @@ func (a *agent) Receive(c actor.Context) {
 		}
 		c.Respond(done)
 	case *actorspb.WeightsRequest:
-		c.Respond(&actorspb.Weights{Data: floatBytes(a.rep.Model.Set.HostWeights()), Rank: uint32(a.rank)})
+		done := &actorspb.Weights{Rank: uint32(a.rank)}
+		if a.worker == nil {
+			done.Error = "no slot in this generation"
+		} else {
+			done.Data = floatBytes(a.worker.Weights())
+		}
+		c.Respond(done)
 	case *actorspb.SaveShard:
-		n, err := actors.SaveShard(m, a.rep.Model, a.rep.Opt, a.rank, 0)
-		done := &actorspb.ShardSaved{Rank: uint32(a.rank), Bytes: uint64(n)}
-		if err != nil {
+		done := &actorspb.ShardSaved{Rank: uint32(a.rank)}
+		if a.worker == nil {
+			done.Error = "no slot in this generation"
+		} else if n, err := actors.SaveShard(m, a.model, a.opt, a.rank, a.stage); err != nil {
 			done.Error = err.Error()
+		} else {
+			done.Bytes = uint64(n)
 		}
 		c.Respond(done)
 	case *actorspb.AgentFinish:
-		c.Respond(&actorspb.AgentFinished{Rank: m.Rank, Checksum: ddp.Checksum(a.rep.Model.Set.HostWeights())})
+		sum := a.summary(int(m.Step), m.Generation)
+		c.Respond(&actorspb.AgentFinished{Rank: m.Rank, Checksum: a.checksum()})
 		a.log.Info("the job reached its target", zap.Uint64("generation", m.Generation), zap.Uint64("step", m.Step))
 		select {
-		case a.finished <- m:
+		case a.finished <- sum:
 		default:
 		}
 	case *leaveRequest:
-		c.Respond(&leaveDone{applied: a.applied, gen: a.gen, checksum: ddp.Checksum(a.rep.Model.Set.HostWeights())})
+		sum := a.summary(a.applied, a.gen)
+		sum.Left = true
+		c.Respond(sum)
 	}
+}
+
+// checksum is the hash of the parameters this node holds (0: none yet).
+func (a *agent) checksum() uint64 {
+	if a.model == nil {
+		return 0
+	}
+	return ddp.Checksum(a.model.Set.HostWeights())
+}
+
+// summary is this node's report at the end.
+func (a *agent) summary(step int, gen uint64) *AgentSummary {
+	stage := a.stage
+	if a.rank < 0 {
+		stage = -1
+	}
+	return &AgentSummary{Step: step, Generation: gen, Stage: stage, Checksum: fmt.Sprintf("%016x", a.checksum())}
 }
 
 func floatBytes(v []float32) []byte {
@@ -425,49 +459,124 @@ func (a *agent) closeComm() {
 	}
 }
 
-// sync joins generation m.Generation: a new communicator among its members,
-// then the training state broadcast from rank m.Root, whose replica is the
-// most advanced (every survivor applied the same steps, but one may have
-// applied the step in flight when the failure struck).
+// setStage makes this node hold the units of stage s: m when given (the
+// whole model, built already), else a model of those units built from the
+// seed (or --init). Its state is then the seed's until a sync replaces it.
+func (a *agent) setStage(s int, m *nn.Model) error {
+	if m == nil {
+		var err error
+		if m, err = buildUnits(a.cfg, a.be, a.spec, a.cuts[s].Lo, a.cuts[s].Hi); err != nil {
+			return err
+		}
+	}
+	opt, err := optim.New(m.Set, a.cfg.Optim)
+	if err != nil {
+		return err
+	}
+	a.model, a.opt, a.rep, a.stage = m, opt, replica.New(m, opt), s
+	return nil
+}
+
+// sync joins generation m.Generation: its slot (a grid rank and a stage,
+// or standby), a communicator among the grid's members, and the stage's
+// state from m.Root (the most advanced replica holding it), from the
+// checkpoint (a lost stage), or from the seed (nothing trained yet).
 func (a *agent) sync(m *actorspb.AgentSync) error {
 	a.closeComm()
-	world := len(m.Addrs)
+	a.gen, a.world0 = m.Generation, int(m.World0)
+	if m.Standby {
+		a.rank = -1
+		return nil
+	}
+	st := int(m.Stage)
+	if st < 0 || st >= len(a.cuts) {
+		return fmt.Errorf("stage %d of a %d-stage cut", st, len(a.cuts))
+	}
+	if a.model == nil || a.stage != st || m.Fresh {
+		if err := a.setStage(st, nil); err != nil {
+			return err
+		}
+		a.held = -1
+	}
+	d, p := int(m.Replicas), int(m.Stages)
+	grid, err := pipeline.NewGrid(d, p)
+	if err != nil {
+		return err
+	}
 	cc := commConfig(a.cfg, a.log)
 	cc.World = fmt.Sprintf("gen%d", m.Generation)
 	comm, err := actors.StartRemote(a.sys, actors.RemoteWorld{Rank: int(m.Rank), Addrs: m.Addrs}, cc)
 	if err != nil {
 		return err
 	}
-	w, err := ddp.NewWorker(ddp.WorkerConfig{
-		Rank: int(m.Rank), World: world, Replica: a.rep, Comm: comm,
-		Train: a.train, Test: a.test, Shuffle: a.cfg.Shuffle, Seed: a.cfg.Seed,
-		BucketBytes: int64(a.cfg.BucketMB * (1 << 20)), ClipNorm: a.cfg.ClipNorm,
-	})
+	a.comm, a.rank = comm, int(m.Rank)
+	switch {
+	case m.FromCheckpoint:
+		ck := *a.cfg
+		ck.ResumeFrom = int64(m.CheckpointStep)
+		if err := restore(&ck, a.model, a.opt); err != nil {
+			a.closeComm()
+			return err
+		}
+	case m.Root >= 0:
+		if err := a.receiveState(grid, int(m.Root)); err != nil {
+			a.closeComm()
+			return err
+		}
+	}
+	a.applied, a.cursor, a.held = int(m.Step), data.Cursor(m.Cursor), st
+	a.opt.SetSteps(int(m.Step))
+	if a.sched == nil {
+		a.worker, err = ddp.NewWorker(ddp.WorkerConfig{
+			Rank: a.rank, World: d, Replica: a.rep, Comm: comm,
+			Train: a.train, Test: a.test, Shuffle: a.cfg.Shuffle, Seed: a.cfg.Seed,
+			BucketBytes: int64(a.cfg.BucketMB * (1 << 20)), ClipNorm: a.cfg.ClipNorm,
+		})
+	} else {
+		a.worker, err = stage.NewWorker(stage.Config{
+			Grid: grid, Rank: a.rank, Schedule: a.sched, Model: a.model, Opt: a.opt, Comm: comm,
+			Train: a.train, Test: a.test, Shuffle: a.cfg.Shuffle, Seed: a.cfg.Seed, ClipNorm: a.cfg.ClipNorm,
+		})
+	}
 	if err != nil {
-		comm.Close()
+		a.closeComm()
 		return err
 	}
-	a.comm, a.worker, a.rank, a.gen = comm, w, int(m.Rank), m.Generation
-	if world > 1 {
-		set := a.rep.Model.Set
-		bufs := []kernels.Buffer{set.Weights()}
-		for _, st := range a.rep.Opt.States() {
-			bufs = append(bufs, st.Buf)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.StepTimeout)
-		defer cancel()
-		for _, b := range bufs {
-			host := make([]float32, b.Len())
-			a.rep.Be.Download(host, b)
-			if err := comm.Broadcast(ctx, host, int(m.Root)).Wait(); err != nil {
-				a.closeComm()
-				return fmt.Errorf("state from rank %d: %w", m.Root, err)
-			}
-			a.rep.Be.Upload(b, host)
+	return nil
+}
+
+// receiveState broadcasts the weights and optimizer state of this node's
+// stage from grid rank root to every replica of the stage.
+func (a *agent) receiveState(g pipeline.Grid, root int) error {
+	_, st := g.Coords(a.rank)
+	ranks := []int{root}
+	for _, r := range g.DataGroup(st) {
+		if r != root {
+			ranks = append(ranks, r)
 		}
 	}
-	a.applied, a.cursor, a.world0 = int(m.Step), data.Cursor(m.Cursor), int(m.World0)
-	a.rep.Opt.SetSteps(int(m.Step))
+	if len(ranks) == 1 {
+		return nil
+	}
+	group, err := a.comm.Group(ranks)
+	if err != nil {
+		return err
+	}
+	defer group.Close()
+	bufs := []kernels.Buffer{a.model.Set.Weights()}
+	for _, st := range a.opt.States() {
+		bufs = append(bufs, st.Buf)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.StepTimeout)
+	defer cancel()
+	for _, b := range bufs {
+		host := make([]float32, b.Len())
+		a.be.Download(host, b)
+		if err := group.Broadcast(ctx, host, 0).Wait(); err != nil {
+			return fmt.Errorf("state of stage %d from rank %d: %w", st, root, err)
+		}
+		a.be.Upload(b, host)
+	}
 	return nil
 }
 
@@ -475,10 +584,10 @@ func (a *agent) sync(m *actorspb.AgentSync) error {
 // membership's Hold and Release so that the world changes only between
 // steps, and abortable by a failure signal.
 func (a *agent) step(m *actorspb.RunStep) *actorspb.StepDone {
-	done := &actorspb.StepDone{Generation: m.Generation, Step: m.Step, Rank: uint32(a.rank)}
+	done := &actorspb.StepDone{Generation: m.Generation, Step: m.Step, Rank: uint32(a.rank), Stage: uint32(a.stage)}
 	switch {
 	case a.worker == nil || m.Generation != a.gen:
-		done.Error = fmt.Sprintf("this node is in generation %d, the step is for %d", a.gen, m.Generation)
+		done.Error = fmt.Sprintf("this node has no slot in generation %d", m.Generation)
 		return done
 	case int(m.Step) != a.applied:
 		done.Error = fmt.Sprintf("this node applied %d steps, the leader asks for step %d", a.applied, m.Step+1)
@@ -508,6 +617,7 @@ func (a *agent) step(m *actorspb.RunStep) *actorspb.StepDone {
 	done.LossSum, done.Targets, done.Correct = res.LossSum, uint64(res.Targets), uint64(res.Correct)
 	done.ComputeMs, done.CommMs, done.ExposedCommMs = res.ComputeMs, res.CommMs, res.ExposedMs
 	done.GradNorm, done.Checksum, done.StepMs, done.ScheduleMs = res.GradNorm, res.Checksum, res.StepMs, res.ScheduleMs
+	done.PeakMicroBatches, done.PeakActivationBytes = uint32(res.PeakMicro), res.PeakAct
 	return done
 }
 
@@ -523,34 +633,36 @@ func (a *agent) startLeader(w elastic.World) *leaderRun {
 	return l
 }
 
-// lead drives generation w from its rank 0: it finds the most advanced
-// replica, syncs every member from it, and runs steps until the target,
-// the world's end (ctx) or a failed step.
+// lead drives generation w from its leader: it lays the members out as D
+// replicas of P stages keeping each on the stage it holds, gives every
+// stage the state of its most advanced holder (or, for a lost stage, the
+// latest checkpoint's), and runs steps until the target, the world's end
+// (ctx) or a failed step.
 func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 	cfg := a.cfg
 	committed := time.Now()
 	n := w.Size()
 	pids := make([]*actor.PID, n)
-	addrs := make([]string, n)
-	for r, m := range w.Members {
-		pids[r] = actor.NewPID(m.ActorAddr, agentActorName)
-		addrs[r] = m.ActorAddr
+	for i, m := range w.Members {
+		pids[i] = actor.NewPID(m.ActorAddr, agentActorName)
 	}
-	coordPID, err := actors.SpawnCoordinator(a.sys, actors.CoordinatorConfig{
-		Name: fmt.Sprintf("%s-gen%d", actors.CoordinatorActorName, w.Gen), Workers: pids, CallTimeout: cfg.StepTimeout,
+	// Two coordinators: one over every member (status, sync, finish), one
+	// over the grid's ranks (steps, evaluation, weights, checkpoints).
+	members, err := actors.SpawnCoordinator(a.sys, actors.CoordinatorConfig{
+		Name: fmt.Sprintf("%s-gen%d-members", actors.CoordinatorActorName, w.Gen), Workers: pids, CallTimeout: cfg.StepTimeout,
 	})
 	if err != nil {
 		return false, err
 	}
-	defer a.sys.Root().Stop(coordPID)
-	// call asks the coordinator and waits for its answer; when the world is
+	defer a.sys.Root().Stop(members)
+	// call asks a coordinator and waits for its answer; when the world is
 	// superseded (ctx), the coordinator is told to give up at once, so that
 	// a member that hangs without a reset does not hold the leader.
-	call := func(msg any) (any, error) {
+	call := func(coord *actor.PID, msg any) (any, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		f := a.sys.Root().RequestFuture(coordPID, msg, cfg.StepTimeout+30*time.Second)
+		f := a.sys.Root().RequestFuture(coord, msg, cfg.StepTimeout+30*time.Second)
 		answered := make(chan struct{})
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -558,7 +670,7 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 			defer wg.Done()
 			select {
 			case <-ctx.Done():
-				a.sys.Root().Send(coordPID, &actors.CancelCall{Reason: "generation superseded"})
+				a.sys.Root().Send(coord, &actors.CancelCall{Reason: "generation superseded"})
 			case <-answered:
 			}
 		}()
@@ -568,7 +680,7 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 		return res, err
 	}
 	gather := func(msgs []any) ([]any, error) {
-		res, err := call(&actors.GatherCall{Msgs: msgs})
+		res, err := call(members, &actors.GatherCall{Msgs: msgs})
 		if err != nil {
 			return nil, err
 		}
@@ -576,58 +688,120 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 		return rep.Replies, rep.Err
 	}
 
-	// 1. Who holds the most advanced state?
+	// 1. What does each member hold?
 	msgs := make([]any, n)
-	for r := range msgs {
-		msgs[r] = &actorspb.AgentStatusRequest{Generation: w.Gen, Rank: uint32(r)}
+	for i := range msgs {
+		msgs[i] = &actorspb.AgentStatusRequest{Generation: w.Gen, Rank: uint32(i)}
 	}
 	replies, err := gather(msgs)
 	if err != nil {
 		return false, fmt.Errorf("status of generation %d: %w", w.Gen, err)
 	}
-	root, world0 := 0, 0
-	for r, rep := range replies {
+	states := make([]memberState, n)
+	world0 := 0
+	for i, rep := range replies {
 		st := rep.(*actorspb.AgentStatus)
-		if st.AppliedStep > replies[root].(*actorspb.AgentStatus).AppliedStep {
-			root = r
-		}
+		states[i] = memberState{Applied: int(st.AppliedStep), Cursor: data.Cursor(st.Cursor), Held: int(st.HeldStage)}
 		world0 = max(world0, int(st.World0))
 	}
-	rs := replies[root].(*actorspb.AgentStatus)
+	P := len(a.cuts)
+	gp, err := planGeneration(states, P)
+	if err != nil {
+		return false, fmt.Errorf("generation %d: %w", w.Gen, err)
+	}
 	if world0 == 0 {
-		world0 = n // the job's first world
+		world0 = gp.D // the job's first world
 	}
-	step, cursor := int(rs.AppliedStep), data.Cursor(rs.Cursor)
-
-	// 2. Form the generation: every member joins its collectives and takes
-	// the state from root.
-	for r := range msgs {
-		msgs[r] = &actorspb.AgentSync{Generation: w.Gen, Rank: uint32(r), Addrs: addrs, Root: uint32(root),
-			Step: uint64(step), Cursor: uint64(cursor), World0: uint32(world0)}
-	}
-	if replies, err = gather(msgs); err != nil {
-		return false, fmt.Errorf("forming generation %d: %w", w.Gen, err)
-	}
-	for r, rep := range replies {
-		if c := rep.(*actorspb.AgentSyncDone).Checksum; c != replies[0].(*actorspb.AgentSyncDone).Checksum {
-			return false, fmt.Errorf("%w: after the state transfer rank %d holds other weights than rank 0", ErrDiverged, r)
+	var ckptStep int64
+	if gp.FromCheckpoint || (gp.Fresh && cfg.Resume) {
+		ck, err := checkpoint.OpenLatest(checkpoint.OSFS{}, cfg.CkptDir)
+		switch {
+		case gp.Fresh && errors.Is(err, checkpoint.ErrNoCheckpoint):
+			// --resume with nothing to resume: from scratch.
+		case err != nil:
+			return false, fmt.Errorf("generation %d: a pipeline stage has no surviving replica and the latest checkpoint is unusable: %w", w.Gen, err)
+		default:
+			ckptStep = ck.Manifest.Step
+			if ck.Manifest.Sampler == nil {
+				ck.Close()
+				return false, fmt.Errorf("generation %d: checkpoint step %d has no sampler state", w.Gen, ckptStep)
+			}
+			gp.Step, gp.Cursor, gp.Fresh, gp.FromCheckpoint = int(ckptStep), ck.Manifest.Sampler.Cursor, false, true
+			ck.Close()
 		}
 	}
+
+	// 2. Form the generation.
+	addrs := make([]string, len(gp.Members))
+	grid := make([]*actor.PID, len(gp.Members))
+	for rank, i := range gp.Members {
+		addrs[rank], grid[rank] = w.Members[i].ActorAddr, pids[i]
+	}
+	for i := range msgs {
+		sync := &actorspb.AgentSync{Generation: w.Gen, Addrs: addrs, Step: uint64(gp.Step), Cursor: uint64(gp.Cursor),
+			World0: uint32(world0), Replicas: uint32(gp.D), Stages: uint32(gp.P), Fresh: gp.Fresh,
+			FromCheckpoint: gp.FromCheckpoint, CheckpointStep: uint64(ckptStep), Root: -1, Member: uint32(i)}
+		if gp.Rank[i] < 0 {
+			sync.Standby = true
+		} else {
+			sync.Rank, sync.Stage = uint32(gp.Rank[i]), uint32(gp.Stage[i])
+			if !gp.FromCheckpoint {
+				sync.Root = int32(gp.Roots[gp.Stage[i]])
+			}
+		}
+		msgs[i] = sync
+	}
+	if _, err = gather(msgs); err != nil {
+		return false, fmt.Errorf("forming generation %d: %w", w.Gen, err)
+	}
+	standby := []string{}
+	for i, r := range gp.Rank {
+		if r < 0 {
+			standby = append(standby, w.Members[i].Name)
+		}
+	}
+	source := "surviving replicas"
+	switch {
+	case gp.Fresh:
+		source = "seed"
+	case gp.FromCheckpoint:
+		source = fmt.Sprintf("checkpoint step %d", ckptStep)
+	}
 	a.log.Info("generation formed", zap.Uint64("generation", w.Gen), zap.Strings("members", memberNames(w)),
-		zap.String("reason", w.Reason), zap.Int("step", step), zap.Int("state_from_rank", root),
-		zap.Duration("sync", time.Since(committed)))
+		zap.String("reason", w.Reason), zap.Int("replicas", gp.D), zap.Int("stages", gp.P), zap.Strings("standby", standby),
+		zap.Int("step", gp.Step), zap.String("state_from", source), zap.Duration("sync", time.Since(committed)))
+
+	g, err := pipeline.NewGrid(gp.D, gp.P)
+	if err != nil {
+		return false, err
+	}
+	evalRanks := []int{0}
+	if gp.P > 1 {
+		evalRanks = g.PipelineGroup(0)
+	}
+	steps, err := actors.SpawnCoordinator(a.sys, actors.CoordinatorConfig{
+		Name: fmt.Sprintf("%s-gen%d", actors.CoordinatorActorName, w.Gen), Workers: grid, CallTimeout: cfg.StepTimeout,
+		EvalRanks: evalRanks,
+	})
+	if err != nil {
+		return false, err
+	}
+	defer a.sys.Root().Stop(steps)
 
 	// 3. Train.
-	steps := cfg.Steps
+	target := cfg.Steps
 	if cfg.Epochs > 0 {
-		steps = int(math.Ceil(cfg.Epochs * float64(a.train.Len()) / float64(cfg.Batch)))
+		target = int(math.Ceil(cfg.Epochs * float64(a.train.Len()) / float64(cfg.Batch)))
 	}
-	batch, lr := cfg.Batch, 1.0
+	batch, lrScale := cfg.Batch, 1.0
 	if a.ac.Rescale == "linear-lr" {
 		per := max(1, cfg.Batch/world0)
-		batch, lr = per*n, optim.LinearScaling(1, world0, n)
+		batch, lrScale = per*gp.D, optim.LinearScaling(1, world0, gp.D)
 	}
-	sched := cfg.schedule(steps)
+	if per := batch / gp.D; gp.P > 1 && per < cfg.MicroBatches {
+		return false, fmt.Errorf("generation %d: %d rows per replica cannot make %d micro-batches", w.Gen, per, cfg.MicroBatches)
+	}
+	sched := cfg.schedule(target)
 	sampler, err := data.NewSampler(a.train.Len(), cfg.Seed, cfg.Shuffle)
 	if err != nil {
 		return false, err
@@ -646,7 +820,8 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 	var b data.Batch
 	var idx []int
 	first := true
-	for ; step < steps; step++ {
+	step, cursor := gp.Step, gp.Cursor
+	for ; step < target; step++ {
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
@@ -655,8 +830,8 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 		a.train.Fill(idx, &b)
 		check := cfg.CheckEvery > 0 && (step+1)%cfg.CheckEvery == 0
 		req := &actorspb.RunStep{Generation: w.Gen, Step: uint64(step), Cursor: uint64(cursor), Batch: uint32(batch), Accum: 1,
-			Lr: sched.LR(step) * lr, GlobalTargets: uint64(globalTargets(&b)), Checksum: check, World: uint32(n)}
-		res, err := call(&actors.StepCall{Req: req})
+			Lr: sched.LR(step) * lrScale, GlobalTargets: uint64(globalTargets(&b)), Checksum: check, World: uint32(g.Size())}
+		res, err := call(steps, &actors.StepCall{Req: req})
 		if err != nil {
 			return false, err
 		}
@@ -666,21 +841,27 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 		}
 		var lossSum float64
 		var targets int
-		m := StepMetrics{Step: step + 1, LR: req.Lr, World: n, Generation: w.Gen, DP: n, PP: 1, Micro: 1, Accum: 1}
+		m := StepMetrics{Step: step + 1, LR: req.Lr, World: g.Size(), Generation: w.Gen, DP: gp.D, PP: gp.P,
+			Micro: cfg.MicroBatches, Accum: 1}
 		for r, d := range rep.Dones {
 			lossSum += d.LossSum
 			targets += int(d.Targets)
 			m.ComputeMs = math.Max(m.ComputeMs, d.ComputeMs)
 			m.CommMs = math.Max(m.CommMs, d.CommMs)
-			if check && d.Checksum != rep.Dones[0].Checksum {
-				return false, fmt.Errorf("%w: after step %d rank %d's parameters differ from rank 0's", ErrDiverged, step+1, r)
+			if check && d.Checksum != rep.Dones[r-r%gp.D].Checksum {
+				return false, fmt.Errorf("%w: after step %d rank %d's parameters differ from rank %d's, the same stage", ErrDiverged, step+1, r, r-r%gp.D)
 			}
+		}
+		if gp.P > 1 {
+			m.BubbleFraction, m.BubbleMs = measuredBubble(g, rep.Dones)
+			m.FormulaBubble = pipeline.FormulaBubble(gp.P, cfg.MicroBatches)
+			m.PeakMicro = int(rep.Dones[0].PeakMicroBatches)
 		}
 		stepMs := ms(time.Since(t0))
 		m.Loss, m.StepMs = lossSum/math.Max(1, float64(targets)), stepMs
 		m.SamplesPerS = float64(batch) / (stepMs / 1e3)
-		if a.rep.Model.Context > 0 {
-			m.TokensPerS = m.SamplesPerS * float64(a.rep.Model.Context)
+		if ctxLen := cfg.Context; cfg.Model == "gpt" {
+			m.TokensPerS = m.SamplesPerS * float64(ctxLen)
 		}
 		m.Cursor, m.Batch = uint64(cursor), batch
 		cursor += data.Cursor(batch)
@@ -695,8 +876,8 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 		if ckpt != nil && cfg.CkptEvery > 0 && (step+1)%cfg.CkptEvery == 0 {
 			sampler.Seek(cursor)
 			meta := ckpt.meta(step+1, w.Gen, sampler, sched)
-			meta.World.DP = n
-			pause, err := ckpt.save(&procsShards{call: call}, meta)
+			meta.World.DP, meta.World.PP = gp.D, gp.P
+			pause, err := ckpt.save(&procsShards{call: func(m any) (any, error) { return call(steps, m) }}, meta)
 			if err != nil {
 				return false, err
 			}
@@ -708,33 +889,60 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 			}
 		}
 		if (step+1)%cfg.LogEvery == 0 {
-			a.log.Info("step", zap.Uint64("generation", w.Gen), zap.Int("step", step+1), zap.Int("of", steps),
-				zap.Float64("loss", m.Loss), zap.Int("world", n), zap.Float64("step_ms", stepMs))
+			a.log.Info("step", zap.Uint64("generation", w.Gen), zap.Int("step", step+1), zap.Int("of", target),
+				zap.Float64("loss", m.Loss), zap.Int("replicas", gp.D), zap.Int("stages", gp.P), zap.Float64("step_ms", stepMs))
 		}
 	}
 
-	// 4. The job is done: every member reports its checksum, all equal.
-	for r := range msgs {
-		msgs[r] = &actorspb.AgentFinish{Generation: w.Gen, Step: uint64(step), Rank: uint32(r)}
+	// 4. The job is done: the whole model is saved if asked, then every
+	// member reports its checksum, equal within each stage.
+	if cfg.Save != "" {
+		res, err := call(steps, &actors.WeightsCall{})
+		if err != nil {
+			return false, err
+		}
+		if rep := res.(*actors.WeightsReport); rep.Err != nil {
+			return false, rep.Err
+		} else if err := a.saveWeights(rep.Weights, step); err != nil {
+			return false, err
+		}
 	}
-	replies, err = gather(msgs)
+	finish := make([]any, n)
+	for i := range finish {
+		finish[i] = &actorspb.AgentFinish{Generation: w.Gen, Step: uint64(step), Rank: uint32(i)}
+	}
+	replies, err = gather(finish)
 	// The members exit once they answered: stop watching them first.
-	_ = a.sys.Root().StopFuture(coordPID).Wait()
+	_ = a.sys.Root().StopFuture(steps).Wait()
+	_ = a.sys.Root().StopFuture(members).Wait()
 	if err != nil {
 		return false, fmt.Errorf("finishing: %w", err)
 	}
-	for r, rep := range replies {
-		if c := rep.(*actorspb.AgentFinished).Checksum; c != replies[0].(*actorspb.AgentFinished).Checksum {
-			return true, fmt.Errorf("%w: at the end rank %d's parameters differ from rank 0's", ErrDiverged, r)
+	for i, rep := range replies {
+		r := gp.Rank[i]
+		if r < 0 {
+			continue
+		}
+		peer := gp.Members[r-r%gp.D]
+		if c := rep.(*actorspb.AgentFinished).Checksum; c != replies[peer].(*actorspb.AgentFinished).Checksum {
+			return true, fmt.Errorf("%w: at the end rank %d's parameters differ from rank %d's, the same stage", ErrDiverged, r, r-r%gp.D)
 		}
 	}
-	if cfg.Save != "" {
-		if err := a.rep.Model.Set.SaveWeights(cfg.Save, map[string]string{"format": "pt", "step": fmt.Sprint(step)}); err != nil {
-			return true, err
-		}
-	}
-	a.log.Info("job finished", zap.Int("step", step), zap.Uint64("generation", w.Gen), zap.Int("world", n))
+	a.log.Info("job finished", zap.Int("step", step), zap.Uint64("generation", w.Gen), zap.Int("replicas", gp.D), zap.Int("stages", gp.P))
 	return true, nil
+}
+
+// saveWeights writes the whole model's weights (the stages' in order) to
+// --save.
+func (a *agent) saveWeights(w []float32, step int) error {
+	whole, err := nn.Build(cpu.New(1), a.spec, a.cfg.Seed, 0, a.spec.Units())
+	if err != nil {
+		return err
+	}
+	if err := whole.Set.SetHostWeights(w); err != nil {
+		return err
+	}
+	return whole.Set.SaveWeights(a.cfg.Save, map[string]string{"format": "pt", "step": fmt.Sprint(step)})
 }
 
 // procsShards writes a checkpoint from the agents through the leader's

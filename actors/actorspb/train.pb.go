@@ -831,13 +831,16 @@ func (x *AgentStatusRequest) GetRank() uint32 {
 // agent applied, the sampler cursor after it, and the size of the job's
 // first world (for the linear LR-scaling rule).
 type AgentStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Rank          uint32                 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
-	AppliedStep   uint64                 `protobuf:"varint,2,opt,name=applied_step,json=appliedStep,proto3" json:"applied_step,omitempty"`
-	Cursor        uint64                 `protobuf:"varint,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
-	World0        uint32                 `protobuf:"varint,4,opt,name=world0,proto3" json:"world0,omitempty"`
-	Name          string                 `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
-	Error         string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Rank        uint32                 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	AppliedStep uint64                 `protobuf:"varint,2,opt,name=applied_step,json=appliedStep,proto3" json:"applied_step,omitempty"`
+	Cursor      uint64                 `protobuf:"varint,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	World0      uint32                 `protobuf:"varint,4,opt,name=world0,proto3" json:"world0,omitempty"`
+	Name        string                 `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	Error       string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// held_stage is the pipeline stage the agent's model part holds (0
+	// without pipelining), -1 before it holds one.
+	HeldStage     int32 `protobuf:"varint,7,opt,name=held_stage,json=heldStage,proto3" json:"held_stage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -914,19 +917,39 @@ func (x *AgentStatus) GetError() string {
 	return ""
 }
 
+func (x *AgentStatus) GetHeldStage() int32 {
+	if x != nil {
+		return x.HeldStage
+	}
+	return 0
+}
+
 // AgentSync forms generation `generation` on an agent: it joins the
-// collectives of the world whose ranks' actor addresses are `addrs`, as
-// rank `rank`, and receives the training state from rank `root` (weights,
-// optimizer state), then sets its step and cursor.
+// collectives of the grid of `replicas` × `stages` ranks whose actor
+// addresses are `addrs` (grid rank = stage·replicas + replica), as rank
+// `rank` holding stage `stage`, and takes its stage's state: from rank
+// `root` (weights, optimizer state), or from the checkpoint at
+// `checkpoint_step` (a lost stage), or nowhere (`fresh`: nothing trained
+// yet). A `standby` agent has no slot in this generation.
 type AgentSync struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
-	Rank          uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
-	Addrs         []string               `protobuf:"bytes,3,rep,name=addrs,proto3" json:"addrs,omitempty"`
-	Root          uint32                 `protobuf:"varint,4,opt,name=root,proto3" json:"root,omitempty"`
-	Step          uint64                 `protobuf:"varint,5,opt,name=step,proto3" json:"step,omitempty"`
-	Cursor        uint64                 `protobuf:"varint,6,opt,name=cursor,proto3" json:"cursor,omitempty"`
-	World0        uint32                 `protobuf:"varint,7,opt,name=world0,proto3" json:"world0,omitempty"`
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Generation     uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Rank           uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	Addrs          []string               `protobuf:"bytes,3,rep,name=addrs,proto3" json:"addrs,omitempty"`
+	Root           int32                  `protobuf:"varint,4,opt,name=root,proto3" json:"root,omitempty"`
+	Step           uint64                 `protobuf:"varint,5,opt,name=step,proto3" json:"step,omitempty"`
+	Cursor         uint64                 `protobuf:"varint,6,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	World0         uint32                 `protobuf:"varint,7,opt,name=world0,proto3" json:"world0,omitempty"`
+	Replicas       uint32                 `protobuf:"varint,8,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	Stages         uint32                 `protobuf:"varint,9,opt,name=stages,proto3" json:"stages,omitempty"`
+	Stage          uint32                 `protobuf:"varint,10,opt,name=stage,proto3" json:"stage,omitempty"`
+	Fresh          bool                   `protobuf:"varint,11,opt,name=fresh,proto3" json:"fresh,omitempty"`
+	FromCheckpoint bool                   `protobuf:"varint,12,opt,name=from_checkpoint,json=fromCheckpoint,proto3" json:"from_checkpoint,omitempty"`
+	CheckpointStep uint64                 `protobuf:"varint,13,opt,name=checkpoint_step,json=checkpointStep,proto3" json:"checkpoint_step,omitempty"`
+	Standby        bool                   `protobuf:"varint,14,opt,name=standby,proto3" json:"standby,omitempty"`
+	// member is the agent's index in the elastic world, echoed as the
+	// answer's rank.
+	Member        uint32 `protobuf:"varint,15,opt,name=member,proto3" json:"member,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -982,7 +1005,7 @@ func (x *AgentSync) GetAddrs() []string {
 	return nil
 }
 
-func (x *AgentSync) GetRoot() uint32 {
+func (x *AgentSync) GetRoot() int32 {
 	if x != nil {
 		return x.Root
 	}
@@ -1006,6 +1029,62 @@ func (x *AgentSync) GetCursor() uint64 {
 func (x *AgentSync) GetWorld0() uint32 {
 	if x != nil {
 		return x.World0
+	}
+	return 0
+}
+
+func (x *AgentSync) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *AgentSync) GetStages() uint32 {
+	if x != nil {
+		return x.Stages
+	}
+	return 0
+}
+
+func (x *AgentSync) GetStage() uint32 {
+	if x != nil {
+		return x.Stage
+	}
+	return 0
+}
+
+func (x *AgentSync) GetFresh() bool {
+	if x != nil {
+		return x.Fresh
+	}
+	return false
+}
+
+func (x *AgentSync) GetFromCheckpoint() bool {
+	if x != nil {
+		return x.FromCheckpoint
+	}
+	return false
+}
+
+func (x *AgentSync) GetCheckpointStep() uint64 {
+	if x != nil {
+		return x.CheckpointStep
+	}
+	return 0
+}
+
+func (x *AgentSync) GetStandby() bool {
+	if x != nil {
+		return x.Standby
+	}
+	return false
+}
+
+func (x *AgentSync) GetMember() uint32 {
+	if x != nil {
+		return x.Member
 	}
 	return 0
 }
@@ -1272,24 +1351,35 @@ const file_train_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
-	"\x04rank\x18\x02 \x01(\rR\x04rank\"\x9e\x01\n" +
+	"\x04rank\x18\x02 \x01(\rR\x04rank\"\xbd\x01\n" +
 	"\vAgentStatus\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\rR\x04rank\x12!\n" +
 	"\fapplied_step\x18\x02 \x01(\x04R\vappliedStep\x12\x16\n" +
 	"\x06cursor\x18\x03 \x01(\x04R\x06cursor\x12\x16\n" +
 	"\x06world0\x18\x04 \x01(\rR\x06world0\x12\x12\n" +
 	"\x04name\x18\x05 \x01(\tR\x04name\x12\x14\n" +
-	"\x05error\x18\x06 \x01(\tR\x05error\"\xad\x01\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x12\x1d\n" +
+	"\n" +
+	"held_stage\x18\a \x01(\x05R\theldStage\"\x91\x03\n" +
 	"\tAgentSync\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x14\n" +
 	"\x05addrs\x18\x03 \x03(\tR\x05addrs\x12\x12\n" +
-	"\x04root\x18\x04 \x01(\rR\x04root\x12\x12\n" +
+	"\x04root\x18\x04 \x01(\x05R\x04root\x12\x12\n" +
 	"\x04step\x18\x05 \x01(\x04R\x04step\x12\x16\n" +
 	"\x06cursor\x18\x06 \x01(\x04R\x06cursor\x12\x16\n" +
-	"\x06world0\x18\a \x01(\rR\x06world0\"U\n" +
+	"\x06world0\x18\a \x01(\rR\x06world0\x12\x1a\n" +
+	"\breplicas\x18\b \x01(\rR\breplicas\x12\x16\n" +
+	"\x06stages\x18\t \x01(\rR\x06stages\x12\x14\n" +
+	"\x05stage\x18\n" +
+	" \x01(\rR\x05stage\x12\x14\n" +
+	"\x05fresh\x18\v \x01(\bR\x05fresh\x12'\n" +
+	"\x0ffrom_checkpoint\x18\f \x01(\bR\x0efromCheckpoint\x12'\n" +
+	"\x0fcheckpoint_step\x18\r \x01(\x04R\x0echeckpointStep\x12\x18\n" +
+	"\astandby\x18\x0e \x01(\bR\astandby\x12\x16\n" +
+	"\x06member\x18\x0f \x01(\rR\x06member\"U\n" +
 	"\rAgentSyncDone\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\rR\x04rank\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1a\n" +
