@@ -16,10 +16,9 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // model is a random model for property tests: parameter specs in order,
-// the stage split, the optimizer states and the data of every tensor.
+// the optimizer states and the data of every tensor.
 type model struct {
 	params []TensorSpec
-	bounds []int // stage s holds params[bounds[s]:bounds[s+1]]
 	opt    *OptimizerState
 	data   map[string][]byte
 }

@@ -20,8 +20,6 @@ type Replica struct {
 	ctx   *nn.Ctx
 
 	ids, tgt kernels.Index
-	hostIDs  []int32
-	hostTgt  []int32
 }
 
 // New wraps a model and its optimizer.

@@ -139,12 +139,6 @@ func (w *Writer) Events() []Event {
 	return append(out, evs...)
 }
 
-// document is the JSON Object Format's top level.
-type document struct {
-	TraceEvents     []Event `json:"traceEvents"`
-	DisplayTimeUnit string  `json:"displayTimeUnit"`
-}
-
 // WriteTo writes every event recorded so far as one JSON document, one
 // event per line. Recording may go on while it writes; later events are not
 // included.

@@ -229,6 +229,9 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, log *zap.Logger) err
 	sys.Root().Send(actor.NewPID(coordAddr, actors.CoordinatorActorName),
 		&actorspb.WorkerHello{Rank: uint32(rank), Address: sys.Address(), Protocol: actors.TrainProtocol})
 	log.Info("worker ready", zap.String("address", sys.Address()))
+	// The reader ends at EOF (the parent closed our stdin or died). When
+	// ctx ends first it stays blocked in the read; this function is the
+	// whole worker process, which exits right after, ending it.
 	eof := make(chan struct{})
 	go func() {
 		defer close(eof)

@@ -150,7 +150,8 @@ func testSumSquares(s *suite) {
 // lives, with exact zeros and a few far-out values mixed in.
 func (c *tcase) activationInputs(n int) []float32 {
 	x := c.uniform(n, -8, 8)
-	for i, v := range []float32{0, -0.0, 1e-3, -1e-3, 40, -40, -12, 12} {
+	negZero := float32(math.Copysign(0, -1))
+	for i, v := range []float32{0, negZero, 1e-3, -1e-3, 40, -40, -12, 12} {
 		if i < n {
 			x[(i*7919)%n] = v
 		}

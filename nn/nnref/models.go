@@ -87,8 +87,8 @@ func (m GPT) Loss(p Params, tokens, targets []int) (float64, Params) {
 	}
 	x := add(Embedding(p["tok.weight"], tokens, C), Embedding(p["pos.weight"], pos, C))
 	type blockCache struct {
-		x, ln1, m1, r1, a, x2, ln2, m2, r2, f, gf []float64
-		ac                                        *AttentionCache
+		x, ln1, m1, r1, x2, ln2, m2, r2, f, gf []float64
+		ac                                     *AttentionCache
 	}
 	caches := make([]blockCache, m.Layers)
 	const eps = 1e-5
