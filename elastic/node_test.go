@@ -169,9 +169,21 @@ func TestNodesJoinLeaveCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	w3 := waitWorld(t, a, "a c d", hasNames("a c d"))
-	t.Logf("graceful leave: generation %d after %v (%s)", w3.Gen, time.Since(t0), w3.Reason)
-	if w3.Reason != "left b" {
+	took3 := time.Since(t0)
+	t.Logf("graceful leave: generation %d after %v (%s)", w3.Gen, took3, w3.Reason)
+	switch w3.Reason {
+	case "left b":
+	case "failed b":
+		// The "leaving" metadata travels by gossip and the leave by its own
+		// broadcast; on a loaded machine the leave can arrive first, and
+		// the others then record a failure. The leave still reaches them
+		// at once (no failure detection), which is what matters here.
+		t.Logf("the leaving metadata lost the race with the leave broadcast")
+	default:
 		t.Fatalf("reason %q, want \"left b\"", w3.Reason)
+	}
+	if took3 > 3*time.Second {
+		t.Fatalf("a graceful leave took %v to make a new generation", took3)
 	}
 
 	t0 = time.Now()
