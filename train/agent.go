@@ -655,29 +655,40 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 		return false, err
 	}
 	defer a.sys.Root().Stop(members)
-	// call asks a coordinator and waits for its answer; when the world is
-	// superseded (ctx), the coordinator is told to give up at once, so that
-	// a member that hangs without a reset does not hold the leader.
+	// When the world is superseded (ctx), every coordinator is told to give
+	// up its call at once, so that a member that hangs without a reset does
+	// not hold the leader. One watcher serves the whole generation.
+	var coordMu sync.Mutex
+	coords := []*actor.PID{members}
+	cancel := func(coord *actor.PID) {
+		a.sys.Root().Send(coord, &actors.CancelCall{Reason: "generation superseded"})
+	}
+	watched := make(chan struct{})
+	stopWatch := context.AfterFunc(ctx, func() {
+		defer close(watched)
+		coordMu.Lock()
+		defer coordMu.Unlock()
+		for _, c := range coords {
+			cancel(c)
+		}
+	})
+	defer func() {
+		if !stopWatch() {
+			<-watched
+		}
+	}()
+	// call asks a coordinator and waits for its answer. A world superseded
+	// between the check and the request is caught by the second check: the
+	// cancel then follows the request into the coordinator's mailbox.
 	call := func(coord *actor.PID, msg any) (any, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		f := a.sys.Root().RequestFuture(coord, msg, cfg.StepTimeout+30*time.Second)
-		answered := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case <-ctx.Done():
-				a.sys.Root().Send(coord, &actors.CancelCall{Reason: "generation superseded"})
-			case <-answered:
-			}
-		}()
-		res, err := f.Result()
-		close(answered)
-		wg.Wait()
-		return res, err
+		if ctx.Err() != nil {
+			cancel(coord)
+		}
+		return f.Result()
 	}
 	gather := func(msgs []any) ([]any, error) {
 		res, err := call(members, &actors.GatherCall{Msgs: msgs})
@@ -787,6 +798,9 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 		return false, err
 	}
 	defer a.sys.Root().Stop(steps)
+	coordMu.Lock()
+	coords = append(coords, steps)
+	coordMu.Unlock()
 
 	// 3. Train.
 	target := cfg.Steps
@@ -839,26 +853,19 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 		if rep.Err != nil {
 			return false, fmt.Errorf("generation %d, step %d: %w", w.Gen, step+1, rep.Err)
 		}
-		var lossSum float64
-		var targets int
-		m := StepMetrics{Step: step + 1, LR: req.Lr, World: g.Size(), Generation: w.Gen, DP: gp.D, PP: gp.P,
-			Micro: cfg.MicroBatches, Accum: 1}
-		for r, d := range rep.Dones {
-			lossSum += d.LossSum
-			targets += int(d.Targets)
-			m.ComputeMs = math.Max(m.ComputeMs, d.ComputeMs)
-			m.CommMs = math.Max(m.CommMs, d.CommMs)
-			if check && d.Checksum != rep.Dones[r-r%gp.D].Checksum {
-				return false, fmt.Errorf("%w: after step %d rank %d's parameters differ from rank %d's, the same stage", ErrDiverged, step+1, r, r-r%gp.D)
-			}
-		}
-		if gp.P > 1 {
-			m.BubbleFraction, m.BubbleMs = measuredBubble(g, rep.Dones)
-			m.FormulaBubble = pipeline.FormulaBubble(gp.P, cfg.MicroBatches)
-			m.PeakMicro = int(rep.Dones[0].PeakMicroBatches)
+		st, err := aggregateStep(g, gp.P > 1, rep.Dones, step, check)
+		if err != nil {
+			return false, err
 		}
 		stepMs := ms(time.Since(t0))
-		m.Loss, m.StepMs = lossSum/math.Max(1, float64(targets)), stepMs
+		m := StepMetrics{Step: step + 1, LR: req.Lr, World: g.Size(), Generation: w.Gen, DP: gp.D, PP: gp.P,
+			Micro: cfg.MicroBatches, Accum: 1, StepMs: stepMs,
+			Loss: st.LossSum / math.Max(1, float64(st.Targets)), GradNorm: st.GradNorm,
+			ComputeMs: st.ComputeMs, CommMs: st.CommMs, BubbleMs: st.BubbleMs, OverlapFraction: st.Overlap,
+			PeakActBytes: st.PeakAct, PeakMicro: st.PeakMicro, BubbleFraction: st.BubbleFraction}
+		if gp.P > 1 {
+			m.FormulaBubble = pipeline.FormulaBubble(gp.P, cfg.MicroBatches)
+		}
 		m.SamplesPerS = float64(batch) / (stepMs / 1e3)
 		if ctxLen := cfg.Context; cfg.Model == "gpt" {
 			m.TokensPerS = m.SamplesPerS * float64(ctxLen)

@@ -257,10 +257,31 @@ func (e *dpEngine) step(step int, cur data.Cursor, b *data.Batch, lr float64, ch
 	if rep.Err != nil {
 		return st, rep.Err
 	}
-	g := e.plan.grid
-	st.World, st.Generation = g.Size(), e.gen
+	st, err = aggregateStep(e.plan.grid, e.plan.sched != nil, rep.Dones, step, checksum)
+	if err != nil {
+		return st, err
+	}
+	st.Generation = e.gen
+	for d, rec := range e.recorders {
+		tl := rec.Take()
+		if e.tw != nil {
+			if err := tl.WriteTrace(e.tw, pipeline.TraceOptions{Pid: d, Process: fmt.Sprintf("replica %d", d), Scale: 1e6}); err != nil {
+				return st, fmt.Errorf("train: --trace: %w", err)
+			}
+		}
+	}
+	return st, nil
+}
+
+// aggregateStep combines the ranks' answers to one step on grid g: the
+// loss and targets summed, the slowest rank's times, the share of
+// communication hidden, stage 0's memory and gradient norm, the measured
+// bubble of a pipeline, and (when checksum) the check that the replicas
+// of each stage hold the same bits.
+func aggregateStep(g pipeline.Grid, pipelined bool, dones []*actorspb.StepDone, step int, checksum bool) (stepStats, error) {
+	st := stepStats{World: g.Size()}
 	var hidden float64
-	for _, d := range rep.Dones {
+	for _, d := range dones {
 		st.LossSum += d.LossSum
 		st.Targets += int(d.Targets)
 		st.Correct += int(d.Correct)
@@ -270,29 +291,19 @@ func (e *dpEngine) step(step int, cur data.Cursor, b *data.Batch, lr float64, ch
 			hidden += 1 - d.ExposedCommMs/d.CommMs
 		}
 	}
-	st.Overlap = hidden / float64(len(rep.Dones))
-	// Memory and grad norm as stage 0 of replica 0 sees them.
-	st.GradNorm = rep.Dones[0].GradNorm
-	st.PeakAct = rep.Dones[0].PeakActivationBytes
-	st.PeakMicro = int(rep.Dones[0].PeakMicroBatches)
-	if e.plan.sched != nil {
-		st.BubbleFraction, st.BubbleMs = measuredBubble(g, rep.Dones)
+	st.Overlap = hidden / float64(len(dones))
+	st.GradNorm = dones[0].GradNorm
+	st.PeakAct = dones[0].PeakActivationBytes
+	st.PeakMicro = int(dones[0].PeakMicroBatches)
+	if pipelined {
+		st.BubbleFraction, st.BubbleMs = measuredBubble(g, dones)
 	}
 	if checksum {
-		// Replicas of a stage must hold the same bits.
-		for r, d := range rep.Dones {
-			first := rep.Dones[r-r%g.Replicas]
+		for r, d := range dones {
+			first := dones[r-r%g.Replicas]
 			if d.Checksum != first.Checksum {
 				return st, fmt.Errorf("%w: after step %d rank %d's parameters (checksum %016x) differ from rank %d's (%016x), the same stage",
 					ErrDiverged, step+1, r, d.Checksum, r-r%g.Replicas, first.Checksum)
-			}
-		}
-	}
-	for d, rec := range e.recorders {
-		tl := rec.Take()
-		if e.tw != nil {
-			if err := tl.WriteTrace(e.tw, pipeline.TraceOptions{Pid: d, Process: fmt.Sprintf("replica %d", d), Scale: 1e6}); err != nil {
-				return st, fmt.Errorf("train: --trace: %w", err)
 			}
 		}
 	}
