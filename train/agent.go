@@ -131,6 +131,7 @@ type agent struct {
 	stage   int
 	comm    collective.Communicator
 	worker  ddp.Stepper
+	undo    undoState // pipeline stages only
 
 	mu         sync.Mutex
 	stepCancel context.CancelFunc
@@ -366,12 +367,24 @@ func (a *agent) leave() (*AgentSummary, error) {
 
 type leaveRequest struct{}
 
+// undoState is a pipeline stage's state from before its last step, kept so
+// that a torn step (some stages applied it, another did not) can be undone
+// instead of losing the job to it (see undoTornStep): the stage's weights
+// and optimizer state, copied before every step into buffers allocated
+// once per stage, and the step and cursor they belong to.
+type undoState struct {
+	bufs    []kernels.Buffer
+	valid   bool
+	applied int
+	cursor  data.Cursor
+}
+
 // Receive is the agent actor: the only code that touches the model.
 func (a *agent) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actorspb.AgentStatusRequest:
 		c.Respond(&actorspb.AgentStatus{Rank: m.Rank, AppliedStep: uint64(a.applied), Cursor: uint64(a.cursor),
-			World0: uint32(a.world0), Name: a.ac.Name, HeldStage: int32(a.held)})
+			World0: uint32(a.world0), Name: a.ac.Name, HeldStage: int32(a.held), CanRollBack: a.undo.valid})
 	case *actorspb.AgentSync:
 		done := &actorspb.AgentSyncDone{Rank: m.Member}
 		if err := a.sync(m); err != nil {
@@ -474,6 +487,45 @@ func (a *agent) setStage(s int, m *nn.Model) error {
 		return err
 	}
 	a.model, a.opt, a.rep, a.stage = m, opt, replica.New(m, opt), s
+	a.undo = undoState{}
+	return nil
+}
+
+// stateBufs are the buffers that make up the stage's training state: its
+// weights and its optimizer state.
+func (a *agent) stateBufs() []kernels.Buffer {
+	bufs := []kernels.Buffer{a.model.Set.Weights()}
+	for _, st := range a.opt.States() {
+		bufs = append(bufs, st.Buf)
+	}
+	return bufs
+}
+
+// keepUndo copies the stage's state before a step (pipeline stages only).
+func (a *agent) keepUndo() {
+	bufs := a.stateBufs()
+	if len(a.undo.bufs) != len(bufs) {
+		a.undo.bufs = make([]kernels.Buffer, len(bufs))
+		for i, b := range bufs {
+			a.undo.bufs[i] = a.be.Alloc(b.Len())
+		}
+	}
+	for i, b := range bufs {
+		a.be.Copy(a.undo.bufs[i], b)
+	}
+	a.undo.applied, a.undo.cursor = a.applied, a.cursor
+}
+
+// rollBack goes back to the state from before the last step.
+func (a *agent) rollBack() error {
+	if !a.undo.valid || a.model == nil {
+		return fmt.Errorf("asked to undo step %d, but this node holds no state from before it", a.applied)
+	}
+	for i, b := range a.stateBufs() {
+		a.be.Copy(b, a.undo.bufs[i])
+	}
+	a.log.Info("torn step undone", zap.Int("from_step", a.applied), zap.Int("to_step", a.undo.applied))
+	a.applied, a.cursor, a.undo.valid = a.undo.applied, a.undo.cursor, false
 	return nil
 }
 
@@ -484,6 +536,18 @@ func (a *agent) setStage(s int, m *nn.Model) error {
 func (a *agent) sync(m *actorspb.AgentSync) error {
 	a.closeComm()
 	a.gen, a.world0 = m.Generation, int(m.World0)
+	if m.RollBack {
+		if err := a.rollBack(); err != nil {
+			return err
+		}
+	}
+	a.undo.valid = false // every member starts the generation at m.Step
+	if a.applied > int(m.Step) {
+		// State ahead of the generation (a torn step this node could not
+		// undo, or steps past the checkpoint a lost stage restarts from)
+		// is dropped: this node holds nothing until it syncs a stage.
+		a.held, a.applied, a.cursor = -1, 0, 0
+	}
 	if m.Standby {
 		a.rank = -1
 		return nil
@@ -563,13 +627,9 @@ func (a *agent) receiveState(g pipeline.Grid, root int) error {
 		return err
 	}
 	defer group.Close()
-	bufs := []kernels.Buffer{a.model.Set.Weights()}
-	for _, st := range a.opt.States() {
-		bufs = append(bufs, st.Buf)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.StepTimeout)
 	defer cancel()
-	for _, b := range bufs {
+	for _, b := range a.stateBufs() {
 		host := make([]float32, b.Len())
 		a.be.Download(host, b)
 		if err := group.Broadcast(ctx, host, 0).Wait(); err != nil {
@@ -607,8 +667,12 @@ func (a *agent) step(m *actorspb.RunStep) *actorspb.StepDone {
 		a.mu.Unlock()
 		cancel()
 	}()
+	if a.sched != nil {
+		a.keepUndo()
+	}
 	res, err := a.worker.Step(ctx, ddp.StepRequest{Generation: m.Generation, Step: m.Step, Cursor: data.Cursor(m.Cursor),
 		Batch: int(m.Batch), Accum: 1, LR: m.Lr, GlobalTargets: int(m.GlobalTargets), Checksum: m.Checksum})
+	a.undo.valid = err == nil && a.sched != nil
 	if err != nil {
 		done.Error = err.Error()
 		return done
@@ -712,7 +776,8 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 	world0 := 0
 	for i, rep := range replies {
 		st := rep.(*actorspb.AgentStatus)
-		states[i] = memberState{Applied: int(st.AppliedStep), Cursor: data.Cursor(st.Cursor), Held: int(st.HeldStage)}
+		states[i] = memberState{Applied: int(st.AppliedStep), Cursor: data.Cursor(st.Cursor), Held: int(st.HeldStage),
+			CanRollBack: st.CanRollBack}
 		world0 = max(world0, int(st.World0))
 	}
 	P := len(a.cuts)
@@ -751,7 +816,8 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 	for i := range msgs {
 		sync := &actorspb.AgentSync{Generation: w.Gen, Addrs: addrs, Step: uint64(gp.Step), Cursor: uint64(gp.Cursor),
 			World0: uint32(world0), Replicas: uint32(gp.D), Stages: uint32(gp.P), Fresh: gp.Fresh,
-			FromCheckpoint: gp.FromCheckpoint, CheckpointStep: uint64(ckptStep), Root: -1, Member: uint32(i)}
+			FromCheckpoint: gp.FromCheckpoint, CheckpointStep: uint64(ckptStep), Root: -1, Member: uint32(i),
+			RollBack: gp.RollBack[i]}
 		if gp.Rank[i] < 0 {
 			sync.Standby = true
 		} else {

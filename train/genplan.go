@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/troupe-ml/troupe/data"
 )
@@ -16,6 +17,9 @@ type memberState struct {
 	// Held is the pipeline stage its model part holds (0 without
 	// pipelining), or -1 when it holds none yet.
 	Held int
+	// CanRollBack: it also holds its state from before its last step, so
+	// it can go back to Applied − 1 (pipeline stages keep that copy).
+	CanRollBack bool
 }
 
 // genPlan lays a generation's members out as D replicas of P stages and
@@ -37,6 +41,9 @@ type genPlan struct {
 	// Fresh: no step was trained yet; every member builds its stage from
 	// the seed (or --init) and nothing is transferred.
 	Fresh bool
+	// RollBack lists the members that first go back one step: a torn
+	// step (see undoTornStep) is undone.
+	RollBack []bool
 	// FromCheckpoint: some stage has no member holding its state at Step
 	// (a lost pipeline stage); every member loads its part from the latest
 	// checkpoint instead, and Step and Cursor are the checkpoint's.
@@ -59,7 +66,9 @@ func planGeneration(states []memberState, p int) (genPlan, error) {
 	if d == 0 {
 		return genPlan{}, fmt.Errorf("%w: %d members cannot hold %d pipeline stages", ErrConfig, n, p)
 	}
-	pl := genPlan{D: d, P: p, Rank: make([]int, n), Stage: make([]int, n), Members: make([]int, d*p), Roots: make([]int, p)}
+	states, back := undoTornStep(states, p)
+	pl := genPlan{D: d, P: p, Rank: make([]int, n), Stage: make([]int, n), Members: make([]int, d*p), Roots: make([]int, p),
+		RollBack: back}
 	newest := -1
 	for i, s := range states {
 		if s.Applied > pl.Step || newest < 0 {
@@ -118,4 +127,66 @@ func planGeneration(states []memberState, p int) (genPlan, error) {
 		}
 	}
 	return pl, nil
+}
+
+// undoTornStep undoes a torn step. The stages of a pipeline apply a step's
+// update each on its own, so a member that dies between them leaves some
+// stages at step k and another only at k − 1, with no survivor holding
+// that stage at k. When every stage has a holder at k − 1 or one that can
+// roll back to it, the members at k go back to k − 1: they come out as at
+// k − 1 (marked in back), and a member at k that cannot go back comes out
+// holding nothing, to take its stage's state from a root. Otherwise, or
+// when no step is torn, states come back as they are.
+func undoTornStep(states []memberState, p int) (_ []memberState, back []bool) {
+	back = make([]bool, len(states))
+	newest := 0
+	for _, s := range states {
+		newest = max(newest, s.Applied)
+	}
+	if newest == 0 {
+		return states, back
+	}
+	atNewest, atPrev := make([]bool, p), make([]bool, p)
+	var prevCursor data.Cursor
+	for _, s := range states {
+		if s.Held < 0 || s.Held >= p {
+			continue
+		}
+		switch s.Applied {
+		case newest:
+			atNewest[s.Held] = true
+			atPrev[s.Held] = atPrev[s.Held] || s.CanRollBack
+		case newest - 1:
+			atPrev[s.Held] = true
+		}
+	}
+	torn := false
+	for s := range p {
+		if !atPrev[s] {
+			return states, back
+		}
+		torn = torn || !atNewest[s]
+	}
+	if !torn {
+		return states, back
+	}
+	for _, s := range states {
+		if s.Applied == newest-1 && s.Held >= 0 {
+			prevCursor = s.Cursor
+			break
+		}
+	}
+	out := slices.Clone(states)
+	for i, s := range states {
+		if s.Applied != newest {
+			continue
+		}
+		out[i].Applied, out[i].Cursor, out[i].CanRollBack = newest-1, prevCursor, false
+		if s.CanRollBack {
+			back[i] = true
+		} else {
+			out[i].Held = -1
+		}
+	}
+	return out, back
 }

@@ -55,3 +55,51 @@ func TestPlanGeneration(t *testing.T) {
 		})
 	}
 }
+
+// A member dies between the stages' updates of step 305: stage 0's
+// holders applied it, stage 1's survivor did not. The stage-0 holders go
+// back to 304 and the generation continues from the survivors at 304;
+// without their copy from before the step, only the checkpoint is left.
+func TestPlanGenerationUndoesATornStep(t *testing.T) {
+	ahead := func(back bool) memberState {
+		return memberState{Applied: 305, Cursor: 305 * 48, Held: 0, CanRollBack: back}
+	}
+	behind := memberState{Applied: 304, Cursor: 304 * 48, Held: 1, CanRollBack: true}
+
+	pl, err := planGeneration([]memberState{ahead(true), ahead(true), behind}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Step != 304 || pl.Cursor != 304*48 || pl.FromCheckpoint || !slices.Equal(pl.Roots, []int{0, 1}) ||
+		!slices.Equal(pl.RollBack, []bool{true, true, false}) || !slices.Equal(pl.Rank, []int{0, -1, 1}) {
+		t.Fatalf("plan %+v; want step 304 at cursor %d from roots [0 1], members 0 and 1 rolled back, member 1 standby", pl, 304*48)
+	}
+
+	// One stage-0 holder cannot go back: it holds nothing, the other is root.
+	pl, err = planGeneration([]memberState{ahead(false), ahead(true), behind, {Applied: 304, Cursor: 304 * 48, Held: 1}}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Step != 304 || pl.FromCheckpoint || !slices.Equal(pl.RollBack, []bool{false, true, false, false}) ||
+		pl.Members[pl.Roots[0]] != 1 {
+		t.Fatalf("plan %+v; want step 304, member 1 rolled back and the root of stage 0", pl)
+	}
+
+	// No stage-0 holder can go back: the step stays torn.
+	pl, err = planGeneration([]memberState{ahead(false), ahead(false), behind}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Step != 305 || !pl.FromCheckpoint || slices.Contains(pl.RollBack, true) {
+		t.Fatalf("plan %+v; want step 305 from the checkpoint, nothing rolled back", pl)
+	}
+
+	// Every stage at the newest step: nothing to undo, even where members could.
+	pl, err = planGeneration([]memberState{ahead(true), behind, {Applied: 305, Held: 1, CanRollBack: true}}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Step != 305 || pl.FromCheckpoint || slices.Contains(pl.RollBack, true) {
+		t.Fatalf("plan %+v; want step 305 from survivors, nothing rolled back", pl)
+	}
+}

@@ -840,7 +840,11 @@ type AgentStatus struct {
 	Error       string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
 	// held_stage is the pipeline stage the agent's model part holds (0
 	// without pipelining), -1 before it holds one.
-	HeldStage     int32 `protobuf:"varint,7,opt,name=held_stage,json=heldStage,proto3" json:"held_stage,omitempty"`
+	HeldStage int32 `protobuf:"varint,7,opt,name=held_stage,json=heldStage,proto3" json:"held_stage,omitempty"`
+	// can_roll_back: the agent also holds its state from before its last
+	// step (pipeline stages keep it, see train's planGeneration), so it can
+	// go back to applied_step − 1.
+	CanRollBack   bool `protobuf:"varint,8,opt,name=can_roll_back,json=canRollBack,proto3" json:"can_roll_back,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -924,6 +928,13 @@ func (x *AgentStatus) GetHeldStage() int32 {
 	return 0
 }
 
+func (x *AgentStatus) GetCanRollBack() bool {
+	if x != nil {
+		return x.CanRollBack
+	}
+	return false
+}
+
 // AgentSync forms generation `generation` on an agent: it joins the
 // collectives of the grid of `replicas` × `stages` ranks whose actor
 // addresses are `addrs` (grid rank = stage·replicas + replica), as rank
@@ -949,7 +960,10 @@ type AgentSync struct {
 	Standby        bool                   `protobuf:"varint,14,opt,name=standby,proto3" json:"standby,omitempty"`
 	// member is the agent's index in the elastic world, echoed as the
 	// answer's rank.
-	Member        uint32 `protobuf:"varint,15,opt,name=member,proto3" json:"member,omitempty"`
+	Member uint32 `protobuf:"varint,15,opt,name=member,proto3" json:"member,omitempty"`
+	// roll_back: go back to the state from before the last step first (the
+	// agent is at step + 1 and reported can_roll_back).
+	RollBack      bool `protobuf:"varint,16,opt,name=roll_back,json=rollBack,proto3" json:"roll_back,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1087,6 +1101,13 @@ func (x *AgentSync) GetMember() uint32 {
 		return x.Member
 	}
 	return 0
+}
+
+func (x *AgentSync) GetRollBack() bool {
+	if x != nil {
+		return x.RollBack
+	}
+	return false
 }
 
 // AgentSyncDone answers AgentSync.
@@ -1351,7 +1372,7 @@ const file_train_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
-	"\x04rank\x18\x02 \x01(\rR\x04rank\"\xbd\x01\n" +
+	"\x04rank\x18\x02 \x01(\rR\x04rank\"\xe1\x01\n" +
 	"\vAgentStatus\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\rR\x04rank\x12!\n" +
 	"\fapplied_step\x18\x02 \x01(\x04R\vappliedStep\x12\x16\n" +
@@ -1360,7 +1381,8 @@ const file_train_proto_rawDesc = "" +
 	"\x04name\x18\x05 \x01(\tR\x04name\x12\x14\n" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
-	"held_stage\x18\a \x01(\x05R\theldStage\"\x91\x03\n" +
+	"held_stage\x18\a \x01(\x05R\theldStage\x12\"\n" +
+	"\rcan_roll_back\x18\b \x01(\bR\vcanRollBack\"\xae\x03\n" +
 	"\tAgentSync\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -1379,7 +1401,8 @@ const file_train_proto_rawDesc = "" +
 	"\x0ffrom_checkpoint\x18\f \x01(\bR\x0efromCheckpoint\x12'\n" +
 	"\x0fcheckpoint_step\x18\r \x01(\x04R\x0echeckpointStep\x12\x18\n" +
 	"\astandby\x18\x0e \x01(\bR\astandby\x12\x16\n" +
-	"\x06member\x18\x0f \x01(\rR\x06member\"U\n" +
+	"\x06member\x18\x0f \x01(\rR\x06member\x12\x1b\n" +
+	"\troll_back\x18\x10 \x01(\bR\brollBack\"U\n" +
 	"\rAgentSyncDone\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\rR\x04rank\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1a\n" +
