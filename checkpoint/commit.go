@@ -167,7 +167,7 @@ func planCommit(in commitInput) ([]action, error) {
 		// after a resume from an older step. Nothing points to it, so the
 		// removal needs no fsync of its own: a crash may bring it back or
 		// not, and the rename's fsync below covers both.
-		add(action{kind: actRemoveAll, path: filepath.Join(in.Dir, final)})
+		acts = append(acts, removeTrees(in.Dir, []string{final}, in.Nonce, false)...)
 	}
 	add(action{kind: actRename, path: tmp, to: filepath.Join(in.Dir, final)})
 	add(action{kind: actSyncDir, path: in.Dir})
@@ -175,12 +175,37 @@ func planCommit(in commitInput) ([]action, error) {
 	add(action{kind: actWrite, path: latestTmp, data: []byte(final + "\n")})
 	add(action{kind: actRename, path: latestTmp, to: filepath.Join(in.Dir, LatestFile)})
 	add(action{kind: actSyncDir, path: in.Dir})
-	// Pruning needs no fsync: what a crash brings back, the next commit
-	// removes again.
-	for _, n := range selectPrune(in.Entries, in.Tmp, in.Step, in.Keep) {
-		add(action{kind: actRemoveAll, path: filepath.Join(in.Dir, n), prune: true})
-	}
+	// Pruning needs no fsync of its own beyond the one in removeTrees: what
+	// a crash brings back, the next commit removes again.
+	acts = append(acts, removeTrees(in.Dir, selectPrune(in.Entries, in.Tmp, in.Step, in.Keep), in.Nonce, true)...)
 	return acts, nil
+}
+
+// removeTrees returns the steps that remove the entries names of the
+// checkpoint root dir. Removing a tree is many operations (a file at a
+// time, as rm -r does), and a process killed halfway through would leave a
+// step directory that looks like a checkpoint but lacks shards. So each
+// checkpoint directory is first renamed, atomically, to a temporary name,
+// which no reader takes for a checkpoint and the next commit removes if
+// this one does not get to it; an fsync of dir makes the renames durable
+// before any file in them goes, since a disk may otherwise keep the
+// removals and lose the rename. Temporary leftovers are removed in place.
+func removeTrees(dir string, names []string, nonce string, prune bool) []action {
+	var renames, removes []action
+	for _, n := range names {
+		path := filepath.Join(dir, n)
+		if isTemp(n) {
+			removes = append(removes, action{kind: actRemoveAll, path: path, prune: prune})
+			continue
+		}
+		trash := filepath.Join(dir, n+tempMarker+"trash-"+nonce)
+		renames = append(renames, action{kind: actRename, path: path, to: trash, prune: prune})
+		removes = append(removes, action{kind: actRemoveAll, path: trash, prune: prune})
+	}
+	if len(renames) > 0 {
+		renames = append(renames, action{kind: actSyncDir, path: dir, prune: prune})
+	}
+	return append(renames, removes...)
 }
 
 // selectPrune returns the entries of the checkpoint root to remove once
@@ -357,10 +382,5 @@ func Prune(fsys FS, dir string, keep int) error {
 	if err != nil {
 		return err
 	}
-	for _, n := range selectPrune(entries, "", step, keep) {
-		if err := fsys.RemoveAll(filepath.Join(dir, n)); err != nil {
-			return fmt.Errorf("%w: %w", ErrPrune, err)
-		}
-	}
-	return nil
+	return apply(fsys, removeTrees(dir, selectPrune(entries, "", step, keep), nonce(), true))
 }

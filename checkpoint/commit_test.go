@@ -44,15 +44,21 @@ func TestPlanCommit(t *testing.T) {
 		"write+fsync ckpt/step-000030.tmp-aa/manifest.json (2 bytes)",
 		"remove ckpt/step-000030.tmp-aa/part-00000.json",
 		"fsync-dir ckpt/step-000030.tmp-aa",
-		// An uncommitted step-000030 from a crashed run is replaced.
-		"remove-all ckpt/step-000030",
+		// An uncommitted step-000030 from a crashed run is replaced; it is
+		// moved out of the way first, so that a kill halfway through the
+		// removal leaves no directory that looks like a torn checkpoint.
+		"rename ckpt/step-000030 -> ckpt/step-000030.tmp-trash-dd",
+		"fsync-dir ckpt",
+		"remove-all ckpt/step-000030.tmp-trash-dd",
 		"rename ckpt/step-000030.tmp-aa -> ckpt/step-000030",
 		"fsync-dir ckpt",
 		"write+fsync ckpt/latest.tmp-dd (12 bytes)",
 		"rename ckpt/latest.tmp-dd -> ckpt/latest", // the commit point
 		"fsync-dir ckpt",
+		"rename ckpt/step-000010 -> ckpt/step-000010.tmp-trash-dd (prune)",
+		"fsync-dir ckpt (prune)",
 		"remove-all ckpt/latest.tmp-cc (prune)",
-		"remove-all ckpt/step-000010 (prune)",
+		"remove-all ckpt/step-000010.tmp-trash-dd (prune)",
 		"remove-all ckpt/step-000025.tmp-bb (prune)",
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -86,6 +86,18 @@ func (f *crashFixture) checkRecovered(t *testing.T, fsys *MemFS, what string, tr
 	}
 	f.models[step].checkAll(t, ck)
 	ck.Close()
+	// No step directory is torn either: a crash in the middle of removing
+	// one (a prune, or the replacement of an uncommitted step) must not
+	// leave a checkpoint that lacks files.
+	rep, err := Inspect(fsys, "ckpt", true)
+	if err != nil {
+		fail("inspect: %v", err)
+	}
+	for _, c := range rep.Checkpoints {
+		if !c.OK {
+			fail("%s is damaged: %s", c.Name, c.Error)
+		}
+	}
 	if step == 3 {
 		// The previous checkpoint is kept (keep 2) and still whole.
 		prev, err := Open(fsys, "ckpt", 2)

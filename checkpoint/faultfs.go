@@ -1,8 +1,11 @@
 package checkpoint
 
 import (
+	"errors"
 	"fmt"
+	iofs "io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 )
 
@@ -177,12 +180,29 @@ func (f *FaultFS) Remove(name string) error {
 	return f.inner.Remove(name)
 }
 
-// RemoveAll implements FS. It counts as one remove.
+// RemoveAll implements FS the way os.RemoveAll does it: one remove per
+// file and directory, children first, so that a crash or failure can stop
+// it halfway through a tree.
 func (f *FaultFS) RemoveAll(name string) error {
-	if _, err := f.before(OpRemove, name); err != nil {
+	st, err := f.inner.Stat(name)
+	if errors.Is(err, iofs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	return f.inner.RemoveAll(name)
+	if st.IsDir() {
+		names, err := f.inner.List(name)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			if err := f.RemoveAll(filepath.Join(name, n)); err != nil {
+				return err
+			}
+		}
+	}
+	return f.Remove(name)
 }
 
 // Rename implements FS.

@@ -18,7 +18,8 @@ import (
 // TestKillDuringCheckpointWrites: kill -9 of a training process at random
 // moments while it writes a checkpoint every step never leaves `latest`
 // unloadable: after each kill the latest checkpoint opens and every CRC
-// verifies (or there is none yet), and the next run resumes from it.
+// verifies (or there is none yet), no older checkpoint is torn, and the
+// next run resumes from it.
 func TestKillDuringCheckpointWrites(t *testing.T) {
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(7, 7))
@@ -55,6 +56,17 @@ func TestKillDuringCheckpointWrites(t *testing.T) {
 			t.Fatalf("round %d: latest (step %d) fails verification: %v", round, step, err)
 		}
 		ck.Close()
+		// Nor a torn older checkpoint: a kill while pruning one must not
+		// leave a step directory that lacks files.
+		rep, err := checkpoint.Inspect(checkpoint.OSFS{}, dir, true)
+		if err != nil {
+			t.Fatalf("round %d: inspect: %v", round, err)
+		}
+		for _, c := range rep.Checkpoints {
+			if !c.OK {
+				t.Fatalf("round %d: %s is damaged after kill -9: %s", round, c.Name, c.Error)
+			}
+		}
 		committed++
 		t.Logf("round %d: killed; latest is step %d, verified", round, step)
 	}
