@@ -106,8 +106,14 @@ func (be *Backend) Copy(dst, src kernels.Buffer) {
 // Fill implements kernels.Backend.
 func (be *Backend) Fill(x kernels.Buffer, v float32) {
 	d := F(x)
-	for i := range d {
-		d[i] = v
+	if len(d) == 0 {
+		return
+	}
+	// Doubling copies: memmove's vector loops instead of a scalar store
+	// per element.
+	d[0] = v
+	for n := 1; n < len(d); n *= 2 {
+		copy(d[n:], d[:n])
 	}
 }
 

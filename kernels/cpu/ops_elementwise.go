@@ -93,7 +93,8 @@ func (be *Backend) ReLU(y, x kernels.Buffer) {
 	parallelFor(len(ys), be.threads, grainSimple, func(lo, hi int) { relu(ys[lo:hi], xs[lo:hi]) })
 }
 
-func relu(y, x []float32) {
+// reluGo is relu's Go loop (ops_fastmath_amd64.s has the AVX2 one).
+func reluGo(y, x []float32) {
 	x = x[:len(y)]
 	for i, v := range x {
 		// v > 0 rather than max(v, 0): NaN stays NaN, as in PyTorch.
@@ -117,7 +118,8 @@ func (be *Backend) ReLUBackward(dx, dy, x kernels.Buffer) {
 	parallelFor(len(dxs), be.threads, grainSimple, func(lo, hi int) { reluBackward(dxs[lo:hi], dys[lo:hi], xs[lo:hi]) })
 }
 
-func reluBackward(dx, dy, x []float32) {
+// reluBackwardGo is reluBackward's Go loop.
+func reluBackwardGo(dx, dy, x []float32) {
 	dy, x = dy[:len(dx)], x[:len(dx)]
 	for i, v := range x {
 		if v > 0 {

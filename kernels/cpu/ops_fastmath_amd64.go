@@ -21,6 +21,15 @@ func geluAVX2(y, x *float32, n int)
 //go:noescape
 func geluBackwardAVX2(dx, dy, x *float32, n int)
 
+//go:noescape
+func reluAVX2(y, x *float32, n int)
+
+//go:noescape
+func reluBackwardAVX2(dx, dy, x *float32, n int)
+
+//go:noescape
+func sgdMomentumAVX2(p, grad, buf *float32, n int, lr, wd, mom, damp float32)
+
 // expSum sets dst[i] = e^(scale·src[i] − shift) for i < len(dst) and returns
 // Σ dst[i] in float64. dst may be src.
 func expSum(dst, src []float32, scale, shift float32) float64 {
@@ -49,4 +58,35 @@ func geluBackward(dx, dy, x []float32) {
 	}
 	_, _ = dy[len(dx)-1], x[len(dx)-1]
 	geluBackwardAVX2(&dx[0], &dy[0], &x[0], len(dx))
+}
+
+// relu sets y = max(x, 0) over len(y) elements, NaN kept.
+func relu(y, x []float32) {
+	if !vecMath || len(y) == 0 {
+		reluGo(y, x)
+		return
+	}
+	_ = x[len(y)-1]
+	reluAVX2(&y[0], &x[0], len(y))
+}
+
+// reluBackward sets dx = dy where x > 0, else 0.
+func reluBackward(dx, dy, x []float32) {
+	if !vecMath || len(dx) == 0 {
+		reluBackwardGo(dx, dy, x)
+		return
+	}
+	_, _ = dy[len(dx)-1], x[len(dx)-1]
+	reluBackwardAVX2(&dx[0], &dy[0], &x[0], len(dx))
+}
+
+// sgdMomentum is sgdStep's loop with momentum, after the first step and
+// without Nesterov (the common case): the same bits as the Go loop.
+func sgdMomentum(p, g, buf []float32, lr, wd, mom, damp float32) {
+	if !vecMath || len(p) == 0 {
+		sgdMomentumGo(p, g, buf, lr, wd, mom, damp)
+		return
+	}
+	_, _ = g[len(p)-1], buf[len(p)-1]
+	sgdMomentumAVX2(&p[0], &g[0], &buf[0], len(p), lr, wd, mom, damp)
 }

@@ -158,6 +158,17 @@ GLOBL tailmask<>(SB), RODATA|NOPTR, $64
 	VFMADD231PS  Y11, Y0, Y9;        \
 	VMULPS       Y9, Y2, Y1
 
+// One SGD-with-momentum update of w in Y0, g in Y1, buf in Y2 (lr, wd,
+// mom, damp in Y10–Y13): Y2 = mom·buf + damp·(g + wd·w), Y0 = w − lr·Y2.
+#define SGDMOM \
+	VMULPS Y11, Y0, Y3; \
+	VADDPS Y3, Y1, Y3;  \
+	VMULPS Y12, Y2, Y2; \
+	VMULPS Y13, Y3, Y3; \
+	VADDPS Y3, Y2, Y2;  \
+	VMULPS Y10, Y2, Y3; \
+	VSUBPS Y3, Y0, Y0
+
 // Y15 = the lane mask for CX (1–7) remaining elements.
 #define TAILMASK \
 	LEAQ    tailmask<>+32(SB), AX; \
@@ -275,5 +286,135 @@ gbTail:
 	VMASKMOVPS Y1, Y15, (DI)
 
 gbDone:
+	VZEROUPPER
+	RET
+
+// func reluAVX2(y, x *float32, n int)
+// y = x where x > 0 or x is NaN, else +0: a compare (not-less-or-equal,
+// unordered true) and a mask, the same bits as relu's Go loop.
+TEXT ·reluAVX2(SB), NOSPLIT, $0-24
+	MOVQ   y+0(FP), DI
+	MOVQ   x+8(FP), SI
+	MOVQ   n+16(FP), CX
+	VXORPS Y14, Y14, Y14
+
+reluLoop:
+	CMPQ    CX, $16
+	JLT     reluOne
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y2
+	VCMPPS  $6, Y14, Y0, Y1
+	VCMPPS  $6, Y14, Y2, Y3
+	VANDPS  Y0, Y1, Y1
+	VANDPS  Y2, Y3, Y3
+	VMOVUPS Y1, (DI)
+	VMOVUPS Y3, 32(DI)
+	ADDQ    $64, SI
+	ADDQ    $64, DI
+	SUBQ    $16, CX
+	JMP     reluLoop
+
+reluOne:
+	CMPQ    CX, $8
+	JLT     reluTail
+	VMOVUPS (SI), Y0
+	VCMPPS  $6, Y14, Y0, Y1
+	VANDPS  Y0, Y1, Y1
+	VMOVUPS Y1, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DI
+	SUBQ    $8, CX
+
+reluTail:
+	TESTQ      CX, CX
+	JZ         reluDone
+	TAILMASK
+	VMASKMOVPS (SI), Y15, Y0
+	VCMPPS     $6, Y14, Y0, Y1
+	VANDPS     Y0, Y1, Y1
+	VMASKMOVPS Y1, Y15, (DI)
+
+reluDone:
+	VZEROUPPER
+	RET
+
+// func reluBackwardAVX2(dx, dy, x *float32, n int)
+// dx = dy where x > 0 (ordered: NaN gives 0), else +0.
+TEXT ·reluBackwardAVX2(SB), NOSPLIT, $0-32
+	MOVQ   dx+0(FP), DI
+	MOVQ   dy+8(FP), DX
+	MOVQ   x+16(FP), SI
+	MOVQ   n+24(FP), CX
+	VXORPS Y14, Y14, Y14
+
+rbLoop:
+	CMPQ    CX, $8
+	JLT     rbTail
+	VMOVUPS (SI), Y0
+	VCMPPS  $0x1e, Y14, Y0, Y1
+	VANDPS  (DX), Y1, Y1
+	VMOVUPS Y1, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, DI
+	SUBQ    $8, CX
+	JMP     rbLoop
+
+rbTail:
+	TESTQ      CX, CX
+	JZ         rbDone
+	TAILMASK
+	VMASKMOVPS (SI), Y15, Y0
+	VMASKMOVPS (DX), Y15, Y2
+	VCMPPS     $0x1e, Y14, Y0, Y1
+	VANDPS     Y2, Y1, Y1
+	VMASKMOVPS Y1, Y15, (DI)
+
+rbDone:
+	VZEROUPPER
+	RET
+
+// func sgdMomentumAVX2(p, grad, buf *float32, n int, lr, wd, mom, damp float32)
+// The SGD update with momentum after the first step, without Nesterov:
+// d = g + wd·w; b = mom·buf + damp·d; buf = b; p = w − lr·b. Multiplies and
+// adds are rounded separately (no FMA), as in sgdStep's Go loop, so both
+// give the same bits.
+TEXT ·sgdMomentumAVX2(SB), NOSPLIT, $0-48
+	MOVQ         p+0(FP), DI
+	MOVQ         grad+8(FP), SI
+	MOVQ         buf+16(FP), DX
+	MOVQ         n+24(FP), CX
+	VBROADCASTSS lr+32(FP), Y10
+	VBROADCASTSS wd+36(FP), Y11
+	VBROADCASTSS mom+40(FP), Y12
+	VBROADCASTSS damp+44(FP), Y13
+
+sgdLoop:
+	CMPQ    CX, $8
+	JLT     sgdTail
+	VMOVUPS (DI), Y0
+	VMOVUPS (SI), Y1
+	VMOVUPS (DX), Y2
+	SGDMOM
+	VMOVUPS Y2, (DX)
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, DI
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	SUBQ    $8, CX
+	JMP     sgdLoop
+
+sgdTail:
+	TESTQ      CX, CX
+	JZ         sgdDone
+	TAILMASK
+	VMASKMOVPS (DI), Y15, Y0
+	VMASKMOVPS (SI), Y15, Y1
+	VMASKMOVPS (DX), Y15, Y2
+	SGDMOM
+	VMASKMOVPS Y2, Y15, (DX)
+	VMASKMOVPS Y0, Y15, (DI)
+
+sgdDone:
 	VZEROUPPER
 	RET

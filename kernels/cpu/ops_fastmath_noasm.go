@@ -13,3 +13,11 @@ func expSum(dst, src []float32, scale, shift float32) float64 {
 func gelu(y, x []float32) { geluGo(y, x) }
 
 func geluBackward(dx, dy, x []float32) { geluBackwardGo(dx, dy, x) }
+
+func relu(y, x []float32) { reluGo(y, x) }
+
+func reluBackward(dx, dy, x []float32) { reluBackwardGo(dx, dy, x) }
+
+func sgdMomentum(p, g, buf []float32, lr, wd, mom, damp float32) {
+	sgdMomentumGo(p, g, buf, lr, wd, mom, damp)
+}

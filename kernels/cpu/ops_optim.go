@@ -45,6 +45,10 @@ func sgdStep(p, g, buf []float32, h kernels.SGDHyper, first bool) {
 		return
 	}
 	buf = buf[:len(p)]
+	if !first && !h.Nesterov {
+		sgdMomentum(p, g, buf, lr, wd, mom, damp)
+		return
+	}
 	for i, w := range p {
 		d := g[i] + wd*w
 		b := d
@@ -58,6 +62,19 @@ func sgdStep(p, g, buf []float32, h kernels.SGDHyper, first bool) {
 			d = b
 		}
 		p[i] = w - lr*d
+	}
+}
+
+// sgdMomentumGo is the momentum update after the first step, without
+// Nesterov: sgdStep's loop for that case (ops_fastmath_amd64.s has the AVX2
+// one, with the same rounding).
+func sgdMomentumGo(p, g, buf []float32, lr, wd, mom, damp float32) {
+	g, buf = g[:len(p)], buf[:len(p)]
+	for i, w := range p {
+		d := g[i] + wd*w
+		b := mom*buf[i] + damp*d
+		buf[i] = b
+		p[i] = w - lr*b
 	}
 }
 
