@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -527,4 +528,52 @@ func TestElasticLostStageFromCheckpoint(t *testing.T) {
 		}
 	}
 	t.Logf("%d steps since the checkpoint trained again, with the same losses", redone)
+}
+
+// A pipeline stage lost with every holder and no checkpoint to restore it
+// from ends the job: after --lost-stage-timeout every survivor exits
+// non-zero naming the stage, instead of forming failing generations
+// forever.
+func TestElasticLostStageWithoutCheckpointFails(t *testing.T) {
+	c := newCluster(t, 3, 2)
+	c.extra = []string{"--pp", "2", "--micro-batches", "2", "--lost-stage-timeout", "2s"}
+	c.start(0)
+	c.start(1)
+	first := c.waitWorld(2, 0)
+	c.start(2) // standby: it holds no stage
+	// Kill only once n3 is a member (generation 2): a world of two cannot
+	// lose one under the majority quorum, and would wait for quorum instead.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if s := c.steps(); len(s) > 0 && s[len(s)-1].Generation > first.Generation {
+			break
+		}
+		if time.Now().After(deadline) {
+			c.dump()
+			t.Fatal("n3 never joined the world")
+		}
+	}
+	c.agents["n2"].cmd.Process.Kill() // the only holder of stage 1
+	for _, n := range []string{"n1", "n3"} {
+		a := c.agents[n]
+		select {
+		case err := <-a.done:
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) {
+				c.dump()
+				t.Fatalf("agent %s exited with %v, want a non-zero exit", n, err)
+			}
+		case <-c.ctx.Done():
+			c.dump()
+			t.Fatalf("agent %s still runs with pipeline stage 1 lost", n)
+		}
+		msg := a.stderr.String()
+		for _, want := range []string{"a pipeline stage is lost", "pipeline stage 1", "--lost-stage-timeout"} {
+			if !strings.Contains(msg, want) {
+				c.dump()
+				t.Fatalf("agent %s: no %q in its error output", n, want)
+			}
+		}
+		lines := strings.Split(strings.TrimSpace(msg), "\n")
+		t.Logf("agent %s: %s", n, lines[len(lines)-1])
+	}
 }

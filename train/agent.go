@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,6 +54,12 @@ type AgentConfig struct {
 	// JoinTimeout bounds the wait for an answer from the Join list
 	// (default 30 s).
 	JoinTimeout time.Duration
+	// LostStageTimeout bounds the wait for a pipeline stage that no
+	// member holds and no checkpoint can restore (every holder died, and
+	// there is no --ckpt-dir checkpoint): a holder may still come back (a
+	// hung or partitioned node keeps its state), but after this long every
+	// agent exits with ErrStageLost. 0 means one minute.
+	LostStageTimeout time.Duration
 	// Rescale is what a world of another size keeps: "keep-global-batch"
 	// (default: the global batch; each rank's share changes) or
 	// "linear-lr" (each rank's batch; the global batch and the learning
@@ -77,6 +84,12 @@ func (c *AgentConfig) Validate() error {
 	if c.Rescale == "" {
 		c.Rescale = "keep-global-batch"
 	}
+	if c.LostStageTimeout < 0 {
+		return fmt.Errorf("%w: --lost-stage-timeout %s is negative", ErrConfig, c.LostStageTimeout)
+	}
+	if c.LostStageTimeout == 0 {
+		c.LostStageTimeout = time.Minute
+	}
 	if c.Rescale != "keep-global-batch" && c.Rescale != "linear-lr" {
 		return fmt.Errorf("%w: --rescale %q: want keep-global-batch or linear-lr", ErrConfig, c.Rescale)
 	}
@@ -98,7 +111,13 @@ type AgentSummary struct {
 	Led int `json:"generations_led"`
 	// Left is true when the agent left the job before its end (SIGTERM).
 	Left bool `json:"left"`
+	// Error is why the job could not go on, when it ended that way.
+	Error string `json:"error,omitempty"`
 }
+
+// ErrStageLost ends an elastic pipeline job whose stage no member holds
+// and no checkpoint can restore, after AgentConfig.LostStageTimeout.
+var ErrStageLost = errors.New("train: a pipeline stage is lost")
 
 // agent is one elastic node's state. The agent actor owns the replica and
 // the training state (applied, cursor, world0, gen, comm, worker); the
@@ -138,6 +157,9 @@ type agent struct {
 
 	finished chan *AgentSummary
 	led      int
+	// lostSince is when the leader first found a stage it cannot restore
+	// (zero while none is lost); only leader loops, one at a time, use it.
+	lostSince time.Time
 }
 
 // RunAgent runs one node of an elastic job until the job reaches its target
@@ -275,6 +297,9 @@ func (a *agent) run(ctx context.Context) (*AgentSummary, error) {
 				// the messages to them still queued in the remote writers.
 				<-lead.done
 				lead = nil
+			}
+			if f.Error != "" {
+				return f, fmt.Errorf("%w: %s", ErrStageLost, f.Error)
 			}
 			return f, nil
 		case ev := <-a.node.Events():
@@ -427,7 +452,12 @@ func (a *agent) Receive(c actor.Context) {
 	case *actorspb.AgentFinish:
 		sum := a.summary(int(m.Step), m.Generation)
 		c.Respond(&actorspb.AgentFinished{Rank: m.Rank, Checksum: a.checksum()})
-		a.log.Info("the job reached its target", zap.Uint64("generation", m.Generation), zap.Uint64("step", m.Step))
+		if m.Error != "" {
+			sum.Step, sum.Error = a.applied, m.Error
+			a.log.Error("the job cannot go on", zap.Uint64("generation", m.Generation), zap.String("error", m.Error))
+		} else {
+			a.log.Info("the job reached its target", zap.Uint64("generation", m.Generation), zap.Uint64("step", m.Step))
+		}
 		select {
 		case a.finished <- sum:
 		default:
@@ -794,8 +824,13 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 		switch {
 		case gp.Fresh && errors.Is(err, checkpoint.ErrNoCheckpoint):
 			// --resume with nothing to resume: from scratch.
+		case err != nil && gp.FromCheckpoint:
+			if cfg.CkptDir == "" {
+				err = errors.New("the job has no --ckpt-dir")
+			}
+			return a.stageLost(w, gp, gather, err)
 		case err != nil:
-			return false, fmt.Errorf("generation %d: a pipeline stage has no surviving replica and the latest checkpoint is unusable: %w", w.Gen, err)
+			return false, fmt.Errorf("generation %d: --resume: %w", w.Gen, err)
 		default:
 			ckptStep = ck.Manifest.Step
 			if ck.Manifest.Sampler == nil {
@@ -831,6 +866,7 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 	if _, err = gather(msgs); err != nil {
 		return false, fmt.Errorf("forming generation %d: %w", w.Gen, err)
 	}
+	a.lostSince = time.Time{}
 	standby := []string{}
 	for i, r := range gp.Rank {
 		if r < 0 {
@@ -1003,6 +1039,44 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 	}
 	a.log.Info("job finished", zap.Int("step", step), zap.Uint64("generation", w.Gen), zap.Int("replicas", gp.D), zap.Int("stages", gp.P))
 	return true, nil
+}
+
+// stageLost answers a generation in which a pipeline stage has no holder
+// at the newest step and the latest checkpoint cannot restore it (cause).
+// Until AgentConfig.LostStageTimeout has passed since the leader first saw
+// it, the generation fails and the next one looks again (a holder may come
+// back); then every member is told to end the job with the error.
+func (a *agent) stageLost(w elastic.World, gp genPlan, gather func([]any) ([]any, error), cause error) (bool, error) {
+	if a.lostSince.IsZero() {
+		a.lostSince = time.Now()
+	}
+	waited := time.Since(a.lostSince)
+	what := fmt.Sprintf("pipeline stage %s: no member holds its state at step %d, and the latest checkpoint cannot restore it (%v)",
+		joinInts(gp.Lost), gp.Step, cause)
+	if waited < a.ac.LostStageTimeout {
+		a.log.Error("a pipeline stage is lost; waiting for a member that holds it", zap.Uint64("generation", w.Gen),
+			zap.Ints("stages", gp.Lost), zap.Duration("waited", waited), zap.Duration("lost_stage_timeout", a.ac.LostStageTimeout),
+			zap.Error(cause))
+		return false, fmt.Errorf("generation %d: %s", w.Gen, what)
+	}
+	what = fmt.Sprintf("%s; no member holding it came back within %s (--lost-stage-timeout)", what, waited.Round(time.Millisecond))
+	msgs := make([]any, w.Size())
+	for i := range msgs {
+		msgs[i] = &actorspb.AgentFinish{Generation: w.Gen, Step: uint64(gp.Step), Rank: uint32(i), Error: what}
+	}
+	// Best effort: a member that does not answer is gone or failing too.
+	if _, err := gather(msgs); err != nil {
+		a.log.Warn("telling the members to end the job", zap.Error(err))
+	}
+	return true, fmt.Errorf("%w: %s", ErrStageLost, what)
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ", ")
 }
 
 // saveWeights writes the whole model's weights (the stages' in order) to

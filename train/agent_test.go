@@ -1,9 +1,11 @@
 package train
 
 import (
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -72,5 +74,31 @@ func TestAgentUndoesItsLastStep(t *testing.T) {
 	}
 	if err := a.rollBack(); err == nil {
 		t.Fatal("a second undo succeeded")
+	}
+}
+
+// The agent's own settings are checked, and the defaults filled in.
+func TestAgentConfigValidate(t *testing.T) {
+	base := func() AgentConfig {
+		return AgentConfig{Train: tinyMLP(), Name: "n1", Listen: "127.0.0.1:0"}
+	}
+	ac := base()
+	if err := ac.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if ac.LostStageTimeout != time.Minute || ac.Rescale != "keep-global-batch" {
+		t.Fatalf("defaults: lost-stage timeout %s, rescale %q", ac.LostStageTimeout, ac.Rescale)
+	}
+	for name, mut := range map[string]func(*AgentConfig){
+		"negative lost-stage timeout": func(c *AgentConfig) { c.LostStageTimeout = -time.Second },
+		"unknown rescale":             func(c *AgentConfig) { c.Rescale = "double" },
+		"no name":                     func(c *AgentConfig) { c.Name = "" },
+		"dp inside an agent":          func(c *AgentConfig) { c.Train.DP = 2 },
+	} {
+		ac := base()
+		mut(&ac)
+		if err := ac.Validate(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: %v, want ErrConfig", name, err)
+		}
 	}
 }

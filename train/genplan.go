@@ -48,6 +48,8 @@ type genPlan struct {
 	// (a lost pipeline stage); every member loads its part from the latest
 	// checkpoint instead, and Step and Cursor are the checkpoint's.
 	FromCheckpoint bool
+	// Lost lists those stages.
+	Lost []int
 }
 
 // planGeneration places members on a grid of p stages. Members keep the
@@ -124,6 +126,7 @@ func planGeneration(states []memberState, p int) (genPlan, error) {
 	for s := 0; s < p; s++ {
 		if pl.Roots[s] < 0 {
 			pl.FromCheckpoint = true
+			pl.Lost = append(pl.Lost, s)
 		}
 	}
 	return pl, nil

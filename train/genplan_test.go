@@ -47,6 +47,15 @@ func TestPlanGeneration(t *testing.T) {
 				t.Fatalf("plan %+v; want ranks %v roots %v step %d fresh %v from checkpoint %v",
 					pl, tc.ranks, tc.roots, tc.step, tc.fresh, tc.fromCkpt)
 			}
+			var lost []int
+			for s, r := range pl.Roots {
+				if r < 0 && !pl.Fresh {
+					lost = append(lost, s)
+				}
+			}
+			if !slices.Equal(pl.Lost, lost) {
+				t.Fatalf("lost stages %v, want %v (the stages without a root)", pl.Lost, lost)
+			}
 			for rank, m := range pl.Members {
 				if pl.Rank[m] != rank || pl.Stage[m] != rank/pl.D {
 					t.Fatalf("member %d at rank %d has rank %d stage %d", m, rank, pl.Rank[m], pl.Stage[m])

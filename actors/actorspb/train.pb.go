@@ -1171,12 +1171,15 @@ func (x *AgentSyncDone) GetChecksum() uint64 {
 	return 0
 }
 
-// AgentFinish ends an agent's work: the job reached its target step.
+// AgentFinish ends an agent's work: the job reached its target step, or,
+// with error set, the job cannot go on (a pipeline stage lost with no
+// checkpoint to restore it) and every agent exits with that error.
 type AgentFinish struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
 	Step          uint64                 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
 	Rank          uint32                 `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
+	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1230,6 +1233,13 @@ func (x *AgentFinish) GetRank() uint32 {
 		return x.Rank
 	}
 	return 0
+}
+
+func (x *AgentFinish) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
 }
 
 // AgentFinished answers AgentFinish with the agent's parameter checksum.
@@ -1406,13 +1416,14 @@ const file_train_proto_rawDesc = "" +
 	"\rAgentSyncDone\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\rR\x04rank\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1a\n" +
-	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\"U\n" +
+	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\"k\n" +
 	"\vAgentFinish\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x04R\x04step\x12\x12\n" +
-	"\x04rank\x18\x03 \x01(\rR\x04rank\"U\n" +
+	"\x04rank\x18\x03 \x01(\rR\x04rank\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"U\n" +
 	"\rAgentFinished\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\rR\x04rank\x12\x1a\n" +
 	"\bchecksum\x18\x02 \x01(\x04R\bchecksum\x12\x14\n" +

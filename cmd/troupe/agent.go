@@ -66,6 +66,7 @@ without it cannot join. At the end each agent prints a JSON summary (step, check
 	fl.StringVar(&ac.Key, "key", "", "cluster key: hex:…, base64:…, passphrase:… (default $TROUPE_CLUSTER_KEY)")
 	fl.StringVar(&ac.Timings, "timings", "fast", "failure detection preset: fast (~1 s), lan (~5 s) or wan")
 	fl.DurationVar(&ac.JoinTimeout, "join-timeout", 30*time.Second, "give up when no node of --join answers within this time")
+	fl.DurationVar(&ac.LostStageTimeout, "lost-stage-timeout", time.Minute, "with --pp: end the job with an error when a stage no member holds, and no checkpoint can restore, stays lost this long")
 	fl.StringVar(&ac.Rescale, "rescale", "keep-global-batch", "on a world of another size keep the global batch (keep-global-batch) or each rank's batch and scale the LR (linear-lr)")
 	return cmd
 }
