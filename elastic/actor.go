@@ -86,6 +86,12 @@ func (a *memberActor) step(now time.Time, msg any) (rd Ready) {
 		a.onMember(now, msg)
 	case *refusedMsg:
 		a.onRefused(now, msg.id, msg.addr, msg.err)
+	case *leaveNoticeMsg:
+		// A member of this node's view says it leaves: a leave, even if
+		// memberlist's leave broadcast overtakes its "leaving" metadata.
+		if msg.id != n.self.ID {
+			a.down(now, msg.id, "", true)
+		}
 	case *elasticpb.Envelope:
 		a.onEnvelope(msg)
 	case *stateMsg:

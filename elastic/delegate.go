@@ -36,6 +36,8 @@ type (
 	}
 	// stateMsg is a peer's push/pull state (an Envelope's bytes).
 	stateMsg struct{ buf []byte }
+	// leaveNoticeMsg: member id told us directly that it leaves.
+	leaveNoticeMsg struct{ id string }
 )
 
 const (
@@ -62,8 +64,13 @@ func (d delegate) NodeMeta(limit int) []byte {
 	return m
 }
 
-// NotifyMsg: troupe sends no user messages through memberlist.
-func (d delegate) NotifyMsg([]byte) {}
+// NotifyMsg passes a leave notice (the only user message troupe sends
+// through memberlist) to the actor; anything else is dropped.
+func (d delegate) NotifyMsg(b []byte) {
+	if id, err := decodeLeaveNotice(b); err == nil {
+		d.post(&leaveNoticeMsg{id: id})
+	}
+}
 
 // GetBroadcasts: none.
 func (d delegate) GetBroadcasts(int, int) [][]byte { return nil }

@@ -84,3 +84,27 @@ func checkMember(m Member) error {
 	}
 	return nil
 }
+
+// leaveNoticePrefix starts a leave notice: the memberlist user message a
+// leaving node sends each member directly, over memberlist's TCP stream
+// (encrypted with the cluster key), before memberlist's own leave
+// broadcast. The "leaving" metadata travels by gossip and can arrive after
+// that broadcast on a loaded machine; the notice makes the others record a
+// leave, not a failure, either way.
+const leaveNoticePrefix = "troupe-leave/1:"
+
+func encodeLeaveNotice(id string) []byte { return []byte(leaveNoticePrefix + id) }
+
+// decodeLeaveNotice returns the member ID a leave notice names. The bytes
+// come from the network.
+func decodeLeaveNotice(b []byte) (string, error) {
+	s := string(b)
+	if len(s) < len(leaveNoticePrefix) || s[:len(leaveNoticePrefix)] != leaveNoticePrefix {
+		return "", fmt.Errorf("%w: a memberlist message that is not a troupe leave notice (%d bytes)", ErrBadMeta, len(b))
+	}
+	id := s[len(leaveNoticePrefix):]
+	if id == "" || len(id) > maxWireString {
+		return "", fmt.Errorf("%w: a leave notice naming a member ID of %d bytes, want 1..%d", ErrBadMeta, len(id), maxWireString)
+	}
+	return id, nil
+}

@@ -87,3 +87,38 @@ func FuzzDecodeMeta(f *testing.F) {
 		}
 	})
 }
+
+func TestLeaveNotice(t *testing.T) {
+	id, err := decodeLeaveNotice(encodeLeaveNotice("n1-abc-1234"))
+	if err != nil || id != "n1-abc-1234" {
+		t.Fatalf("round trip: %q, %v", id, err)
+	}
+	for name, b := range map[string][]byte{
+		"empty":        nil,
+		"other prefix": []byte("troupe-join/1:n1"),
+		"no ID":        []byte(leaveNoticePrefix),
+		"ID too long":  []byte(leaveNoticePrefix + strings.Repeat("x", maxWireString+1)),
+	} {
+		if _, err := decodeLeaveNotice(b); !errors.Is(err, ErrBadMeta) {
+			t.Errorf("%s: %v, want ErrBadMeta", name, err)
+		}
+	}
+}
+
+// FuzzDecodeLeaveNotice: memberlist user messages come from any node
+// holding the cluster key; the decoder never panics and what it accepts
+// re-encodes the same.
+func FuzzDecodeLeaveNotice(f *testing.F) {
+	f.Add(encodeLeaveNotice("n1"))
+	f.Add([]byte{})
+	f.Add([]byte(leaveNoticePrefix))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, err := decodeLeaveNotice(b)
+		if err != nil {
+			return
+		}
+		if got := encodeLeaveNotice(id); string(got) != string(b) {
+			t.Fatalf("%q decodes to %q, which encodes to %q", b, id, got)
+		}
+	})
+}

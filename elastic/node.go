@@ -436,6 +436,7 @@ func (n *Node) Leave(timeout time.Duration) error {
 	meta, err := encodeMeta(n.self, true)
 	if err == nil {
 		n.meta.Store(&meta)
+		n.sendLeaveNotices()
 		err = n.ml.UpdateNode(timeout)
 		// The "leaving" metadata travels by gossip, the leave itself by
 		// its own broadcast: give the metadata a few gossip rounds to reach
@@ -449,6 +450,28 @@ func (n *Node) Leave(timeout time.Duration) error {
 		err = cerr
 	}
 	return err
+}
+
+// sendLeaveNotices tells every other live member directly, over
+// memberlist's TCP stream, that this node leaves, and waits for the sends
+// (each bounded by Config.TCPTimeout). A member it cannot reach learns of
+// the leave from the metadata or memberlist's broadcast instead.
+func (n *Node) sendLeaveNotices() {
+	msg := encodeLeaveNotice(n.self.ID)
+	var wg sync.WaitGroup
+	for _, m := range n.ml.Members() {
+		if m.Name == n.self.ID {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := n.ml.SendReliable(m, msg); err != nil {
+				n.logger.Debug("elastic: leave notice not delivered", zap.String("to", m.Name), zap.Error(err))
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // Close stops the node without a goodbye (the others detect its failure)
