@@ -114,6 +114,7 @@ type stepRecord struct {
 	Cursor     uint64  `json:"cursor"`
 	Batch      int     `json:"batch"`
 	ResumeMs   float64 `json:"resume_ms"`
+	EvalLoss   float64 `json:"eval_loss"`
 }
 
 // steps merges every agent's metrics (each leader logs the steps it drove).
@@ -235,8 +236,14 @@ func (c *cluster) check(sums []agentSummary, ref []float64) []stepRecord {
 			c.t.Errorf("step %d: loss %v, fault-free %v", r.Step, r.Loss, ref[r.Step-1])
 		}
 	}
-	if last := recs[len(recs)-1].Step; last != elasticSteps {
-		c.t.Errorf("last logged step %d, want %d", last, elasticSteps)
+	if last := recs[len(recs)-1]; last.Step != elasticSteps {
+		c.t.Errorf("last logged step %d, want %d", last.Step, elasticSteps)
+	} else if d := math.Abs(last.EvalLoss - refEval); !(d <= 1e-3*refEval) {
+		// The held-out loss after the last step, as troupe train reports
+		// it, within the training losses' tolerance.
+		c.t.Errorf("last step: eval_loss %v, fault-free %v", last.EvalLoss, refEval)
+	} else {
+		c.t.Logf("last step: eval_loss %v, fault-free %v", last.EvalLoss, refEval)
 	}
 	return recs
 }
@@ -244,12 +251,22 @@ func (c *cluster) check(sums []agentSummary, ref []float64) []stepRecord {
 var (
 	refOnce   sync.Once
 	refLosses []float64
+	refEval   float64 // the held-out loss after the last step
 )
 
 // faultFree is the same training in one process with one worker.
 func faultFree(t *testing.T) []float64 {
 	refOnce.Do(func() {
-		refLosses = runLosses(t, append([]string{"train"}, elasticTrainArgs()...))
+		m := filepath.Join(t.TempDir(), "m.jsonl")
+		troupe(t, 5*time.Minute, append(append([]string{"train"}, elasticTrainArgs()...), "--metrics-out", m)...)
+		text := readFile(t, m)
+		refLosses = losses(t, text, "loss")
+		lines := strings.Split(strings.TrimSpace(text), "\n")
+		var last stepRecord
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+			t.Fatal(err)
+		}
+		refEval = last.EvalLoss
 	})
 	if len(refLosses) != elasticSteps {
 		t.Fatalf("fault-free run logged %d steps", len(refLosses))

@@ -75,6 +75,9 @@ func (c *AgentConfig) Validate() error {
 	if c.Train.DP != 1 || c.Train.Procs != 0 || c.Train.Accum != 1 {
 		return fmt.Errorf("%w: an agent runs one worker (a replica, or a pipeline stage with --pp): --dp, --procs and --accum do not apply", ErrConfig)
 	}
+	if c.Train.Trace != "" {
+		return fmt.Errorf("%w: --trace records the stages of an in-process pipeline (troupe train --pp); an agent holds one stage in its own process", ErrConfig)
+	}
 	if c.Train.PP > 1 && c.Train.Partition == "time" {
 		return fmt.Errorf("%w: agents cut the pipeline by parameters or --stage-layers: --partition time would cut differently on each node", ErrConfig)
 	}
@@ -991,6 +994,21 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 				return false, err
 			}
 			m.CkptPauseMs = ms(pause)
+		}
+		if a.test != nil && (step+1 == target || (cfg.EvalEvery > 0 && (step+1)%cfg.EvalEvery == 0)) {
+			el, ea, err := evaluate(cfg, a.test.Len(), func(lo, hi int) (replica.Result, error) {
+				return evalCall(func(m any) (any, error) { return call(steps, m) }, lo, hi)
+			})
+			if err != nil {
+				return false, fmt.Errorf("generation %d: evaluating after step %d: %w", w.Gen, step+1, err)
+			}
+			fields := []zap.Field{zap.Uint64("generation", w.Gen), zap.Int("step", step+1), zap.Float64("eval_loss", el)}
+			m.EvalLoss = el
+			if a.spec.MLP != nil {
+				m.EvalAcc = ea
+				fields = append(fields, zap.Float64("eval_accuracy", ea))
+			}
+			a.log.Info("eval", fields...)
 		}
 		if mw != nil {
 			if err := mw.write(m); err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,16 +90,17 @@ func TestAgentConfigValidate(t *testing.T) {
 	if ac.LostStageTimeout != time.Minute || ac.Rescale != "keep-global-batch" {
 		t.Fatalf("defaults: lost-stage timeout %s, rescale %q", ac.LostStageTimeout, ac.Rescale)
 	}
-	for name, mut := range map[string]func(*AgentConfig){
-		"negative lost-stage timeout": func(c *AgentConfig) { c.LostStageTimeout = -time.Second },
-		"unknown rescale":             func(c *AgentConfig) { c.Rescale = "double" },
-		"no name":                     func(c *AgentConfig) { c.Name = "" },
-		"dp inside an agent":          func(c *AgentConfig) { c.Train.DP = 2 },
+	for want, mut := range map[string]func(*AgentConfig){
+		"--lost-stage-timeout": func(c *AgentConfig) { c.LostStageTimeout = -time.Second },
+		"--rescale":            func(c *AgentConfig) { c.Rescale = "double" },
+		"--name":               func(c *AgentConfig) { c.Name = "" },
+		"--dp":                 func(c *AgentConfig) { c.Train.DP = 2 },
+		"--trace":              func(c *AgentConfig) { c.Train.PP, c.Train.Trace = 2, "t.json" },
 	} {
 		ac := base()
 		mut(&ac)
-		if err := ac.Validate(); !errors.Is(err, ErrConfig) {
-			t.Errorf("%s: %v, want ErrConfig", name, err)
+		if err := ac.Validate(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v, want ErrConfig naming %s", err, want)
 		}
 	}
 }

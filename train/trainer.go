@@ -305,15 +305,21 @@ func (l *loop) run(ctx context.Context) (*Summary, error) {
 // evaluate runs the held-out set (or its first EvalBatches batches) in
 // order and returns the mean loss and accuracy.
 func (l *loop) evaluate() (loss, acc float64, err error) {
-	n := l.test.Len()
-	if l.cfg.EvalBatches > 0 && l.cfg.EvalBatches*l.cfg.Batch < n {
-		n = l.cfg.EvalBatches * l.cfg.Batch
+	return evaluate(l.cfg, l.test.Len(), l.eng.eval)
+}
+
+// evaluate runs the held-out set (its first EvalBatches batches, when
+// set) through eval a batch at a time, and returns the mean loss per
+// target and the accuracy per row.
+func evaluate(cfg *Config, n int, eval func(lo, hi int) (replica.Result, error)) (loss, acc float64, err error) {
+	if cfg.EvalBatches > 0 && cfg.EvalBatches*cfg.Batch < n {
+		n = cfg.EvalBatches * cfg.Batch
 	}
 	var lossSum float64
 	var targets, correct, rows int
-	for lo := 0; lo < n; lo += l.cfg.Batch {
-		hi := min(lo+l.cfg.Batch, n)
-		res, err := l.eng.eval(lo, hi)
+	for lo := 0; lo < n; lo += cfg.Batch {
+		hi := min(lo+cfg.Batch, n)
+		res, err := eval(lo, hi)
 		if err != nil {
 			return 0, 0, err
 		}

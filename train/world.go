@@ -339,8 +339,12 @@ func globalTargets(b *data.Batch) int {
 	return n
 }
 
-func (e *dpEngine) eval(lo, hi int) (replica.Result, error) {
-	res, err := e.call(&actors.EvalCall{Lo: lo, Hi: hi})
+func (e *dpEngine) eval(lo, hi int) (replica.Result, error) { return evalCall(e.call, lo, hi) }
+
+// evalCall evaluates test rows [lo, hi) through a Coordinator that call
+// reaches: the loss and targets summed over the eval ranks.
+func evalCall(call func(any) (any, error), lo, hi int) (replica.Result, error) {
+	res, err := call(&actors.EvalCall{Lo: lo, Hi: hi})
 	if err != nil {
 		return replica.Result{}, err
 	}
