@@ -140,12 +140,7 @@ func drain(n *Node) {
 // notice is the only sign (b's metadata and memberlist still call it
 // alive), and the next world names the reason "left b".
 func TestLeaveNoticeRecordsALeave(t *testing.T) {
-	c := newCluster(t)
-	c.cfg.MinNodes = 2
-	a, b, d := c.mustStart("a"), c.mustStart("b"), c.mustStart("c")
-	for _, n := range []*Node{a, b, d} {
-		drain(n)
-	}
+	_, a, b, d := startABC(t)
 	waitWorld(t, a, "a b c", hasNames("a b c"))
 	waitWorld(t, d, "a b c", hasNames("a b c"))
 	for _, n := range []*Node{a, d} {
@@ -158,13 +153,20 @@ func TestLeaveNoticeRecordsALeave(t *testing.T) {
 	}
 }
 
-func TestNodesJoinLeaveCrash(t *testing.T) {
-	c := newCluster(t)
+// startABC starts nodes a, b and c of a cluster of at least two, their
+// events drained.
+func startABC(t *testing.T) (c *cluster, a, b, d *Node) {
+	c = newCluster(t)
 	c.cfg.MinNodes = 2
-	a, b, d := c.mustStart("a"), c.mustStart("b"), c.mustStart("c")
+	a, b, d = c.mustStart("a"), c.mustStart("b"), c.mustStart("c")
 	for _, n := range []*Node{a, b, d} {
 		drain(n)
 	}
+	return c, a, b, d
+}
+
+func TestNodesJoinLeaveCrash(t *testing.T) {
+	c, a, b, d := startABC(t)
 	w1 := waitWorld(t, a, "a b c", hasNames("a b c"))
 	for _, n := range []*Node{b, d} {
 		if w := waitWorld(t, n, "a b c", hasNames("a b c")); !w.Equal(w1) {
