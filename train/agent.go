@@ -520,6 +520,9 @@ func (a *agent) setStage(s int, m *nn.Model) error {
 		return err
 	}
 	a.model, a.opt, a.rep, a.stage = m, opt, replica.New(m, opt), s
+	for _, b := range a.undo.bufs {
+		a.be.Free(b) // the copies of the stage held before
+	}
 	a.undo = undoState{}
 	return nil
 }
@@ -538,6 +541,9 @@ func (a *agent) stateBufs() []kernels.Buffer {
 func (a *agent) keepUndo() {
 	bufs := a.stateBufs()
 	if len(a.undo.bufs) != len(bufs) {
+		for _, b := range a.undo.bufs {
+			a.be.Free(b)
+		}
 		a.undo.bufs = make([]kernels.Buffer, len(bufs))
 		for i, b := range bufs {
 			a.undo.bufs[i] = a.be.Alloc(b.Len())
