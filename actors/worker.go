@@ -17,6 +17,7 @@ import (
 	"github.com/troupe-ml/troupe/ddp"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
+	"github.com/troupe-ml/troupe/pipeline"
 )
 
 // WorkerActorName is the Worker actor's name in a worker process's system,
@@ -89,11 +90,40 @@ func (a *workerActor) step(m *actorspb.RunStep) *actorspb.StepDone {
 		GradNorm: res.GradNorm, Checksum: res.Checksum, PeakActivationBytes: res.PeakAct, StepMs: res.StepMs,
 		Stage: uint32(a.stage), PeakMicroBatches: uint32(res.PeakMicro), ScheduleMs: res.ScheduleMs,
 	}
+	for _, sp := range res.Spans {
+		done.Spans = append(done.Spans, &actorspb.StageSpan{Kind: uint32(sp.Kind), Micro: int32(sp.Micro), Peer: int32(sp.Peer),
+			Start: sp.Start, End: sp.End})
+	}
+	for _, ev := range res.Mem {
+		done.Mem = append(done.Mem, &actorspb.StageMem{T: ev.T, Micro: int32(ev.Micro), Bytes: ev.Bytes, Released: ev.Released})
+	}
 	if err != nil {
 		done.Error = err.Error()
 		a.log.Warn("step failed", zap.Uint64("step", m.Step), zap.Error(err))
 	}
 	return done
+}
+
+// StageTrace is what a pipeline stage shipped in its StepDone: its spans
+// and memory events (see ddp.StepResult), checked, since they come from
+// another process: op kinds must be known, times finite and ordered.
+func StageTrace(d *actorspb.StepDone) ([]pipeline.Span, []pipeline.MemEvent, error) {
+	spans := make([]pipeline.Span, 0, len(d.Spans))
+	for _, s := range d.Spans {
+		k := pipeline.OpKind(s.Kind)
+		if uint32(k) != s.Kind || !k.Valid() || !(s.Start <= s.End) || math.IsInf(s.Start, 0) || math.IsInf(s.End, 0) {
+			return nil, nil, fmt.Errorf("%w: rank %d shipped a bad pipeline span (op %d, %v to %v)", ErrWire, d.Rank, s.Kind, s.Start, s.End)
+		}
+		spans = append(spans, pipeline.Span{Op: pipeline.Op{Kind: k, Micro: int(s.Micro), Peer: int(s.Peer)}, Start: s.Start, End: s.End})
+	}
+	mem := make([]pipeline.MemEvent, 0, len(d.Mem))
+	for _, e := range d.Mem {
+		if math.IsNaN(e.T) || math.IsInf(e.T, 0) || e.Bytes < 0 {
+			return nil, nil, fmt.Errorf("%w: rank %d shipped a bad memory event (t %v, %d bytes)", ErrWire, d.Rank, e.T, e.Bytes)
+		}
+		mem = append(mem, pipeline.MemEvent{T: e.T, Micro: int(e.Micro), Bytes: e.Bytes, Released: e.Released})
+	}
+	return spans, mem, nil
 }
 
 // saveShard writes this rank's share of a checkpoint (its stage's

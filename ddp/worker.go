@@ -11,6 +11,7 @@ import (
 	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
+	"github.com/troupe-ml/troupe/pipeline"
 	"github.com/troupe-ml/troupe/replica"
 )
 
@@ -60,6 +61,10 @@ type StepResult struct {
 	// ScheduleMs is the time until the last backward ended (for a pipeline
 	// stage: its schedule, waits included).
 	ScheduleMs float64
+	// Spans and Mem are what a pipeline stage recorded in the step, set
+	// where its trace goes to another process (--trace with --procs).
+	Spans []pipeline.Span
+	Mem   []pipeline.MemEvent
 }
 
 // Stepper is what a Worker actor drives: a data-parallel replica (Worker)

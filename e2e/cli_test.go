@@ -30,6 +30,7 @@ func TestBadInputExitsNonZero(t *testing.T) {
 		{"corrupt init", []string{"train", "--model", "mlp", "--init", corrupt}, 1, "corrupt.safetensors"},
 		{"bad batch", []string{"train", "--batch", "0"}, 2, "--batch"},
 		{"procs and dp disagree", []string{"train", "--procs", "2", "--dp", "3"}, 2, "--dp"},
+		{"trace without a pipeline", []string{"train", "--trace", "t.json"}, 2, "--pp"},
 		{"unknown command", []string{"fly"}, 2, "fly"},
 	}
 	for _, tc := range cases {

@@ -36,6 +36,9 @@ const (
 
 var opKindNames = [numOpKinds]string{"forward", "backward", "recompute", "send_act", "recv_act", "send_grad", "recv_grad"}
 
+// Valid reports whether k is one of the kinds above.
+func (k OpKind) Valid() bool { return k < numOpKinds }
+
 // String is the kind's name in JSON: "forward", "send_act", …
 func (k OpKind) String() string {
 	if k < numOpKinds {

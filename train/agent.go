@@ -76,7 +76,7 @@ func (c *AgentConfig) Validate() error {
 		return fmt.Errorf("%w: an agent runs one worker (a replica, or a pipeline stage with --pp): --dp, --procs and --accum do not apply", ErrConfig)
 	}
 	if c.Train.Trace != "" {
-		return fmt.Errorf("%w: --trace records the stages of an in-process pipeline (troupe train --pp); an agent holds one stage in its own process", ErrConfig)
+		return fmt.Errorf("%w: --trace records the pipeline of one troupe train run (--pp, with or without --procs); agents have no process that sees every stage", ErrConfig)
 	}
 	if c.Train.PP > 1 && c.Train.Partition == "time" {
 		return fmt.Errorf("%w: agents cut the pipeline by parameters or --stage-layers: --partition time would cut differently on each node", ErrConfig)

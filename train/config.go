@@ -110,8 +110,8 @@ type Config struct {
 	// default) or "time" (each unit's forward and backward, measured on a
 	// micro-batch before training).
 	Partition string
-	// Trace writes a Chrome trace-event file of the pipeline stages (an
-	// in-process world).
+	// Trace writes a Chrome trace-event file of the pipeline stages (in
+	// one process, or shipped from worker processes with --procs).
 	Trace string
 
 	// CkptDir holds the checkpoints; CkptEvery saves one every so many
@@ -255,8 +255,8 @@ func (c *Config) Validate() error {
 	if c.Partition != "params" && c.Partition != "time" {
 		return fmt.Errorf("%w: --partition %q: want params or time", ErrConfig, c.Partition)
 	}
-	if c.Trace != "" && (c.PP == 1 || c.Procs > 0) {
-		return fmt.Errorf("%w: --trace records the stages of an in-process pipeline: it needs --pp > 1 without --procs", ErrConfig)
+	if c.Trace != "" && c.PP == 1 {
+		return fmt.Errorf("%w: --trace records the stages of a pipeline: it needs --pp > 1", ErrConfig)
 	}
 	if c.BucketMB <= 0 {
 		return fmt.Errorf("%w: --bucket-mb must be positive", ErrConfig)

@@ -19,7 +19,10 @@ import (
 
 	"github.com/troupe-ml/troupe/actors"
 	"github.com/troupe-ml/troupe/actors/actorspb"
+	"github.com/troupe-ml/troupe/ddp"
 	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/pipeline"
+	"github.com/troupe-ml/troupe/trace"
 )
 
 // Environment of a worker process started by --procs (troupe __worker).
@@ -28,6 +31,7 @@ const (
 	envWorkerRank   = "TROUPE_WORKER_RANK"
 	envWorkerAddrs  = "TROUPE_WORKER_ADDRS" // every rank's actor address, comma-separated
 	envCoordinator  = "TROUPE_COORDINATOR"  // the Coordinator's actor system address
+	envTraceOrigin  = "TROUPE_TRACE_ORIGIN" // --trace: the trace's time zero, Unix nanoseconds
 )
 
 // WorkerCommand is the command that runs one worker process of a --procs
@@ -99,6 +103,14 @@ func newProcsWorld(cfg *Config, plan *worldPlan, log *zap.Logger) (_ *dpEngine, 
 	if err != nil {
 		return nil, fmt.Errorf("train: encoding the worker config: %w", err)
 	}
+	var traceEnv []string
+	if cfg.Trace != "" && plan.sched != nil {
+		// The stages record against the parent's clock origin (one host,
+		// one wall clock) and send their spans with each step's answer.
+		origin := time.Now()
+		e.tw, e.tracePath, e.shipped = trace.NewWriter(origin), cfg.Trace, true
+		traceEnv = []string{envTraceOrigin + "=" + strconv.FormatInt(origin.UnixNano(), 10)}
+	}
 	var children []*child
 	var wg sync.WaitGroup
 	coord := e.coord // close() clears e.coord; the waiters keep this one
@@ -108,6 +120,7 @@ func newProcsWorld(cfg *Config, plan *worldPlan, log *zap.Logger) (_ *dpEngine, 
 		cmd.Env = append(os.Environ(),
 			envWorkerConfig+"="+string(conf), envWorkerRank+"="+strconv.Itoa(r),
 			envWorkerAddrs+"="+strings.Join(addrs, ","), envCoordinator+"="+sys.Address())
+		cmd.Env = append(cmd.Env, traceEnv...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -215,14 +228,27 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, log *zap.Logger) err
 	if plan.grid.Size() != len(addrs) {
 		return fmt.Errorf("train: worker process: a %d×%d world in %d processes", plan.grid.Replicas, plan.grid.Stages, len(addrs))
 	}
-	w, closer, err := newStepper(&cfg, plan, rank, threadsPerWorker(&cfg, 1), comm, nil, trainSet, testSet)
+	_, st := plan.grid.Coords(rank)
+	var rec *pipeline.Recorder
+	if ns := os.Getenv(envTraceOrigin); ns != "" && plan.sched != nil {
+		n, err := strconv.ParseInt(ns, 10, 64)
+		if err != nil {
+			return fmt.Errorf("train: worker process: bad %s %q", envTraceOrigin, ns)
+		}
+		if rec, err = pipeline.NewRecorder(plan.grid.Stages, time.Unix(0, n)); err != nil {
+			return err
+		}
+	}
+	w, closer, err := newStepper(&cfg, plan, rank, threadsPerWorker(&cfg, 1), comm, rec, trainSet, testSet)
 	if closer != nil {
 		defer closer.Close()
 	}
 	if err != nil {
 		return err
 	}
-	_, st := plan.grid.Coords(rank)
+	if rec != nil {
+		w = traceShipper{Stepper: w, rec: rec, stage: st}
+	}
 	if _, err := actors.SpawnWorker(sys, actors.WorkerActorName, rank, st, w); err != nil {
 		return err
 	}
@@ -246,4 +272,19 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, log *zap.Logger) err
 		}
 		return ctx.Err()
 	}
+}
+
+// traceShipper hands what a pipeline stage recorded in a step back with the
+// step's result, for the parent process's --trace.
+type traceShipper struct {
+	ddp.Stepper
+	rec   *pipeline.Recorder
+	stage int
+}
+
+func (t traceShipper) Step(ctx context.Context, req ddp.StepRequest) (ddp.StepResult, error) {
+	res, err := t.Stepper.Step(ctx, req)
+	tl := t.rec.Take()
+	res.Spans, res.Mem = tl.Spans[t.stage], tl.Mem[t.stage]
+	return res, err
 }

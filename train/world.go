@@ -43,10 +43,12 @@ type dpEngine struct {
 	// this process (nil for worker processes): checkpoints read them
 	// between steps.
 	local []ddp.Stepper
-	// recorders and tw trace in-process pipelines (--trace).
+	// recorders and tw trace in-process pipelines (--trace); with shipped,
+	// the stages are worker processes that send their spans in StepDone.
 	recorders []*pipeline.Recorder
 	tw        *trace.Writer
 	tracePath string
+	shipped   bool
 }
 
 // worldPlan lays a run's workers out: D replicas of P stages, the schedule
@@ -270,7 +272,39 @@ func (e *dpEngine) step(step int, cur data.Cursor, b *data.Batch, lr float64, ch
 			}
 		}
 	}
+	if e.shipped && e.tw != nil {
+		if err := e.writeShippedTrace(rep.Dones); err != nil {
+			return st, err
+		}
+	}
 	return st, nil
+}
+
+// writeShippedTrace adds one step of worker processes' pipeline stages to
+// the trace: each replica's timeline from the spans its stages sent.
+func (e *dpEngine) writeShippedTrace(dones []*actorspb.StepDone) error {
+	g := e.plan.grid
+	tls := make([]*pipeline.Timeline, g.Replicas)
+	for d := range tls {
+		tls[d] = pipeline.NewTimeline(g.Stages, "s")
+	}
+	for _, done := range dones {
+		if int(done.Rank) >= g.Size() {
+			return fmt.Errorf("train: --trace: a step answer from rank %d of %d", done.Rank, g.Size())
+		}
+		spans, mem, err := actors.StageTrace(done)
+		if err != nil {
+			return fmt.Errorf("train: --trace: %w", err)
+		}
+		d, stage := g.Coords(int(done.Rank))
+		tls[d].Spans[stage], tls[d].Mem[stage] = spans, mem
+	}
+	for d, tl := range tls {
+		if err := tl.WriteTrace(e.tw, pipeline.TraceOptions{Pid: d, Process: fmt.Sprintf("replica %d", d), Scale: 1e6}); err != nil {
+			return fmt.Errorf("train: --trace: %w", err)
+		}
+	}
+	return nil
 }
 
 // aggregateStep combines the ranks' answers to one step on grid g: the

@@ -171,7 +171,12 @@ type StepDone struct {
 	PeakMicroBatches uint32 `protobuf:"varint,16,opt,name=peak_micro_batches,json=peakMicroBatches,proto3" json:"peak_micro_batches,omitempty"`
 	// schedule_ms is the time of the pipeline schedule alone (forwards,
 	// backwards, sends, receives, waits), before the gradient sums.
-	ScheduleMs    float64 `protobuf:"fixed64,17,opt,name=schedule_ms,json=scheduleMs,proto3" json:"schedule_ms,omitempty"`
+	ScheduleMs float64 `protobuf:"fixed64,17,opt,name=schedule_ms,json=scheduleMs,proto3" json:"schedule_ms,omitempty"`
+	// spans and mem are what this pipeline stage did in the step, for
+	// --trace across processes (empty otherwise): times in seconds since the
+	// trace origin the parent gave every process.
+	Spans         []*StageSpan `protobuf:"bytes,18,rep,name=spans,proto3" json:"spans,omitempty"`
+	Mem           []*StageMem  `protobuf:"bytes,19,rep,name=mem,proto3" json:"mem,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -325,6 +330,166 @@ func (x *StepDone) GetScheduleMs() float64 {
 	return 0
 }
 
+func (x *StepDone) GetSpans() []*StageSpan {
+	if x != nil {
+		return x.Spans
+	}
+	return nil
+}
+
+func (x *StepDone) GetMem() []*StageMem {
+	if x != nil {
+		return x.Mem
+	}
+	return nil
+}
+
+// StageSpan is one pipeline op as it ran (pipeline.Span).
+type StageSpan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Micro         int32                  `protobuf:"varint,2,opt,name=micro,proto3" json:"micro,omitempty"`
+	Peer          int32                  `protobuf:"varint,3,opt,name=peer,proto3" json:"peer,omitempty"`
+	Start         float64                `protobuf:"fixed64,4,opt,name=start,proto3" json:"start,omitempty"`
+	End           float64                `protobuf:"fixed64,5,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StageSpan) Reset() {
+	*x = StageSpan{}
+	mi := &file_train_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StageSpan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StageSpan) ProtoMessage() {}
+
+func (x *StageSpan) ProtoReflect() protoreflect.Message {
+	mi := &file_train_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StageSpan.ProtoReflect.Descriptor instead.
+func (*StageSpan) Descriptor() ([]byte, []int) {
+	return file_train_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StageSpan) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *StageSpan) GetMicro() int32 {
+	if x != nil {
+		return x.Micro
+	}
+	return 0
+}
+
+func (x *StageSpan) GetPeer() int32 {
+	if x != nil {
+		return x.Peer
+	}
+	return 0
+}
+
+func (x *StageSpan) GetStart() float64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *StageSpan) GetEnd() float64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+// StageMem is one activation-memory event (pipeline.MemEvent).
+type StageMem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	T             float64                `protobuf:"fixed64,1,opt,name=t,proto3" json:"t,omitempty"`
+	Micro         int32                  `protobuf:"varint,2,opt,name=micro,proto3" json:"micro,omitempty"`
+	Bytes         int64                  `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Released      bool                   `protobuf:"varint,4,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StageMem) Reset() {
+	*x = StageMem{}
+	mi := &file_train_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StageMem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StageMem) ProtoMessage() {}
+
+func (x *StageMem) ProtoReflect() protoreflect.Message {
+	mi := &file_train_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StageMem.ProtoReflect.Descriptor instead.
+func (*StageMem) Descriptor() ([]byte, []int) {
+	return file_train_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StageMem) GetT() float64 {
+	if x != nil {
+		return x.T
+	}
+	return 0
+}
+
+func (x *StageMem) GetMicro() int32 {
+	if x != nil {
+		return x.Micro
+	}
+	return 0
+}
+
+func (x *StageMem) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *StageMem) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
 // EvalRequest asks a Worker for the loss on held-out samples [lo, hi).
 type EvalRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -337,7 +502,7 @@ type EvalRequest struct {
 
 func (x *EvalRequest) Reset() {
 	*x = EvalRequest{}
-	mi := &file_train_proto_msgTypes[2]
+	mi := &file_train_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -349,7 +514,7 @@ func (x *EvalRequest) String() string {
 func (*EvalRequest) ProtoMessage() {}
 
 func (x *EvalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_train_proto_msgTypes[2]
+	mi := &file_train_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -362,7 +527,7 @@ func (x *EvalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvalRequest.ProtoReflect.Descriptor instead.
 func (*EvalRequest) Descriptor() ([]byte, []int) {
-	return file_train_proto_rawDescGZIP(), []int{2}
+	return file_train_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EvalRequest) GetGeneration() uint64 {
@@ -401,7 +566,7 @@ type EvalDone struct {
 
 func (x *EvalDone) Reset() {
 	*x = EvalDone{}
-	mi := &file_train_proto_msgTypes[3]
+	mi := &file_train_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +578,7 @@ func (x *EvalDone) String() string {
 func (*EvalDone) ProtoMessage() {}
 
 func (x *EvalDone) ProtoReflect() protoreflect.Message {
-	mi := &file_train_proto_msgTypes[3]
+	mi := &file_train_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +591,7 @@ func (x *EvalDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvalDone.ProtoReflect.Descriptor instead.
 func (*EvalDone) Descriptor() ([]byte, []int) {
-	return file_train_proto_rawDescGZIP(), []int{3}
+	return file_train_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EvalDone) GetLossSum() float64 {
@@ -481,7 +646,7 @@ type WeightsRequest struct {
 
 func (x *WeightsRequest) Reset() {
 	*x = WeightsRequest{}
-	mi := &file_train_proto_msgTypes[4]
+	mi := &file_train_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -493,7 +658,7 @@ func (x *WeightsRequest) String() string {
 func (*WeightsRequest) ProtoMessage() {}
 
 func (x *WeightsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_train_proto_msgTypes[4]
+	mi := &file_train_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -506,7 +671,7 @@ func (x *WeightsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightsRequest.ProtoReflect.Descriptor instead.
 func (*WeightsRequest) Descriptor() ([]byte, []int) {
-	return file_train_proto_rawDescGZIP(), []int{4}
+	return file_train_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WeightsRequest) GetGeneration() uint64 {
@@ -528,7 +693,7 @@ type Weights struct {
 
 func (x *Weights) Reset() {
 	*x = Weights{}
-	mi := &file_train_proto_msgTypes[5]
+	mi := &file_train_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +705,7 @@ func (x *Weights) String() string {
 func (*Weights) ProtoMessage() {}
 
 func (x *Weights) ProtoReflect() protoreflect.Message {
-	mi := &file_train_proto_msgTypes[5]
+	mi := &file_train_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +718,7 @@ func (x *Weights) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Weights.ProtoReflect.Descriptor instead.
 func (*Weights) Descriptor() ([]byte, []int) {
-	return file_train_proto_rawDescGZIP(), []int{5}
+	return file_train_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Weights) GetData() []byte {
@@ -592,7 +757,7 @@ type WorkerHello struct {
 
 func (x *WorkerHello) Reset() {
 	*x = WorkerHello{}
-	mi := &file_train_proto_msgTypes[6]
+	mi := &file_train_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +769,7 @@ func (x *WorkerHello) String() string {
 func (*WorkerHello) ProtoMessage() {}
 
 func (x *WorkerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_train_proto_msgTypes[6]
+	mi := &file_train_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +782,7 @@ func (x *WorkerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHello.ProtoReflect.Descriptor instead.
 func (*WorkerHello) Descriptor() ([]byte, []int) {
-	return file_train_proto_rawDescGZIP(), []int{6}
+	return file_train_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WorkerHello) GetRank() uint32 {
@@ -657,7 +822,7 @@ type SaveShard struct {
 
 func (x *SaveShard) Reset() {
 	*x = SaveShard{}
-	mi := &file_train_proto_msgTypes[7]
+	mi := &file_train_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +834,7 @@ func (x *SaveShard) String() string {
 func (*SaveShard) ProtoMessage() {}
 
 func (x *SaveShard) ProtoReflect() protoreflect.Message {
-	mi := &file_train_proto_msgTypes[7]
+	mi := &file_train_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +847,7 @@ func (x *SaveShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveShard.ProtoReflect.Descriptor instead.
 func (*SaveShard) Descriptor() ([]byte, []int) {
-	return file_train_proto_rawDescGZIP(), []int{7}
+	return file_train_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SaveShard) GetStep() uint64 {
@@ -725,7 +890,7 @@ type ShardSaved struct {
 
 func (x *ShardSaved) Reset() {
 	*x = ShardSaved{}
-	mi := &file_train_proto_msgTypes[8]
+	mi := &file_train_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +902,7 @@ func (x *ShardSaved) String() string {
 func (*ShardSaved) ProtoMessage() {}
 
 func (x *ShardSaved) ProtoReflect() protoreflect.Message {
-	mi := &file_train_proto_msgTypes[8]
+	mi := &file_train_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +915,7 @@ func (x *ShardSaved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardSaved.ProtoReflect.Descriptor instead.
 func (*ShardSaved) Descriptor() ([]byte, []int) {
-	return file_train_proto_rawDescGZIP(), []int{8}
+	return file_train_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ShardSaved) GetRank() uint32 {
@@ -785,7 +950,7 @@ type AgentStatusRequest struct {
 
 func (x *AgentStatusRequest) Reset() {
 	*x = AgentStatusRequest{}
-	mi := &file_train_proto_msgTypes[9]
+	mi := &file_train_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +962,7 @@ func (x *AgentStatusRequest) String() string {
 func (*AgentStatusRequest) ProtoMessage() {}
 
 func (x *AgentStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_train_proto_msgTypes[9]
+	mi := &file_train_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +975,7 @@ func (x *AgentStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStatusRequest.ProtoReflect.Descriptor instead.
 func (*AgentStatusRequest) Descriptor() ([]byte, []int) {
-	return file_train_proto_rawDescGZIP(), []int{9}
+	return file_train_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AgentStatusRequest) GetGeneration() uint64 {
@@ -851,7 +1016,7 @@ type AgentStatus struct {
 
 func (x *AgentStatus) Reset() {
 	*x = AgentStatus{}
-	mi := &file_train_proto_msgTypes[10]
+	mi := &file_train_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +1028,7 @@ func (x *AgentStatus) String() string {
 func (*AgentStatus) ProtoMessage() {}
 
 func (x *AgentStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_train_proto_msgTypes[10]
+	mi := &file_train_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +1041,7 @@ func (x *AgentStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStatus.ProtoReflect.Descriptor instead.
 func (*AgentStatus) Descriptor() ([]byte, []int) {
-	return file_train_proto_rawDescGZIP(), []int{10}
+	return file_train_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AgentStatus) GetRank() uint32 {
@@ -970,7 +1135,7 @@ type AgentSync struct {
 
 func (x *AgentSync) Reset() {
 	*x = AgentSync{}
-	mi := &file_train_proto_msgTypes[11]
+	mi := &file_train_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -982,7 +1147,7 @@ func (x *AgentSync) String() string {
 func (*AgentSync) ProtoMessage() {}
 
 func (x *AgentSync) ProtoReflect() protoreflect.Message {
-	mi := &file_train_proto_msgTypes[11]
+	mi := &file_train_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -995,7 +1160,7 @@ func (x *AgentSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentSync.ProtoReflect.Descriptor instead.
 func (*AgentSync) Descriptor() ([]byte, []int) {
-	return file_train_proto_rawDescGZIP(), []int{11}
+	return file_train_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AgentSync) GetGeneration() uint64 {
@@ -1122,7 +1287,7 @@ type AgentSyncDone struct {
 
 func (x *AgentSyncDone) Reset() {
 	*x = AgentSyncDone{}
-	mi := &file_train_proto_msgTypes[12]
+	mi := &file_train_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1299,7 @@ func (x *AgentSyncDone) String() string {
 func (*AgentSyncDone) ProtoMessage() {}
 
 func (x *AgentSyncDone) ProtoReflect() protoreflect.Message {
-	mi := &file_train_proto_msgTypes[12]
+	mi := &file_train_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1312,7 @@ func (x *AgentSyncDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentSyncDone.ProtoReflect.Descriptor instead.
 func (*AgentSyncDone) Descriptor() ([]byte, []int) {
-	return file_train_proto_rawDescGZIP(), []int{12}
+	return file_train_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AgentSyncDone) GetRank() uint32 {
@@ -1186,7 +1351,7 @@ type AgentFinish struct {
 
 func (x *AgentFinish) Reset() {
 	*x = AgentFinish{}
-	mi := &file_train_proto_msgTypes[13]
+	mi := &file_train_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1363,7 @@ func (x *AgentFinish) String() string {
 func (*AgentFinish) ProtoMessage() {}
 
 func (x *AgentFinish) ProtoReflect() protoreflect.Message {
-	mi := &file_train_proto_msgTypes[13]
+	mi := &file_train_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1376,7 @@ func (x *AgentFinish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentFinish.ProtoReflect.Descriptor instead.
 func (*AgentFinish) Descriptor() ([]byte, []int) {
-	return file_train_proto_rawDescGZIP(), []int{13}
+	return file_train_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AgentFinish) GetGeneration() uint64 {
@@ -1254,7 +1419,7 @@ type AgentFinished struct {
 
 func (x *AgentFinished) Reset() {
 	*x = AgentFinished{}
-	mi := &file_train_proto_msgTypes[14]
+	mi := &file_train_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1431,7 @@ func (x *AgentFinished) String() string {
 func (*AgentFinished) ProtoMessage() {}
 
 func (x *AgentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_train_proto_msgTypes[14]
+	mi := &file_train_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1444,7 @@ func (x *AgentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentFinished.ProtoReflect.Descriptor instead.
 func (*AgentFinished) Descriptor() ([]byte, []int) {
-	return file_train_proto_rawDescGZIP(), []int{14}
+	return file_train_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AgentFinished) GetRank() uint32 {
@@ -1319,7 +1484,7 @@ const file_train_proto_rawDesc = "" +
 	"\x02lr\x18\x06 \x01(\x01R\x02lr\x12%\n" +
 	"\x0eglobal_targets\x18\a \x01(\x04R\rglobalTargets\x12\x1a\n" +
 	"\bchecksum\x18\b \x01(\bR\bchecksum\x12\x14\n" +
-	"\x05world\x18\t \x01(\rR\x05world\"\x82\x04\n" +
+	"\x05world\x18\t \x01(\rR\x05world\"\xe3\x04\n" +
 	"\bStepDone\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -1342,7 +1507,20 @@ const file_train_proto_rawDesc = "" +
 	"\x05stage\x18\x0f \x01(\rR\x05stage\x12,\n" +
 	"\x12peak_micro_batches\x18\x10 \x01(\rR\x10peakMicroBatches\x12\x1f\n" +
 	"\vschedule_ms\x18\x11 \x01(\x01R\n" +
-	"scheduleMs\"M\n" +
+	"scheduleMs\x121\n" +
+	"\x05spans\x18\x12 \x03(\v2\x1b.troupe.actors.v1.StageSpanR\x05spans\x12,\n" +
+	"\x03mem\x18\x13 \x03(\v2\x1a.troupe.actors.v1.StageMemR\x03mem\"q\n" +
+	"\tStageSpan\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x14\n" +
+	"\x05micro\x18\x02 \x01(\x05R\x05micro\x12\x12\n" +
+	"\x04peer\x18\x03 \x01(\x05R\x04peer\x12\x14\n" +
+	"\x05start\x18\x04 \x01(\x01R\x05start\x12\x10\n" +
+	"\x03end\x18\x05 \x01(\x01R\x03end\"`\n" +
+	"\bStageMem\x12\f\n" +
+	"\x01t\x18\x01 \x01(\x01R\x01t\x12\x14\n" +
+	"\x05micro\x18\x02 \x01(\x05R\x05micro\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\x12\x1a\n" +
+	"\breleased\x18\x04 \x01(\bR\breleased\"M\n" +
 	"\vEvalRequest\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -1441,30 +1619,34 @@ func file_train_proto_rawDescGZIP() []byte {
 	return file_train_proto_rawDescData
 }
 
-var file_train_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_train_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_train_proto_goTypes = []any{
 	(*RunStep)(nil),            // 0: troupe.actors.v1.RunStep
 	(*StepDone)(nil),           // 1: troupe.actors.v1.StepDone
-	(*EvalRequest)(nil),        // 2: troupe.actors.v1.EvalRequest
-	(*EvalDone)(nil),           // 3: troupe.actors.v1.EvalDone
-	(*WeightsRequest)(nil),     // 4: troupe.actors.v1.WeightsRequest
-	(*Weights)(nil),            // 5: troupe.actors.v1.Weights
-	(*WorkerHello)(nil),        // 6: troupe.actors.v1.WorkerHello
-	(*SaveShard)(nil),          // 7: troupe.actors.v1.SaveShard
-	(*ShardSaved)(nil),         // 8: troupe.actors.v1.ShardSaved
-	(*AgentStatusRequest)(nil), // 9: troupe.actors.v1.AgentStatusRequest
-	(*AgentStatus)(nil),        // 10: troupe.actors.v1.AgentStatus
-	(*AgentSync)(nil),          // 11: troupe.actors.v1.AgentSync
-	(*AgentSyncDone)(nil),      // 12: troupe.actors.v1.AgentSyncDone
-	(*AgentFinish)(nil),        // 13: troupe.actors.v1.AgentFinish
-	(*AgentFinished)(nil),      // 14: troupe.actors.v1.AgentFinished
+	(*StageSpan)(nil),          // 2: troupe.actors.v1.StageSpan
+	(*StageMem)(nil),           // 3: troupe.actors.v1.StageMem
+	(*EvalRequest)(nil),        // 4: troupe.actors.v1.EvalRequest
+	(*EvalDone)(nil),           // 5: troupe.actors.v1.EvalDone
+	(*WeightsRequest)(nil),     // 6: troupe.actors.v1.WeightsRequest
+	(*Weights)(nil),            // 7: troupe.actors.v1.Weights
+	(*WorkerHello)(nil),        // 8: troupe.actors.v1.WorkerHello
+	(*SaveShard)(nil),          // 9: troupe.actors.v1.SaveShard
+	(*ShardSaved)(nil),         // 10: troupe.actors.v1.ShardSaved
+	(*AgentStatusRequest)(nil), // 11: troupe.actors.v1.AgentStatusRequest
+	(*AgentStatus)(nil),        // 12: troupe.actors.v1.AgentStatus
+	(*AgentSync)(nil),          // 13: troupe.actors.v1.AgentSync
+	(*AgentSyncDone)(nil),      // 14: troupe.actors.v1.AgentSyncDone
+	(*AgentFinish)(nil),        // 15: troupe.actors.v1.AgentFinish
+	(*AgentFinished)(nil),      // 16: troupe.actors.v1.AgentFinished
 }
 var file_train_proto_depIdxs = []int32{
-	0, // [0:0] is the sub-list for method output_type
-	0, // [0:0] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	2, // 0: troupe.actors.v1.StepDone.spans:type_name -> troupe.actors.v1.StageSpan
+	3, // 1: troupe.actors.v1.StepDone.mem:type_name -> troupe.actors.v1.StageMem
+	2, // [2:2] is the sub-list for method output_type
+	2, // [2:2] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_train_proto_init() }
@@ -1478,7 +1660,7 @@ func file_train_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_train_proto_rawDesc), len(file_train_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
