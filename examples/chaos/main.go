@@ -2,11 +2,13 @@
 // random moments: kill -9, SIGSTOP then SIGCONT (a hung host), SIGTERM, and
 // restarts of the killed agents. It is bounded: --faults faults, each at
 // most a few seconds apart, and a deadline. At the end the survivors must
-// hold bit-identical weights and every sample must have been trained
-// exactly once.
+// hold bit-identical weights (per pipeline stage with --pp) and every
+// sample must have been trained exactly once (a step replayed after a
+// checkpoint restore starts at the same sample both times).
 //
 //	go build -o /tmp/troupe ./cmd/troupe
 //	go run ./examples/chaos --troupe /tmp/troupe --faults 6 --seed 1
+//	go run ./examples/chaos --troupe /tmp/troupe --faults 6 --seed 1 --pp 2
 package main
 
 import (
@@ -16,6 +18,9 @@ import (
 	"log"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,7 +31,11 @@ func main() {
 	troupe := flag.String("troupe", "troupe", "the troupe binary")
 	faults := flag.Int("faults", 6, "number of faults to inject")
 	seed := flag.Uint64("seed", 1, "seed of the fault schedule (printed; rerun it with the same seed)")
+	pp := flag.Int("pp", 1, "pipeline stages: from 2 the agents hold stages, and checkpoint every 100 steps for a stage whose every holder dies")
 	flag.Parse()
+	if *pp < 1 || *pp > 3 {
+		log.Fatalf("--pp %d: want 1, 2 or 3 (four agents, at least two alive)", *pp)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	dir, err := os.MkdirTemp("", "troupe-chaos-")
@@ -35,8 +44,15 @@ func main() {
 	}
 	defer os.RemoveAll(dir)
 	const n = 4
-	c, err := cluster.New(ctx, *troupe, dir, n, []string{"--min-nodes", "2", "--key", "passphrase:chaos-example-key",
-		"--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp", "--batch", "48", "--steps", "20000"})
+	// One Linear per pipeline stage: 784-64-…-64-10.
+	layers := "784" + strings.Repeat(",64", *pp-1) + ",10"
+	args := []string{"--min-nodes", "2", "--key", "passphrase:chaos-example-key",
+		"--model", "mlp", "--layers", layers, "--data", "synthetic-mlp", "--batch", "48", "--steps", "20000"}
+	if *pp > 1 {
+		args = append(args, "--pp", strconv.Itoa(*pp), "--micro-batches", "2",
+			"--ckpt-dir", filepath.Join(dir, "ckpt"), "--ckpt-every", "100")
+	}
+	c, err := cluster.New(ctx, *troupe, dir, n, args)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -85,19 +101,19 @@ func main() {
 			alive[vi] = false
 		}
 	}
-	var first string
+	first := map[int]string{} // stage → the first checksum seen
 	for i := 0; i < n; i++ {
 		s, err := c.Wait(fmt.Sprintf("n%d", i+1))
 		if err != nil {
 			log.Printf("%v (killed agents exit non-zero)", err)
 			continue
 		}
-		fmt.Printf("%s: step %d, checksum %s, left %v\n", s.Name, s.Step, s.Checksum, s.Left)
-		if !s.Left {
-			if first == "" {
-				first = s.Checksum
-			} else if s.Checksum != first {
-				log.Fatalf("replicas differ: %s has %s, another %s", s.Name, s.Checksum, first)
+		fmt.Printf("%s: step %d, stage %d, checksum %s, left %v\n", s.Name, s.Step, s.Stage, s.Checksum, s.Left)
+		if !s.Left && s.Stage >= 0 {
+			if f, ok := first[s.Stage]; !ok {
+				first[s.Stage] = s.Checksum
+			} else if s.Checksum != f {
+				log.Fatalf("replicas of stage %d differ: %s has %s, another %s", s.Stage, s.Name, s.Checksum, f)
 			}
 		}
 	}

@@ -122,8 +122,11 @@ func (c *Cluster) LastStep() int {
 
 // Summary is an agent's final JSON line.
 type Summary struct {
-	Name     string `json:"name"`
-	Step     int    `json:"step"`
+	Name string `json:"name"`
+	Step int    `json:"step"`
+	// Stage is the pipeline stage the agent held (0 without --pp, -1 on
+	// standby): checksums compare within a stage.
+	Stage    int    `json:"stage"`
 	Checksum string `json:"checksum"`
 	Left     bool   `json:"left"`
 }
@@ -153,16 +156,34 @@ func (c *Cluster) KillAll() {
 	}
 }
 
-// Worlds summarises the generations the job went through: the world size
-// of each, in order.
+// Worlds summarises the generations the job went through, in order: the
+// world size of each and the step it started from, marking a generation
+// that started at or below a step an earlier one had logged (it restored a
+// checkpoint and replayed the steps since).
 func Worlds(steps []Step) []string {
-	var out []string
-	var gen uint64
+	first := map[uint64]Step{}
+	top := map[uint64]int{}
 	for _, s := range steps {
-		if s.Generation != gen {
-			gen = s.Generation
-			out = append(out, fmt.Sprintf("gen %d: %d workers from step %d", s.Generation, s.World, s.Step))
+		if f, ok := first[s.Generation]; !ok || s.Step < f.Step {
+			first[s.Generation] = s
 		}
+		top[s.Generation] = max(top[s.Generation], s.Step)
+	}
+	gens := make([]uint64, 0, len(first))
+	for g := range first {
+		gens = append(gens, g)
+	}
+	sort.Slice(gens, func(i, j int) bool { return gens[i] < gens[j] })
+	var out []string
+	reached := 0 // the highest step the earlier generations logged
+	for _, g := range gens {
+		f := first[g]
+		line := fmt.Sprintf("gen %d: %d workers from step %d", g, f.World, f.Step)
+		if f.Step <= reached {
+			line += " (a checkpoint restore: the steps since replayed)"
+		}
+		out = append(out, line)
+		reached = max(reached, top[g])
 	}
 	return out
 }
