@@ -34,21 +34,7 @@ func BenchmarkLocalAllReduce(b *testing.B) {
 				for r := range bufs {
 					bufs[r] = make([]float32, n)
 				}
-				b.SetBytes(int64(4 * n))
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					var wg sync.WaitGroup
-					for r, c := range comms {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							if err := c.AllReduce(context.Background(), bufs[r], collective.Sum).Wait(); err != nil {
-								b.Error(err)
-							}
-						}()
-					}
-					wg.Wait()
-				}
+				benchAllReduce(b, comms, bufs)
 			})
 		}
 	}
@@ -104,21 +90,27 @@ func BenchmarkRemoteAllReduce(b *testing.B) {
 			}()
 			n := 16 << 20 / 4
 			bufs := [][]float32{make([]float32, n), make([]float32, n)}
-			b.SetBytes(int64(4 * n))
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				var wg sync.WaitGroup
-				for r, c := range comms {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						if err := c.AllReduce(context.Background(), bufs[r], collective.Sum).Wait(); err != nil {
-							b.Error(err)
-						}
-					}()
-				}
-				wg.Wait()
-			}
+			benchAllReduce(b, comms, bufs)
 		})
+	}
+}
+
+// benchAllReduce times b.N all-reduces of bufs[r] on every rank's comm at
+// once.
+func benchAllReduce(b *testing.B, comms []collective.Communicator, bufs [][]float32) {
+	b.SetBytes(int64(4 * len(bufs[0])))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var wg sync.WaitGroup
+		for r, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := c.AllReduce(context.Background(), bufs[r], collective.Sum).Wait(); err != nil {
+					b.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
 	}
 }

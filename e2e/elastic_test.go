@@ -149,6 +149,17 @@ func (c *cluster) waitSteps(n int) {
 	c.t.Fatalf("no leader reached step %d", n)
 }
 
+// startWorld starts agents n1…nN, waits for their world of n and for
+// step 300, the point every fault scenario strikes after.
+func (c *cluster) startWorld(n int) {
+	c.t.Helper()
+	for i := 0; i < n; i++ {
+		c.start(i)
+	}
+	c.waitWorld(n, 0)
+	c.waitSteps(300)
+}
+
 // waitWorld waits until a step ran in a world of size n after step after,
 // and returns its first record.
 func (c *cluster) waitWorld(n, after int) stepRecord {
@@ -212,8 +223,9 @@ func (c *cluster) dump() {
 // the survivors with bit-identical replicas, every sample of the stream
 // trained exactly once (the cursor advances by exactly one batch per
 // completed step), and losses within 1e-3 relative of a fault-free run
-// (the same global batches; float32 sums in another order only).
-func (c *cluster) check(sums []agentSummary, ref []float64) []stepRecord {
+// (the same global batches; float32 sums in another order only). It logs
+// the world size of each generation.
+func (c *cluster) check(sums []agentSummary, ref []float64) {
 	c.t.Helper()
 	checkReplicas(c.t, sums)
 	recs := c.steps()
@@ -245,7 +257,7 @@ func (c *cluster) check(sums []agentSummary, ref []float64) []stepRecord {
 	} else {
 		c.t.Logf("last step: eval_loss %v, fault-free %v", last.EvalLoss, refEval)
 	}
-	return recs
+	c.t.Logf("worlds by generation: %v", generationsOf(recs))
 }
 
 var (
@@ -300,19 +312,14 @@ func TestElasticJoin(t *testing.T) {
 	if d := time.Since(late.started); d > 20*time.Second {
 		t.Errorf("join to contributing took %v", d)
 	}
-	recs := c.check(c.finish("n1", "n2", "n3", "n4"), ref)
-	t.Logf("worlds by generation: %v", generationsOf(recs))
+	c.check(c.finish("n1", "n2", "n3", "n4"), ref)
 }
 
 // (2) SIGTERM one agent: it leaves at a step boundary, the rest continue.
 func TestElasticGracefulLeave(t *testing.T) {
 	ref := faultFree(t)
 	c := newCluster(t, 3, 2)
-	for i := 0; i < 3; i++ {
-		c.start(i)
-	}
-	c.waitWorld(3, 0)
-	c.waitSteps(300)
+	c.startWorld(3)
 	leaver := c.agents["n3"]
 	leaver.cmd.Process.Signal(syscall.SIGTERM)
 	sent := time.Now()
@@ -325,25 +332,19 @@ func TestElasticGracefulLeave(t *testing.T) {
 	if err := json.Unmarshal(leaver.stdout.Bytes(), &s); err != nil || !s.Left {
 		t.Errorf("n3's summary %q: want left", leaver.stdout.String())
 	}
-	recs := c.check(c.finish("n1", "n2"), ref)
-	t.Logf("worlds by generation: %v", generationsOf(recs))
+	c.check(c.finish("n1", "n2"), ref)
 }
 
 // (3) kill -9 of one agent mid-step: the rest abort, re-form and continue.
 func TestElasticKill(t *testing.T) {
 	ref := faultFree(t)
 	c := newCluster(t, 3, 2)
-	for i := 0; i < 3; i++ {
-		c.start(i)
-	}
-	c.waitWorld(3, 0)
-	c.waitSteps(300)
+	c.startWorld(3)
 	c.agents["n2"].cmd.Process.Kill()
 	killed := time.Now()
 	r := c.waitWorld(2, 300)
 	t.Logf("kill -9 of n2; a world of 2 completed step %d %.0f ms later (resume %.0f ms after the commit)", r.Step, float64(time.Since(killed).Milliseconds()), r.ResumeMs)
-	recs := c.check(c.finish("n1", "n3"), ref)
-	t.Logf("worlds by generation: %v", generationsOf(recs))
+	c.check(c.finish("n1", "n3"), ref)
 }
 
 // (4) SIGSTOP one agent (a hung host: no connection reset) past the
@@ -351,11 +352,7 @@ func TestElasticKill(t *testing.T) {
 func TestElasticHungNode(t *testing.T) {
 	ref := faultFree(t)
 	c := newCluster(t, 3, 2)
-	for i := 0; i < 3; i++ {
-		c.start(i)
-	}
-	c.waitWorld(3, 0)
-	c.waitSteps(300)
+	c.startWorld(3)
 	hung := c.agents["n2"]
 	hung.cmd.Process.Signal(syscall.SIGSTOP)
 	stopped := time.Now()
@@ -365,25 +362,19 @@ func TestElasticHungNode(t *testing.T) {
 	hung.cmd.Process.Signal(syscall.SIGCONT)
 	back := c.waitWorld(3, r.Step)
 	t.Logf("SIGCONT: n2 training again in a world of 3 from step %d", back.Step)
-	recs := c.check(c.finish("n1", "n2", "n3"), ref)
-	t.Logf("worlds by generation: %v", generationsOf(recs))
+	c.check(c.finish("n1", "n2", "n3"), ref)
 }
 
 // (5) The leader is killed: the next lowest member leads from its replica.
 func TestElasticLeaderKilled(t *testing.T) {
 	ref := faultFree(t)
 	c := newCluster(t, 3, 2)
-	for i := 0; i < 3; i++ {
-		c.start(i)
-	}
-	c.waitWorld(3, 0)
-	c.waitSteps(300)
+	c.startWorld(3)
 	c.agents["n1"].cmd.Process.Kill()
 	killed := time.Now()
 	r := c.waitWorld(2, 300)
 	t.Logf("kill -9 of the leader n1; n2 led a world of 2 to step %d %.0f ms later", r.Step, float64(time.Since(killed).Milliseconds()))
-	recs := c.check(c.finish("n2", "n3"), ref)
-	t.Logf("worlds by generation: %v", generationsOf(recs))
+	c.check(c.finish("n2", "n3"), ref)
 }
 
 // A node without the cluster key cannot join: the cluster drops its
@@ -491,16 +482,11 @@ func TestElasticPipelineKill(t *testing.T) {
 	ref := faultFree(t)
 	c := newCluster(t, 4, 2)
 	c.extra = []string{"--pp", "2", "--micro-batches", "2"}
-	for i := 0; i < 4; i++ {
-		c.start(i)
-	}
-	c.waitWorld(4, 0)
-	c.waitSteps(300)
+	c.startWorld(4)
 	c.agents["n4"].cmd.Process.Kill()
 	r := c.waitWorld(2, 300)
 	t.Logf("kill -9 of n4 (stage 1 of replica 1): a 1×2 pipeline completed step %d", r.Step)
-	recs := c.check(c.finish("n1", "n2", "n3"), ref)
-	t.Logf("worlds by generation: %v", generationsOf(recs))
+	c.check(c.finish("n1", "n2", "n3"), ref)
 	if !strings.Contains(c.agents["n1"].stderr.String()+c.agents["n2"].stderr.String()+c.agents["n3"].stderr.String(), `"state_from":"surviving replicas"`) {
 		t.Error("no generation took its state from surviving replicas")
 	}

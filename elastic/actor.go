@@ -145,7 +145,7 @@ func (a *memberActor) onMember(now time.Time, e *mlEvent) {
 		}
 		_, known := a.members[id]
 		a.members[id], a.addrs[id] = m, m.ActorAddr
-		a.n.failed.remove(e.node.Address())
+		a.n.failed.take(e.node.Address())
 		a.publishMembers()
 		a.core.MemberUp(m)
 		if !known {
@@ -173,8 +173,8 @@ func (a *memberActor) down(now time.Time, id, gossip string, left bool) {
 	if left {
 		ev.Kind = EventLeft
 	} else {
-		a.n.failed.add(gossip, now)
-		if t := a.n.acks.forget(id); !t.IsZero() {
+		a.n.failed.set(gossip, now)
+		if t := a.n.acks.take(id); !t.IsZero() {
 			ev.Silence = now.Sub(t)
 		}
 	}

@@ -1,7 +1,6 @@
 package elastic
 
 import (
-	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -134,29 +133,5 @@ func (d delegate) AckPayload() []byte { return nil }
 // NotifyPingComplete records when a member last answered a probe, to
 // report how long it had been silent when it is declared dead.
 func (d delegate) NotifyPingComplete(other *memberlist.Node, _ time.Duration, _ []byte) {
-	d.n.acks.record(other.Name, time.Now())
-}
-
-// ackTimes is when each member last answered one of this node's probes.
-type ackTimes struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-}
-
-func (a *ackTimes) record(id string, t time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.last == nil {
-		a.last = map[string]time.Time{}
-	}
-	a.last[id] = t
-}
-
-// forget returns id's last ack time and forgets it.
-func (a *ackTimes) forget(id string) time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	t := a.last[id]
-	delete(a.last, id)
-	return t
+	d.n.acks.set(other.Name, time.Now())
 }

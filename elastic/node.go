@@ -57,8 +57,8 @@ type Node struct {
 	world     atomic.Pointer[World]
 	members   atomic.Pointer[[]Member]
 	pushState atomic.Pointer[[]byte]
-	acks      ackTimes
-	failed    failedAddrs
+	acks      stamps // member ID → last probe answer
+	failed    stamps // gossip address → when it was seen failing
 
 	worlds chan World // size 1: the newest committed world replaces an unread one
 	events *eventQueue
@@ -284,38 +284,43 @@ func (n *Node) ticker() {
 	}
 }
 
-// failedAddrs are the gossip addresses of members seen failing, for the
-// reconnector.
-type failedAddrs struct {
+// stamps is a time per key, safe for concurrent use: when each member
+// last answered one of this node's probes (keyed by member ID), and when
+// members were seen failing (keyed by gossip address, for the
+// reconnector).
+type stamps struct {
 	mu sync.Mutex
 	at map[string]time.Time
 }
 
-func (f *failedAddrs) add(addr string, t time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.at == nil {
-		f.at = map[string]time.Time{}
+func (s *stamps) set(key string, t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.at == nil {
+		s.at = map[string]time.Time{}
 	}
-	f.at[addr] = t
+	s.at[key] = t
 }
 
-func (f *failedAddrs) remove(addr string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.at, addr)
+// take returns key's time (zero when none) and forgets it.
+func (s *stamps) take(key string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.at[key]
+	delete(s.at, key)
+	return t
 }
 
-// since lists the addresses that failed after t, and forgets the others.
-func (f *failedAddrs) since(t time.Time) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// since lists the keys stamped after t, in order, and forgets the others.
+func (s *stamps) since(t time.Time) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var out []string
-	for a, at := range f.at {
+	for k, at := range s.at {
 		if at.After(t) {
-			out = append(out, a)
+			out = append(out, k)
 		} else {
-			delete(f.at, a)
+			delete(s.at, k)
 		}
 	}
 	slices.Sort(out)

@@ -140,7 +140,8 @@ func drain(n *Node) {
 // notice is the only sign (b's metadata and memberlist still call it
 // alive), and the next world names the reason "left b".
 func TestLeaveNoticeRecordsALeave(t *testing.T) {
-	_, a, b, d := startABC(t)
+	_, ns := startDrained(t, "a", "b", "c")
+	a, b, d := ns[0], ns[1], ns[2]
 	waitWorld(t, a, "a b c", hasNames("a b c"))
 	waitWorld(t, d, "a b c", hasNames("a b c"))
 	for _, n := range []*Node{a, d} {
@@ -153,20 +154,22 @@ func TestLeaveNoticeRecordsALeave(t *testing.T) {
 	}
 }
 
-// startABC starts nodes a, b and c of a cluster of at least two, their
+// startDrained starts the named nodes of a cluster of at least two, their
 // events drained.
-func startABC(t *testing.T) (c *cluster, a, b, d *Node) {
-	c = newCluster(t)
+func startDrained(t *testing.T, names ...string) (*cluster, []*Node) {
+	c := newCluster(t)
 	c.cfg.MinNodes = 2
-	a, b, d = c.mustStart("a"), c.mustStart("b"), c.mustStart("c")
-	for _, n := range []*Node{a, b, d} {
-		drain(n)
+	nodes := make([]*Node, len(names))
+	for i, name := range names {
+		nodes[i] = c.mustStart(name)
+		drain(nodes[i])
 	}
-	return c, a, b, d
+	return c, nodes
 }
 
 func TestNodesJoinLeaveCrash(t *testing.T) {
-	c, a, b, d := startABC(t)
+	c, ns := startDrained(t, "a", "b", "c")
+	a, b, d := ns[0], ns[1], ns[2]
 	w1 := waitWorld(t, a, "a b c", hasNames("a b c"))
 	for _, n := range []*Node{b, d} {
 		if w := waitWorld(t, n, "a b c", hasNames("a b c")); !w.Equal(w1) {
@@ -231,11 +234,8 @@ func TestNodesJoinLeaveCrash(t *testing.T) {
 // A node with another cluster key, or none, cannot join: its Start fails,
 // the cluster logs the refusal, and its membership and world do not change.
 func TestNodesWrongKey(t *testing.T) {
-	c := newCluster(t)
-	c.cfg.MinNodes = 2
-	a, b := c.mustStart("a"), c.mustStart("b")
-	drain(a)
-	drain(b)
+	c, ns := startDrained(t, "a", "b")
+	a := ns[0]
 	w := waitWorld(t, a, "a b", hasNames("a b"))
 	for name, key := range map[string][]byte{"x": testKey(1), "y": nil} {
 		_, err := c.start(name, func(cfg *Config) { cfg.Key = key; cfg.JoinTimeout = time.Second })
@@ -295,11 +295,8 @@ func TestNodesOldProtocol(t *testing.T) {
 // Random bytes on the gossip ports (UDP and TCP) are dropped: membership
 // and the world stay, and the cluster still agrees a new generation.
 func TestNodesGarbage(t *testing.T) {
-	c := newCluster(t)
-	c.cfg.MinNodes = 2
-	a, b := c.mustStart("a"), c.mustStart("b")
-	drain(a)
-	drain(b)
+	c, ns := startDrained(t, "a", "b")
+	a, b := ns[0], ns[1]
 	w := waitWorld(t, a, "a b", hasNames("a b"))
 	r := rand.New(rand.NewPCG(1, 2))
 	junk := func(n int) []byte {

@@ -171,11 +171,7 @@ func RunAgent(ctx context.Context, ac AgentConfig, o Options) (*AgentSummary, er
 	if err := ac.Validate(); err != nil {
 		return nil, err
 	}
-	log := o.Logger
-	if log == nil {
-		log = zap.NewNop()
-	}
-	log = log.With(zap.String("node", ac.Name))
+	log := o.logger().With(zap.String("node", ac.Name))
 	cfg := &ac.Train
 	trainSet, testSet, err := OpenData(cfg)
 	if err != nil {
@@ -995,7 +991,7 @@ func (a *agent) lead(ctx context.Context, w elastic.World) (bool, error) {
 			sampler.Seek(cursor)
 			meta := ckpt.meta(step+1, w.Gen, sampler, sched)
 			meta.World.DP, meta.World.PP = gp.D, gp.P
-			pause, err := ckpt.save(&procsShards{call: func(m any) (any, error) { return call(steps, m) }}, meta)
+			pause, err := ckpt.save(callShards(func(m any) (any, error) { return call(steps, m) }), meta)
 			if err != nil {
 				return false, err
 			}
@@ -1114,19 +1110,4 @@ func (a *agent) saveWeights(w []float32, step int) error {
 		return err
 	}
 	return whole.Set.SaveWeights(a.cfg.Save, map[string]string{"format": "pt", "step": fmt.Sprint(step)})
-}
-
-// procsShards writes a checkpoint from the agents through the leader's
-// coordinator (the shardWriter of an elastic job).
-type procsShards struct {
-	call func(any) (any, error)
-}
-
-func (p *procsShards) saveShards(step int64, dir, tmp string, meta []byte) (int64, error) {
-	res, err := p.call(&actors.SaveCall{Req: &actorspb.SaveShard{Step: uint64(step), Dir: dir, Tmp: tmp, Meta: meta}})
-	if err != nil {
-		return 0, err
-	}
-	rep := res.(*actors.SaveReport)
-	return rep.Bytes, rep.Err
 }

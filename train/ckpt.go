@@ -208,7 +208,16 @@ func (e *dpEngine) capture(s *checkpoint.Snapshot) error {
 }
 
 func (e *dpEngine) saveShards(step int64, dir, tmp string, meta []byte) (int64, error) {
-	res, err := e.call(&actors.SaveCall{Req: &actorspb.SaveShard{Step: uint64(step), Dir: dir, Tmp: tmp, Meta: meta}})
+	return callShards(e.call).saveShards(step, dir, tmp, meta)
+}
+
+// callShards is a shardWriter through a Coordinator that the function
+// reaches: the world's ranks write their shards (worker processes, or the
+// agents of an elastic job).
+type callShards func(any) (any, error)
+
+func (call callShards) saveShards(step int64, dir, tmp string, meta []byte) (int64, error) {
+	res, err := call(&actors.SaveCall{Req: &actorspb.SaveShard{Step: uint64(step), Dir: dir, Tmp: tmp, Meta: meta}})
 	if err != nil {
 		return 0, err
 	}
@@ -220,4 +229,5 @@ var (
 	_ stateHolder = (*singleEngine)(nil)
 	_ stateHolder = (*dpEngine)(nil)
 	_ shardWriter = (*dpEngine)(nil)
+	_ shardWriter = callShards(nil)
 )

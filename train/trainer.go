@@ -60,15 +60,20 @@ type Options struct {
 	StopAfter int
 }
 
+// logger is o.Logger, or one that drops everything.
+func (o Options) logger() *zap.Logger {
+	if o.Logger == nil {
+		return zap.NewNop()
+	}
+	return o.Logger
+}
+
 // Run trains cfg to completion or until ctx is cancelled.
 func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	log := o.Logger
-	if log == nil {
-		log = zap.NewNop()
-	}
+	log := o.logger()
 	trainSet, testSet, err := OpenData(&cfg)
 	if err != nil {
 		return nil, err
