@@ -1,31 +1,35 @@
 package collective
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/troupe-ml/troupe/failure"
+)
 
 var (
 	// ErrTimeout: an operation heard nothing from the peer it waits on for
 	// longer than Config.Timeout.
-	ErrTimeout = errors.New("collective: timeout")
+	ErrTimeout = failure.New(failure.Timeout, "collective: timeout")
 	// ErrPeerLost: a peer died (its actor terminated, its connection reset,
 	// or it was killed) while an operation needed it.
-	ErrPeerLost = errors.New("collective: peer lost")
+	ErrPeerLost = failure.New(failure.PeerLost, "collective: peer lost")
 	// ErrAborted: another rank aborted the operation's generation; the error
 	// also wraps the cause that rank reported (ErrTimeout, ErrPeerLost…).
-	ErrAborted = errors.New("collective: aborted")
+	ErrAborted = failure.New(failure.Aborted, "collective: aborted")
 	// ErrMismatch: ranks issued different operations under the same id
 	// (kind, length or root differ), or a message does not fit the schedule.
-	ErrMismatch = errors.New("collective: operation mismatch")
+	ErrMismatch = failure.New(failure.Internal, "collective: operation mismatch")
 	// ErrCanceled: the context given to the operation was canceled.
-	ErrCanceled = errors.New("collective: canceled")
+	ErrCanceled = failure.New(failure.Canceled, "collective: canceled")
 	// ErrClosed: the communicator was closed.
-	ErrClosed = errors.New("collective: communicator closed")
+	ErrClosed = failure.New(failure.Canceled, "collective: communicator closed")
 	// ErrOverflow: peers sent more early messages (for operations this rank
 	// has not started yet) than Config.MaxEarlyBytes allows.
-	ErrOverflow = errors.New("collective: too many early messages")
+	ErrOverflow = failure.New(failure.Aborted, "collective: too many early messages")
 	// ErrBadArgument: an argument is out of range (a root, a group, a size).
-	ErrBadArgument = errors.New("collective: bad argument")
+	ErrBadArgument = failure.New(failure.Internal, "collective: bad argument")
 	// ErrBadConfig: a Config field is out of range.
-	ErrBadConfig = errors.New("collective: bad config")
+	ErrBadConfig = failure.New(failure.Config, "collective: bad config")
 )
 
 // Abort codes carry the cause of an abort across the wire, so that every

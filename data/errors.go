@@ -1,20 +1,20 @@
 package data
 
-import "errors"
+import "github.com/troupe-ml/troupe/failure"
 
 // Sentinel errors; every error from this package wraps one of them with a
 // message naming the file, tensor, option or value that was wrong.
 var (
 	// ErrSpec: a --data spec that names no known dataset or has bad
 	// parameters.
-	ErrSpec = errors.New("data: invalid dataset spec")
+	ErrSpec = failure.New(failure.Config, "data: invalid dataset spec")
 	// ErrOptions: Options out of range.
-	ErrOptions = errors.New("data: invalid options")
+	ErrOptions = failure.New(failure.Config, "data: invalid options")
 	// ErrNotFound: the files a dataset needs are not on this machine.
-	ErrNotFound = errors.New("data: dataset files not found")
+	ErrNotFound = failure.New(failure.Data, "data: dataset files not found")
 	// ErrFormat: a data file is malformed (bad IDX header, wrong tensor
 	// shapes, labels out of range, text too short for the context, ...).
-	ErrFormat = errors.New("data: malformed data")
+	ErrFormat = failure.New(failure.Data, "data: malformed data")
 	// ErrSamplerState: a saved sampler state that does not fit this sampler.
-	ErrSamplerState = errors.New("data: sampler state mismatch")
+	ErrSamplerState = failure.New(failure.Checkpoint, "data: sampler state mismatch")
 )

@@ -1,10 +1,10 @@
 package kernels
 
-import "errors"
+import "github.com/troupe-ml/troupe/failure"
 
 var (
 	// ErrUnknownBackend is returned by Open for a name nobody registered.
-	ErrUnknownBackend = errors.New("kernels: unknown backend")
+	ErrUnknownBackend = failure.New(failure.Config, "kernels: unknown backend")
 	// ErrNoDevice is returned by a backend factory when its device is absent.
-	ErrNoDevice = errors.New("kernels: device not available")
+	ErrNoDevice = failure.New(failure.Config, "kernels: device not available")
 )

@@ -1,11 +1,11 @@
 package nn
 
-import "errors"
+import "github.com/troupe-ml/troupe/failure"
 
 var (
 	// ErrStateDict reports weights that do not fit the model (missing,
 	// unknown or mis-shaped tensors).
-	ErrStateDict = errors.New("nn: state dict does not match the model")
+	ErrStateDict = failure.New(failure.Config, "nn: state dict does not match the model")
 	// ErrConfig reports an invalid model configuration.
-	ErrConfig = errors.New("nn: invalid model config")
+	ErrConfig = failure.New(failure.Config, "nn: invalid model config")
 )
