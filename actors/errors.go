@@ -13,4 +13,13 @@ var (
 	ErrDataPlane = failure.New(failure.PeerLost, "actors: data plane")
 	// ErrWire: a wire message does not decode to a valid collective message.
 	ErrWire = failure.New(failure.Internal, "actors: bad wire message")
+
+	// ErrPeerLost: a group's peer is gone (its actor stopped, its process
+	// exited, its connection reset).
+	ErrPeerLost = failure.New(failure.PeerLost, "actors: peer lost")
+	// ErrPeerSilent: a group's peer did not answer a call in time (a hung
+	// process, which sends no reset).
+	ErrPeerSilent = failure.New(failure.PeerSilent, "actors: peer silent")
+	// ErrCanceled: the caller gave up on a group call.
+	ErrCanceled = failure.New(failure.Canceled, "actors: call canceled")
 )

@@ -176,6 +176,19 @@ func (c *cluster) waitWorld(n, after int) stepRecord {
 	return stepRecord{}
 }
 
+// waitGeneration waits until a step of generation gen (or later) ran, and
+// a step after step after.
+func (c *cluster) waitGeneration(gen uint64, after int) {
+	c.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if s := c.steps(); len(s) > 0 && s[len(s)-1].Generation >= gen && s[len(s)-1].Step > after {
+			return
+		}
+	}
+	c.dump()
+	c.t.Fatalf("no step of generation %d after step %d", gen, after)
+}
+
 type agentSummary struct {
 	Name     string `json:"name"`
 	Step     int    `json:"step"`
@@ -503,9 +516,13 @@ func TestElasticLostStageFromCheckpoint(t *testing.T) {
 	c.extra = []string{"--pp", "2", "--micro-batches", "2", "--ckpt-dir", ckpt, "--ckpt-every", "100"}
 	c.start(0)
 	c.start(1)
-	c.waitWorld(2, 0)
+	formed := c.waitWorld(2, 0)
 	c.start(2) // n3 joins as standby: 3 members make one 2-stage pipeline
-	c.waitSteps(350)
+	// Kill only once n3 is a member: a world of two cannot lose one under
+	// the majority quorum (it would wait for quorum, by design), and steps
+	// are fast enough here to pass any step count before n3's join
+	// commits.
+	c.waitGeneration(formed.Generation+1, 350)
 	c.agents["n2"].cmd.Process.Kill() // the only holder of stage 1
 	sums := c.finish("n1", "n3")
 	checkReplicas(t, sums)
@@ -546,15 +563,7 @@ func TestElasticLostStageWithoutCheckpointFails(t *testing.T) {
 	c.start(2) // standby: it holds no stage
 	// Kill only once n3 is a member (generation 2): a world of two cannot
 	// lose one under the majority quorum, and would wait for quorum instead.
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if s := c.steps(); len(s) > 0 && s[len(s)-1].Generation > first.Generation {
-			break
-		}
-		if time.Now().After(deadline) {
-			c.dump()
-			t.Fatal("n3 never joined the world")
-		}
-	}
+	c.waitGeneration(first.Generation+1, 0)
 	c.agents["n2"].cmd.Process.Kill() // the only holder of stage 1
 	for _, n := range []string{"n1", "n3"} {
 		a := c.agents[n]

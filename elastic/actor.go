@@ -1,6 +1,7 @@
 package elastic
 
 import (
+	"fmt"
 	"runtime/debug"
 	"slices"
 	"time"
@@ -47,6 +48,9 @@ func (a *memberActor) Receive(ctx actor.Context) {
 		close(a.n.actorDone)
 		return
 	}
+	if a.n.Err() != nil {
+		return // crashed: the core's state cannot be trusted; the node stops
+	}
 	rd := a.step(now, ctx.Message())
 	for _, m := range rd.Messages {
 		a.send(ctx, m)
@@ -67,10 +71,14 @@ func (a *memberActor) step(now time.Time, msg any) (rd Ready) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	defer func() {
-		// A bug here must not take the node down with a restarted actor
-		// that forgot the rendezvous: log it and carry on.
+		// A core that panicked may be half updated: it takes nothing
+		// more, and the node reports the crash (Failed) so that its owner
+		// stops it; its peers then see it go. A restarted actor would
+		// have forgotten the rendezvous.
 		if p := recover(); p != nil {
 			n.logger.Error("elastic: membership actor panicked", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+			n.crash(fmt.Errorf("%w: the membership actor panicked: %v", ErrCrashed, p))
+			rd = Ready{}
 		}
 	}()
 	if n.held != a.held {

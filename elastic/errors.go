@@ -16,6 +16,8 @@ var (
 	ErrWire = failure.New(failure.Internal, "elastic: bad rendezvous message")
 	// ErrJoin: no seed of Config.Join could be reached before JoinTimeout.
 	ErrJoin = failure.New(failure.PeerLost, "elastic: cannot join the cluster")
+	// ErrCrashed: the membership actor panicked; the node must stop.
+	ErrCrashed = failure.New(failure.Crashed, "elastic: membership crashed")
 	// ErrClosed: the node is closed.
 	ErrClosed = failure.New(failure.Canceled, "elastic: node closed")
 )

@@ -68,6 +68,10 @@ type Node struct {
 	wg        sync.WaitGroup // ticker, reconnector
 	actorDone chan struct{}
 	pumpDone  chan struct{}
+	// crashed is closed when the membership crashed (crashErr says how).
+	crashed   chan struct{}
+	crashOnce sync.Once
+	crashErr  atomic.Pointer[error]
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -112,7 +116,7 @@ func Start(ctx context.Context, cfg Config, sys *actors.System, opts ...Option) 
 	}
 	n := &Node{cfg: cfg, self: self, sys: sys, protocol: o.protocol, key: macKey(cfg.Key),
 		logger: o.logger.With(zap.String("node", cfg.Name), zap.String("member", self.ID)),
-		worlds: make(chan World, 1), events: newEventQueue(), stop: make(chan struct{}), actorDone: make(chan struct{}), pumpDone: make(chan struct{})}
+		worlds: make(chan World, 1), events: newEventQueue(), stop: make(chan struct{}), actorDone: make(chan struct{}), pumpDone: make(chan struct{}), crashed: make(chan struct{})}
 	n.meta.Store(&meta)
 	n.world.Store(&World{})
 	n.members.Store(&[]Member{})
@@ -477,6 +481,26 @@ func (n *Node) sendLeaveNotices() {
 		}()
 	}
 	wg.Wait()
+}
+
+// Failed is closed when the node's membership can no longer be trusted
+// (its actor panicked): its owner must Close it, and exit with Err.
+func (n *Node) Failed() <-chan struct{} { return n.crashed }
+
+// Err is why Failed closed (nil while it is open).
+func (n *Node) Err() error {
+	if p := n.crashErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// crash records err and closes Failed (once).
+func (n *Node) crash(err error) {
+	n.crashOnce.Do(func() {
+		n.crashErr.Store(&err)
+		close(n.crashed)
+	})
 }
 
 // Close stops the node without a goodbye (the others detect its failure)

@@ -1,27 +1,59 @@
 package train
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"strings"
 	"time"
 
+	"github.com/troupe-ml/troupe/actors"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
+	"github.com/troupe-ml/troupe/pipeline"
 )
 
-// ErrConfig reports an invalid training configuration.
-var ErrConfig = errors.New("train: invalid config")
+// ModelKind is the model family.
+type ModelKind string
 
-// Config is one training run.
+const (
+	// GPT is a decoder-only transformer language model (nanoGPT's).
+	GPT ModelKind = "gpt"
+	// MLP is a multi-layer perceptron classifier with ReLU between layers.
+	MLP ModelKind = "mlp"
+)
+
+// LRSchedule is the learning rate's course over the run.
+type LRSchedule string
+
+const (
+	// Constant keeps the rate after the warm-up.
+	Constant LRSchedule = "constant"
+	// Cosine decays the rate on a cosine to LR × MinLRFactor at the last
+	// step, after the warm-up.
+	Cosine LRSchedule = "cosine"
+)
+
+// Partition is how a model is cut into pipeline stages.
+type Partition string
+
+const (
+	// ByParams balances the stages' parameter counts.
+	ByParams Partition = "params"
+	// ByTime balances each unit's forward and backward time, measured on a
+	// micro-batch before training.
+	ByTime Partition = "time"
+)
+
+// Config is one training run. The zero value of a field takes its default
+// (DefaultConfig's values are the defaults of troupe train); Validate says
+// what cannot work and changes nothing.
 type Config struct {
-	// Model is "gpt" or "mlp".
-	Model string
+	// Model is the model family.
+	Model ModelKind
 	// MLPSizes are the MLP's layer sizes d0, …, dn (d0 must match the data's
-	// features and dn its classes; empty: 784-256-10, or data-derived ends).
+	// features and dn its classes; empty: features-256-classes).
 	MLPSizes []int
-	// GPT shape; Vocab comes from the data.
+	// DModel, NLayers, Heads and Context shape the GPT; its vocabulary
+	// comes from the data.
 	DModel, NLayers, Heads, Context int
 	// Untied gives the GPT an LM head of its own.
 	Untied bool
@@ -41,16 +73,16 @@ type Config struct {
 	// Epochs, when positive, sets Steps to cover that many epochs.
 	Epochs float64
 	// Accum is the number of micro-steps per optimizer step (gradient
-	// accumulation); Batch must be divisible by it.
+	// accumulation, without pipelining); Batch must be divisible by it.
 	Accum int
 
 	// Optim is the optimizer; LR and the schedule below drive its rate.
 	Optim optim.Config
 	// LR is the peak learning rate.
 	LR float64
-	// Schedule is "constant" or "cosine"; Warmup its warm-up steps;
+	// Schedule is the rate's course; Warmup its warm-up steps;
 	// MinLRFactor the cosine floor as a fraction of LR.
-	Schedule    string
+	Schedule    LRSchedule
 	Warmup      int
 	MinLRFactor float64
 	// ClipNorm clips gradients to this global L2 norm (0: no clipping).
@@ -60,15 +92,16 @@ type Config struct {
 	Seed uint64
 	// Init loads initial weights from a safetensors file.
 	Init string
-	// Save writes the final weights to a safetensors file.
+	// Save writes the final weights to a safetensors file (also when the
+	// run is stopped: see Run).
 	Save string
 	// MetricsOut writes one JSON object per step to this file.
 	MetricsOut string
 	// EvalEvery evaluates on held-out data every so many steps (0: at the
 	// end only); EvalBatches bounds each evaluation (0: the whole test set).
 	EvalEvery, EvalBatches int
-	// LogEvery logs a progress line every so many steps when stderr is not
-	// a terminal.
+	// LogEvery logs a progress line every so many steps when there is no
+	// progress bar.
 	LogEvery int
 
 	// Device is the kernels backend ("cpu"); Threads the thread budget of
@@ -79,39 +112,39 @@ type Config struct {
 	// DP is the number of data-parallel replicas (1: a single worker).
 	DP int
 	// Procs runs the world as that many OS processes on this machine (one
-	// worker each; DP must be Procs or unset), connected through
-	// protoactor remote on loopback, like torchrun --standalone.
+	// worker each; DP × PP must be Procs, or DP unset), connected through
+	// protoactor remote on loopback, like torchrun --standalone; see
+	// Options.WorkerCommand.
 	Procs int
 	// BucketMB caps a gradient bucket in MiB (PyTorch's bucket_cap_mb).
 	BucketMB float64
 	// CheckEvery compares the replicas' parameter checksums every so many
 	// steps and fails on divergence (0: never).
 	CheckEvery int
-	// Transport carries gradient chunks between processes: "tcp" (the data
-	// plane) or "actor" (protobuf bytes through protoactor remote).
-	Transport string
+	// Transport carries gradient chunks between processes: the TCP data
+	// plane or protobuf bytes through protoactor remote.
+	Transport actors.Transport
 	// CollectiveTimeout bounds a collective's wait on a silent peer.
 	CollectiveTimeout time.Duration
-	// StepTimeout bounds the Coordinator's wait for a step's answers.
+	// StepTimeout bounds the wait for a step's answers.
 	StepTimeout time.Duration
 
 	// PP is the number of pipeline stages (1: no pipelining).
 	PP int
 	// MicroBatches is the number of micro-batches per replica and step.
 	MicroBatches int
-	// PipelineSchedule is the pipeline schedule: "gpipe" or "1f1b".
-	PipelineSchedule string
+	// PipelineSchedule is the pipeline schedule (its zero value is GPipe;
+	// troupe train's default is 1F1B).
+	PipelineSchedule pipeline.Kind
 	// Recompute keeps only each stage's input in the forward pass and
 	// recomputes the rest during backward (activation checkpointing).
 	Recompute bool
 	// StageLayers cuts the model explicitly: units per stage, "3,3,2".
 	StageLayers string
-	// Partition balances the stages by "params" (parameter count, the
-	// default) or "time" (each unit's forward and backward, measured on a
-	// micro-batch before training).
-	Partition string
+	// Partition balances the stages when StageLayers is empty.
+	Partition Partition
 	// Trace writes a Chrome trace-event file of the pipeline stages (in
-	// one process, or shipped from worker processes with --procs).
+	// one process, or shipped from worker processes with Procs).
 	Trace string
 
 	// CkptDir holds the checkpoints; CkptEvery saves one every so many
@@ -122,25 +155,19 @@ type Config struct {
 	// Resume continues from the latest checkpoint in CkptDir (from scratch,
 	// saying so, when there is none).
 	Resume bool
-	// ResumeFrom is the checkpoint step every worker restores from; Run
-	// sets it when resuming.
-	ResumeFrom int64 `json:"resume_from"`
 }
-
-// ErrDiverged reports replicas whose parameters differ.
-var ErrDiverged = errors.New("train: replicas diverged")
 
 // DefaultConfig is `troupe train` with no flags: the GPT of
 // ../shared/anchors/torch_gpt_tiny.py on the Go specification.
 func DefaultConfig() Config {
 	return Config{
-		Model: "gpt", DModel: 128, NLayers: 4, Heads: 4, Context: 64,
+		Model: GPT, DModel: 128, NLayers: 4, Heads: 4, Context: 64,
 		Vocab: "char", Shuffle: true,
 		Batch: 32, Steps: 300, Accum: 1,
-		Optim: optim.DefaultConfig("adamw"), LR: 1e-3, Schedule: "cosine", Warmup: 20, MinLRFactor: 0.1, ClipNorm: 1,
+		Optim: optim.DefaultConfig("adamw"), LR: 1e-3, Schedule: Cosine, Warmup: 20, MinLRFactor: 0.1, ClipNorm: 1,
 		Seed: 1, LogEvery: 10, Device: "cpu", Keep: 3,
-		DP: 1, BucketMB: 25, CheckEvery: 0, Transport: "tcp", PP: 1, MicroBatches: 1, PipelineSchedule: "1f1b",
-		CollectiveTimeout: 30 * time.Second, StepTimeout: 10 * time.Minute,
+		DP: 1, BucketMB: 25, Transport: actors.TransportTCP, PP: 1, MicroBatches: 1, PipelineSchedule: pipeline.Kind1F1B,
+		Partition: ByParams, CollectiveTimeout: 30 * time.Second, StepTimeout: 10 * time.Minute,
 	}
 }
 
@@ -149,136 +176,192 @@ func DefaultConfig() Config {
 // 0.05 to 0 on a cosine (98% test accuracy).
 func DefaultMLPConfig() Config {
 	c := DefaultConfig()
-	c.Model = "mlp"
+	c.Model = MLP
 	c.MLPSizes = []int{784, 256, 10}
 	c.Batch = 64
 	c.Optim = optim.Config{Name: "sgd", Momentum: 0.9}
-	c.LR, c.Schedule, c.Warmup, c.MinLRFactor, c.ClipNorm = 0.05, "cosine", 0, 0, 0
+	c.LR, c.Schedule, c.Warmup, c.MinLRFactor, c.ClipNorm = 0.05, Cosine, 0, 0, 0
 	c.Epochs = 2
 	return c
 }
 
-// Validate checks the configuration.
-func (c *Config) Validate() error {
-	c.Model = strings.ToLower(c.Model)
+// withDefaults is c with every unset field given its default and derived
+// fields filled (DP from Procs).
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	c.Model = ModelKind(strings.ToLower(string(c.Model)))
+	if c.DP == 0 {
+		c.DP = 1
+	}
+	if c.PP == 0 {
+		c.PP = 1
+	}
+	if c.Procs > 0 && c.DP == 1 && c.PP > 0 && c.Procs%c.PP == 0 {
+		c.DP = c.Procs / c.PP
+	}
+	if c.MicroBatches == 0 {
+		c.MicroBatches = 1
+	}
+	if c.Accum == 0 {
+		c.Accum = 1
+	}
+	if c.Partition == "" {
+		c.Partition = ByParams
+	}
+	if c.Schedule == "" {
+		c.Schedule = d.Schedule
+	}
+	if c.Transport == "" {
+		c.Transport = d.Transport
+	}
+	if c.LogEvery <= 0 {
+		c.LogEvery = d.LogEvery
+	}
+	if c.Device == "" {
+		c.Device = d.Device
+	}
+	if c.BucketMB == 0 {
+		c.BucketMB = d.BucketMB
+	}
+	if c.CollectiveTimeout == 0 {
+		c.CollectiveTimeout = d.CollectiveTimeout
+	}
+	if c.StepTimeout == 0 {
+		c.StepTimeout = d.StepTimeout
+	}
+	return c
+}
+
+// Validate reports the first setting that cannot work, as a *FieldError;
+// it changes nothing.
+func (c Config) Validate() error {
+	r := c.withDefaults()
+	return r.check()
+}
+
+// microBatches is the number of micro-batches of a replica's share of a
+// step: the pipeline's, or the accumulation steps without pipelining.
+func (c *Config) microBatches() int {
+	if c.PP > 1 {
+		return c.MicroBatches
+	}
+	return c.Accum
+}
+
+func (c *Config) check() error {
+	if err := c.checkModel(); err != nil {
+		return err
+	}
+	if err := c.checkTraining(); err != nil {
+		return err
+	}
+	if err := c.checkWorld(); err != nil {
+		return err
+	}
+	return c.checkOutputs()
+}
+
+func (c *Config) checkModel() error {
 	switch c.Model {
-	case "gpt":
+	case GPT:
 		g := nn.GPTConfig{Vocab: 1, Context: c.Context, DModel: c.DModel, Layers: c.NLayers, Heads: c.Heads}
 		if err := g.Validate(); err != nil {
-			return fmt.Errorf("%w: %v", ErrConfig, err)
+			return fieldErr("Model", "gpt: %v", err)
 		}
-	case "mlp":
+	case MLP:
 		for _, d := range c.MLPSizes {
 			if d <= 0 {
-				return fmt.Errorf("%w: --layers sizes must be positive, got %v", ErrConfig, c.MLPSizes)
+				return fieldErr("MLPSizes", "must be positive, got %v", c.MLPSizes)
 			}
 		}
 		if len(c.MLPSizes) == 1 {
-			return fmt.Errorf("%w: --layers needs at least an input and an output size", ErrConfig)
+			return fieldErr("MLPSizes", "needs at least an input and an output size")
 		}
 	default:
-		return fmt.Errorf("%w: unknown --model %q (want gpt or mlp)", ErrConfig, c.Model)
-	}
-	if c.Batch <= 0 {
-		return fmt.Errorf("%w: --batch must be positive, got %d", ErrConfig, c.Batch)
-	}
-	if c.Accum <= 0 {
-		return fmt.Errorf("%w: --accum must be positive, got %d", ErrConfig, c.Accum)
-	}
-	if c.Batch%c.Accum != 0 {
-		return fmt.Errorf("%w: --batch %d is not divisible by --accum %d", ErrConfig, c.Batch, c.Accum)
-	}
-	if c.Steps < 0 || c.Epochs < 0 || math.IsNaN(c.Epochs) {
-		return fmt.Errorf("%w: --steps and --epochs must be ≥ 0", ErrConfig)
-	}
-	if c.Steps == 0 && c.Epochs == 0 {
-		return fmt.Errorf("%w: give --steps or --epochs", ErrConfig)
-	}
-	if err := c.Optim.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", ErrConfig, err)
-	}
-	if err := c.schedule(c.Steps).Validate(); err != nil {
-		return fmt.Errorf("%w: %v", ErrConfig, err)
-	}
-	if c.ClipNorm < 0 {
-		return fmt.Errorf("%w: --clip must be ≥ 0", ErrConfig)
-	}
-	if c.EvalEvery < 0 || c.EvalBatches < 0 {
-		return fmt.Errorf("%w: --eval-every and --eval-batches must be ≥ 0", ErrConfig)
-	}
-	if c.Threads < 0 {
-		return fmt.Errorf("%w: --threads must be ≥ 0", ErrConfig)
-	}
-	if c.DP <= 0 {
-		c.DP = 1
-	}
-	if c.PP <= 0 {
-		c.PP = 1
-	}
-	if c.MicroBatches <= 0 {
-		c.MicroBatches = 1
-	}
-	if c.Procs < 0 {
-		return fmt.Errorf("%w: --procs must be ≥ 0", ErrConfig)
-	}
-	if c.Procs > 0 {
-		if c.Procs%c.PP != 0 {
-			return fmt.Errorf("%w: --procs %d runs one worker per process: it must be a multiple of --pp %d", ErrConfig, c.Procs, c.PP)
-		}
-		if c.DP != 1 && c.DP*c.PP != c.Procs {
-			return fmt.Errorf("%w: --procs %d runs one worker per process: --dp × --pp must be %d, got %d × %d", ErrConfig, c.Procs, c.Procs, c.DP, c.PP)
-		}
-		c.DP = c.Procs / c.PP
-	}
-	if c.PP > 1 {
-		if c.Accum != 1 {
-			return fmt.Errorf("%w: with --pp, micro-batches accumulate the gradients: use --micro-batches instead of --accum", ErrConfig)
-		}
-		if c.PipelineSchedule != "gpipe" && c.PipelineSchedule != "1f1b" {
-			return fmt.Errorf("%w: --schedule %q: want gpipe or 1f1b", ErrConfig, c.PipelineSchedule)
-		}
-		if per := c.Batch / c.DP; per < c.MicroBatches {
-			return fmt.Errorf("%w: --batch %d over %d replicas leaves %d rows, fewer than --micro-batches %d", ErrConfig, c.Batch, c.DP, per, c.MicroBatches)
-		}
-	} else if c.MicroBatches != 1 || c.Recompute || c.StageLayers != "" {
-		return fmt.Errorf("%w: --micro-batches, --recompute and --stage-layers need --pp > 1 (use --accum for accumulation)", ErrConfig)
-	}
-	if c.CkptEvery < 0 || c.Keep < 0 {
-		return fmt.Errorf("%w: --ckpt-every and --keep must be ≥ 0", ErrConfig)
-	}
-	if (c.CkptEvery > 0 || c.Resume) && c.CkptDir == "" {
-		return fmt.Errorf("%w: --ckpt-every and --resume need --ckpt-dir", ErrConfig)
-	}
-	if c.Partition == "" {
-		c.Partition = "params"
-	}
-	if c.Partition != "params" && c.Partition != "time" {
-		return fmt.Errorf("%w: --partition %q: want params or time", ErrConfig, c.Partition)
-	}
-	if c.Trace != "" && c.PP == 1 {
-		return fmt.Errorf("%w: --trace records the stages of a pipeline: it needs --pp > 1", ErrConfig)
-	}
-	if c.BucketMB <= 0 {
-		return fmt.Errorf("%w: --bucket-mb must be positive", ErrConfig)
-	}
-	if c.CheckEvery < 0 {
-		return fmt.Errorf("%w: --check-every must be ≥ 0", ErrConfig)
-	}
-	if c.Transport != "tcp" && c.Transport != "actor" {
-		return fmt.Errorf("%w: --transport %q: want tcp or actor", ErrConfig, c.Transport)
-	}
-	if c.CollectiveTimeout <= 0 || c.StepTimeout <= 0 {
-		return fmt.Errorf("%w: timeouts must be positive", ErrConfig)
-	}
-	if c.LogEvery <= 0 {
-		c.LogEvery = 10
-	}
-	if c.Device == "" {
-		c.Device = "cpu"
+		return fieldErr("Model", "%q is not a model (want gpt or mlp)", c.Model)
 	}
 	return nil
 }
 
-func (c *Config) schedule(total int) optim.Schedule {
-	return optim.Schedule{Base: c.LR, Kind: c.Schedule, Warmup: c.Warmup, Total: total, MinFactor: c.MinLRFactor}
+func (c *Config) checkTraining() error {
+	switch {
+	case c.Batch <= 0:
+		return fieldErr("Batch", "must be positive, got %d", c.Batch)
+	case c.Accum < 1:
+		return fieldErr("Accum", "must be positive, got %d", c.Accum)
+	case c.Batch%c.Accum != 0:
+		return fieldErr("Batch", "%d is not divisible by {Accum} %d", c.Batch, c.Accum)
+	case c.Steps < 0 || c.Epochs < 0 || math.IsNaN(c.Epochs):
+		return fieldErr("Steps", "and {Epochs} must be ≥ 0")
+	case c.Steps == 0 && c.Epochs == 0:
+		return fieldErr("Steps", "or {Epochs}: give one")
+	case c.ClipNorm < 0:
+		return fieldErr("ClipNorm", "must be ≥ 0")
+	case c.EvalEvery < 0 || c.EvalBatches < 0:
+		return fieldErr("EvalEvery", "and {EvalBatches} must be ≥ 0")
+	case c.Threads < 0:
+		return fieldErr("Threads", "must be ≥ 0")
+	case c.Schedule != Constant && c.Schedule != Cosine:
+		return fieldErr("Schedule", "%q: want constant or cosine", c.Schedule)
+	}
+	if err := c.Optim.Validate(); err != nil {
+		return fieldErr("Optim", "%v", err)
+	}
+	if err := c.lrSchedule(c.Steps).Validate(); err != nil {
+		return fieldErr("LR", "schedule: %v", err)
+	}
+	return nil
+}
+
+func (c *Config) checkWorld() error {
+	switch {
+	case c.DP < 1:
+		return fieldErr("DP", "must be positive, got %d", c.DP)
+	case c.PP < 1 || c.PP > pipeline.MaxStages:
+		return fieldErr("PP", "must be 1 to %d, got %d", pipeline.MaxStages, c.PP)
+	case c.MicroBatches < 1:
+		return fieldErr("MicroBatches", "must be positive, got %d", c.MicroBatches)
+	case c.Procs < 0:
+		return fieldErr("Procs", "must be ≥ 0")
+	case c.Procs > 0 && c.Procs%c.PP != 0:
+		return fieldErr("Procs", "%d runs one worker per process: it must be a multiple of {PP} %d", c.Procs, c.PP)
+	case c.Procs > 0 && c.DP*c.PP != c.Procs:
+		return fieldErr("Procs", "%d runs one worker per process: {DP} × {PP} must be %d, got %d × %d", c.Procs, c.Procs, c.DP, c.PP)
+	case c.PP > 1 && c.Accum != 1:
+		return fieldErr("Accum", "does not apply with {PP} > 1: micro-batches accumulate the gradients (use {MicroBatches})")
+	case c.PP > 1 && c.Batch/c.DP < c.MicroBatches:
+		return fieldErr("Batch", "%d over %d replicas leaves %d rows, fewer than {MicroBatches} %d", c.Batch, c.DP, c.Batch/c.DP, c.MicroBatches)
+	case c.PP == 1 && (c.MicroBatches != 1 || c.Recompute || c.StageLayers != ""):
+		return fieldErr("MicroBatches", "{Recompute} and {StageLayers} need {PP} > 1 (use {Accum} for accumulation)")
+	case c.PipelineSchedule != pipeline.KindGPipe && c.PipelineSchedule != pipeline.Kind1F1B:
+		return fieldErr("PipelineSchedule", "%v: want gpipe or 1f1b", c.PipelineSchedule)
+	case c.Partition != ByParams && c.Partition != ByTime:
+		return fieldErr("Partition", "%q: want params or time", c.Partition)
+	case c.BucketMB <= 0:
+		return fieldErr("BucketMB", "must be positive")
+	case c.CheckEvery < 0:
+		return fieldErr("CheckEvery", "must be ≥ 0")
+	case c.Transport != actors.TransportTCP && c.Transport != actors.TransportActor:
+		return fieldErr("Transport", "%q: want tcp or actor", c.Transport)
+	case c.CollectiveTimeout <= 0 || c.StepTimeout <= 0:
+		return fieldErr("CollectiveTimeout", "and {StepTimeout} must be positive")
+	}
+	return nil
+}
+
+func (c *Config) checkOutputs() error {
+	switch {
+	case c.CkptEvery < 0 || c.Keep < 0:
+		return fieldErr("CkptEvery", "and {Keep} must be ≥ 0")
+	case (c.CkptEvery > 0 || c.Resume) && c.CkptDir == "":
+		return fieldErr("CkptDir", "is needed by {CkptEvery} and {Resume}")
+	case c.Trace != "" && c.PP == 1:
+		return fieldErr("Trace", "records the stages of a pipeline: it needs {PP} > 1")
+	}
+	return nil
+}
+
+// lrSchedule is the learning rate over a run of total steps.
+func (c *Config) lrSchedule(total int) optim.Schedule {
+	return optim.Schedule{Base: c.LR, Kind: string(c.Schedule), Warmup: c.Warmup, Total: total, MinFactor: c.MinLRFactor}
 }

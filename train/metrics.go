@@ -76,7 +76,7 @@ func appendMetricsWriter(path string) (*metricsWriter, error) {
 func openMetrics(path string, flag int) (*metricsWriter, error) {
 	f, err := os.OpenFile(path, flag, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("train: --metrics-out: %w", err)
+		return nil, fmt.Errorf("%w: metrics %s: %w", ErrOutput, path, err)
 	}
 	w := bufio.NewWriter(f)
 	return &metricsWriter{f: f, w: w, e: json.NewEncoder(w)}, nil
@@ -84,9 +84,12 @@ func openMetrics(path string, flag int) (*metricsWriter, error) {
 
 func (m *metricsWriter) write(v any) error {
 	if err := m.e.Encode(v); err != nil {
-		return fmt.Errorf("train: writing metrics: %w", err)
+		return fmt.Errorf("%w: writing metrics to %s: %w", ErrOutput, m.f.Name(), err)
 	}
-	return m.w.Flush()
+	if err := m.w.Flush(); err != nil {
+		return fmt.Errorf("%w: writing metrics to %s: %w", ErrOutput, m.f.Name(), err)
+	}
+	return nil
 }
 
 func (m *metricsWriter) close() error {

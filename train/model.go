@@ -21,34 +21,34 @@ func BuildModel(cfg *Config, be kernels.Backend, ds data.Dataset) (*nn.Model, er
 // ModelSpec is the configured architecture, shaped to fit ds.
 func ModelSpec(cfg *Config, ds data.Dataset) (nn.Spec, error) {
 	switch cfg.Model {
-	case "mlp":
+	case MLP:
 		if ds.Kind() != data.Dense {
-			return nn.Spec{}, fmt.Errorf("%w: --model mlp needs feature/label data, but %s is %s data", ErrConfig, ds.Name(), ds.Kind())
+			return nn.Spec{}, fieldErr("Model", "mlp needs feature/label data, but %s is %s data", ds.Name(), ds.Kind())
 		}
 		sizes := cfg.MLPSizes
 		if len(sizes) == 0 {
 			sizes = []int{ds.Features(), 256, ds.Classes()}
 		}
 		if sizes[0] != ds.Features() {
-			return nn.Spec{}, fmt.Errorf("%w: --layers starts with %d inputs but %s has %d features", ErrConfig, sizes[0], ds.Name(), ds.Features())
+			return nn.Spec{}, fieldErr("MLPSizes", "start with %d inputs but %s has %d features", sizes[0], ds.Name(), ds.Features())
 		}
 		if last := sizes[len(sizes)-1]; last != ds.Classes() {
-			return nn.Spec{}, fmt.Errorf("%w: --layers ends with %d outputs but %s has %d classes", ErrConfig, last, ds.Name(), ds.Classes())
+			return nn.Spec{}, fieldErr("MLPSizes", "end with %d outputs but %s has %d classes", last, ds.Name(), ds.Classes())
 		}
 		return nn.Spec{MLP: &nn.MLPConfig{Sizes: sizes}}, nil
-	case "gpt":
+	case GPT:
 		if ds.Kind() != data.Tokens {
-			return nn.Spec{}, fmt.Errorf("%w: --model gpt needs token data, but %s is %s data", ErrConfig, ds.Name(), ds.Kind())
+			return nn.Spec{}, fieldErr("Model", "gpt needs token data, but %s is %s data", ds.Name(), ds.Kind())
 		}
 		if ds.Context() != cfg.Context {
-			return nn.Spec{}, fmt.Errorf("%w: the data has context %d, the model %d", ErrConfig, ds.Context(), cfg.Context)
+			return nn.Spec{}, fieldErr("Context", "is %d, but the data has context %d", cfg.Context, ds.Context())
 		}
 		return nn.Spec{GPT: &nn.GPTConfig{
 			Vocab: ds.Classes(), Context: cfg.Context, DModel: cfg.DModel,
 			Layers: cfg.NLayers, Heads: cfg.Heads, Untied: cfg.Untied,
 		}}, nil
 	}
-	return nn.Spec{}, fmt.Errorf("%w: unknown model %q", ErrConfig, cfg.Model)
+	return nn.Spec{}, fieldErr("Model", "%q is not a model", cfg.Model)
 }
 
 // buildUnits makes units [lo, hi) of spec on be, with their weights from
@@ -56,7 +56,7 @@ func ModelSpec(cfg *Config, ds data.Dataset) (nn.Spec, error) {
 func buildUnits(cfg *Config, be kernels.Backend, spec nn.Spec, lo, hi int) (*nn.Model, error) {
 	m, err := nn.Build(be, spec, cfg.Seed, lo, hi)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		return nil, fieldErr("Model", "%v", err)
 	}
 	if cfg.Init != "" {
 		load := m.Set.LoadWeights
@@ -75,7 +75,7 @@ func OpenData(cfg *Config) (train, test data.Dataset, err error) {
 	spec := cfg.Data
 	if spec == "" {
 		spec = "gospec"
-		if cfg.Model == "mlp" {
+		if cfg.Model == MLP {
 			spec = "mnist"
 		}
 	}
@@ -83,7 +83,7 @@ func OpenData(cfg *Config) (train, test data.Dataset, err error) {
 	o.Seed, o.Vocab, o.Context = cfg.Seed, cfg.Vocab, cfg.Context
 	train, test, err = data.Open(spec, o)
 	if err != nil {
-		return nil, nil, fmt.Errorf("train: --data %s: %w", spec, err)
+		return nil, nil, fmt.Errorf("train: data %s: %w", spec, err)
 	}
 	return train, test, nil
 }

@@ -1,13 +1,11 @@
 package train
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/pipeline"
-	"github.com/troupe-ml/troupe/replica"
 )
 
 // profileRounds is how many forward and backward passes time each unit.
@@ -18,7 +16,7 @@ const profileRounds = 3
 // ds's first rows: the costs --partition time balances.
 func unitTimes(m *nn.Model, ds data.Dataset, rows int) ([][]time.Duration, error) {
 	if rows < 1 {
-		return nil, fmt.Errorf("%w: a micro-batch of %d rows cannot be profiled", ErrConfig, rows)
+		return nil, fieldErr("Batch", "leaves micro-batches of %d rows, which cannot be profiled", rows)
 	}
 	be := m.Set.Backend()
 	idx := make([]int, rows)
@@ -32,7 +30,7 @@ func unitTimes(m *nn.Model, ds data.Dataset, rows int) ([][]time.Duration, error
 	tgt := be.AllocIndex(len(b.Y))
 	be.UploadIndex(tgt, b.Y)
 	ids := be.AllocIndex(len(b.Tokens))
-	scale := float32(1 / float64(max(1, replica.Targets(&b, 0, rows, m))))
+	scale := float32(1 / float64(max(1, len(b.Y))))
 	samples := make([][]time.Duration, len(m.Layers))
 	for round := 0; round < profileRounds; round++ {
 		var x nn.Act

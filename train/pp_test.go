@@ -5,6 +5,8 @@ import (
 	"math"
 	"path/filepath"
 	"testing"
+
+	"github.com/troupe-ml/troupe/pipeline"
 )
 
 // Pipeline runs (and DP × PP) through the whole trainer must match one
@@ -21,11 +23,11 @@ func TestPipelineMatchesOneWorker(t *testing.T) {
 		ref := losses(t, base)
 		for _, tc := range []struct {
 			dp, pp, m int
-			sched     string
+			sched     pipeline.Kind
 			recompute bool
 		}{
-			{1, 2, 4, "gpipe", false}, {1, 2, 4, "1f1b", true}, {1, 4, 4, "1f1b", false},
-			{1, 4, 8, "gpipe", true}, {2, 2, 2, "1f1b", false},
+			{1, 2, 4, pipeline.KindGPipe, false}, {1, 2, 4, pipeline.Kind1F1B, true}, {1, 4, 4, pipeline.Kind1F1B, false},
+			{1, 4, 8, pipeline.KindGPipe, true}, {2, 2, 2, pipeline.Kind1F1B, false},
 		} {
 			t.Run(fmt.Sprintf("%s/dp%d/pp%d/m%d/%s/recompute=%v", name, tc.dp, tc.pp, tc.m, tc.sched, tc.recompute), func(t *testing.T) {
 				cfg := base
@@ -46,7 +48,7 @@ func TestPipelineMatchesOneWorker(t *testing.T) {
 func TestPipelineMetricsAndTrace(t *testing.T) {
 	cfg := tinyMLP()
 	cfg.MLPSizes = []int{12, 10, 9, 8, 3}
-	cfg.Steps, cfg.Batch, cfg.PP, cfg.MicroBatches, cfg.PipelineSchedule = 3, 16, 2, 4, "gpipe"
+	cfg.Steps, cfg.Batch, cfg.PP, cfg.MicroBatches, cfg.PipelineSchedule = 3, 16, 2, 4, pipeline.KindGPipe
 	cfg.Trace = filepath.Join(t.TempDir(), "trace.json")
 	cfg.MetricsOut = filepath.Join(t.TempDir(), "m.jsonl")
 	if _, err := Run(t.Context(), cfg, Options{}); err != nil {

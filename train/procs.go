@@ -19,32 +19,23 @@ import (
 
 	"github.com/troupe-ml/troupe/actors"
 	"github.com/troupe-ml/troupe/actors/actorspb"
-	"github.com/troupe-ml/troupe/ddp"
-	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/pipeline"
-	"github.com/troupe-ml/troupe/trace"
+	"github.com/troupe-ml/troupe/worker"
+	"github.com/troupe-ml/troupe/worker/workerpb"
 )
 
-// Environment of a worker process started by --procs (troupe __worker).
+// Environment of a worker process started by Config.Procs.
 const (
 	envWorkerConfig = "TROUPE_WORKER_CONFIG" // the run's Config as JSON
 	envWorkerRank   = "TROUPE_WORKER_RANK"
-	envWorkerAddrs  = "TROUPE_WORKER_ADDRS" // every rank's actor address, comma-separated
-	envCoordinator  = "TROUPE_COORDINATOR"  // the Coordinator's actor system address
+	envWorkerAddrs  = "TROUPE_WORKER_ADDRS" // every rank's actor system address, comma-separated
+	envTrainer      = "TROUPE_TRAINER"      // the trainer's group actor, address/name
 	envTraceOrigin  = "TROUPE_TRACE_ORIGIN" // --trace: the trace's time zero, Unix nanoseconds
 )
-
-// WorkerCommand is the command that runs one worker process of a --procs
-// world; the default is this executable's hidden "__worker" sub-command.
-// Programs embedding troupe that use Procs set it to a command that calls
-// RunWorkerProcess.
-var WorkerCommand = func() ([]string, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("train: finding this executable for --procs: %w", err)
-	}
-	return []string{exe, "__worker"}, nil
-}
 
 // readyTimeout bounds the start of the worker processes.
 const readyTimeout = 2 * time.Minute
@@ -73,29 +64,43 @@ type child struct {
 	done  chan struct{}
 }
 
-// newProcsWorld starts cfg.Procs worker processes on loopback (one rank
-// each) and a Coordinator in this process that drives them through
-// protoactor remote.
-func newProcsWorld(cfg *Config, plan *worldPlan, log *zap.Logger) (_ *dpEngine, err error) {
-	argv, err := WorkerCommand()
+// startProcs starts cfg.Procs worker processes on loopback (one rank each,
+// command argv) and forms them at step from.
+func startProcs(ctx context.Context, j *job, argv []string, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
+	cfg := j.cfg
+	if len(argv) == 0 {
+		return nil, fieldErr("Procs", "needs Options.WorkerCommand: the command that runs one worker process (a program calling RunWorkerProcess; troupe's own is troupe __worker)")
+	}
+	m, err := mesh.Of(cfg.DP, cfg.PP)
 	if err != nil {
-		return nil, err
+		return nil, fieldErr("Procs", "%d: %v", cfg.Procs, err)
+	}
+	if cfg.PP > 1 {
+		// Worker processes take this cut as it is: a measured one
+		// (Partition ByTime) could come out differently in each.
+		cfg.StageLayers = pipeline.FormatStageLayers(j.cuts)
 	}
 	sys, err := actors.NewSystem(actors.SystemConfig{Remote: true, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	e := &dpEngine{sys: sys, plan: plan, timeout: cfg.StepTimeout, log: log, accum: cfg.Accum}
-	e.cleanup = append(e.cleanup, sys.Close)
-	defer func() {
-		if err != nil {
-			e.close()
-		}
-	}()
-	if e.coord, err = actors.SpawnCoordinator(sys, actors.CoordinatorConfig{World: cfg.Procs, CallTimeout: cfg.StepTimeout, EvalRanks: plan.evalRanks()}); err != nil {
+	ex, err := newGroupExecutor(sys, "trainer", make([]*actor.PID, m.Size()), rankName, m, 0, identity(m.Size()), cfg.StepTimeout, log)
+	if err != nil {
+		sys.Close()
 		return nil, err
 	}
-	addrs, err := freeAddrs(cfg.Procs)
+	var children []*child
+	var wg sync.WaitGroup
+	ex.stop = func() error {
+		stopChildren(children, &wg)
+		return sys.Close()
+	}
+	defer func() {
+		if err != nil {
+			ex.Close()
+		}
+	}()
+	addrs, err := freeAddrs(m.Size())
 	if err != nil {
 		return nil, err
 	}
@@ -103,24 +108,20 @@ func newProcsWorld(cfg *Config, plan *worldPlan, log *zap.Logger) (_ *dpEngine, 
 	if err != nil {
 		return nil, fmt.Errorf("train: encoding the worker config: %w", err)
 	}
-	var traceEnv []string
-	if cfg.Trace != "" && plan.sched != nil {
-		// The stages record against the parent's clock origin (one host,
+	env := append(os.Environ(), envWorkerConfig+"="+string(conf), envWorkerAddrs+"="+strings.Join(addrs, ","),
+		envTrainer+"="+ex.group.PID().Address+"/"+ex.group.PID().Id)
+	if cfg.Trace != "" {
+		// The stages record against this process's clock origin (one host,
 		// one wall clock) and send their spans with each step's answer.
 		origin := time.Now()
-		e.tw, e.tracePath, e.shipped = trace.NewWriter(origin), cfg.Trace, true
-		traceEnv = []string{envTraceOrigin + "=" + strconv.FormatInt(origin.UnixNano(), 10)}
+		if ex.trace, err = newTracer(m, cfg.Trace, origin, false); err != nil {
+			return nil, err
+		}
+		env = append(env, envTraceOrigin+"="+strconv.FormatInt(origin.UnixNano(), 10))
 	}
-	var children []*child
-	var wg sync.WaitGroup
-	coord := e.coord // close() clears e.coord; the waiters keep this one
-	e.cleanup = append(e.cleanup, func() error { stopChildren(children, &wg); return nil })
-	for r := 0; r < cfg.Procs; r++ {
+	for r := range m.Size() {
 		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = append(os.Environ(),
-			envWorkerConfig+"="+string(conf), envWorkerRank+"="+strconv.Itoa(r),
-			envWorkerAddrs+"="+strings.Join(addrs, ","), envCoordinator+"="+sys.Address())
-		cmd.Env = append(cmd.Env, traceEnv...)
+		cmd.Env = append(env, envWorkerRank+"="+strconv.Itoa(r))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -135,23 +136,28 @@ func newProcsWorld(cfg *Config, plan *worldPlan, log *zap.Logger) (_ *dpEngine, 
 		go func() {
 			defer wg.Done()
 			defer close(ch.done)
-			err := cmd.Wait()
 			cause := "process exited"
-			if err != nil {
+			if err := cmd.Wait(); err != nil {
 				cause = "process exited: " + err.Error()
 			}
-			sys.Root().Send(coord, &actors.WorkerLost{Rank: ch.rank, Cause: cause})
+			ex.group.Lost(ch.rank, "worker process "+cause)
 		}()
 	}
-	log.Info("started worker processes", zap.Int("procs", cfg.Procs), zap.Strings("addresses", addrs))
-	res, err := sys.Root().RequestFuture(e.coord, &actors.ReadyCall{}, readyTimeout).Result()
-	if err != nil {
-		return nil, fmt.Errorf("train: waiting for %d worker processes: %w", cfg.Procs, err)
+	log.Info("started worker processes", zap.Int("procs", m.Size()), zap.Strings("addresses", addrs))
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	if err := ex.group.Ready(rctx); err != nil {
+		return nil, fmt.Errorf("train: waiting for %d worker processes: %w", m.Size(), err)
 	}
-	if rep := res.(*actors.ReadyReport); rep.Err != nil {
-		return nil, fmt.Errorf("train: starting worker processes: %w", rep.Err)
+	pids := make([]*actor.PID, len(addrs))
+	for r, a := range addrs {
+		pids[r] = actor.NewPID(a, worker.ActorName)
 	}
-	return e, nil
+	ex.learnControls(pids)
+	if err := ex.Form(ctx, firstForm(j, m, from, cursor, addrs)); err != nil {
+		return nil, fmt.Errorf("train: forming the worker processes: %w", err)
+	}
+	return ex, nil
 }
 
 // stopChildren closes the workers' stdin (they exit on EOF), waits a few
@@ -178,27 +184,24 @@ func stopChildren(children []*child, wg *sync.WaitGroup) {
 	wg.Wait()
 }
 
-// RunWorkerProcess is the body of a worker process of a --procs world: it
-// reads its configuration from the environment its parent set, joins the
-// world's collectives, serves its Worker actor, says hello to the
-// Coordinator and runs until its standard input closes (the parent is done
-// or gone) or ctx is cancelled.
+// RunWorkerProcess is the body of a worker process of a Config.Procs world
+// (Options.WorkerCommand runs a program that calls it): it reads its
+// configuration from the environment its parent set, serves its worker
+// actor, says hello to the parent's trainer and runs until its standard
+// input closes (the parent is done or gone) or ctx is cancelled.
 func RunWorkerProcess(ctx context.Context, stdin io.Reader, log *zap.Logger) error {
 	var cfg Config
 	if err := json.Unmarshal([]byte(os.Getenv(envWorkerConfig)), &cfg); err != nil {
-		return fmt.Errorf("train: worker process: %s: %w (start workers with troupe train --procs)", envWorkerConfig, err)
+		return fmt.Errorf("train: worker process: %s: %w (worker processes are started by a Config.Procs run)", envWorkerConfig, err)
 	}
 	rank, err := strconv.Atoi(os.Getenv(envWorkerRank))
 	addrs := strings.Split(os.Getenv(envWorkerAddrs), ",")
-	coordAddr := os.Getenv(envCoordinator)
-	if err != nil || rank < 0 || rank >= len(addrs) || coordAddr == "" {
-		return fmt.Errorf("train: worker process: bad %s/%s/%s environment", envWorkerRank, envWorkerAddrs, envCoordinator)
+	trainer := strings.SplitN(os.Getenv(envTrainer), "/", 2)
+	if err != nil || rank < 0 || rank >= len(addrs) || len(trainer) != 2 {
+		return fmt.Errorf("train: worker process: bad %s/%s/%s environment", envWorkerRank, envWorkerAddrs, envTrainer)
 	}
 	log = log.With(zap.Int("rank", rank))
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	trainSet, testSet, err := OpenData(&cfg)
+	j, err := openJob(cfg)
 	if err != nil {
 		return err
 	}
@@ -212,48 +215,41 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, log *zap.Logger) err
 		return err
 	}
 	defer sys.Close()
-	comm, err := actors.StartRemote(sys, actors.RemoteWorld{Rank: rank, Addrs: addrs}, commConfig(&cfg, log))
+	be, err := kernels.Open(cfg.Device, kernels.Options{Threads: threadsPerWorker(&j.cfg, 1), Device: deviceFor(cfg.Device, rank)})
 	if err != nil {
-		return err
+		return fieldErr("Device", "%s: %v", cfg.Device, err)
 	}
-	defer comm.Close()
-	meta, err := BuildModel(&cfg, cpu.New(1), trainSet)
-	if err != nil {
-		return err
+	if c, ok := be.(io.Closer); ok {
+		defer c.Close()
 	}
-	plan, err := planWorld(&cfg, meta, trainSet)
-	if err != nil {
-		return err
-	}
-	if plan.grid.Size() != len(addrs) {
-		return fmt.Errorf("train: worker process: a %d×%d world in %d processes", plan.grid.Replicas, plan.grid.Stages, len(addrs))
-	}
-	_, st := plan.grid.Coords(rank)
-	var rec *pipeline.Recorder
-	if ns := os.Getenv(envTraceOrigin); ns != "" && plan.sched != nil {
+	opts := []worker.Option{worker.WithLogger(log)}
+	ship := false
+	if ns := os.Getenv(envTraceOrigin); ns != "" && j.cfg.PP > 1 {
 		n, err := strconv.ParseInt(ns, 10, 64)
 		if err != nil {
 			return fmt.Errorf("train: worker process: bad %s %q", envTraceOrigin, ns)
 		}
-		if rec, err = pipeline.NewRecorder(plan.grid.Stages, time.Unix(0, n)); err != nil {
+		rec, err := pipeline.NewRecorder(j.cfg.PP, time.Unix(0, n))
+		if err != nil {
 			return err
 		}
+		opts, ship = append(opts, worker.WithRecorder(rec)), true
 	}
-	w, closer, err := newStepper(&cfg, plan, rank, threadsPerWorker(&cfg, 1), comm, rec, trainSet, testSet)
-	if closer != nil {
-		defer closer.Close()
-	}
+	w, err := worker.New(j.workerSpec(), be, opts...)
 	if err != nil {
 		return err
 	}
-	if rec != nil {
-		w = traceShipper{Stepper: w, rec: rec, stage: st}
-	}
-	if _, err := actors.SpawnWorker(sys, actors.WorkerActorName, rank, st, w); err != nil {
+	cc := commConfig(&j.cfg, log)
+	sh, err := worker.Spawn(sys, w, worker.ShellConfig{Name: worker.ActorName, Logger: log, ShipTrace: ship,
+		Comms: func(f *workerpb.Form) (collective.Communicator, error) {
+			return actors.StartRemote(sys, actors.RemoteWorld{Rank: int(f.Rank), Addrs: f.Addrs}, cc)
+		}})
+	if err != nil {
 		return err
 	}
-	sys.Root().Send(actor.NewPID(coordAddr, actors.CoordinatorActorName),
-		&actorspb.WorkerHello{Rank: uint32(rank), Address: sys.Address(), Protocol: actors.TrainProtocol})
+	defer sh.Stop()
+	sys.Root().Send(actor.NewPID(trainer[0], trainer[1]),
+		&actorspb.PeerHello{Peer: uint32(rank), Address: sys.Address(), Actor: worker.ActorName, Protocol: worker.Protocol})
 	log.Info("worker ready", zap.String("address", sys.Address()))
 	// The reader ends at EOF (the parent closed our stdin or died). When
 	// ctx ends first it stays blocked in the read; this function is the
@@ -272,19 +268,4 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, log *zap.Logger) err
 		}
 		return ctx.Err()
 	}
-}
-
-// traceShipper hands what a pipeline stage recorded in a step back with the
-// step's result, for the parent process's --trace.
-type traceShipper struct {
-	ddp.Stepper
-	rec   *pipeline.Recorder
-	stage int
-}
-
-func (t traceShipper) Step(ctx context.Context, req ddp.StepRequest) (ddp.StepResult, error) {
-	res, err := t.Stepper.Step(ctx, req)
-	tl := t.rec.Take()
-	res.Spans, res.Mem = tl.Spans[t.stage], tl.Mem[t.stage]
-	return res, err
 }

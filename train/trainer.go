@@ -3,340 +3,287 @@ package train
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/data"
-	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/pipeline"
-	"github.com/troupe-ml/troupe/replica"
+	"github.com/troupe-ml/troupe/worker"
 )
 
-// Summary is what a finished run reports (troupe train --json prints it).
-type Summary struct {
-	Model       string  `json:"model"`
-	Params      int     `json:"params"`
-	Data        string  `json:"data"`
-	Steps       int     `json:"steps"`
-	StartStep   int     `json:"start_step"`
-	Samples     int64   `json:"samples"`
-	FirstLoss   float64 `json:"first_loss"`
-	FinalLoss   float64 `json:"final_loss"`
-	EvalLoss    float64 `json:"eval_loss,omitempty"`
-	EvalAcc     float64 `json:"eval_accuracy,omitempty"`
-	WallS       float64 `json:"wall_s"`
-	SamplesPerS float64 `json:"samples_per_s"`
-	TokensPerS  float64 `json:"tokens_per_s,omitempty"`
-	StepMsMed   float64 `json:"step_ms_median"`
-	// ComputeMsMed and CommMsMed are medians over steps (the slowest rank's);
-	// Hidden is the mean share of communication hidden behind compute.
-	ComputeMsMed float64 `json:"compute_ms_median"`
-	CommMsMed    float64 `json:"comm_ms_median"`
-	Hidden       float64 `json:"comm_hidden_fraction"`
-	World        int     `json:"world"`
-	Saved        string  `json:"saved,omitempty"`
+// Executor runs the steps of one world; where its workers live (this
+// process, worker processes, the members of an elastic generation) is its
+// own business. Every call takes a context: cancelling it stops the call
+// within a bounded time (a step in flight is aborted on every worker, and
+// an aborted step applied nothing, or tore: see Applied).
+type Executor interface {
+	// Mesh is the world's layout; Generation the elastic generation (0
+	// outside elastic jobs).
+	Mesh() mesh.Mesh
+	Generation() uint64
+	// Step runs one optimizer step on every rank.
+	Step(ctx context.Context, req worker.StepRequest) (stepStats, error)
+	// Evaluate runs held-out samples [lo, hi) through one replica.
+	Evaluate(ctx context.Context, lo, hi int) (worker.Result, error)
+	// Weights returns the whole model's weights.
+	Weights(ctx context.Context) ([]float32, error)
+	// Applied is the step each stage of one replica holds.
+	Applied(ctx context.Context) ([]int, error)
+	// Save writes a checkpoint of the state after meta.Step and returns
+	// how long training paused for it.
+	Save(ctx context.Context, meta checkpoint.Meta) (time.Duration, error)
 }
 
-// Options are a run's collaborators.
-type Options struct {
-	// Logger receives structured progress; nil logs nothing.
-	Logger *zap.Logger
-	// Progress, when set, gets a live progress bar (a terminal).
-	Progress io.Writer
-	// OnStep, when set, receives every step's metrics on the training
-	// loop's goroutine (a service embedding troupe publishes progress with
-	// it); it must return quickly.
-	OnStep func(StepMetrics)
-	// StopAfter, when positive, ends the run after that many steps (counted
-	// from the start of training) as if it had been interrupted there:
-	// tests and chaos experiments use it to stop a run at a chosen step.
-	StopAfter int
+// trainer is the one step loop of troupe. It owns a run's policy: the
+// learning-rate schedule, the sampler cursor, the evaluation, checkpoint
+// and metrics cadence, the NaN check and the step metrics; it drives an
+// Executor. Run drives it with the workers of this process or of worker
+// processes; an elastic leader with each generation's members.
+type trainer struct {
+	job   *job
+	log   *zap.Logger
+	sched optim.Schedule
+	ckpt  *checkpointer
+	// observe receives every step's metrics (files, callbacks, progress,
+	// the members of an elastic job); an error ends the run.
+	observe func(StepMetrics) error
+	// stopAfter ends the loop after that step (Options.StopAfter).
+	stopAfter int
+	// logSteps logs a line every LogEvery steps (there is no progress bar).
+	logSteps bool
 }
 
-// logger is o.Logger, or one that drops everything.
-func (o Options) logger() *zap.Logger {
-	if o.Logger == nil {
-		return zap.NewNop()
-	}
-	return o.Logger
+func newTrainer(j *job, log *zap.Logger, ckpt *checkpointer) *trainer {
+	return &trainer{job: j, log: log, sched: j.cfg.lrSchedule(j.steps), ckpt: ckpt, observe: func(StepMetrics) error { return nil }, logSteps: true}
 }
 
-// Run trains cfg to completion or until ctx is cancelled.
-func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	log := o.logger()
-	trainSet, testSet, err := OpenData(&cfg)
-	if err != nil {
-		return nil, err
-	}
-	start, samplerState := 0, (*data.SamplerState)(nil)
-	if cfg.Resume {
-		if start, samplerState, err = resumePoint(&cfg, log); err != nil {
-			return nil, err
-		}
-	}
-	eng, model, err := newEngine(&cfg, trainSet, testSet, log)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err := eng.close(); err != nil {
-			log.Warn("shutting down the workers", zap.Error(err))
-		}
-	}()
-	steps := cfg.Steps
-	if cfg.Epochs > 0 {
-		steps = int(math.Ceil(cfg.Epochs * float64(trainSet.Len()) / float64(cfg.Batch)))
-	}
-	sampler, err := data.NewSampler(trainSet.Len(), cfg.Seed, cfg.Shuffle)
-	if err != nil {
-		return nil, fmt.Errorf("train: %w", err)
-	}
-	if samplerState != nil {
-		if err := sampler.Restore(*samplerState); err != nil {
-			return nil, fmt.Errorf("train: --resume: the checkpoint's data sampler does not fit this run: %w", err)
-		}
-	}
-	if start > steps {
-		return nil, fmt.Errorf("train: --resume: the checkpoint is at step %d, past --steps %d", start, steps)
-	}
-	dp, isDP := eng.(*dpEngine)
-	ckpt, err := newCheckpointer(&cfg, !isDP || dp.local != nil, log)
-	if err != nil {
-		return nil, err
-	}
-	defer ckpt.close()
-	caps := model.Set.Backend().Caps()
-	log.Info("training",
-		zap.String("model", model.Describe), zap.String("data", trainSet.Name()),
-		zap.Int("train_samples", trainSet.Len()), zap.Int("steps", steps), zap.Int("batch", cfg.Batch),
-		zap.String("optimizer", cfg.Optim.Name), zap.Float64("lr", cfg.LR), zap.String("device", caps.Device),
-		zap.Int("dp", cfg.DP), zap.Int("procs", cfg.Procs), zap.Int("threads", cfg.Threads), zap.String("simd", caps.SIMD))
+// segment is a stretch of training on one executor.
+type segment struct {
+	ex Executor
+	// from is the first step (0-based), at sampler cursor cursor.
+	from   int
+	cursor data.Cursor
+	// batch is the global batch of each step; lrScale multiplies the
+	// schedule's rate (an elastic world under the linear scaling rule).
+	batch   int
+	lrScale float64
+	// committed is when the elastic generation committed (its first step
+	// reports the time since, resume_ms); zero outside elastic jobs.
+	committed time.Time
+}
 
-	l := &loop{cfg: &cfg, log: log, eng: eng, model: model, train: trainSet, test: testSet, sampler: sampler,
-		sched: cfg.schedule(steps), steps: steps, start: start, ckpt: ckpt, stopAfter: o.StopAfter, onStep: o.OnStep}
-	if cfg.MetricsOut != "" {
-		if l.metrics, err = newMetricsWriter(cfg.MetricsOut); err != nil {
-			return nil, err
-		}
-		defer func() {
-			if l.metrics != nil {
-				l.metrics.close()
-			}
-		}()
-	}
-	if o.Progress != nil {
-		l.bar = newProgress(o.Progress, steps)
-	}
-	sum, err := l.run(ctx)
+// run trains from seg.from to the job's last step (or Options.StopAfter).
+// It returns the summary so far also with an error.
+func (t *trainer) run(ctx context.Context, seg segment) (*Summary, error) {
+	j, cfg := t.job, &t.job.cfg
+	sum := &Summary{Model: j.describe, Params: j.params, Data: j.train.Name(), Steps: j.steps, StartStep: seg.from, World: seg.ex.Mesh().Size()}
+	sampler, err := data.NewSampler(j.train.Len(), cfg.Seed, cfg.Shuffle)
 	if err != nil {
-		return nil, err
+		return sum, fmt.Errorf("train: %w", err)
 	}
-	if err := ckpt.close(); err != nil {
-		return nil, fmt.Errorf("train: the last checkpoint write failed: %w", err)
-	}
-	if cfg.Save != "" {
-		w, err := eng.weights()
+	var stats runStats
+	var b data.Batch
+	var idx []int
+	start := time.Now()
+	defer func() { stats.summarize(sum, start, j.tokensPerRow()) }()
+	cursor := seg.cursor
+	for step := seg.from; step < j.steps; step++ {
+		if err := ctx.Err(); err != nil {
+			return sum, fmt.Errorf("train: stopped before step %d: %w", step+1, context.Cause(ctx))
+		}
+		t0 := time.Now()
+		idx = sampler.At(cursor, seg.batch, idx)
+		j.train.Fill(idx, &b)
+		lr := t.sched.LR(step) * seg.lrScale
+		check := cfg.CheckEvery > 0 && (step+1)%cfg.CheckEvery == 0
+		st, err := seg.ex.Step(ctx, worker.StepRequest{Step: step, Cursor: cursor, Batch: seg.batch, LR: lr,
+			GlobalTargets: globalTargets(&b), Checksum: check})
 		if err != nil {
-			return nil, fmt.Errorf("train: fetching the final weights: %w", err)
+			return sum, fmt.Errorf("train: step %d: %w", step+1, err)
 		}
-		if err := model.Set.SetHostWeights(w); err != nil {
-			return nil, err
+		loss := st.LossSum / math.Max(1, float64(st.Targets))
+		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			return sum, fmt.Errorf("%w: step %d: loss is %v (lower the learning rate or clip the gradients)", ErrLoss, step+1, loss)
 		}
-		meta := map[string]string{"format": "pt", "troupe_model": model.Describe, "step": fmt.Sprint(steps)}
-		if err := model.Set.SaveWeights(cfg.Save, meta); err != nil {
-			return nil, err
+		m := t.metrics(seg, step, cursor, lr, loss, st, time.Since(t0))
+		stats.add(m, st)
+		if step == seg.from {
+			sum.FirstLoss = loss
 		}
-		sum.Saved = cfg.Save
-		log.Info("saved weights", zap.String("path", cfg.Save))
-	}
-	if l.metrics != nil {
-		if err := l.metrics.close(); err != nil {
-			return nil, fmt.Errorf("train: --metrics-out: %w", err)
+		sum.FinalLoss, sum.Samples = loss, sum.Samples+int64(seg.batch)
+		cursor += data.Cursor(seg.batch)
+		last := step == j.steps-1
+		if j.test != nil && (last || (cfg.EvalEvery > 0 && (step+1)%cfg.EvalEvery == 0)) {
+			if m.EvalLoss, m.EvalAcc, err = t.evaluate(ctx, seg.ex, step+1); err != nil {
+				return sum, err
+			}
+			sum.EvalLoss, sum.EvalAcc = m.EvalLoss, m.EvalAcc
 		}
-		l.metrics = nil
+		if t.ckpt != nil && cfg.CkptEvery > 0 && (step+1)%cfg.CkptEvery == 0 {
+			st := sampler.State()
+			st.Cursor = cursor
+			pause, err := seg.ex.Save(ctx, t.ckpt.meta(step+1, seg.ex.Generation(), st, t.sched))
+			if err != nil {
+				return sum, err
+			}
+			m.CkptPauseMs = ms(pause)
+		}
+		if err := t.observe(m); err != nil {
+			return sum, err
+		}
+		if t.logSteps && ((step+1)%cfg.LogEvery == 0 || step == seg.from || last) {
+			t.log.Info("step", zap.Uint64("generation", m.Generation), zap.Int("step", step+1), zap.Int("of", j.steps),
+				zap.Float64("loss", loss), zap.Float64("lr", lr), zap.Float64("step_ms", m.StepMs), zap.Float64("samples_per_s", m.SamplesPerS),
+				zap.Stringer("world", seg.ex.Mesh()), zap.Float64("epoch", m.Epoch), zap.Duration("eta", eta(start, step+1-seg.from, j.steps-seg.from)))
+		}
+		if t.stopAfter > 0 && step+1 >= t.stopAfter && !last {
+			t.log.Info("stopping early", zap.Int("after_step", step+1))
+			sum.Steps = step + 1
+			break
+		}
 	}
 	return sum, nil
 }
 
-// loop is the step loop's state.
-type loop struct {
-	cfg     *Config
-	log     *zap.Logger
-	eng     engine
-	model   *nn.Model
-	train   data.Dataset
-	test    data.Dataset
-	sampler *data.Sampler
-	sched   optim.Schedule
-	steps   int
-	start   int
-	ckpt    *checkpointer
-	// stopAfter ends the loop early (Options.StopAfter); onStep sees
-	// every step's metrics (Options.OnStep).
-	stopAfter int
-	onStep    func(StepMetrics)
-	metrics   *metricsWriter
-	bar       *progress
-	batch     data.Batch
-	idx       []int
+// metrics is step's line of the metrics.
+func (t *trainer) metrics(seg segment, step int, cursor data.Cursor, lr, loss float64, st stepStats, took time.Duration) StepMetrics {
+	j, m := t.job, seg.ex.Mesh()
+	stepMs := ms(took)
+	sm := StepMetrics{
+		Step: step + 1, Loss: loss, LR: lr, SamplesPerS: float64(seg.batch) / took.Seconds(),
+		StepMs: stepMs, ComputeMs: st.ComputeMs, CommMs: st.CommMs, BubbleMs: st.BubbleMs,
+		World: m.Size(), Generation: seg.ex.Generation(), Cursor: uint64(cursor), Batch: seg.batch,
+		Epoch:   float64(cursor+data.Cursor(seg.batch)) / float64(j.train.Len()),
+		Samples: int64(cursor) + int64(seg.batch), GradNorm: st.GradNorm,
+		DP: m.DP, PP: m.PP, Micro: j.cfg.MicroBatches, Accum: j.cfg.Accum, GradBytes: int64(4 * j.params),
+		OverlapFraction: st.Overlap, PeakActBytes: st.PeakAct, PeakMicro: st.PeakMicro, BubbleFraction: st.BubbleFraction,
+	}
+	if m.PP > 1 {
+		sm.FormulaBubble = pipeline.FormulaBubble(m.PP, j.cfg.MicroBatches)
+	}
+	sm.TokensPerS = sm.SamplesPerS * float64(j.tokensPerRow())
+	if j.model.MLP != nil && st.Targets > 0 {
+		sm.Accuracy = float64(st.Correct) / float64(st.Targets)
+	}
+	if step == seg.from && !seg.committed.IsZero() {
+		sm.ResumeMs = ms(time.Since(seg.committed))
+	}
+	return sm
 }
 
-func (l *loop) run(ctx context.Context) (*Summary, error) {
-	cfg := l.cfg
-	sum := &Summary{Model: l.model.Describe, Params: l.model.Set.Len(), Data: l.train.Name(), Steps: l.steps, StartStep: l.start}
-	start := time.Now()
-	stepTimes := make([]float64, 0, l.steps)
-	computeTimes := make([]float64, 0, l.steps)
-	commTimes := make([]float64, 0, l.steps)
-	tokensPerRow := 0
-	if l.model.Input == nn.TokenInput {
-		tokensPerRow = l.model.Context
+// evaluate runs the held-out set (its first EvalBatches batches, when set)
+// in order, a batch at a time, and returns the mean loss per target and
+// the accuracy per row.
+func (t *trainer) evaluate(ctx context.Context, ex Executor, after int) (loss, acc float64, err error) {
+	cfg := &t.job.cfg
+	n := t.job.test.Len()
+	if cfg.EvalBatches > 0 && cfg.EvalBatches*cfg.Batch < n {
+		n = cfg.EvalBatches * cfg.Batch
 	}
-	for step := l.start; step < l.steps; step++ {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("train: stopped at step %d: %w", step, err)
-		}
-		t0 := time.Now()
-		cur := l.sampler.Cursor()
-		l.idx = l.sampler.Next(cfg.Batch, l.idx[:0])
-		l.train.Fill(l.idx, &l.batch)
-		lr := l.sched.LR(step)
-		check := cfg.CheckEvery > 0 && (step+1)%cfg.CheckEvery == 0
-		st, err := l.eng.step(step, cur, &l.batch, lr, check)
+	var res worker.Result
+	for lo := 0; lo < n; lo += cfg.Batch {
+		r, err := ex.Evaluate(ctx, lo, min(lo+cfg.Batch, n))
 		if err != nil {
-			return nil, fmt.Errorf("train: step %d: %w", step, err)
+			return 0, 0, fmt.Errorf("train: evaluating after step %d: %w", after, err)
 		}
-		stepMs := ms(time.Since(t0))
-		stepTimes = append(stepTimes, stepMs)
-		computeTimes = append(computeTimes, st.ComputeMs)
-		commTimes = append(commTimes, st.CommMs)
-		sum.Hidden += st.Overlap / float64(l.steps)
-		loss := st.LossSum / math.Max(1, float64(st.Targets))
-		if math.IsNaN(loss) || math.IsInf(loss, 0) {
-			return nil, fmt.Errorf("train: step %d: loss is %v (diverged; lower --lr or set --clip)", step, loss)
-		}
-		if step == l.start {
-			sum.FirstLoss = loss
-		}
-		sum.FinalLoss = loss
-		sum.Samples += int64(cfg.Batch)
-		m := StepMetrics{
-			Step: step + 1, Loss: loss, LR: lr,
-			SamplesPerS: float64(cfg.Batch) / (stepMs / 1e3),
-			StepMs:      stepMs, ComputeMs: st.ComputeMs, CommMs: st.CommMs, BubbleMs: st.BubbleMs,
-			World: st.World, Generation: st.Generation,
-			Cursor: uint64(cur), Batch: cfg.Batch,
-			Epoch:   float64(l.sampler.Cursor()) / float64(l.train.Len()),
-			Samples: sum.Samples, GradNorm: st.GradNorm,
-			DP: cfg.DP, PP: cfg.PP, Micro: cfg.MicroBatches, Accum: cfg.Accum, GradBytes: int64(4 * l.model.Set.Len()),
-			OverlapFraction: st.Overlap, PeakActBytes: st.PeakAct, PeakMicro: st.PeakMicro,
-			BubbleFraction: st.BubbleFraction,
-		}
-		if cfg.PP > 1 {
-			m.FormulaBubble = pipeline.FormulaBubble(cfg.PP, cfg.MicroBatches)
-		}
-		if tokensPerRow > 0 {
-			m.TokensPerS = m.SamplesPerS * float64(tokensPerRow)
-		}
-		if l.model.Input == nn.DenseInput && st.Targets > 0 {
-			m.Accuracy = float64(st.Correct) / float64(st.Targets)
-		}
-		last := step == l.steps-1
-		if l.test != nil && (last || (cfg.EvalEvery > 0 && (step+1)%cfg.EvalEvery == 0)) {
-			el, ea, err := l.evaluate()
-			if err != nil {
-				return nil, fmt.Errorf("train: evaluating after step %d: %w", step+1, err)
-			}
-			m.EvalLoss, m.EvalAcc = el, ea
-			sum.EvalLoss, sum.EvalAcc = el, ea
-			fields := []zap.Field{zap.Int("step", step+1), zap.Float64("eval_loss", el)}
-			if l.model.Input == nn.DenseInput {
-				fields = append(fields, zap.Float64("eval_accuracy", ea))
-			}
-			l.log.Info("eval", fields...)
-		}
-		if l.ckpt != nil && cfg.CkptEvery > 0 && (step+1)%cfg.CkptEvery == 0 {
-			pause, err := l.ckpt.save(l.eng, l.ckpt.meta(step+1, st.Generation, l.sampler, l.sched))
-			if err != nil {
-				return nil, err
-			}
-			m.CkptPauseMs = ms(pause)
-		}
-		if l.metrics != nil {
-			if err := l.metrics.write(m); err != nil {
-				return nil, err
-			}
-		}
-		if l.onStep != nil {
-			l.onStep(m)
-		}
-		if l.stopAfter > 0 && step+1 >= l.stopAfter {
-			l.log.Info("stopping early", zap.Int("after_step", step+1))
-			break
-		}
-		if l.bar != nil {
-			l.bar.update(step+1, loss, m.SamplesPerS, m.TokensPerS)
-		} else if (step+1)%cfg.LogEvery == 0 || step == 0 || last {
-			l.log.Info("step", zap.Int("step", step+1), zap.Int("of", l.steps), zap.Float64("loss", loss),
-				zap.Float64("lr", lr), zap.Float64("step_ms", stepMs), zap.Float64("samples_per_s", m.SamplesPerS),
-				zap.Float64("epoch", m.Epoch), zap.Duration("eta", eta(start, step+1-l.start, l.steps-l.start)))
+		res.LossSum += r.LossSum
+		res.Targets += r.Targets
+		res.Correct += r.Correct
+	}
+	if res.Targets == 0 {
+		return 0, 0, nil
+	}
+	loss = res.LossSum / float64(res.Targets)
+	fields := []zap.Field{zap.Uint64("generation", ex.Generation()), zap.Int("step", after), zap.Float64("eval_loss", loss)}
+	if t.job.model.MLP != nil {
+		acc = float64(res.Correct) / float64(n)
+		fields = append(fields, zap.Float64("eval_accuracy", acc))
+	}
+	t.log.Info("eval", fields...)
+	return loss, acc, nil
+}
+
+// saveWeights writes the whole model's weights after step to the Save path.
+func (t *trainer) saveWeights(ctx context.Context, ex Executor, step int) error {
+	path := t.job.cfg.Save
+	w, err := ex.Weights(ctx)
+	if err != nil {
+		return fmt.Errorf("train: fetching the weights to save: %w", err)
+	}
+	whole, err := nn.Build(cpu.New(1), t.job.model, t.job.cfg.Seed, 0, t.job.model.Units())
+	if err != nil {
+		return err
+	}
+	if err := whole.Set.SetHostWeights(w); err != nil {
+		return err
+	}
+	meta := map[string]string{"format": "pt", "troupe_model": t.job.describe, "step": fmt.Sprint(step)}
+	if err := whole.Set.SaveWeights(path, meta); err != nil {
+		return fmt.Errorf("%w: weights to %s: %w", ErrOutput, path, err)
+	}
+	t.log.Info("saved weights", zap.String("path", path), zap.Int("step", step))
+	return nil
+}
+
+// checkWritable refuses an output path that cannot be written: its
+// directory missing, or a directory in its place. It catches a wrong path
+// before training rather than after.
+func checkWritable(field, path string) error {
+	if path == "" {
+		return nil
+	}
+	if fi, err := os.Stat(filepath.Dir(path)); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%w: %s %s: its directory %s does not exist", ErrOutput, field, path, filepath.Dir(path))
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("%w: %s %s is a directory", ErrOutput, field, path)
+	}
+	return nil
+}
+
+func globalTargets(b *data.Batch) int {
+	n := 0
+	for _, y := range b.Y {
+		if y >= 0 {
+			n++
 		}
 	}
-	if l.bar != nil {
-		l.bar.finish()
-	}
+	return n
+}
+
+// runStats gathers the per-step figures a summary reports.
+type runStats struct {
+	step, compute, comm []float64
+	hidden              float64
+}
+
+func (s *runStats) add(m StepMetrics, st stepStats) {
+	s.step = append(s.step, m.StepMs)
+	s.compute = append(s.compute, st.ComputeMs)
+	s.comm = append(s.comm, st.CommMs)
+	s.hidden += st.Overlap
+}
+
+func (s *runStats) summarize(sum *Summary, start time.Time, tokensPerRow int) {
 	sum.WallS = time.Since(start).Seconds()
 	if sum.WallS > 0 {
 		sum.SamplesPerS = float64(sum.Samples) / sum.WallS
 	}
 	sum.TokensPerS = sum.SamplesPerS * float64(tokensPerRow)
-	sum.StepMsMed = median(stepTimes)
-	sum.ComputeMsMed = median(computeTimes)
-	sum.CommMsMed = median(commTimes)
-	sum.World = cfg.DP * cfg.PP
-	return sum, nil
-}
-
-// evaluate runs the held-out set (or its first EvalBatches batches) in
-// order and returns the mean loss and accuracy.
-func (l *loop) evaluate() (loss, acc float64, err error) {
-	return evaluate(l.cfg, l.test.Len(), l.eng.eval)
-}
-
-// evaluate runs the held-out set (its first EvalBatches batches, when
-// set) through eval a batch at a time, and returns the mean loss per
-// target and the accuracy per row.
-func evaluate(cfg *Config, n int, eval func(lo, hi int) (replica.Result, error)) (loss, acc float64, err error) {
-	if cfg.EvalBatches > 0 && cfg.EvalBatches*cfg.Batch < n {
-		n = cfg.EvalBatches * cfg.Batch
+	sum.StepMsMed, sum.ComputeMsMed, sum.CommMsMed = median(s.step), median(s.compute), median(s.comm)
+	if n := len(s.step); n > 0 {
+		sum.Hidden = s.hidden / float64(n)
 	}
-	var lossSum float64
-	var targets, correct, rows int
-	for lo := 0; lo < n; lo += cfg.Batch {
-		hi := min(lo+cfg.Batch, n)
-		res, err := eval(lo, hi)
-		if err != nil {
-			return 0, 0, err
-		}
-		lossSum += res.LossSum
-		targets += res.Targets
-		correct += res.Correct
-		rows += hi - lo
-	}
-	if targets == 0 {
-		return 0, 0, nil
-	}
-	return lossSum / float64(targets), float64(correct) / float64(rows), nil
 }
 
 func eta(start time.Time, done, total int) time.Duration {
@@ -356,49 +303,4 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-// newEngine starts the configured world and returns it with a model of the
-// run's shape on this process (the trained one for a single worker; for a
-// world of workers, a copy that gives names and shapes to the weights).
-func newEngine(cfg *Config, trainSet, testSet data.Dataset, log *zap.Logger) (engine, *nn.Model, error) {
-	if cfg.DP == 1 && cfg.PP == 1 && cfg.Procs == 0 {
-		be, err := kernels.Open(cfg.Device, kernels.Options{Threads: cfg.Threads})
-		if err != nil {
-			return nil, nil, fmt.Errorf("train: --device %s: %w", cfg.Device, err)
-		}
-		model, err := BuildModel(cfg, be, trainSet)
-		if err != nil {
-			return nil, nil, err
-		}
-		opt, err := optim.New(model.Set, cfg.Optim)
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := restore(cfg, model, opt); err != nil {
-			return nil, nil, err
-		}
-		return &singleEngine{r: replica.New(model, opt), test: testSet, accum: cfg.Accum, clipNorm: cfg.ClipNorm}, model, nil
-	}
-	model, err := BuildModel(cfg, cpu.New(1), trainSet)
-	if err != nil {
-		return nil, nil, err
-	}
-	plan, err := planWorld(cfg, model, trainSet)
-	if err != nil {
-		return nil, nil, err
-	}
-	if cfg.PP > 1 {
-		// Worker processes take this cut as it is: a measured one
-		// (--partition time) could come out differently in each.
-		cfg.StageLayers = pipeline.FormatStageLayers(plan.cuts)
-	}
-	var eng *dpEngine
-	if cfg.Procs > 0 {
-		eng, err = newProcsWorld(cfg, plan, log)
-	} else {
-		eng, err = newLocalWorld(cfg, plan, trainSet, testSet, log)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	return eng, model, nil
-}
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }

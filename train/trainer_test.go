@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/troupe-ml/troupe/failure"
 	_ "github.com/troupe-ml/troupe/kernels/cpu"
 	"github.com/troupe-ml/troupe/safetensors"
 )
@@ -173,12 +174,8 @@ func TestBadInputFailsClearly(t *testing.T) {
 		{"init with a wrong shape", func(c *Config) { c.Init = wrong }, "fc1.weight"},
 		{"init with a corrupt header", func(c *Config) { c.Init = corrupt }, "corrupt.safetensors"},
 		{"missing init file", func(c *Config) { c.Init = filepath.Join(dir, "absent.safetensors") }, "absent.safetensors"},
-		{"layers not fitting the data", func(c *Config) { c.MLPSizes = []int{10, 3} }, "features"},
-		{"zero batch", func(c *Config) { c.Batch = 0 }, "--batch"},
-		{"unknown optimizer", func(c *Config) { c.Optim.Name = "lion" }, "lion"},
-		{"batch not divisible by accum", func(c *Config) { c.Accum = 3 }, "--accum"},
-		{"unknown partition", func(c *Config) { c.PP, c.MicroBatches, c.Partition = 2, 2, "luck" }, "--partition"},
-		{"micro-batches without a pipeline", func(c *Config) { c.MicroBatches = 4 }, "--pp"},
+		{"save into a missing directory", func(c *Config) { c.Save = filepath.Join(dir, "no", "w.safetensors") }, "w.safetensors"},
+		{"metrics into a missing directory", func(c *Config) { c.MetricsOut = filepath.Join(dir, "no", "m.jsonl") }, "m.jsonl"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -190,6 +187,36 @@ func TestBadInputFailsClearly(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q does not name %q", err, tc.want)
+			}
+			if failure.Transient(err) {
+				t.Errorf("error %q is transient", err)
+			}
+		})
+	}
+	// Settings that cannot work are refused before anything runs, naming
+	// the field.
+	fields := []struct {
+		name  string
+		edit  func(*Config)
+		field string
+	}{
+		{"layers not fitting the data", func(c *Config) { c.MLPSizes = []int{10, 3} }, "MLPSizes"},
+		{"zero batch", func(c *Config) { c.Batch = 0 }, "Batch"},
+		{"unknown optimizer", func(c *Config) { c.Optim.Name = "lion" }, "Optim"},
+		{"batch not divisible by accum", func(c *Config) { c.Accum = 3 }, "Batch"},
+		{"unknown partition", func(c *Config) { c.PP, c.MicroBatches, c.Partition = 2, 2, "luck" }, "Partition"},
+		{"micro-batches without a pipeline", func(c *Config) { c.MicroBatches = 4 }, "MicroBatches"},
+		{"negative replicas", func(c *Config) { c.DP = -2 }, "DP"},
+		{"procs without a worker command", func(c *Config) { c.Procs = 2 }, "Procs"},
+	}
+	for _, tc := range fields {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tinyMLP()
+			tc.edit(&cfg)
+			_, err := Run(context.Background(), cfg, Options{})
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field || !errors.Is(err, ErrConfig) {
+				t.Errorf("%v, want a config error naming %s", err, tc.field)
 			}
 		})
 	}

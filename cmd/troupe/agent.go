@@ -11,13 +11,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/troupe-ml/troupe/elastic"
 	"github.com/troupe-ml/troupe/train"
 )
 
 func newAgentCmd() *cobra.Command {
 	f := &trainFlags{}
 	ac := train.AgentConfig{}
-	var join string
+	var join, quorum, rescale string
 	cmd := &cobra.Command{
 		Use:   "agent --name N --listen ADDR [--join ADDR[,ADDR]] [training flags]",
 		Short: "One node of an elastic job: joins the cluster, trains its share, survives the loss of others",
@@ -43,16 +44,26 @@ without it cannot join. At the end each agent prints a JSON summary (step, check
 			if ac.Key == "" {
 				ac.Key = os.Getenv("TROUPE_CLUSTER_KEY")
 			}
+			if ac.Quorum, err = elastic.ParseQuorum(quorum); err != nil {
+				return fmt.Errorf("%w: --quorum: %v", errUsage, err)
+			}
+			ac.Rescale = train.Rescale(rescale)
 			if err := ac.Validate(); err != nil {
-				return fmt.Errorf("%w: %v", errUsage, err)
+				return fmt.Errorf("%w: %w", errUsage, inFlags(err))
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			sum, err := train.RunAgent(ctx, ac, train.Options{Logger: logger})
-			if err != nil {
-				return err
+			o := train.Options{Logger: logger}
+			if stderrIsTerminal() {
+				o.Progress = os.Stderr
 			}
-			return json.NewEncoder(os.Stdout).Encode(sum)
+			sum, err := train.RunAgent(ctx, ac, o)
+			if sum != nil {
+				if err := json.NewEncoder(os.Stdout).Encode(sum); err != nil {
+					return err
+				}
+			}
+			return inFlags(err)
 		},
 	}
 	f.register(cmd.Flags())
@@ -62,12 +73,12 @@ without it cannot join. At the end each agent prints a JSON summary (step, check
 	fl.StringVar(&join, "join", "", "comma-separated gossip addresses of nodes to join (the same list on every node)")
 	fl.IntVar(&ac.MinNodes, "min-nodes", 1, "the job forms once this many nodes are present")
 	fl.IntVar(&ac.MaxNodes, "max-nodes", 0, "at most this many nodes train (more wait as standby; 0: no limit)")
-	fl.StringVar(&ac.Quorum, "quorum", "majority", "a new generation needs: majority (of the previous one; no split brain) or any")
+	fl.StringVar(&quorum, "quorum", "majority", "a new generation needs: majority (of the previous one; no split brain) or any")
 	fl.StringVar(&ac.Key, "key", "", "cluster key: hex:…, base64:…, passphrase:… (default $TROUPE_CLUSTER_KEY)")
 	fl.StringVar(&ac.Timings, "timings", "fast", "failure detection preset: fast (~1 s), lan (~5 s) or wan")
 	fl.DurationVar(&ac.JoinTimeout, "join-timeout", 30*time.Second, "give up when no node of --join answers within this time")
 	fl.DurationVar(&ac.LostStageTimeout, "lost-stage-timeout", time.Minute, "with --pp: end the job with an error when a stage no member holds, and no checkpoint can restore, stays lost this long")
-	fl.StringVar(&ac.Rescale, "rescale", "keep-global-batch", "on a world of another size keep the global batch (keep-global-batch) or each rank's batch and scale the LR (linear-lr)")
+	fl.StringVar(&rescale, "rescale", string(train.KeepGlobalBatch), "on a world of another size keep the global batch (keep-global-batch) or each rank's batch and scale the LR (linear-lr)")
 	return cmd
 }
 

@@ -14,7 +14,9 @@ import (
 	"github.com/spf13/pflag"
 
 	_ "github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/actors"
 	"github.com/troupe-ml/troupe/nn/optim"
+	"github.com/troupe-ml/troupe/pipeline"
 	"github.com/troupe-ml/troupe/train"
 )
 
@@ -70,13 +72,13 @@ func newTrainCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			o := train.Options{Logger: logger}
+			o := train.Options{Logger: logger, WorkerCommand: workerCommand()}
 			if stderrIsTerminal() {
 				o.Progress = os.Stderr
 			}
 			sum, err := train.Run(ctx, cfg, o)
 			if err != nil {
-				return err
+				return inFlags(err)
 			}
 			if f.jsonOut {
 				return json.NewEncoder(os.Stdout).Encode(sum)
@@ -117,11 +119,21 @@ func newWorkerCmd() *cobra.Command {
 
 func init() { rootCmd.AddCommand(newTrainCmd(), newWorkerCmd()) }
 
+// workerCommand runs one worker process of a --procs world: this
+// executable's hidden __worker command.
+func workerCommand() []string {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	return []string{exe, "__worker"}
+}
+
 // register adds the training flags to fl (troupe train, troupe bench train
 // and troupe agent share them).
 func (f *trainFlags) register(fl *pflag.FlagSet) {
 	d := train.DefaultConfig()
-	fl.StringVar(&f.model, "model", d.Model, "model: gpt or mlp")
+	fl.StringVar(&f.model, "model", string(d.Model), "model: gpt or mlp")
 	fl.StringVar(&f.layers, "layers", "", "MLP layer sizes d0,d1,…,dn (fc{i}.weight is [d_i, d_{i-1}]); default: features,256,classes")
 	fl.IntVar(&f.dModel, "d-model", d.DModel, "GPT embedding width")
 	fl.IntVar(&f.nLayers, "n-layers", d.NLayers, "GPT transformer blocks")
@@ -137,7 +149,7 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.accum, "accum", d.Accum, "gradient accumulation: micro-steps per optimizer step")
 	fl.StringVar(&f.optimizer, "optimizer", d.Optim.Name, "optimizer: adamw or sgd (mlp default sgd)")
 	fl.Float64Var(&f.lr, "lr", d.LR, "peak learning rate (mlp default 0.05)")
-	fl.StringVar(&f.schedule, "lr-schedule", d.Schedule, "learning-rate schedule: cosine or constant")
+	fl.StringVar(&f.schedule, "lr-schedule", string(d.Schedule), "learning-rate schedule: cosine or constant")
 	fl.IntVar(&f.warmup, "warmup", d.Warmup, "linear warm-up steps (mlp default 0)")
 	fl.Float64Var(&f.minLR, "min-lr-factor", d.MinLRFactor, "cosine floor as a fraction of --lr (mlp default 0)")
 	fl.Float64Var(&f.momentum, "momentum", 0, "SGD momentum (mlp default 0.9)")
@@ -162,12 +174,12 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.procs, "procs", 0, "run the data-parallel world as N OS processes on loopback, one worker each (like torchrun --standalone)")
 	fl.Float64Var(&f.bucketMB, "bucket-mb", d.BucketMB, "gradient bucket cap in MiB (PyTorch's bucket_cap_mb)")
 	fl.IntVar(&f.checkEvery, "check-every", 0, "compare the replicas' parameter checksums every N steps and fail on divergence (0: never)")
-	fl.StringVar(&f.transport, "transport", d.Transport, "gradient transport between processes: tcp (data plane) or actor (protoactor remote)")
+	fl.StringVar(&f.transport, "transport", string(d.Transport), "gradient transport between processes: tcp (data plane) or actor (protoactor remote)")
 	fl.DurationVar(&f.collTimeout, "collective-timeout", d.CollectiveTimeout, "abort a collective when a peer is silent this long")
 	fl.DurationVar(&f.stepTimeout, "step-timeout", d.StepTimeout, "abort a step when a worker has not answered within this time")
 	fl.IntVar(&f.pp, "pp", d.PP, "pipeline stages (stage actors, each with a contiguous range of the model's units)")
 	fl.IntVar(&f.micro, "micro-batches", d.MicroBatches, "micro-batches per replica and step (with --pp)")
-	fl.StringVar(&f.pipeSchedule, "schedule", d.PipelineSchedule, "pipeline schedule: gpipe or 1f1b")
+	fl.StringVar(&f.pipeSchedule, "schedule", d.PipelineSchedule.String(), "pipeline schedule: gpipe or 1f1b")
 	fl.BoolVar(&f.recompute, "recompute", false, "activation checkpointing: keep only each stage's input, recompute the rest in backward")
 	fl.StringVar(&f.stageLayers, "stage-layers", "", "units per stage, e.g. 3,3,2 (default: balanced by --partition)")
 	fl.StringVar(&f.partition, "partition", "params", "balance the pipeline stages by params (parameter count) or time (each unit's forward and backward, measured before training)")
@@ -218,7 +230,7 @@ func (f *trainFlags) config(fl *pflag.FlagSet) (train.Config, error) {
 	set("accum", func() { cfg.Accum = f.accum })
 	set("optimizer", func() { cfg.Optim = optim.DefaultConfig(f.optimizer) })
 	set("lr", func() { cfg.LR = f.lr })
-	set("lr-schedule", func() { cfg.Schedule = f.schedule })
+	set("lr-schedule", func() { cfg.Schedule = train.LRSchedule(f.schedule) })
 	set("warmup", func() { cfg.Warmup = f.warmup })
 	set("min-lr-factor", func() { cfg.MinLRFactor = f.minLR })
 	set("momentum", func() { cfg.Optim.Momentum = float32(f.momentum) })
@@ -237,20 +249,26 @@ func (f *trainFlags) config(fl *pflag.FlagSet) (train.Config, error) {
 	set("procs", func() { cfg.Procs = f.procs })
 	set("bucket-mb", func() { cfg.BucketMB = f.bucketMB })
 	set("check-every", func() { cfg.CheckEvery = f.checkEvery })
-	set("transport", func() { cfg.Transport = f.transport })
+	set("transport", func() { cfg.Transport = actors.Transport(f.transport) })
 	set("collective-timeout", func() { cfg.CollectiveTimeout = f.collTimeout })
 	set("step-timeout", func() { cfg.StepTimeout = f.stepTimeout })
 	set("pp", func() { cfg.PP = f.pp })
 	set("micro-batches", func() { cfg.MicroBatches = f.micro })
-	set("schedule", func() { cfg.PipelineSchedule = f.pipeSchedule })
+	if fl.Changed("schedule") {
+		k, err := pipeline.ParseKind(f.pipeSchedule)
+		if err != nil {
+			return cfg, fmt.Errorf("%w: --schedule %q: want gpipe or 1f1b", errUsage, f.pipeSchedule)
+		}
+		cfg.PipelineSchedule = k
+	}
 	set("recompute", func() { cfg.Recompute = f.recompute })
 	set("stage-layers", func() { cfg.StageLayers = f.stageLayers })
-	set("partition", func() { cfg.Partition = f.partition })
+	set("partition", func() { cfg.Partition = train.Partition(f.partition) })
 	set("trace", func() { cfg.Trace = f.trace })
 	cfg.CkptDir, cfg.CkptEvery, cfg.Resume = f.ckptDir, f.ckptEvery, f.resume
 	set("keep", func() { cfg.Keep = f.keep })
 	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("%w: %v", errUsage, err)
+		return cfg, fmt.Errorf("%w: %w", errUsage, inFlags(err))
 	}
 	return cfg, nil
 }

@@ -1,17 +1,17 @@
 package optim
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strings"
 
+	"github.com/troupe-ml/troupe/failure"
 	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/nn"
 )
 
 // ErrConfig reports invalid optimizer settings.
-var ErrConfig = errors.New("optim: invalid config")
+var ErrConfig = failure.New(failure.Config, "optim: invalid config")
 
 // Config selects and tunes an optimizer. Zero values take torch's defaults
 // (see DefaultConfig).

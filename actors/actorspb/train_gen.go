@@ -1,3 +1,0 @@
-package actorspb
-
-//go:generate protoc --go_out=. --go_opt=paths=source_relative train.proto

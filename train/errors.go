@@ -1,0 +1,56 @@
+package train
+
+import (
+	"fmt"
+	"regexp"
+
+	"github.com/troupe-ml/troupe/failure"
+)
+
+var (
+	// ErrConfig: a configuration that cannot work; every such error is a
+	// *FieldError naming the field.
+	ErrConfig = failure.New(failure.Config, "train: invalid config")
+	// ErrDiverged: replicas of a stage hold different parameters.
+	ErrDiverged = failure.New(failure.Diverged, "train: replicas diverged")
+	// ErrStageLost: a pipeline stage that no member holds and no checkpoint
+	// can restore (an elastic job, after AgentConfig.LostStageTimeout).
+	ErrStageLost = failure.New(failure.StateLost, "train: a pipeline stage is lost")
+	// ErrWorldTooSmall: an elastic job's world shrank below what its
+	// pipeline needs: fewer members than stages.
+	ErrWorldTooSmall = failure.New(failure.Config, "train: the world is too small for the job")
+	// ErrOutput: an output of the run (weights, metrics, trace) cannot be
+	// written.
+	ErrOutput = failure.New(failure.Output, "train: cannot write an output")
+	// ErrLoss: the loss became NaN or infinite.
+	ErrLoss = failure.New(failure.Diverged, "train: the loss is not finite")
+)
+
+// FieldError is a configuration field whose value cannot work. Msg may
+// name other fields as {Field}; Render writes them (and Field) the way
+// the caller names them (the CLI: as its flags).
+type FieldError struct {
+	// Field is the Config (or AgentConfig) field, e.g. "Batch".
+	Field string
+	// Msg says what is wrong, e.g. "12 is not divisible by {Accum} 5".
+	Msg string
+}
+
+func fieldErr(field, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+var fieldRef = regexp.MustCompile(`\{([A-Za-z.]+)\}`)
+
+// Render writes the error with every field named by name.
+func (e *FieldError) Render(name func(field string) string) string {
+	msg := fieldRef.ReplaceAllStringFunc(e.Msg, func(m string) string { return name(m[1 : len(m)-1]) })
+	return name(e.Field) + " " + msg
+}
+
+func (e *FieldError) Error() string {
+	return "train: invalid config: " + e.Render(func(f string) string { return f })
+}
+
+// Unwrap makes errors.Is(err, ErrConfig) hold.
+func (e *FieldError) Unwrap() error { return ErrConfig }

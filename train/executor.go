@@ -1,0 +1,415 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/zap"
+
+	"github.com/troupe-ml/troupe/actors"
+	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/mesh"
+	"github.com/troupe-ml/troupe/pipeline"
+	"github.com/troupe-ml/troupe/trace"
+	"github.com/troupe-ml/troupe/worker"
+	"github.com/troupe-ml/troupe/worker/workerpb"
+)
+
+// stepStats is what one optimizer step of a world reports to the loop.
+type stepStats struct {
+	worker.Result
+	GradNorm  float64
+	ComputeMs float64
+	CommMs    float64
+	BubbleMs  float64
+	// Overlap is the share of communication hidden behind compute.
+	Overlap float64
+	PeakAct int64
+	// PeakMicro is the most micro-batches alive at once on stage 0;
+	// BubbleFraction the measured idle share of the pipeline schedule.
+	PeakMicro      int
+	BubbleFraction float64
+}
+
+// groupExecutor drives the worker actors of one world (a generation)
+// through a group call: a request to every rank, every answer back. Where
+// the workers live (this process, worker processes, the members of an
+// elastic generation) is its launcher's business; nothing here depends on
+// it.
+type groupExecutor struct {
+	sys   *actors.System
+	group *actors.Group
+	log   *zap.Logger
+	mesh  mesh.Mesh
+	gen   uint64
+	// peers maps mesh ranks to group peers; size is the group's size (an
+	// elastic generation's group also holds its standby members).
+	peers []int
+	size  int
+	// controls are the workers' control actors by peer (aborts).
+	controls []*actor.PID
+	// local: the workers are actors of this process (checkpoints capture
+	// their state and write it in the background).
+	local bool
+	ckpt  *checkpointer
+	trace *tracer
+	// stop ends what the launcher started, after the group.
+	stop func() error
+}
+
+// newGroupExecutor calls the workers at pids (by group peer, named by
+// peerName), of which peers[r] holds mesh rank r of generation gen.
+func newGroupExecutor(sys *actors.System, name string, pids []*actor.PID, peerName func(int) string, m mesh.Mesh, gen uint64, peers []int, timeout time.Duration, log *zap.Logger) (*groupExecutor, error) {
+	g, err := actors.NewGroup(sys, actors.GroupConfig{Name: name, Peers: pids, PeerName: peerName, Protocol: worker.Protocol, CallTimeout: timeout})
+	if err != nil {
+		return nil, err
+	}
+	return &groupExecutor{sys: sys, group: g, log: log, mesh: m, gen: gen, peers: peers, size: len(pids)}, nil
+}
+
+// rankName names a peer of Run's worlds, where peers are ranks.
+func rankName(p int) string { return fmt.Sprintf("rank %d", p) }
+
+func (e *groupExecutor) Mesh() mesh.Mesh    { return e.mesh }
+func (e *groupExecutor) Generation() uint64 { return e.gen }
+
+// learnControls derives the workers' control actors from their PIDs (a
+// worker process's PIDs are known only after its hello).
+func (e *groupExecutor) learnControls(pids []*actor.PID) {
+	e.controls = make([]*actor.PID, len(pids))
+	for p, pid := range pids {
+		e.controls[p] = actor.NewPID(pid.Address, worker.ControlName(pid.Id))
+	}
+}
+
+// call sends one request per peer (by mesh rank when byRank) and returns
+// the replies. When ctx ends first, every worker is told to abort what it
+// runs, so that none stays in a collective its peers left.
+func (e *groupExecutor) call(ctx context.Context, msgs []any) ([]any, error) {
+	replies, err := e.group.Call(ctx, msgs)
+	if err != nil && ctx.Err() != nil {
+		e.abort(context.Cause(ctx).Error())
+	}
+	return replies, err
+}
+
+// abort tells every worker to abort what it runs.
+func (e *groupExecutor) abort(reason string) {
+	for _, c := range e.controls {
+		e.sys.Root().Send(c, &workerpb.Abort{Reason: reason})
+	}
+}
+
+// byRank makes a request for every rank of the mesh with mk, addressed to
+// its peer; peers without a rank get none.
+func (e *groupExecutor) byRank(mk func(rank int, peer uint32) any) []any {
+	msgs := make([]any, e.size)
+	for r, p := range e.peers {
+		msgs[p] = mk(r, uint32(p))
+	}
+	return msgs
+}
+
+// evalRanks are the ranks that together hold one whole model: replica 0's
+// stages, in order.
+func (e *groupExecutor) evalRanks() []int { return e.mesh.Group(mesh.PP, 0) }
+
+// onEvalRanks makes a request for each eval rank.
+func (e *groupExecutor) onEvalRanks(mk func(peer uint32) any) []any {
+	msgs := make([]any, e.size)
+	for _, r := range e.evalRanks() {
+		p := e.peers[r]
+		msgs[p] = mk(uint32(p))
+	}
+	return msgs
+}
+
+// Form places every worker: form(rank, peer) is each rank's Form.
+func (e *groupExecutor) Form(ctx context.Context, form func(rank int, peer uint32) *workerpb.Form) error {
+	_, err := e.call(ctx, e.byRank(func(r int, p uint32) any { return form(r, p) }))
+	return err
+}
+
+// Step runs one optimizer step on every rank.
+func (e *groupExecutor) Step(ctx context.Context, req worker.StepRequest) (stepStats, error) {
+	replies, err := e.call(ctx, e.byRank(func(_ int, p uint32) any {
+		return &workerpb.RunStep{Peer: p, Generation: e.gen, Step: uint64(req.Step), Cursor: uint64(req.Cursor), Batch: uint32(req.Batch),
+			Lr: req.LR, GlobalTargets: uint64(req.GlobalTargets), Checksum: req.Checksum}
+	}))
+	if err != nil {
+		return stepStats{}, err
+	}
+	dones := make([]*workerpb.StepDone, e.mesh.Size())
+	for r, p := range e.peers {
+		dones[r] = replies[p].(*workerpb.StepDone)
+	}
+	st, err := aggregateStep(e.mesh, dones, req.Step, req.Checksum)
+	if err != nil {
+		return st, err
+	}
+	if e.trace != nil {
+		if err := e.trace.step(dones); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// Evaluate runs held-out samples [lo, hi) through one replica.
+func (e *groupExecutor) Evaluate(ctx context.Context, lo, hi int) (worker.Result, error) {
+	replies, err := e.call(ctx, e.onEvalRanks(func(p uint32) any {
+		return &workerpb.EvalRequest{Peer: p, Generation: e.gen, Lo: uint64(lo), Hi: uint64(hi)}
+	}))
+	if err != nil {
+		return worker.Result{}, err
+	}
+	var res worker.Result
+	for _, r := range replies {
+		if d, ok := r.(*workerpb.EvalDone); ok {
+			res.LossSum += d.LossSum
+			res.Targets += int(d.Targets)
+			res.Correct += int(d.Correct)
+		}
+	}
+	return res, nil
+}
+
+// Weights returns the whole model's weights: replica 0's stages' in order.
+func (e *groupExecutor) Weights(ctx context.Context) ([]float32, error) {
+	replies, err := e.call(ctx, e.onEvalRanks(func(p uint32) any {
+		return &workerpb.WeightsRequest{Peer: p, Generation: e.gen}
+	}))
+	if err != nil {
+		return nil, err
+	}
+	var all []float32
+	for _, r := range e.evalRanks() {
+		w, err := worker.BytesFloats(replies[e.peers[r]].(*workerpb.Weights).Data)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, w...)
+	}
+	return all, nil
+}
+
+// Applied returns the step each eval rank holds (after an aborted step
+// they may disagree: a torn step).
+func (e *groupExecutor) Applied(ctx context.Context) ([]int, error) {
+	replies, err := e.call(ctx, e.onEvalRanks(func(p uint32) any { return &workerpb.StatusRequest{Peer: p} }))
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, r := range e.evalRanks() {
+		out = append(out, int(replies[e.peers[r]].(*workerpb.Status).Applied))
+	}
+	return out, nil
+}
+
+// Save writes a checkpoint of the state after meta.Step and returns how
+// long training paused for it: workers of this process are captured at
+// the step boundary and written in the background; elsewhere every rank
+// writes its shard and this process commits.
+func (e *groupExecutor) Save(ctx context.Context, meta checkpoint.Meta) (time.Duration, error) {
+	if e.ckpt == nil {
+		return 0, errors.New("train: this run has no checkpoint directory")
+	}
+	meta.World = checkpoint.World{DP: e.mesh.DP, PP: e.mesh.PP}
+	if e.local {
+		return e.ckpt.saveAsync(meta, func(s *checkpoint.Snapshot) error {
+			for _, r := range e.evalRanks() {
+				p := e.peers[r]
+				msgs := make([]any, e.size)
+				msgs[p] = &worker.CaptureRequest{Peer: uint32(p), Snap: s}
+				if _, err := e.call(ctx, msgs); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return e.ckpt.saveShards(meta, func(meta []byte, tmp string) (int64, error) {
+		replies, err := e.call(ctx, e.byRank(func(_ int, p uint32) any {
+			return &workerpb.SaveShard{Peer: p, Generation: e.gen, Dir: e.ckpt.dir, Tmp: tmp, Meta: meta}
+		}))
+		var n int64
+		for _, r := range replies {
+			if s, ok := r.(*workerpb.ShardSaved); ok {
+				n += int64(s.Bytes)
+			}
+		}
+		return n, err
+	})
+}
+
+// Close stops the group, then what the launcher started, and writes the
+// trace.
+func (e *groupExecutor) Close() error {
+	e.group.Close()
+	var errs []error
+	if e.trace != nil {
+		errs = append(errs, e.trace.close())
+	}
+	if e.stop != nil {
+		errs = append(errs, e.stop())
+	}
+	return errors.Join(errs...)
+}
+
+// aggregateStep combines the ranks' answers to one step on mesh m: the
+// loss and targets summed, the slowest rank's times, the share of
+// communication hidden, stage 0's memory and gradient norm, the measured
+// bubble of a pipeline, and (when checksum) the check that the replicas
+// of each stage hold the same bits.
+func aggregateStep(m mesh.Mesh, dones []*workerpb.StepDone, step int, checksum bool) (stepStats, error) {
+	var st stepStats
+	var hidden float64
+	for _, d := range dones {
+		st.LossSum += d.LossSum
+		st.Targets += int(d.Targets)
+		st.Correct += int(d.Correct)
+		st.ComputeMs = math.Max(st.ComputeMs, d.ComputeMs)
+		st.CommMs = math.Max(st.CommMs, d.CommMs)
+		if d.CommMs > 0 {
+			hidden += 1 - d.ExposedCommMs/d.CommMs
+		}
+	}
+	st.Overlap = hidden / float64(len(dones))
+	st.GradNorm = dones[0].GradNorm
+	st.PeakAct = dones[0].PeakActivationBytes
+	st.PeakMicro = int(dones[0].PeakMicroBatches)
+	if m.PP > 1 {
+		st.BubbleFraction, st.BubbleMs = measuredBubble(m, dones)
+	}
+	if checksum {
+		if err := checkReplicas(m, step+1, func(r int) uint64 { return dones[r].Checksum }); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// DivergedError names a rank whose parameters differ from the other
+// replicas of its stage (errors.Is(err, ErrDiverged) holds).
+type DivergedError struct {
+	// Step is the number of steps applied when they were compared.
+	Step int
+	// Rank is the odd one out (with two replicas, the second); Like holds
+	// what the majority (or the first) holds.
+	Rank, Like int
+}
+
+func (e *DivergedError) Error() string {
+	return fmt.Sprintf("%v: after step %d rank %d's parameters differ from rank %d's, the same stage", ErrDiverged, e.Step, e.Rank, e.Like)
+}
+
+func (e *DivergedError) Unwrap() error { return ErrDiverged }
+
+// checkReplicas compares the checksum of every stage's replicas and names
+// the first rank that differs from the stage's most common value.
+func checkReplicas(m mesh.Mesh, step int, sum func(rank int) uint64) error {
+	for st := range m.PP {
+		ranks := m.Slice(mesh.PP, st)
+		count := map[uint64]int{}
+		for _, r := range ranks {
+			count[sum(r)]++
+		}
+		if len(count) == 1 {
+			continue
+		}
+		like := ranks[0]
+		for _, r := range ranks {
+			if count[sum(r)] > count[sum(like)] {
+				like = r
+			}
+		}
+		for _, r := range ranks {
+			if sum(r) != sum(like) {
+				return &DivergedError{Step: step, Rank: r, Like: like}
+			}
+		}
+	}
+	return nil
+}
+
+// measuredBubble is the idle share of the pipeline schedule, averaged over
+// replicas: 1 − Σ_s busy_s / (P × the slowest stage's schedule time), and
+// the idle time per stage that it means.
+func measuredBubble(m mesh.Mesh, dones []*workerpb.StepDone) (frac, idleMs float64) {
+	for d := range m.DP {
+		var busy, span float64
+		for _, r := range m.Group(mesh.PP, m.Rank(mesh.Coord{DP: d})) {
+			busy += dones[r].ComputeMs
+			span = math.Max(span, dones[r].ScheduleMs)
+		}
+		if span > 0 {
+			f := 1 - busy/(float64(m.PP)*span)
+			frac += f / float64(m.DP)
+			idleMs += f * span / float64(m.DP)
+		}
+	}
+	return frac, idleMs
+}
+
+// tracer writes --trace: every step's timeline of each replica's pipeline,
+// from the recorders of in-process stages, or from what the stages of
+// worker processes shipped in their answers.
+type tracer struct {
+	m    mesh.Mesh
+	w    *trace.Writer
+	path string
+	// recorders are the in-process replicas' (nil: the stages ship).
+	recorders []*pipeline.Recorder
+}
+
+// newTracer traces a pipeline world m from origin; with local set, one
+// recorder per replica, which its stages share.
+func newTracer(m mesh.Mesh, path string, origin time.Time, local bool) (*tracer, error) {
+	t := &tracer{m: m, w: trace.NewWriter(origin), path: path}
+	if local {
+		for range m.DP {
+			rec, err := pipeline.NewRecorder(m.PP, origin)
+			if err != nil {
+				return nil, err
+			}
+			t.recorders = append(t.recorders, rec)
+		}
+	}
+	return t, nil
+}
+
+// step adds one step of every replica to the trace.
+func (t *tracer) step(dones []*workerpb.StepDone) error {
+	for d := range t.m.DP {
+		var tl *pipeline.Timeline
+		if t.recorders != nil {
+			tl = t.recorders[d].Take()
+		} else {
+			tl = pipeline.NewTimeline(t.m.PP, "s")
+			for st, r := range t.m.Group(mesh.PP, t.m.Rank(mesh.Coord{DP: d})) {
+				spans, mem, err := worker.StageTrace(dones[r])
+				if err != nil {
+					return fmt.Errorf("train: trace: %w", err)
+				}
+				tl.Spans[st], tl.Mem[st] = spans, mem
+			}
+		}
+		if err := tl.WriteTrace(t.w, pipeline.TraceOptions{Pid: d, Process: fmt.Sprintf("replica %d", d), Scale: 1e6}); err != nil {
+			return fmt.Errorf("train: trace: %w", err)
+		}
+	}
+	return nil
+}
+
+// close writes the trace file.
+func (t *tracer) close() error {
+	if err := t.w.WriteFile(t.path); err != nil {
+		return fmt.Errorf("%w: trace %s: %w", ErrOutput, t.path, err)
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package train
+
+import (
+	"math"
+
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/nn"
+	"github.com/troupe-ml/troupe/pipeline"
+	"github.com/troupe-ml/troupe/worker"
+)
+
+// job is what every part of a run shares: the configuration with its
+// defaults, the data, the model's shape and its cut into pipeline stages.
+type job struct {
+	cfg         Config
+	train, test data.Dataset
+	model       nn.Spec
+	cuts        []pipeline.Range
+	// steps is the run's last step (Steps, or Epochs' worth).
+	steps int
+	// describe names the model; params counts its parameters.
+	describe string
+	params   int
+}
+
+// openJob validates cfg, opens the data and cuts the model into cfg.PP
+// stages (StageLayers, or balanced by Partition).
+func openJob(cfg Config) (*job, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	j := &job{cfg: cfg, steps: cfg.Steps}
+	var err error
+	if j.train, j.test, err = OpenData(&j.cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Epochs > 0 {
+		j.steps = int(math.Ceil(cfg.Epochs * float64(j.train.Len()) / float64(cfg.Batch)))
+	}
+	whole, err := BuildModel(&j.cfg, cpu.New(1), j.train)
+	if err != nil {
+		return nil, err
+	}
+	j.model, j.describe, j.params = whole.Spec, whole.Describe, whole.Set.Len()
+	if j.cuts, err = cutStages(&j.cfg, whole, j.train); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// cutStages cuts model into cfg.PP stages: as StageLayers says, or
+// balanced by parameter count, or by measured time.
+func cutStages(cfg *Config, model *nn.Model, ds data.Dataset) ([]pipeline.Range, error) {
+	if cfg.PP == 1 {
+		return []pipeline.Range{{Lo: 0, Hi: model.Units}}, nil
+	}
+	var cuts []pipeline.Range
+	var err error
+	switch {
+	case cfg.StageLayers != "":
+		cuts, err = pipeline.ParseStageLayers(cfg.StageLayers, model.Units, cfg.PP)
+	case cfg.Partition == ByTime:
+		cuts, err = timeCuts(cfg, model, ds)
+	default:
+		var costs []float64
+		if costs, err = pipeline.ParamCosts(pipeline.LayerParams(model)); err == nil {
+			cuts, err = pipeline.Partition(costs, cfg.PP)
+		}
+	}
+	if err != nil {
+		return nil, fieldErr("PP", "%d: cutting %d units into %d stages: %v", cfg.PP, model.Units, cfg.PP, err)
+	}
+	return cuts, nil
+}
+
+// workerSpec is the spec every worker of the job is built from.
+func (j *job) workerSpec() *worker.Spec {
+	c := &j.cfg
+	return &worker.Spec{
+		Model: j.model, Cuts: j.cuts, Schedule: c.PipelineSchedule, MicroBatches: c.microBatches(), Recompute: c.Recompute,
+		Optim: c.Optim, ClipNorm: c.ClipNorm, BucketBytes: int64(c.BucketMB * (1 << 20)),
+		Seed: c.Seed, Init: c.Init, Shuffle: c.Shuffle, Train: j.train, Test: j.test, CkptDir: c.CkptDir,
+	}
+}
+
+// tokensPerRow is the tokens of one sample (language models), 0 otherwise.
+func (j *job) tokensPerRow() int {
+	if j.model.GPT != nil {
+		return j.model.GPT.Context
+	}
+	return 0
+}

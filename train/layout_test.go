@@ -1,0 +1,113 @@
+package train
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/troupe-ml/troupe/worker"
+)
+
+func TestPlanLayout(t *testing.T) {
+	st := func(applied, held int) worker.Holding {
+		return worker.Holding{Applied: applied, Stage: held}
+	}
+	cases := []struct {
+		name    string
+		states  []worker.Holding
+		p, maxD int
+		ranks   []int
+		roots   []int
+		step    int
+		source  worker.SourceKind
+		lost    []int
+		err     error
+	}{
+		{"dp survivors", []worker.Holding{st(10, 0), st(10, 0), st(10, 0)}, 1, 0, []int{0, 1, 2}, []int{0}, 10, worker.FromReplica, nil, nil},
+		{"dp newcomer takes the state", []worker.Holding{st(10, 0), st(10, 0), st(0, -1)}, 1, 0, []int{0, 1, 2}, []int{0}, 10, worker.FromReplica, nil, nil},
+		{"dp disagreement: the most advanced is the root", []worker.Holding{st(5, 0), st(6, 0)}, 1, 0, []int{1, 0}, []int{0}, 6, worker.FromReplica, nil, nil},
+		{"pp keeps every member on its stage", []worker.Holding{st(5, 1), st(5, 0), st(5, 1), st(5, 0)}, 2, 0, []int{2, 0, 3, 1}, []int{0, 2}, 5, worker.FromReplica, nil, nil},
+		{"pp extra member waits", []worker.Holding{st(5, 0), st(5, 1), st(0, -1)}, 2, 0, []int{0, 1, -1}, []int{0, 1}, 5, worker.FromReplica, nil, nil},
+		{"pp newcomer fills a stage a survivor still holds", []worker.Holding{st(5, 0), st(0, -1), st(5, 1), st(5, 1)}, 2, 0, []int{0, 1, 2, 3}, []int{0, 2}, 5, worker.FromReplica, nil, nil},
+		{"pp lost stage", []worker.Holding{st(5, 0), st(0, -1)}, 2, 0, []int{0, 1}, []int{0, -1}, 5, worker.FromReplica, []int{1}, nil},
+		{"first world: fresh", []worker.Holding{st(0, -1), st(0, -1), st(0, -1), st(0, -1)}, 2, 0, []int{0, 1, 2, 3}, nil, 0, worker.FromSeed, nil, nil},
+		{"rows cap the replicas: the rest wait", []worker.Holding{st(5, 0), st(5, 1), st(5, 0), st(5, 1)}, 2, 1, []int{0, 1, -1, -1}, []int{0, 1}, 5, worker.FromReplica, nil, nil},
+		{"too few for the stages", []worker.Holding{st(5, 0)}, 2, 0, nil, nil, 0, 0, nil, ErrWorldTooSmall},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := planLayout(tc.states, tc.p, tc.maxD)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("err %v, layout %+v; want %v", err, l, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(l.Rank, tc.ranks) || !slices.Equal(l.Source.Roots, tc.roots) || l.Step != tc.step ||
+				l.Source.Kind != tc.source || !slices.Equal(l.Lost, tc.lost) {
+				t.Fatalf("layout %+v; want ranks %v roots %v step %d from %s, lost %v", l, tc.ranks, tc.roots, tc.step, tc.source, tc.lost)
+			}
+			for rank, i := range l.Members {
+				if l.Rank[i] != rank || l.Stage(i) != l.Mesh.Coord(rank).PP {
+					t.Fatalf("member %d at rank %d has rank %d stage %d", i, rank, l.Rank[i], l.Stage(i))
+				}
+			}
+			for s, r := range l.Source.Roots {
+				if r >= 0 && l.Mesh.Coord(r).PP != s {
+					t.Fatalf("stage %d's root %d is on stage %d", s, r, l.Mesh.Coord(r).PP)
+				}
+			}
+		})
+	}
+}
+
+// A member dies between the stages' updates of step 305: stage 0's
+// holders applied it, stage 1's survivor did not. The stage-0 holders go
+// back to 304 and the generation continues from the survivors at 304;
+// without their copy from before the step, only the checkpoint is left.
+func TestPlanLayoutUndoesATornStep(t *testing.T) {
+	ahead := func(back bool) worker.Holding {
+		return worker.Holding{Applied: 305, Cursor: 305 * 48, Stage: 0, Undo: back}
+	}
+	behind := worker.Holding{Applied: 304, Cursor: 304 * 48, Stage: 1, Undo: true}
+
+	l, err := planLayout([]worker.Holding{ahead(true), ahead(true), behind}, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Step != 304 || l.Cursor != 304*48 || l.Lost != nil || !slices.Equal(l.Source.Roots, []int{0, 1}) ||
+		!slices.Equal(l.RollBack, []bool{true, true, false}) || !slices.Equal(l.Rank, []int{0, -1, 1}) {
+		t.Fatalf("layout %+v; want step 304 at cursor %d from roots [0 1], members 0 and 1 rolled back, member 1 standby", l, 304*48)
+	}
+
+	// One stage-0 holder cannot go back: it holds nothing, the other is root.
+	l, err = planLayout([]worker.Holding{ahead(false), ahead(true), behind, {Applied: 304, Cursor: 304 * 48, Stage: 1}}, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Step != 304 || l.Lost != nil || !slices.Equal(l.RollBack, []bool{false, true, false, false}) ||
+		l.Members[l.Source.Roots[0]] != 1 {
+		t.Fatalf("layout %+v; want step 304, member 1 rolled back and the root of stage 0", l)
+	}
+
+	// No stage-0 holder can go back: the step stays torn.
+	l, err = planLayout([]worker.Holding{ahead(false), ahead(false), behind}, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Step != 305 || !slices.Equal(l.Lost, []int{1}) || slices.Contains(l.RollBack, true) {
+		t.Fatalf("layout %+v; want step 305 with stage 1 lost, nothing rolled back", l)
+	}
+
+	// Every stage at the newest step: nothing to undo, even where members could.
+	l, err = planLayout([]worker.Holding{ahead(true), behind, {Applied: 305, Stage: 1, Undo: true}}, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Step != 305 || l.Lost != nil || slices.Contains(l.RollBack, true) {
+		t.Fatalf("layout %+v; want step 305 from survivors, nothing rolled back", l)
+	}
+}

@@ -1,0 +1,440 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/elastic"
+	"github.com/troupe-ml/troupe/failure"
+	"github.com/troupe-ml/troupe/nn/optim"
+	"github.com/troupe-ml/troupe/worker"
+	"github.com/troupe-ml/troupe/worker/workerpb"
+)
+
+// leaderPhase is where the leader of a generation stands.
+type leaderPhase uint8
+
+const (
+	// phaseIdle: not leading, or waiting for the next world.
+	phaseIdle leaderPhase = iota
+	// phaseStatus: every member was asked what it holds.
+	phaseStatus
+	// phaseForm: every member was told its place and where its state comes
+	// from.
+	phaseForm
+	// phaseTrain: the step loop runs.
+	phaseTrain
+	// phaseVerify: every member was asked for its checksum at the end.
+	phaseVerify
+	// phaseFinish: every member was told that the job ended (or failed).
+	phaseFinish
+	// phaseDone: the job ended; the core takes nothing more.
+	phaseDone
+)
+
+func (p leaderPhase) String() string {
+	return [...]string{"idle", "status", "form", "train", "verify", "finish", "done"}[p]
+}
+
+// leaderConfig is what the leader core needs of the job.
+type leaderConfig struct {
+	// Stages is the pipeline depth; MicroBatches each replica's
+	// micro-batches (pipelines need a row per micro-batch).
+	Stages, MicroBatches int
+	// Batch is the global batch (under LinearLR: the first world's).
+	Batch    int
+	LinearLR bool
+	// Resume starts a fresh job from the latest checkpoint.
+	Resume bool
+	// Target is the job's last step.
+	Target int
+	// LostStageTimeout is how long a stage that no member holds and no
+	// checkpoint restores is waited for; RetryDelay how long after a
+	// transient failure the leader asks for a new generation when the
+	// membership did not change.
+	LostStageTimeout, RetryDelay time.Duration
+}
+
+// ckptInfo is the latest checkpoint as the leader found it: its step and
+// sampler cursor, or why there is none (Err wraps checkpoint.
+// ErrNoCheckpoint when the directory holds none).
+type ckptInfo struct {
+	Step   int
+	Cursor data.Cursor
+	Err    error
+}
+
+// leaderCall asks the shell to send Msgs[i] to member i (nil: none) of
+// generation Gen and to report the replies with leaderCore.replies.
+type leaderCall struct {
+	Gen   uint64
+	Phase leaderPhase
+	Msgs  []any
+}
+
+// trainOrder asks the shell to run the step loop of generation Gen on its
+// members' workers, and to report its end with leaderCore.trained.
+type trainOrder struct {
+	Gen     uint64
+	Layout  layout
+	Batch   int
+	LRScale float64
+	// World describes the generation (logs, Options.OnWorld).
+	World WorldInfo
+}
+
+// leaderOut is one thing the shell does for the core, in order.
+type leaderOut struct {
+	Call  *leaderCall
+	Train *trainOrder
+	// Stop: stop the step loop (the world was superseded).
+	Stop bool
+	// Request: ask the membership for a new generation, for this reason.
+	Request string
+	// Wait: the leader waits (no generation runs), for this reason.
+	Wait string
+	// Done: the job ended on every member; Err says why when it failed.
+	Done bool
+	Err  error
+}
+
+// leaderCore is the elastic trainer protocol of one node, a pure state
+// machine like the rendezvous core (package elastic): no goroutines, clock
+// or I/O. Every committed world goes in (commit); on the world's leader
+// (its rank 0) the core asks every member what it holds (status), lays
+// the generation out (planLayout: who holds which stage, and where each
+// stage's state comes from: the seed, a surviving replica, a checkpoint),
+// tells every member its place (form), has the shell run the step loop
+// (train), and at the target asks every member for its checksum (verify)
+// before telling them the job ended (finish). The members' replies, the
+// loop's end and clock ticks go in; calls to send and decisions come out
+// (ready).
+//
+// Failures are classified: a transient one (a member lost or silent, a
+// timeout, an abort) waits for the next generation, asking for one after
+// RetryDelay when the membership does not change; a permanent one (an
+// output that cannot be written, a world too small for the job, diverged
+// replicas, bad data, a stage lost for longer than LostStageTimeout) ends
+// the job on every member, which exits naming it.
+type leaderCore struct {
+	cfg   leaderConfig
+	now   time.Time
+	phase leaderPhase
+	world elastic.World
+	lead  bool
+	ckpt  ckptInfo
+	// states are the members' holdings (status), lay the generation's
+	// layout; world0 is the job's first data-parallel size.
+	states []worker.Holding
+	lay    layout
+	world0 int
+	// lostSince is when a lost stage was first seen (zero: none lost).
+	lostSince time.Time
+	// retryAt is when to ask for a new generation (zero: never), and why.
+	retryAt     time.Time
+	retryReason string
+	// endErr is why the job ends (finish phase; nil: it reached Target).
+	endErr error
+	out    []leaderOut
+}
+
+func newLeaderCore(cfg leaderConfig, now time.Time) *leaderCore {
+	return &leaderCore{cfg: cfg, now: now}
+}
+
+// ready hands out what the core wants done, in order.
+func (c *leaderCore) ready() []leaderOut {
+	out := c.out
+	c.out = nil
+	return out
+}
+
+// commit takes world w, committed by the membership; lead says whether
+// this node is its rank 0, and ck is the latest checkpoint.
+func (c *leaderCore) commit(w elastic.World, lead bool, ck ckptInfo) {
+	if c.phase == phaseDone {
+		return
+	}
+	if c.phase == phaseTrain {
+		c.out = append(c.out, leaderOut{Stop: true})
+	}
+	c.phase, c.world, c.lead, c.ckpt, c.retryAt = phaseIdle, w, lead, ck, time.Time{}
+	if !lead {
+		return
+	}
+	c.phase = phaseStatus
+	c.call(func(i int) any { return &workerpb.StatusRequest{Peer: uint32(i)} })
+}
+
+// call asks the shell to send mk(i) to every member i.
+func (c *leaderCore) call(mk func(i int) any) {
+	msgs := make([]any, c.world.Size())
+	for i := range msgs {
+		msgs[i] = mk(i)
+	}
+	c.out = append(c.out, leaderOut{Call: &leaderCall{Gen: c.world.Gen, Phase: c.phase, Msgs: msgs}})
+}
+
+// tick moves the core's clock.
+func (c *leaderCore) tick(now time.Time) {
+	c.now = now
+	if c.phase == phaseIdle && !c.retryAt.IsZero() && !now.Before(c.retryAt) {
+		c.retryAt = time.Time{}
+		c.out = append(c.out, leaderOut{Request: c.retryReason})
+	}
+}
+
+// replies takes the answers to the call of generation gen in phase ph, or
+// the call's failure. Answers to a call the core has moved on from are
+// ignored.
+func (c *leaderCore) replies(gen uint64, ph leaderPhase, replies []any, err error) {
+	if gen != c.world.Gen || ph != c.phase || !c.lead {
+		return
+	}
+	if err != nil && c.phase != phaseFinish {
+		c.fail(fmt.Errorf("generation %d, %s: %w", gen, ph, err))
+		return
+	}
+	switch c.phase {
+	case phaseStatus:
+		c.states = make([]worker.Holding, len(replies))
+		for i, r := range replies {
+			st := r.(*workerpb.Status)
+			c.states[i] = worker.Holding{Stage: int(st.HeldStage), Applied: int(st.Applied), Cursor: data.Cursor(st.Cursor),
+				Undo: st.CanRollBack, World0: int(st.World0)}
+			c.world0 = max(c.world0, int(st.World0))
+		}
+		c.plan()
+	case phaseForm:
+		if err := c.checkReplicas(replies, func(r any) uint64 { return r.(*workerpb.Formed).Checksum }, c.lay.Step); err != nil {
+			c.end(err)
+			return
+		}
+		c.startTraining()
+	case phaseVerify:
+		if err := c.checkReplicas(replies, func(r any) uint64 { return r.(*workerpb.Status).Checksum }, c.cfg.Target); err != nil {
+			c.end(err)
+			return
+		}
+		c.end(nil)
+	case phaseFinish:
+		// Best effort: a member that does not answer is gone, or failing too.
+		c.phase = phaseDone
+		c.out = append(c.out, leaderOut{Done: true, Err: c.endErr})
+	}
+}
+
+// plan lays the generation out from the members' states and tells every
+// member its place.
+func (c *leaderCore) plan() {
+	maxD := 0
+	if c.cfg.Stages > 1 && (!c.cfg.LinearLR || c.world0 == 0) {
+		maxD = max(1, c.cfg.Batch/c.cfg.MicroBatches) // a row for every micro-batch of every replica
+	}
+	l, err := planLayout(c.states, c.cfg.Stages, maxD)
+	if err != nil {
+		if errors.Is(err, ErrWorldTooSmall) && c.nothingTrained() {
+			c.wait(fmt.Sprintf("%v; waiting for more members", err))
+			return
+		}
+		c.end(fmt.Errorf("generation %d: %w", c.world.Gen, err))
+		return
+	}
+	switch {
+	case l.Source.Kind == worker.FromSeed && c.cfg.Resume:
+		if c.ckpt.Err != nil && !errors.Is(c.ckpt.Err, checkpoint.ErrNoCheckpoint) {
+			c.end(fmt.Errorf("generation %d: resume: %w", c.world.Gen, c.ckpt.Err))
+			return
+		}
+		if c.ckpt.Err == nil {
+			c.fromCheckpoint(&l)
+		}
+	case len(l.Lost) > 0:
+		if c.ckpt.Err != nil {
+			c.stageLost(l, c.ckpt.Err)
+			return
+		}
+		c.fromCheckpoint(&l)
+	}
+	if c.world0 == 0 {
+		c.world0 = l.Mesh.DP // the job's first world
+	}
+	c.lay, c.lostSince = l, time.Time{}
+	c.phase = phaseForm
+	addrs := make([]string, l.Mesh.Size())
+	for r, i := range l.Members {
+		addrs[r] = c.world.Members[i].ActorAddr
+	}
+	c.call(func(i int) any {
+		f := &workerpb.Form{Peer: uint32(i), Generation: c.world.Gen, Rank: -1, Step: uint64(l.Step), Cursor: uint64(l.Cursor),
+			RollBack: l.RollBack[i], World0: uint32(c.world0)}
+		if r := l.Rank[i]; r >= 0 {
+			f.Dp, f.Pp, f.Tp, f.Rank, f.Addrs = uint32(l.Mesh.DP), uint32(l.Mesh.PP), uint32(l.Mesh.TP), int32(r), addrs
+			f.Source, f.CheckpointStep = uint32(l.Source.Kind), uint64(l.Source.Step)
+			for _, root := range l.Source.Roots {
+				f.Roots = append(f.Roots, int32(root))
+			}
+		}
+		return f
+	})
+}
+
+// nothingTrained reports whether no member holds any state yet.
+func (c *leaderCore) nothingTrained() bool {
+	for _, s := range c.states {
+		if s.Applied > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// fromCheckpoint makes every stage of l take its state from the latest
+// checkpoint, where training continues.
+func (c *leaderCore) fromCheckpoint(l *layout) {
+	l.Source = worker.Source{Kind: worker.FromCheckpoint, Step: c.ckpt.Step}
+	l.Step, l.Cursor, l.Lost = c.ckpt.Step, c.ckpt.Cursor, nil
+	for i := range l.RollBack {
+		l.RollBack[i] = false // members ahead of the checkpoint drop their state
+	}
+}
+
+// stageLost answers a layout in which a stage has no holder and no
+// checkpoint can restore it (cause): the job waits for a holder to come
+// back (a hung or partitioned node keeps its state) up to
+// LostStageTimeout, then ends.
+func (c *leaderCore) stageLost(l layout, cause error) {
+	if c.lostSince.IsZero() {
+		c.lostSince = c.now
+	}
+	waited := c.now.Sub(c.lostSince)
+	what := fmt.Sprintf("pipeline stage %s: no member holds its state at step %d, and the latest checkpoint cannot restore it (%v)",
+		joinInts(l.Lost), l.Step, cause)
+	if waited < c.cfg.LostStageTimeout {
+		c.fail(failure.Wrapf(failure.Stale, "generation %d: %s; waiting for a member that holds it", c.world.Gen, what))
+		return
+	}
+	c.end(fmt.Errorf("%w: %s; no member holding it came back within %s (--lost-stage-timeout)", ErrStageLost, what, waited.Round(time.Millisecond)))
+}
+
+// startTraining has the shell run the generation's step loop.
+func (c *leaderCore) startTraining() {
+	l := c.lay
+	batch, scale := c.cfg.Batch, 1.0
+	if c.cfg.LinearLR {
+		per := max(1, c.cfg.Batch/c.world0)
+		batch, scale = per*l.Mesh.DP, optim.LinearScaling(1, c.world0, l.Mesh.DP)
+	}
+	if c.cfg.Stages > 1 && batch/l.Mesh.DP < c.cfg.MicroBatches {
+		c.end(fmt.Errorf("%w: generation %d: %d rows per replica cannot make %d micro-batches", ErrWorldTooSmall, c.world.Gen, batch/l.Mesh.DP, c.cfg.MicroBatches))
+		return
+	}
+	if l.Step >= c.cfg.Target {
+		// The job reached its target before this leader took over.
+		c.verify()
+		return
+	}
+	info := WorldInfo{Generation: c.world.Gen, Mesh: l.Mesh.String(), DP: l.Mesh.DP, PP: l.Mesh.PP, Step: l.Step, StateFrom: stateFrom(l)}
+	for i, m := range c.world.Members {
+		if l.Rank[i] < 0 {
+			info.Standby = append(info.Standby, m.Name)
+		} else {
+			info.Members = append(info.Members, m.Name)
+		}
+	}
+	c.phase = phaseTrain
+	c.out = append(c.out, leaderOut{Train: &trainOrder{Gen: c.world.Gen, Layout: l, Batch: batch, LRScale: scale, World: info}})
+}
+
+func stateFrom(l layout) string {
+	switch l.Source.Kind {
+	case worker.FromSeed:
+		return "seed"
+	case worker.FromCheckpoint:
+		return fmt.Sprintf("checkpoint step %d", l.Source.Step)
+	}
+	return "surviving replicas"
+}
+
+// trained takes the end of generation gen's step loop: nil when it reached
+// the target.
+func (c *leaderCore) trained(gen uint64, err error) {
+	if gen != c.world.Gen || c.phase != phaseTrain {
+		return
+	}
+	if err != nil {
+		c.fail(c.nameMembers(err))
+		return
+	}
+	c.verify()
+}
+
+// verify asks every member for its checksum at the end.
+func (c *leaderCore) verify() {
+	c.phase = phaseVerify
+	c.call(func(i int) any { return &workerpb.StatusRequest{Peer: uint32(i), Checksum: true} })
+}
+
+// fail classifies err: a transient failure waits for the next generation
+// (asking for one after RetryDelay), a permanent one ends the job.
+func (c *leaderCore) fail(err error) {
+	if !failure.Transient(err) {
+		c.end(err)
+		return
+	}
+	c.phase = phaseIdle
+	c.retryAt, c.retryReason = c.now.Add(c.cfg.RetryDelay), err.Error()
+	c.out = append(c.out, leaderOut{Wait: err.Error()})
+}
+
+// wait leaves the generation idle until the membership changes.
+func (c *leaderCore) wait(reason string) {
+	c.phase = phaseIdle
+	c.out = append(c.out, leaderOut{Wait: reason})
+}
+
+// end tells every member that the job ended, with err when it failed.
+func (c *leaderCore) end(err error) {
+	c.phase, c.endErr = phaseFinish, err
+	step := uint64(c.cfg.Target)
+	if err != nil {
+		step = uint64(c.lay.Step)
+	}
+	f := workerpb.FailureOf(err)
+	c.call(func(i int) any {
+		return &workerpb.Finish{Peer: uint32(i), Generation: c.world.Gen, Step: step, Failure: f}
+	})
+}
+
+// checkReplicas compares the checksums members report (sum of each reply)
+// within every stage of the layout; a difference is a divergence naming
+// the members.
+func (c *leaderCore) checkReplicas(replies []any, sum func(any) uint64, step int) error {
+	l := c.lay
+	err := checkReplicas(l.Mesh, step, func(r int) uint64 { return sum(replies[l.Members[r]]) })
+	return c.nameMembers(err)
+}
+
+// nameMembers rewrites a divergence between ranks as one between the
+// members that hold them.
+func (c *leaderCore) nameMembers(err error) error {
+	var d *DivergedError
+	if !errors.As(err, &d) || len(c.lay.Members) == 0 {
+		return err
+	}
+	name := func(r int) string { return c.world.Members[c.lay.Members[r]].Name }
+	return fmt.Errorf("%w: after step %d member %s (rank %d) holds other parameters than member %s (rank %d), the same stage",
+		ErrDiverged, d.Step, name(d.Rank), d.Rank, name(d.Like), d.Like)
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,162 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/zap"
+
+	"github.com/troupe-ml/troupe/actors"
+	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/mesh"
+	"github.com/troupe-ml/troupe/worker"
+	"github.com/troupe-ml/troupe/worker/workerpb"
+)
+
+// startLocal starts every worker of j's world as an actor of this process
+// (chunks passed by pointer) and forms them at step from.
+func startLocal(ctx context.Context, j *job, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
+	cfg := &j.cfg
+	m, err := mesh.Of(cfg.DP, cfg.PP)
+	if err != nil {
+		return nil, fieldErr("DP", "× {PP}: %v", err)
+	}
+	sys, err := actors.NewSystem(actors.SystemConfig{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	var stops []func() error
+	stop := func() error {
+		var errs []error
+		for i := len(stops) - 1; i >= 0; i-- {
+			if err := stops[i](); err != nil && !errors.Is(err, collective.ErrClosed) {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(append(errs, sys.Close())...)
+	}
+	handed := false // once the executor owns stop, it runs it
+	defer func() {
+		if err != nil && !handed {
+			stop()
+		}
+	}()
+	var comms []collective.Communicator
+	if m.Size() > 1 {
+		if comms, err = actors.StartLocal(sys, m.Size(), commConfig(cfg, log)); err != nil {
+			return nil, err
+		}
+		for _, c := range comms {
+			stops = append(stops, c.Close)
+		}
+	}
+	var tr *tracer
+	if cfg.Trace != "" {
+		if tr, err = newTracer(m, cfg.Trace, time.Now(), true); err != nil {
+			return nil, err
+		}
+	}
+	spec := j.workerSpec()
+	threads := threadsPerWorker(cfg, m.Size())
+	pids := make([]*actor.PID, m.Size())
+	for r := range pids {
+		be, err := kernels.Open(cfg.Device, kernels.Options{Threads: threads, Device: deviceFor(cfg.Device, r)})
+		if err != nil {
+			return nil, fieldErr("Device", "%s: %v", cfg.Device, err)
+		}
+		if c, ok := be.(io.Closer); ok {
+			stops = append(stops, c.Close)
+		}
+		var opts []worker.Option
+		if tr != nil {
+			opts = append(opts, worker.WithRecorder(tr.recorders[m.Coord(r).DP]))
+		}
+		w, err := worker.New(spec, be, append(opts, worker.WithLogger(log))...)
+		if err != nil {
+			return nil, err
+		}
+		sc := worker.ShellConfig{Name: fmt.Sprintf("%s-%d", worker.ActorName, r), Logger: log.With(zap.Int("rank", r))}
+		if comms != nil {
+			comm := comms[r]
+			sc.Comms = func(*workerpb.Form) (collective.Communicator, error) { return comm, nil }
+		}
+		sh, err := worker.Spawn(sys, w, sc)
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, func() error { sh.Stop(); return nil })
+		pids[r] = sh.PID()
+	}
+	ex, err := newGroupExecutor(sys, "trainer", pids, rankName, m, 0, identity(m.Size()), cfg.StepTimeout, log)
+	if err != nil {
+		return nil, err
+	}
+	ex.local, ex.trace, ex.stop, handed = true, tr, stop, true
+	ex.learnControls(pids)
+	if err = ex.Form(ctx, firstForm(j, m, from, cursor, nil)); err != nil {
+		return nil, errors.Join(fmt.Errorf("train: forming the workers: %w", err), ex.Close())
+	}
+	return ex, nil
+}
+
+// firstForm places rank r of a fresh world (Run's): from the seed, or from
+// the checkpoint of step from.
+func firstForm(j *job, m mesh.Mesh, from int, cursor data.Cursor, addrs []string) func(r int, p uint32) *workerpb.Form {
+	return func(r int, p uint32) *workerpb.Form {
+		f := &workerpb.Form{Peer: p, Dp: uint32(m.DP), Pp: uint32(m.PP), Tp: uint32(m.TP), Rank: int32(r), Addrs: addrs,
+			Step: uint64(from), Cursor: uint64(cursor), World0: uint32(m.DP)}
+		if from > 0 {
+			f.Source, f.CheckpointStep = uint32(worker.FromCheckpoint), uint64(from)
+		}
+		return f
+	}
+}
+
+func identity(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// threadsPerWorker splits the thread budget over the local workers.
+func threadsPerWorker(cfg *Config, local int) int {
+	total := cfg.Threads
+	if total <= 0 {
+		total = runtime.GOMAXPROCS(0)
+	}
+	return max(1, total/local)
+}
+
+// commConfig is the communicators' configuration from the run's.
+func commConfig(cfg *Config, log *zap.Logger) actors.CommConfig {
+	cc := actors.DefaultCommConfig()
+	cc.Collective.Timeout = cfg.CollectiveTimeout
+	cc.Transport = cfg.Transport
+	cc.Logger = log
+	return cc
+}
+
+// deviceFor spreads the ranks of a machine over the backend's devices: one
+// worker per GPU (rank r on device r mod the device count).
+func deviceFor(backend string, rank int) int {
+	devs, _ := kernels.Devices()
+	n := 0
+	for _, d := range devs {
+		if d.Backend == backend {
+			n++
+		}
+	}
+	if n <= 1 {
+		return 0
+	}
+	return rank % n
+}

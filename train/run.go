@@ -1,0 +1,288 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"go.uber.org/zap"
+
+	"github.com/troupe-ml/troupe/data"
+)
+
+// Summary is what a finished run reports (troupe train --json prints it).
+type Summary struct {
+	Model       string  `json:"model"`
+	Params      int     `json:"params"`
+	Data        string  `json:"data"`
+	Steps       int     `json:"steps"`
+	StartStep   int     `json:"start_step"`
+	Samples     int64   `json:"samples"`
+	FirstLoss   float64 `json:"first_loss"`
+	FinalLoss   float64 `json:"final_loss"`
+	EvalLoss    float64 `json:"eval_loss,omitempty"`
+	EvalAcc     float64 `json:"eval_accuracy,omitempty"`
+	WallS       float64 `json:"wall_s"`
+	SamplesPerS float64 `json:"samples_per_s"`
+	TokensPerS  float64 `json:"tokens_per_s,omitempty"`
+	StepMsMed   float64 `json:"step_ms_median"`
+	// ComputeMsMed and CommMsMed are medians over steps (the slowest rank's);
+	// Hidden is the mean share of communication hidden behind compute.
+	ComputeMsMed float64 `json:"compute_ms_median"`
+	CommMsMed    float64 `json:"comm_ms_median"`
+	Hidden       float64 `json:"comm_hidden_fraction"`
+	World        int     `json:"world"`
+	// Saved is the path the weights were written to, and SavedStep the
+	// step they belong to (the last one, or the last completed one of a
+	// stopped run).
+	Saved     string `json:"saved,omitempty"`
+	SavedStep int    `json:"saved_step,omitempty"`
+}
+
+// Options are a run's collaborators; the zero value logs nothing and
+// calls nothing.
+type Options struct {
+	// Logger receives structured progress; nil logs nothing.
+	Logger *zap.Logger
+	// Progress, when set, gets a live progress bar (a terminal) instead of
+	// a log line every Config.LogEvery steps.
+	Progress io.Writer
+	// OnStep, when set, receives every step's metrics, in step order, on
+	// the goroutine that called Run or RunAgent (a service embedding troupe
+	// publishes progress with it); it must return quickly. An elastic agent
+	// sees every step its job trains while it is a member (the steps
+	// replayed after a restore from a checkpoint again).
+	OnStep func(StepMetrics)
+	// OnWorld, when set, receives every world the job forms (once for Run;
+	// every generation for an elastic agent), on the same goroutine as
+	// OnStep.
+	OnWorld func(WorldInfo)
+	// StopAfter, when positive, ends the run after that many steps (counted
+	// from the start of training) as if the job ended there: tests and
+	// chaos experiments use it to stop at a chosen step. An elastic agent
+	// leaves its job after that step.
+	StopAfter int
+	// WorkerCommand is the command that runs one worker process of a
+	// Config.Procs world: a program that calls RunWorkerProcess (troupe's
+	// own is `troupe __worker`). It is needed, and used, only with Procs.
+	WorkerCommand []string
+}
+
+// WorldInfo describes a world the job formed.
+type WorldInfo struct {
+	// Generation is the elastic generation (0 for Run's one world).
+	Generation uint64 `json:"generation"`
+	// Mesh is the layout, e.g. "dp2×pp2"; DP and PP its sizes.
+	Mesh   string `json:"mesh"`
+	DP, PP int    `json:"-"`
+	// Members are the elastic members by rank (nil for Run), and Standby
+	// the members without a slot.
+	Members []string `json:"members,omitempty"`
+	Standby []string `json:"standby,omitempty"`
+	// Step is where training continues; StateFrom where the state came
+	// from: "seed", "checkpoint step N" or "surviving replicas".
+	Step      int    `json:"step"`
+	StateFrom string `json:"state_from"`
+}
+
+// logger is o.Logger, or one that drops everything.
+func (o Options) logger() *zap.Logger {
+	if o.Logger == nil {
+		return zap.NewNop()
+	}
+	return o.Logger
+}
+
+// Run trains cfg in this process (Config.DP × Config.PP worker actors) or
+// in Config.Procs worker processes, until the last step or until ctx is
+// cancelled.
+//
+// Cancelling ctx aborts the step in flight on every worker (within a
+// bounded time; nothing of an aborted step is applied, unless it tore:
+// then the stages disagree about it) and stops the run. The weights of the
+// last step every stage completed are then written to Config.Save when it
+// is set (Summary.Saved and SavedStep say so; a torn step saves nothing,
+// and the error says why); the last checkpoint in Config.CkptDir is
+// complete (a write in flight is finished first). Run then returns the
+// summary of the steps trained and an error wrapping context.Canceled.
+//
+// Run's own goroutine drives the steps and calls Options.OnStep; it
+// returns once every worker (and worker process) has stopped.
+func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
+	j, err := openJob(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg = j.cfg
+	log := o.logger()
+	if err := checkWritable("Save", cfg.Save); err != nil {
+		return nil, err
+	}
+	from, cursor, err := startPoint(j, log)
+	if err != nil {
+		return nil, err
+	}
+	ckpt, err := newCheckpointer(&cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	defer ckpt.close()
+	var ex *groupExecutor
+	if cfg.Procs > 0 {
+		ex, err = startProcs(ctx, j, o.WorkerCommand, from, cursor, log)
+	} else {
+		ex, err = startLocal(ctx, j, from, cursor, log)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ex.ckpt = ckpt
+	defer func() {
+		if err := ex.Close(); err != nil {
+			log.Warn("shutting down the workers", zap.Error(err))
+		}
+	}()
+	m := ex.Mesh()
+	log.Info("training", zap.String("model", j.describe), zap.String("data", j.train.Name()), zap.Int("train_samples", j.train.Len()),
+		zap.Int("steps", j.steps), zap.Int("batch", cfg.Batch), zap.String("optimizer", cfg.Optim.Name), zap.Float64("lr", cfg.LR),
+		zap.String("device", cfg.Device), zap.Stringer("world", m), zap.Int("procs", cfg.Procs), zap.Int("threads", cfg.Threads))
+	if o.OnWorld != nil {
+		source := "seed"
+		if from > 0 {
+			source = fmt.Sprintf("checkpoint step %d", from)
+		}
+		o.OnWorld(WorldInfo{Mesh: m.String(), DP: m.DP, PP: m.PP, Step: from, StateFrom: source})
+	}
+	t := newTrainer(j, log, ckpt)
+	t.stopAfter = o.StopAfter
+	out, err := newRunOutputs(&cfg, o, j.steps)
+	if err != nil {
+		return nil, err
+	}
+	defer out.close()
+	t.observe, t.logSteps = out.observe, o.Progress == nil
+	sum, err := t.run(ctx, segment{ex: ex, from: from, cursor: cursor, batch: cfg.Batch, lrScale: 1})
+	out.finish()
+	if err != nil {
+		if ctx.Err() == nil {
+			return nil, err
+		}
+		return t.stopped(ex, sum, err)
+	}
+	if err := ckpt.close(); err != nil {
+		return nil, fmt.Errorf("train: the last checkpoint write failed: %w", err)
+	}
+	if cfg.Save != "" {
+		if err := t.saveWeights(ctx, ex, sum.Steps); err != nil {
+			return nil, err
+		}
+		sum.Saved, sum.SavedStep = cfg.Save, sum.Steps
+	}
+	if err := out.close(); err != nil {
+		return nil, err
+	}
+	return sum, nil
+}
+
+// startPoint is where a run starts: step 0, or the latest checkpoint's
+// step and cursor with Resume.
+func startPoint(j *job, log *zap.Logger) (int, data.Cursor, error) {
+	if !j.cfg.Resume {
+		return 0, 0, nil
+	}
+	step, st, err := resumePoint(&j.cfg, log)
+	if err != nil || st == nil {
+		return 0, 0, err
+	}
+	s, err := data.NewSampler(j.train.Len(), j.cfg.Seed, j.cfg.Shuffle)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := s.Restore(*st); err != nil {
+		return 0, 0, fmt.Errorf("train: resume: the checkpoint's data sampler does not fit this run: %w", err)
+	}
+	if step > j.steps {
+		return 0, 0, fieldErr("Steps", "%d: the checkpoint to resume is at step %d, past it", j.steps, step)
+	}
+	return step, s.Cursor(), nil
+}
+
+// stopped ends a run whose context was cancelled: the workers' steps are
+// aborted, the weights of the last step every stage holds are saved, and
+// the summary so far returned with err.
+func (t *trainer) stopped(ex *groupExecutor, sum *Summary, err error) (*Summary, error) {
+	t.log.Info("stopped", zap.Error(err))
+	if t.job.cfg.Save == "" {
+		return sum, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), t.job.cfg.StepTimeout)
+	defer cancel()
+	applied, aerr := ex.Applied(ctx)
+	if aerr != nil {
+		return sum, errors.Join(err, fmt.Errorf("train: not saving the weights: %w", aerr))
+	}
+	for _, a := range applied[1:] {
+		if a != applied[0] {
+			return sum, errors.Join(err, fmt.Errorf("%w: not saving the weights: the step in flight tore (the stages hold steps %v)", ErrOutput, applied))
+		}
+	}
+	if serr := t.saveWeights(ctx, ex, applied[0]); serr != nil {
+		return sum, errors.Join(err, serr)
+	}
+	sum.Saved, sum.SavedStep = t.job.cfg.Save, applied[0]
+	return sum, err
+}
+
+func (o *runOutputs) finish() {
+	if o.bar != nil {
+		o.bar.finish()
+	}
+}
+
+// runOutputs are where Run's step metrics go: the metrics file, OnStep,
+// the progress bar.
+type runOutputs struct {
+	metrics *metricsWriter
+	onStep  func(StepMetrics)
+	bar     *progress
+}
+
+func newRunOutputs(cfg *Config, o Options, steps int) (*runOutputs, error) {
+	out := &runOutputs{onStep: o.OnStep}
+	if cfg.MetricsOut != "" {
+		var err error
+		if out.metrics, err = newMetricsWriter(cfg.MetricsOut); err != nil {
+			return nil, err
+		}
+	}
+	if o.Progress != nil {
+		out.bar = newProgress(o.Progress, steps)
+	}
+	return out, nil
+}
+
+func (o *runOutputs) observe(m StepMetrics) error {
+	if o.metrics != nil {
+		if err := o.metrics.write(m); err != nil {
+			return err
+		}
+	}
+	if o.onStep != nil {
+		o.onStep(m)
+	}
+	if o.bar != nil {
+		o.bar.update(m.Step, m.Loss, m.SamplesPerS, m.TokensPerS)
+	}
+	return nil
+}
+
+// close flushes and closes the metrics file (once).
+func (o *runOutputs) close() error {
+	if o.metrics == nil {
+		return nil
+	}
+	err := o.metrics.close()
+	o.metrics = nil
+	return err
+}

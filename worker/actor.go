@@ -1,0 +1,400 @@
+package worker
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"runtime/debug"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/zap"
+
+	"github.com/troupe-ml/troupe/actors"
+	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/mesh"
+	"github.com/troupe-ml/troupe/worker/workerpb"
+)
+
+// Protocol is the version of the worker's wire messages: a worker process
+// whose hello carries another is refused (an unknown message type would
+// crash the receiving process).
+const Protocol = 2
+
+// ActorName is the worker actor's name in a worker process's or an elastic
+// agent's actor system, so that a trainer elsewhere addresses it knowing
+// the system's address.
+const ActorName = "worker"
+
+// ControlName is the name of the control actor beside a worker actor
+// named name: it takes Abort while the worker actor is busy.
+func ControlName(name string) string { return name + "-ctl" }
+
+// CommFactory opens the communicator of the generation a Form describes,
+// for the worker at its rank.
+type CommFactory func(f *workerpb.Form) (collective.Communicator, error)
+
+// Gate brackets each step, so that the world changes only between steps
+// (an elastic node's membership): Hold returns false while a new world is
+// being formed.
+type Gate interface {
+	Hold() bool
+	Release()
+}
+
+// ShellConfig configures a worker actor.
+type ShellConfig struct {
+	// Name is the actor's name: ActorName in a process of its own, unique
+	// in a process that runs several workers.
+	Name string
+	// Node is the name of the node, reported in Status.
+	Node string
+	// Comms opens each generation's communicator (worlds of more than one
+	// rank).
+	Comms CommFactory
+	// Gate, when set, brackets every step.
+	Gate Gate
+	// Notify, when set, receives what concerns the worker's node rather
+	// than the worker: *workerpb.Finish (the job ended), *workerpb.Progress
+	// (a step's metrics) and the error of a crash (it wraps ErrCrashed).
+	// It is called on the actor's goroutine and must not block.
+	Notify func(any)
+	// ShipTrace sends what the worker's recorder saw of each step back in
+	// StepDone (a pipeline stage in a worker process, whose trace the
+	// parent writes).
+	ShipTrace bool
+	// Logger receives the worker's warnings; nil logs nothing.
+	Logger *zap.Logger
+}
+
+// Shell is a worker actor (and its control actor) around a Worker: the
+// only code that touches the worker once spawned.
+type Shell struct {
+	sys      *actors.System
+	pid, ctl *actor.PID
+
+	mu     sync.Mutex
+	cancel context.CancelCauseFunc // of the step, evaluation or transfer in flight
+}
+
+// Spawn starts the worker actor for w. If the actor panics it answers the
+// request in flight with an error wrapping ErrCrashed, tells Notify, and
+// stops: a worker whose state may be half updated is never used again.
+func Spawn(sys *actors.System, w *Worker, cfg ShellConfig) (*Shell, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Notify == nil {
+		cfg.Notify = func(any) {}
+	}
+	s := &Shell{sys: sys}
+	a := &shellActor{w: w, cfg: cfg, shell: s, log: cfg.Logger}
+	var err error
+	if s.pid, err = sys.Root().SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return a }), cfg.Name); err != nil {
+		return nil, fmt.Errorf("worker: spawning %s: %w", cfg.Name, err)
+	}
+	ctl := actor.PropsFromFunc(func(c actor.Context) {
+		if m, ok := c.Message().(*workerpb.Abort); ok {
+			s.Abort(m.Reason)
+		}
+	})
+	if s.ctl, err = sys.Root().SpawnNamed(ctl, ControlName(cfg.Name)); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("worker: spawning %s: %w", ControlName(cfg.Name), err)
+	}
+	return s, nil
+}
+
+// PID is the worker actor.
+func (s *Shell) PID() *actor.PID { return s.pid }
+
+// Abort cancels the step, evaluation or state transfer in flight, if any;
+// it returns at once (the worker answers the request with the error).
+func (s *Shell) Abort(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancel != nil {
+		s.cancel(fmt.Errorf("%w: %s", collective.ErrCanceled, reason))
+	}
+}
+
+// Stop stops both actors, after the request in flight (Abort first to cut
+// it short); the worker's communicator is closed.
+func (s *Shell) Stop() {
+	if s.ctl != nil {
+		_ = s.sys.Root().StopFuture(s.ctl).Wait()
+	}
+	_ = s.sys.Root().StopFuture(s.pid).Wait()
+}
+
+// begin makes the context of an abortable request.
+func (s *Shell) begin() (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	s.mu.Lock()
+	s.cancel = cancel
+	s.mu.Unlock()
+	return ctx, func() {
+		s.mu.Lock()
+		s.cancel = nil
+		s.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// CaptureRequest asks a worker of this process to add its stage to Snap
+// (an in-process checkpoint); it is answered with *Captured. Requests of
+// one snapshot go one at a time, stages in order.
+type CaptureRequest struct {
+	Peer uint32
+	Snap *checkpoint.Snapshot
+}
+
+// Captured answers CaptureRequest.
+type Captured struct {
+	Peer uint32
+	Err  error
+}
+
+func (c *Captured) GetPeer() uint32 { return c.Peer }
+func (c *Captured) Failed() error   { return c.Err }
+
+var _ actors.Reply = (*Captured)(nil)
+
+type shellActor struct {
+	w     *Worker
+	cfg   ShellConfig
+	shell *Shell
+	log   *zap.Logger
+}
+
+func (a *shellActor) Receive(c actor.Context) {
+	defer a.recoverPanic(c)
+	switch m := c.Message().(type) {
+	case *workerpb.StatusRequest:
+		h := a.w.Holding()
+		st := &workerpb.Status{Peer: m.Peer, Name: a.cfg.Node, HeldStage: int32(h.Stage), Applied: uint64(h.Applied),
+			Cursor: uint64(h.Cursor), CanRollBack: h.Undo, World0: uint32(h.World0), Rank: int32(a.w.Rank())}
+		if m.Checksum {
+			st.Checksum = a.w.Checksum()
+		}
+		c.Respond(st)
+	case *workerpb.Form:
+		c.Respond(a.form(m))
+	case *workerpb.RunStep:
+		c.Respond(a.step(m))
+	case *workerpb.EvalRequest:
+		c.Respond(a.eval(m))
+	case *workerpb.WeightsRequest:
+		c.Respond(a.weights(m))
+	case *workerpb.SaveShard:
+		c.Respond(a.saveShard(m))
+	case *CaptureRequest:
+		c.Respond(&Captured{Peer: m.Peer, Err: a.w.Capture(m.Snap)})
+	case *workerpb.Finish:
+		c.Respond(&workerpb.Finished{Peer: m.Peer, Checksum: a.w.Checksum()})
+		a.cfg.Notify(m)
+	case *workerpb.Progress:
+		a.cfg.Notify(m)
+	case *actor.Stopped:
+		a.w.Close()
+	}
+}
+
+// recoverPanic turns a panic into a crash: the request in flight is
+// answered with it, the node told, and the actor stopped.
+func (a *shellActor) recoverPanic(c actor.Context) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	err := fmt.Errorf("%w: actor %s panicked: %v", ErrCrashed, c.Self().Id, p)
+	a.log.Error("worker crashed", zap.String("actor", c.Self().Id), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+	if c.Sender() != nil {
+		if r := failedReply(c.Message(), err); r != nil {
+			c.Respond(r)
+		}
+	}
+	a.cfg.Notify(err)
+	c.Stop(c.Self())
+}
+
+// failedReply is the answer to request msg that failed with err.
+func failedReply(msg any, err error) any {
+	f := workerpb.FailureOf(err)
+	switch m := msg.(type) {
+	case *workerpb.StatusRequest:
+		return &workerpb.Status{Peer: m.Peer, Failure: f}
+	case *workerpb.Form:
+		return &workerpb.Formed{Peer: m.Peer, Failure: f}
+	case *workerpb.RunStep:
+		return &workerpb.StepDone{Peer: m.Peer, Failure: f, Generation: m.Generation, Step: m.Step}
+	case *workerpb.EvalRequest:
+		return &workerpb.EvalDone{Peer: m.Peer, Failure: f}
+	case *workerpb.WeightsRequest:
+		return &workerpb.Weights{Peer: m.Peer, Failure: f}
+	case *workerpb.SaveShard:
+		return &workerpb.ShardSaved{Peer: m.Peer, Failure: f}
+	case *CaptureRequest:
+		return &Captured{Peer: m.Peer, Err: err}
+	case *workerpb.Finish:
+		return &workerpb.Finished{Peer: m.Peer, Failure: f}
+	}
+	return nil
+}
+
+// form places the worker in the generation m describes.
+func (a *shellActor) form(m *workerpb.Form) *workerpb.Formed {
+	f, err := FormOf(m)
+	if err != nil {
+		return &workerpb.Formed{Peer: m.Peer, Failure: workerpb.FailureOf(err)}
+	}
+	var comm collective.Communicator
+	if !f.Standby() && f.Mesh.Size() > 1 {
+		if a.cfg.Comms == nil {
+			err = fmt.Errorf("%w: no communicator for a world of %d", ErrConfig, f.Mesh.Size())
+		} else {
+			comm, err = a.cfg.Comms(m)
+		}
+		if err != nil {
+			a.w.Close()
+			return &workerpb.Formed{Peer: m.Peer, Failure: workerpb.FailureOf(err)}
+		}
+	}
+	ctx, end := a.shell.begin()
+	defer end()
+	if err := a.w.Form(ctx, f, comm); err != nil {
+		a.log.Warn("joining a generation failed", zap.Uint64("generation", f.Generation), zap.Error(err))
+		a.w.Close()
+		return &workerpb.Formed{Peer: m.Peer, Failure: workerpb.FailureOf(err)}
+	}
+	return &workerpb.Formed{Peer: m.Peer, Checksum: a.w.Checksum()}
+}
+
+// FormOf checks a Form from the wire and returns it as the worker takes it.
+func FormOf(m *workerpb.Form) (Form, error) {
+	f := Form{Generation: m.Generation, Rank: int(m.Rank), Step: int(m.Step), Cursor: data.Cursor(m.Cursor), RollBack: m.RollBack,
+		World0: int(m.World0), Source: Source{Kind: SourceKind(m.Source), Step: int(m.CheckpointStep)}}
+	if m.Rank < 0 {
+		f.Rank = -1
+		return f, nil
+	}
+	if m.Dp > mesh.MaxSize || m.Pp > mesh.MaxSize || m.Tp > mesh.MaxSize || m.Step > math.MaxInt32 || m.CheckpointStep > math.MaxInt32 {
+		return f, fmt.Errorf("%w: form out of range: %v", ErrConfig, m)
+	}
+	var err error
+	if f.Mesh, err = mesh.New(int(m.Dp), int(m.Pp), int(m.Tp)); err != nil {
+		return f, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	switch {
+	case f.Rank >= f.Mesh.Size():
+		return f, fmt.Errorf("%w: rank %d of a %v world", ErrConfig, f.Rank, f.Mesh)
+	case len(m.Addrs) != 0 && len(m.Addrs) != f.Mesh.Size():
+		return f, fmt.Errorf("%w: %d addresses for a %v world", ErrConfig, len(m.Addrs), f.Mesh)
+	case f.Source.Kind > FromCheckpoint:
+		return f, fmt.Errorf("%w: unknown state source %d", ErrConfig, m.Source)
+	case f.Source.Kind == FromReplica && len(m.Roots) != f.Mesh.PP:
+		return f, fmt.Errorf("%w: %d roots for %d stages", ErrConfig, len(m.Roots), f.Mesh.PP)
+	}
+	for st, r := range m.Roots {
+		if r < 0 || int(r) >= f.Mesh.Size() || f.Mesh.Coord(int(r)).PP != st {
+			return f, fmt.Errorf("%w: stage %d's root %d is not a rank of that stage in a %v world", ErrConfig, st, r, f.Mesh)
+		}
+		f.Source.Roots = append(f.Source.Roots, int(r))
+	}
+	return f, nil
+}
+
+// step runs one step, gated and abortable.
+func (a *shellActor) step(m *workerpb.RunStep) *workerpb.StepDone {
+	done := &workerpb.StepDone{Peer: m.Peer, Generation: m.Generation, Step: m.Step, Rank: uint32(max(0, a.w.Rank()))}
+	if g := a.cfg.Gate; g != nil {
+		if !g.Hold() {
+			done.Failure = workerpb.FailureOf(fmt.Errorf("%w: a new world is being formed", ErrStale))
+			return done
+		}
+		defer g.Release()
+	}
+	ctx, end := a.shell.begin()
+	defer end()
+	res, err := a.w.Step(ctx, StepRequest{Generation: m.Generation, Step: int(m.Step), Cursor: data.Cursor(m.Cursor),
+		Batch: int(m.Batch), LR: m.Lr, GlobalTargets: int(m.GlobalTargets), Checksum: m.Checksum})
+	if a.cfg.ShipTrace && a.w.rec != nil && a.w.st != nil {
+		tl := a.w.rec.Take()
+		st := a.w.st.coord.PP
+		done.Spans, done.Mem = shipSpans(tl.Spans[st]), shipMem(tl.Mem[st])
+	}
+	if err != nil {
+		done.Failure = workerpb.FailureOf(err)
+		a.log.Warn("step failed", zap.Uint64("step", m.Step), zap.Error(err))
+		return done
+	}
+	done.LossSum, done.Targets, done.Correct = res.LossSum, uint64(res.Targets), uint64(res.Correct)
+	done.StepMs, done.ComputeMs, done.ScheduleMs = res.StepMs, res.ComputeMs, res.ScheduleMs
+	done.CommMs, done.ExposedCommMs = res.CommMs, res.ExposedMs
+	done.GradNorm, done.Checksum = res.GradNorm, res.Checksum
+	done.PeakActivationBytes, done.PeakMicroBatches = res.PeakAct, uint32(res.PeakMicro)
+	return done
+}
+
+func (a *shellActor) eval(m *workerpb.EvalRequest) *workerpb.EvalDone {
+	if m.Generation != a.w.Generation() {
+		return &workerpb.EvalDone{Peer: m.Peer, Failure: workerpb.FailureOf(fmt.Errorf("%w: evaluation for generation %d in %d", ErrStale, m.Generation, a.w.Generation()))}
+	}
+	if m.Lo > math.MaxInt32 || m.Hi > math.MaxInt32 {
+		return &workerpb.EvalDone{Peer: m.Peer, Failure: workerpb.FailureOf(fmt.Errorf("%w: rows [%d, %d)", ErrData, m.Lo, m.Hi))}
+	}
+	ctx, end := a.shell.begin()
+	defer end()
+	res, rows, err := a.w.Evaluate(ctx, int(m.Lo), int(m.Hi))
+	return &workerpb.EvalDone{Peer: m.Peer, Failure: workerpb.FailureOf(err), LossSum: res.LossSum, Targets: uint64(res.Targets),
+		Correct: uint64(res.Correct), Rows: uint64(rows)}
+}
+
+func (a *shellActor) weights(m *workerpb.WeightsRequest) *workerpb.Weights {
+	if m.Generation != a.w.Generation() || a.w.Holding().Stage < 0 {
+		return &workerpb.Weights{Peer: m.Peer, Failure: workerpb.FailureOf(fmt.Errorf("%w: no stage in generation %d", ErrStale, m.Generation))}
+	}
+	return &workerpb.Weights{Peer: m.Peer, Data: FloatBytes(a.w.Weights())}
+}
+
+func (a *shellActor) saveShard(m *workerpb.SaveShard) *workerpb.ShardSaved {
+	var meta checkpoint.Meta
+	if err := json.Unmarshal(m.Meta, &meta); err != nil {
+		return &workerpb.ShardSaved{Peer: m.Peer, Failure: workerpb.FailureOf(fmt.Errorf("%w: checkpoint meta: %v", ErrConfig, err))}
+	}
+	if m.Generation != a.w.Generation() || meta.Step != int64(a.w.Holding().Applied) {
+		return &workerpb.ShardSaved{Peer: m.Peer, Failure: workerpb.FailureOf(fmt.Errorf("%w: checkpoint of step %d in generation %d; this worker is at step %d of %d",
+			ErrStale, meta.Step, m.Generation, a.w.Holding().Applied, a.w.Generation()))}
+	}
+	n, err := a.w.SaveShard(meta, m.Dir, m.Tmp)
+	if err != nil {
+		a.log.Warn("checkpoint shard failed", zap.Uint64("step", m.Step), zap.Error(err))
+	}
+	return &workerpb.ShardSaved{Peer: m.Peer, Failure: workerpb.FailureOf(err), Bytes: uint64(n)}
+}
+
+// FloatBytes encodes float32 values little-endian (Weights.Data).
+func FloatBytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, f := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
+	}
+	return b
+}
+
+// BytesFloats decodes little-endian float32 values; a length that is not a
+// multiple of 4 is an error.
+func BytesFloats(b []byte) ([]float32, error) {
+	if len(b)%4 != 0 {
+		return nil, fmt.Errorf("%w: %d bytes of float32 data", ErrWire, len(b))
+	}
+	v := make([]float32, len(b)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v, nil
+}

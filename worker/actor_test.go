@@ -1,0 +1,142 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/troupe-ml/troupe/actors"
+	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/failure"
+	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/pipeline"
+	"github.com/troupe-ml/troupe/worker/workerpb"
+)
+
+// panicGate is a gate that panics: a stand-in for a worker that fails
+// half-way through a step (a CUDA allocation failure is a panic).
+type panicGate struct{}
+
+func (panicGate) Hold() bool { panic("out of device memory") }
+func (panicGate) Release()   {}
+
+// shells spawns n worker actors of one local world and a group over them.
+func shells(t *testing.T, spec *Spec, n int, gate Gate, notify func(any)) (*actors.System, []*Shell, *actors.Group) {
+	t.Helper()
+	sys, err := actors.NewSystem(actors.SystemConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sys.Close() })
+	var comms []collective.Communicator
+	if n > 1 {
+		cc := actors.DefaultCommConfig()
+		cc.Collective.Timeout = time.Minute
+		if comms, err = actors.StartLocal(sys, n, cc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := make([]*Shell, n)
+	pids := make([]*actor.PID, n)
+	for r := range out {
+		w, err := New(spec, cpu.New(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := ShellConfig{Name: fmt.Sprintf("%s-w%d", t.Name(), r), Gate: gate, Notify: notify}
+		if comms != nil {
+			comm := comms[r]
+			cfg.Comms = func(*workerpb.Form) (collective.Communicator, error) { return comm, nil }
+		}
+		if out[r], err = Spawn(sys, w, cfg); err != nil {
+			t.Fatal(err)
+		}
+		pids[r] = out[r].PID()
+		t.Cleanup(out[r].Stop)
+	}
+	g, err := actors.NewGroup(sys, actors.GroupConfig{Name: t.Name() + "-group", Peers: pids, CallTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	forms := make([]any, n)
+	for r := range forms {
+		forms[r] = &workerpb.Form{Peer: uint32(r), Generation: 1, Dp: uint32(n), Pp: 1, Tp: 1, Rank: int32(r)}
+	}
+	if _, err := g.Call(context.Background(), forms); err != nil {
+		t.Fatal(err)
+	}
+	return sys, out, g
+}
+
+func steps(n int, s setup) []any {
+	msgs := make([]any, n)
+	for r := range msgs {
+		msgs[r] = &workerpb.RunStep{Peer: uint32(r), Generation: 1, Batch: uint32(s.batch), Lr: 1e-2, GlobalTargets: uint64(s.globalTargets(s.batch))}
+	}
+	return msgs
+}
+
+// A worker that panics answers the request in flight with a crash naming
+// its actor, tells its node, and stops: later calls fail at once.
+func TestShellCrashStopsTheWorker(t *testing.T) {
+	s := mlpSetup(t)
+	notified := make(chan any, 1)
+	_, _, g := shells(t, s.spec(t, 1, 1, pipeline.Kind1F1B, false, 0), 1, panicGate{}, func(m any) { notified <- m })
+	_, err := g.Call(context.Background(), steps(1, s))
+	if !errors.Is(err, ErrCrashed) || !strings.Contains(err.Error(), "out of device memory") || !strings.Contains(err.Error(), "-w0") {
+		t.Fatalf("step on a crashing worker: %v", err)
+	}
+	if failure.CodeOf(err) != failure.Crashed {
+		t.Errorf("code %s", failure.CodeOf(err))
+	}
+	select {
+	case m := <-notified:
+		if e, ok := m.(error); !ok || !errors.Is(e, ErrCrashed) {
+			t.Errorf("the node was told %v", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node was not told of the crash")
+	}
+	if _, err := g.Call(context.Background(), []any{&workerpb.StatusRequest{}}); !errors.Is(err, actors.ErrPeerLost) {
+		t.Fatalf("a call after the crash: %v", err)
+	}
+}
+
+// Abort cuts a step short: a rank whose peer never runs the step would
+// wait for the collective timeout; aborted, it answers at once, cancelled,
+// and nothing was applied.
+func TestShellAbortStopsAStepInFlight(t *testing.T) {
+	s := mlpSetup(t)
+	sys, _, g := shells(t, s.spec(t, 1, 1, pipeline.Kind1F1B, false, 0), 2, nil, nil)
+	msgs := steps(2, s)
+	msgs[1] = nil // rank 1 never joins the all-reduce
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.Call(context.Background(), msgs)
+		done <- err
+	}()
+	// The abort goes to the control actor, as a trainer in another process
+	// sends it; the step may not have started yet, so repeat it until the
+	// call ends (an abort with nothing in flight does nothing).
+	for {
+		sys.Root().Send(actor.NewPID(sys.Address(), ControlName(t.Name()+"-w0")), &workerpb.Abort{Reason: "test"})
+		select {
+		case err := <-done:
+			if !errors.Is(err, collective.ErrCanceled) || !failure.Transient(err) {
+				t.Fatalf("aborted step: %v", err)
+			}
+			replies, err := g.Call(context.Background(), []any{&workerpb.StatusRequest{Peer: 0}, nil})
+			if err != nil || replies[0].(*workerpb.Status).Applied != 0 {
+				t.Fatalf("status after the abort: %v, %v", replies, err)
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

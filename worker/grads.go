@@ -1,0 +1,175 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/mesh"
+	"github.com/troupe-ml/troupe/nn"
+)
+
+// reducer all-reduces a stage's gradients over its data-parallel group in
+// buckets, each started as soon as the last backward pass has made its
+// gradients final (PyTorch DDP's Reducer, without its threads): the
+// communication of the late layers' buckets overlaps the backward pass of
+// the early ones.
+type reducer struct {
+	s       *stepper
+	plan    *Plan
+	tracker *Tracker
+	grads   []float32 // the host view of the gradient buffer (or staging)
+	handles []*collective.Handle
+	started []int
+	ctx     context.Context
+	first   time.Time
+	err     error // a hook's failure, reported after the backward pass
+}
+
+func newReducer(s *stepper) (*reducer, error) {
+	set := s.w.model.Set
+	plan, err := NewPlan(set, s.w.spec.BucketBytes)
+	if err != nil {
+		return nil, err
+	}
+	return &reducer{s: s, plan: plan, tracker: NewTracker(plan), grads: s.host(set.Grads(), false)}, nil
+}
+
+// start prepares a step's backward pass.
+func (r *reducer) start(ctx context.Context) {
+	r.ctx, r.err, r.handles, r.first = ctx, nil, r.handles[:0], time.Time{}
+	r.tracker.Reset()
+}
+
+// ready is the backward pass's hook: p's gradient is final.
+func (r *reducer) ready(p *nn.Param) {
+	if r.err != nil {
+		return
+	}
+	var err error
+	if r.started, err = r.tracker.Ready(p, r.started[:0]); err != nil {
+		r.err = err
+		return
+	}
+	r.launch(r.started)
+}
+
+// launch starts the all-reduce of buckets ks.
+func (r *reducer) launch(ks []int) {
+	be := r.s.w.be
+	grads := r.s.w.model.Set.Grads()
+	for _, k := range ks {
+		b := r.plan.Buckets[k]
+		buf := r.grads[b.Lo:b.Hi]
+		if r.s.hostMem == nil {
+			be.Download(buf, be.View(grads, b.Lo, b.Len()))
+		}
+		if r.first.IsZero() {
+			r.first = time.Now()
+		}
+		r.handles = append(r.handles, r.s.dp.AllReduce(r.ctx, buf, collective.Sum))
+	}
+}
+
+// finish launches the buckets no hook started (a replica whose last
+// micro-batch was empty makes no gradients final: it sends its zeros, or
+// what earlier micro-batches accumulated) and waits for every bucket.
+func (r *reducer) finish() error {
+	for i, p := range r.s.w.model.Set.Params() {
+		if r.tracker.Done() {
+			break
+		}
+		if !r.tracker.seen[i] {
+			r.ready(p)
+		}
+	}
+	if r.err != nil {
+		r.abandon()
+		return r.err
+	}
+	return collective.WaitAll(r.handles...)
+}
+
+// abandon waits for the all-reduces already started, so that no operation
+// still owns the gradient buffer when the step returns its error.
+func (r *reducer) abandon() { _ = collective.WaitAll(r.handles...) }
+
+// sumGradients completes the gradient sums after the schedule ended: the
+// data-parallel buckets (started during the last backward pass), then the
+// tied embedding's between the first and the last stage.
+func (s *stepper) sumGradients(ctx context.Context, scheduleEnd time.Time, res *StepResult) error {
+	set := s.w.model.Set
+	if r := s.reducer; r != nil {
+		if err := r.finish(); err != nil {
+			return fmt.Errorf("stage %d: data-parallel gradient sum: %w", s.coord.PP, err)
+		}
+		res.Overlap = MeasureOverlap(r.first, scheduleEnd, time.Now())
+		s.landed(set.Grads())
+	}
+	if s.tied != nil {
+		t := s.w.model.Tied
+		buf := s.host(t.G, true)
+		if err := s.tied.AllReduce(ctx, buf, collective.Sum).Wait(); err != nil {
+			return fmt.Errorf("stage %d: tied embedding gradient sum: %w", s.coord.PP, err)
+		}
+		s.landed(t.G)
+	}
+	return nil
+}
+
+// clip scales the gradients to the global norm bound, the norm summed over
+// the stages (the tied embedding counted once, on the first stage). It
+// returns the norm before clipping (0 when not clipping).
+func (s *stepper) clip(ctx context.Context) (float64, error) {
+	maxNorm := s.w.spec.ClipNorm
+	if maxNorm <= 0 {
+		return 0, nil
+	}
+	m, be := s.w.model, s.w.be
+	sq := be.SumSquares(m.Set.Grads())
+	if t := m.Tied; t != nil && !m.First() {
+		sq -= be.SumSquares(t.G)
+	}
+	if s.pipe != nil {
+		s.norm[0] = float32(sq)
+		if err := s.pipe.AllReduce(ctx, s.norm, collective.Sum).Wait(); err != nil {
+			return 0, fmt.Errorf("stage %d: gradient norm: %w", s.coord.PP, err)
+		}
+		sq = float64(s.norm[0])
+	}
+	norm := math.Sqrt(sq)
+	if norm > maxNorm {
+		be.Scale(m.Set.Grads(), float32(maxNorm/(norm+1e-6)))
+	}
+	return norm, nil
+}
+
+// broadcastState gives every rank of the stage's data-parallel group the
+// weights and optimizer state of mesh rank root.
+func (s *stepper) broadcastState(ctx context.Context, root int) error {
+	if s.dp == nil {
+		return nil
+	}
+	group := s.mesh.Group(mesh.DP, s.rank)
+	at := -1
+	for i, r := range group {
+		if r == root {
+			at = i
+		}
+	}
+	if at < 0 {
+		return fmt.Errorf("%w: root %d is not in the data-parallel group %v of rank %d", ErrConfig, root, group, s.rank)
+	}
+	be := s.w.be
+	for _, b := range s.w.stateBufs() {
+		host := make([]float32, b.Len())
+		be.Download(host, b)
+		if err := s.dp.Broadcast(ctx, host, at).Wait(); err != nil {
+			return fmt.Errorf("state of stage %d from rank %d: %w", s.coord.PP, root, err)
+		}
+		be.Upload(b, host)
+	}
+	return nil
+}

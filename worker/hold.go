@@ -1,0 +1,160 @@
+package worker
+
+import (
+	"fmt"
+
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/mesh"
+)
+
+// Holding is what a worker holds of the training state between steps.
+type Holding struct {
+	// Stage is the pipeline stage whose state it holds (0 without
+	// pipelining), −1 before it holds any.
+	Stage int
+	// Applied is the number of steps whose update that state includes;
+	// Cursor the sampler cursor after them.
+	Applied int
+	Cursor  data.Cursor
+	// Undo: it also holds its state from before the last step (Spec.
+	// KeepUndo), which belongs to step Applied − 1 and cursor UndoCursor.
+	Undo       bool
+	UndoCursor data.Cursor
+	// World0 is the data-parallel size of the job's first generation (the
+	// linear learning-rate scaling rule's reference), 0 before any.
+	World0 int
+}
+
+// NoHolding is a worker that holds nothing yet.
+var NoHolding = Holding{Stage: -1}
+
+// SourceKind is where a stage's state comes from when a generation forms.
+type SourceKind uint8
+
+const (
+	// FromSeed: nothing was trained yet; every worker builds its stage
+	// from the seed (or Spec.Init) and nothing is transferred.
+	FromSeed SourceKind = iota
+	// FromReplica: the stage's data-parallel group takes the state of one
+	// of its ranks (Source.Root), which holds it at the generation's step.
+	FromReplica
+	// FromCheckpoint: every worker restores its stage from the checkpoint
+	// of step Source.Step (a stage no member holds, or --resume).
+	FromCheckpoint
+)
+
+func (k SourceKind) String() string {
+	switch k {
+	case FromSeed:
+		return "seed"
+	case FromReplica:
+		return "replica"
+	case FromCheckpoint:
+		return "checkpoint"
+	}
+	return fmt.Sprintf("source(%d)", uint8(k))
+}
+
+// Source says where every stage of a generation takes its state from.
+type Source struct {
+	Kind SourceKind
+	// Roots is, for FromReplica, the mesh rank whose state each stage
+	// takes, by stage.
+	Roots []int
+	// Step is, for FromCheckpoint, the checkpoint's step.
+	Step int
+}
+
+// Form places a worker in a generation.
+type Form struct {
+	Generation uint64
+	// Mesh is the generation's world; Rank this worker's rank in it, −1
+	// for a worker without a slot (standby).
+	Mesh mesh.Mesh
+	Rank int
+	// Step and Cursor are where training continues.
+	Step   int
+	Cursor data.Cursor
+	Source Source
+	// RollBack: undo the last step first (the worker is at Step + 1 and
+	// kept its state from before it).
+	RollBack bool
+	// World0 is the job's first generation's data-parallel size.
+	World0 int
+}
+
+// Standby reports whether the form gives the worker no slot.
+func (f Form) Standby() bool { return f.Rank < 0 }
+
+// FormPlan is what a worker does to join a generation, in order.
+type FormPlan struct {
+	// RollBack: go back to the state from before the last step.
+	RollBack bool
+	// Drop: forget the state held; it is ahead of the generation's step.
+	Drop bool
+	// Build is the stage to build anew from the seed (−1: keep the model
+	// part built).
+	Build int
+	// Restore is the checkpoint step to restore from (0: none).
+	Restore int
+	// Root is the mesh rank whose state the stage's data-parallel group
+	// takes (−1: none); the root itself sends it.
+	Root int
+	// Next is what the worker holds once it joined.
+	Next Holding
+}
+
+// Plan says what a worker holding h, with a model part built for stage
+// built (−1: none), does to join generation f. It checks what the worker
+// can check itself: a roll-back it kept no copy for, a stage it is to
+// serve but does not hold.
+func (h Holding) Plan(f Form, built int) (FormPlan, error) {
+	p := FormPlan{Build: -1, Root: -1}
+	if f.RollBack {
+		if !h.Undo || h.Applied != f.Step+1 {
+			return p, fmt.Errorf("%w: asked to undo step %d, but this worker holds step %d and kept no copy from before it", ErrNoState, f.Step+1, h.Applied)
+		}
+		p.RollBack = true
+		h.Applied, h.Cursor = h.Applied-1, h.UndoCursor
+	}
+	h.Undo, h.UndoCursor = false, 0 // every member starts the generation at f.Step
+	h.World0 = f.World0
+	if h.Applied > f.Step {
+		// State ahead of the generation (a torn step it could not undo,
+		// steps past the checkpoint a lost stage restarts from) is
+		// dropped: the worker holds nothing until it takes a stage.
+		p.Drop = true
+		h.Stage, h.Applied, h.Cursor = -1, 0, 0
+	}
+	if f.Standby() {
+		p.Next = h
+		return p, nil
+	}
+	if err := f.Mesh.Validate(); err != nil || f.Rank >= f.Mesh.Size() {
+		return p, fmt.Errorf("%w: rank %d of a %v world", ErrConfig, f.Rank, f.Mesh)
+	}
+	st := f.Mesh.Coord(f.Rank).PP
+	if built != st || f.Source.Kind == FromSeed {
+		p.Build = st
+		h.Stage = -1
+	}
+	switch f.Source.Kind {
+	case FromCheckpoint:
+		if f.Source.Step <= 0 {
+			return p, fmt.Errorf("%w: restore from checkpoint step %d", ErrConfig, f.Source.Step)
+		}
+		p.Restore = f.Source.Step
+	case FromReplica:
+		if st >= len(f.Source.Roots) {
+			return p, fmt.Errorf("%w: no root for stage %d", ErrConfig, st)
+		}
+		p.Root = f.Source.Roots[st]
+		if p.Root == f.Rank && (h.Stage != st || h.Applied != f.Step) {
+			return p, fmt.Errorf("%w: asked to serve stage %d at step %d, but this worker holds stage %d at step %d",
+				ErrNoState, st, f.Step, h.Stage, h.Applied)
+		}
+	}
+	h.Stage, h.Applied, h.Cursor = st, f.Step, f.Cursor
+	p.Next = h
+	return p, nil
+}

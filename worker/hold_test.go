@@ -1,0 +1,217 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/mesh"
+	"github.com/troupe-ml/troupe/pipeline"
+)
+
+// What a worker does to join a generation, from what it holds.
+func TestHoldingPlan(t *testing.T) {
+	dp2pp2, _ := mesh.Of(2, 2)
+	at := func(rank int, src Source, step int) Form {
+		return Form{Generation: 3, Mesh: dp2pp2, Rank: rank, Step: step, Cursor: data.Cursor(8 * step), Source: src, World0: 2}
+	}
+	seed := Source{Kind: FromSeed}
+	roots := Source{Kind: FromReplica, Roots: []int{0, 3}}
+	ckpt := Source{Kind: FromCheckpoint, Step: 4}
+	held := func(stage, applied int) Holding {
+		return Holding{Stage: stage, Applied: applied, Cursor: data.Cursor(8 * applied), World0: 2}
+	}
+	cases := []struct {
+		name  string
+		h     Holding
+		built int
+		f     Form
+		want  FormPlan
+		err   error
+	}{
+		{"fresh start", NoHolding, -1, at(2, seed, 0),
+			FormPlan{Build: 1, Root: -1, Next: held(1, 0)}, nil},
+		{"the root serves its stage", held(0, 7), 0, at(0, roots, 7),
+			FormPlan{Build: -1, Root: 0, Next: held(0, 7)}, nil},
+		{"a replica behind takes the root's state", held(0, 5), 0, at(1, roots, 7),
+			FormPlan{Build: -1, Root: 0, Next: held(0, 7)}, nil},
+		{"a member moved to another stage rebuilds", held(0, 7), 0, at(2, roots, 7),
+			FormPlan{Build: 1, Root: 3, Next: held(1, 7)}, nil},
+		{"state ahead of a checkpoint restore is dropped", held(1, 9), 1, at(3, ckpt, 4),
+			FormPlan{Drop: true, Build: -1, Restore: 4, Root: -1, Next: held(1, 4)}, nil},
+		{"a torn step is rolled back", Holding{Stage: 1, Applied: 8, Cursor: 64, Undo: true, UndoCursor: 56}, 1,
+			Form{Generation: 3, Mesh: dp2pp2, Rank: 3, Step: 7, Cursor: 56, Source: roots, RollBack: true, World0: 2},
+			FormPlan{RollBack: true, Build: -1, Root: 3, Next: held(1, 7)}, nil},
+		{"standby keeps what it holds", held(0, 5), 0, Form{Generation: 3, Rank: -1, Step: 7, World0: 2},
+			FormPlan{Build: -1, Root: -1, Next: held(0, 5)}, nil},
+		{"standby ahead drops", held(0, 9), 0, Form{Generation: 3, Rank: -1, Step: 7, World0: 2},
+			FormPlan{Drop: true, Build: -1, Root: -1, Next: Holding{Stage: -1, World0: 2}}, nil},
+		{"no copy to roll back", held(1, 8), 1, Form{Generation: 3, Mesh: dp2pp2, Rank: 3, Step: 7, RollBack: true, Source: roots},
+			FormPlan{}, ErrNoState},
+		{"a root that does not hold its stage", held(0, 5), 0, at(0, roots, 7), FormPlan{}, ErrNoState},
+		{"a rank outside the mesh", NoHolding, -1, at(4, seed, 0), FormPlan{}, ErrConfig},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.h.Plan(tc.f, tc.built)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("err %v, want %v", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("plan %+v (%v),\nwant %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// stateOf is every buffer of a worker's training state, on the host.
+func stateOf(w *Worker) [][]float32 {
+	var out [][]float32
+	for _, b := range w.stateBufs() {
+		h := make([]float32, b.Len())
+		w.be.Download(h, b)
+		out = append(out, h)
+	}
+	return out
+}
+
+func sameState(a, b [][]float32) bool {
+	return slices.EqualFunc(a, b, func(x, y []float32) bool { return slices.Equal(x, y) })
+}
+
+// A generation forms from a surviving replica: the member that trained
+// nothing takes the root's weights and optimizer state bit for bit, and
+// the two then train in lockstep.
+func TestFormFromReplica(t *testing.T) {
+	s := mlpSetup(t)
+	spec := s.spec(t, 1, 1, pipeline.Kind1F1B, false, 0)
+	solo := newWorld(t, spec, 1)
+	solo.losses(t, s, 3, s.batch)
+	veteran := solo.workers[0]
+	veteran.Close()
+	newcomer, err := New(spec, cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer newcomer.Close()
+	m, _ := mesh.Of(2, 1)
+	net := collective.NewMemNetwork(2)
+	comms, err := net.Start(collective.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Close()
+	f := Form{Generation: 2, Mesh: m, Step: 3, Cursor: data.Cursor(3 * s.batch), Source: Source{Kind: FromReplica, Roots: []int{0}}}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, w := range []*Worker{veteran, newcomer} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f := f
+			f.Rank = r
+			errs[r] = w.Form(context.Background(), f, comms[r])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if !sameState(stateOf(veteran), stateOf(newcomer)) {
+		t.Fatal("the newcomer's state differs from the root's")
+	}
+	if h := newcomer.Holding(); h.Stage != 0 || h.Applied != 3 {
+		t.Fatalf("newcomer holds %+v", h)
+	}
+	wd := &world{gen: 2, mesh: m, workers: []*Worker{veteran, newcomer}, net: net}
+	if got := wd.losses(t, s, 5, s.batch); len(got) != 2 {
+		t.Fatalf("trained %d more steps, want 2", len(got))
+	}
+}
+
+// A pipeline stage undoes its last step exactly: weights, optimizer state,
+// step and cursor come back bit for bit; it refuses to undo twice.
+func TestFormRollsBackATornStep(t *testing.T) {
+	s := mlpSetup(t)
+	spec := s.spec(t, 2, 2, pipeline.Kind1F1B, false, 0)
+	spec.KeepUndo = true
+	wd := newWorld(t, spec, 1)
+	wd.losses(t, s, 2, s.batch)
+	stage1 := wd.workers[1]
+	before := stateOf(stage1)
+	if len(before) < 3 {
+		t.Fatalf("the stage's state is %d buffers, want the weights and AdamW's two moments", len(before))
+	}
+	wd.losses(t, s, 3, s.batch) // step 3
+	if h := stage1.Holding(); h.Applied != 3 || !h.Undo {
+		t.Fatalf("after step 3 the stage holds %+v", h)
+	}
+	for _, w := range wd.workers {
+		w.Close()
+	}
+	one, _ := mesh.Of(1, 2)
+	f := Form{Generation: 2, Mesh: one, Rank: -1, Step: 2, Cursor: data.Cursor(2 * s.batch), RollBack: true}
+	if err := stage1.Form(context.Background(), f, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !sameState(before, stateOf(stage1)) {
+		t.Fatal("the state after the undo differs from the state before step 3")
+	}
+	if h := stage1.Holding(); h.Applied != 2 || h.Cursor != data.Cursor(2*s.batch) || h.Undo {
+		t.Fatalf("after the undo the stage holds %+v", h)
+	}
+	if err := stage1.Form(context.Background(), Form{Generation: 3, Rank: -1, Step: 1, RollBack: true}, nil); !errors.Is(err, ErrNoState) {
+		t.Fatalf("a second undo: %v", err)
+	}
+}
+
+// A checkpoint written by a 2-stage world restores into a worker that
+// holds the whole model (the stages resharded by name), which then holds
+// the same weights.
+func TestFormFromCheckpoint(t *testing.T) {
+	s := gptSetup(t)
+	dir := t.TempDir()
+	spec := s.spec(t, 2, 2, pipeline.Kind1F1B, false, 0)
+	spec.CkptDir = dir
+	wd := newWorld(t, spec, 1)
+	wd.losses(t, s, 2, s.batch)
+	snap := &checkpoint.Snapshot{Meta: checkpoint.Meta{Step: 2, World: checkpoint.World{DP: 1, PP: 2}}}
+	var whole []float32
+	for _, w := range wd.workers {
+		if err := w.Capture(snap); err != nil {
+			t.Fatal(err)
+		}
+		whole = append(whole, w.Weights()...)
+	}
+	if _, err := checkpoint.Save(checkpoint.OSFS{}, dir, snap, 0); err != nil {
+		t.Fatal(err)
+	}
+	one := s.spec(t, 1, 1, pipeline.Kind1F1B, false, 0)
+	one.CkptDir = dir
+	w, err := New(one, cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	m, _ := mesh.Of(1, 1)
+	if err := w.Form(context.Background(), Form{Generation: 1, Mesh: m, Step: 2, Source: Source{Kind: FromCheckpoint, Step: 2}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(w.Weights(), whole) {
+		t.Fatal("the restored weights differ from the stages' weights")
+	}
+	if err := w.Form(context.Background(), Form{Generation: 2, Mesh: m, Step: 9, Source: Source{Kind: FromCheckpoint, Step: 9}}, nil); err == nil {
+		t.Fatal("a restore from a missing checkpoint succeeded")
+	} else if h := w.Holding(); h.Stage != -1 {
+		t.Fatalf("after a failed restore the worker claims %+v", h)
+	}
+}

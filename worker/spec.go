@@ -1,0 +1,120 @@
+package worker
+
+import (
+	"fmt"
+
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/nn"
+	"github.com/troupe-ml/troupe/nn/optim"
+	"github.com/troupe-ml/troupe/pipeline"
+)
+
+// Spec is what every worker of a job shares: the model and its cut into
+// pipeline stages, the schedule, the optimizer, the data. It is read-only
+// once a worker is built from it.
+type Spec struct {
+	// Model is the whole model's architecture.
+	Model nn.Spec
+	// Cuts are the units of each pipeline stage, in stage order; one range
+	// covering every unit means no pipelining.
+	Cuts []pipeline.Range
+	// Schedule is the pipeline schedule (ignored with one stage, which
+	// runs its micro-batches one after the other).
+	Schedule pipeline.Kind
+	// MicroBatches is the number of micro-batches of each replica's share
+	// of a step: gradient accumulation with one stage, the pipeline's
+	// micro-batches with several.
+	MicroBatches int
+	// Recompute keeps only each stage's input in the forward pass and
+	// recomputes the rest before the backward pass (pipelines only).
+	Recompute bool
+	// Optim is the optimizer; ClipNorm clips the global gradient norm (0:
+	// off).
+	Optim    optim.Config
+	ClipNorm float64
+	// BucketBytes caps a gradient bucket of the data-parallel all-reduce
+	// (≤ 0: 25 MiB, PyTorch's default).
+	BucketBytes int64
+	// Seed initialises the weights and drives the sampler; Init, when set,
+	// is a safetensors file of initial weights (PyTorch names).
+	Seed uint64
+	Init string
+	// Shuffle draws each epoch in a new order.
+	Shuffle bool
+	// Train and Test are this worker's handles on the data (every worker
+	// opens the same data); Test may be nil.
+	Train, Test data.Dataset
+	// CkptDir is where a worker restores its stage from when a generation
+	// takes its state from a checkpoint.
+	CkptDir string
+	// KeepUndo keeps a copy of the stage's state from before each step, so
+	// that a step some stages applied and others did not (a torn pipeline
+	// step) can be undone: elastic pipelines set it.
+	KeepUndo bool
+}
+
+// Stages is the number of pipeline stages.
+func (s *Spec) Stages() int { return len(s.Cuts) }
+
+// Validate checks the spec.
+func (s *Spec) Validate() error {
+	if err := s.Model.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if len(s.Cuts) == 0 || s.Cuts[0].Lo != 0 || s.Cuts[len(s.Cuts)-1].Hi != s.Model.Units() {
+		return fmt.Errorf("%w: stage cuts %v do not cover the model's %d units", ErrConfig, s.Cuts, s.Model.Units())
+	}
+	for i := 1; i < len(s.Cuts); i++ {
+		if s.Cuts[i].Lo != s.Cuts[i-1].Hi || s.Cuts[i].Hi <= s.Cuts[i].Lo {
+			return fmt.Errorf("%w: stage cuts %v are not contiguous", ErrConfig, s.Cuts)
+		}
+	}
+	if s.MicroBatches < 1 {
+		return fmt.Errorf("%w: %d micro-batches", ErrConfig, s.MicroBatches)
+	}
+	if s.Recompute && s.Stages() == 1 {
+		return fmt.Errorf("%w: recompute needs pipeline stages", ErrConfig)
+	}
+	if s.Train == nil {
+		return fmt.Errorf("%w: no training data", ErrConfig)
+	}
+	return nil
+}
+
+// schedule builds the schedule of a world of the spec's stages.
+func (s *Spec) schedule() (*pipeline.Schedule, error) {
+	c := pipeline.Config{Kind: s.Schedule, Stages: s.Stages(), MicroBatches: s.MicroBatches, Recompute: s.Recompute}
+	if c.Stages == 1 {
+		c.Kind = pipeline.Kind1F1B // one stage: forward and backward of each micro-batch in turn
+	}
+	sched, err := pipeline.Build(c)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	return sched, nil
+}
+
+// buildStage makes stage st's units on be, with weights from the seed or
+// from Init, and its optimizer.
+func (s *Spec) buildStage(be kernels.Backend, st int) (*nn.Model, optim.Optimizer, error) {
+	cut := s.Cuts[st]
+	m, err := nn.Build(be, s.Model, s.Seed, cut.Lo, cut.Hi)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if s.Init != "" {
+		load := m.Set.LoadWeights
+		if cut.Lo != 0 || cut.Hi != s.Model.Units() {
+			load = m.Set.LoadStageWeights
+		}
+		if err := load(s.Init); err != nil {
+			return nil, nil, err
+		}
+	}
+	opt, err := optim.New(m.Set, s.Optim)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	return m, opt, nil
+}

@@ -1,0 +1,611 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/mesh"
+	"github.com/troupe-ml/troupe/nn"
+	"github.com/troupe-ml/troupe/pipeline"
+)
+
+// StepRequest is one optimizer step of the global batch at Cursor.
+type StepRequest struct {
+	Generation uint64
+	// Step is the 0-based optimizer step; the worker must hold Step steps.
+	Step   int
+	Cursor data.Cursor
+	// Batch is the global batch in samples: replica d takes rows
+	// data.Split(Batch, DP, d) of it.
+	Batch int
+	LR    float64
+	// GlobalTargets is the number of loss terms in the global batch: each
+	// rank scales its gradient by its inverse and the all-reduce sums, so
+	// every replica holds the gradient of the global mean loss.
+	GlobalTargets int
+	// Checksum asks for a checksum of the parameters after the update.
+	Checksum bool
+}
+
+// Result is what a pass over some rows gives.
+type Result struct {
+	// LossSum is the sum of the per-target losses (last stage).
+	LossSum float64
+	// Targets is the number of loss terms.
+	Targets int
+	// Correct counts rows whose arg-max logit is the target (classifiers).
+	Correct int
+}
+
+// StepResult is one rank's share of a step.
+type StepResult struct {
+	Result
+	// StepMs is the whole step; ComputeMs the forward, backward and
+	// recompute passes; ScheduleMs the schedule (passes, sends, receives
+	// and waits) until its last backward ended.
+	StepMs, ComputeMs, ScheduleMs float64
+	// Overlap is the gradient communication: its span, the part of it the
+	// step waited for after the schedule, and the share hidden.
+	Overlap
+	GradNorm float64
+	Checksum uint64
+	// PeakAct is the activation pool's high-water mark; PeakMicro the most
+	// micro-batches whose activations were alive at once.
+	PeakAct   int64
+	PeakMicro int
+}
+
+// Step runs one optimizer step. On an error nothing was applied: the update
+// runs only after every gradient sum succeeded.
+func (w *Worker) Step(ctx context.Context, req StepRequest) (StepResult, error) {
+	switch {
+	case w.st == nil || req.Generation != w.gen:
+		return StepResult{}, fmt.Errorf("%w: this worker has no place in generation %d", ErrStale, req.Generation)
+	case req.Step != w.hold.Applied:
+		return StepResult{}, fmt.Errorf("%w: this worker applied %d steps, asked for step %d", ErrStale, w.hold.Applied, req.Step+1)
+	}
+	if w.spec.KeepUndo {
+		w.keepUndo()
+	}
+	res, err := w.st.step(ctx, req)
+	if err != nil {
+		w.hold.Undo = false
+		return res, err
+	}
+	w.hold.Undo, w.hold.UndoCursor = w.spec.KeepUndo, w.hold.Cursor
+	w.hold.Applied, w.hold.Cursor = req.Step+1, req.Cursor+data.Cursor(req.Batch)
+	return res, nil
+}
+
+// micro is one micro-batch's state on this stage.
+type micro struct {
+	lo, hi  int            // rows of the replica's share
+	tape    nn.Tape        // saved activations for backward
+	in      kernels.Buffer // the stage input, kept for recompute
+	recv    nn.Act         // the input activation received
+	out     nn.Act         // output activation (to send) or logits' gradient
+	grad    nn.Act         // gradient received for the output
+	dx      nn.Act         // gradient of the input (to send)
+	sendAct *collective.Handle
+	sendDx  *collective.Handle
+	ids     kernels.Index
+	tgt     kernels.Index
+}
+
+// empty reports whether the micro-batch has no rows (a replica with fewer
+// rows than micro-batches, without pipelining).
+func (mb *micro) empty() bool { return mb.hi == mb.lo }
+
+// stepper runs the worker's steps in one generation: its place in the
+// mesh, its collective groups, the schedule and the gradient buckets.
+type stepper struct {
+	w      *Worker
+	mesh   mesh.Mesh
+	rank   int
+	coord  mesh.Coord
+	sched  *pipeline.Schedule
+	cursor *pipeline.Cursor
+	mbs    []micro
+
+	// Links with the previous and the next stage; the tied embedding's
+	// first and last stage; the stage's data-parallel group; the
+	// replica's pipeline (the global gradient norm).
+	actIn, actOut, gradIn, gradOut collective.Communicator
+	tied, dp, pipe                 collective.Communicator
+	groups                         []collective.Communicator
+
+	hostMem kernels.HostMemory
+	staging map[kernels.Buffer][]float32
+	scratch nn.Tape
+	norm    []float32
+	peak    int
+
+	reducer *reducer // nil without data parallelism
+}
+
+// newStepper places w (holding the model part of rank's stage) at rank of
+// m and opens its collective groups on comm.
+func newStepper(w *Worker, m mesh.Mesh, rank int, comm collective.Communicator) (*stepper, error) {
+	if m.PP != w.spec.Stages() || m.TP != 1 {
+		return nil, fmt.Errorf("%w: a %v world for a model cut into %d stages", ErrConfig, m, w.spec.Stages())
+	}
+	if m.Size() > 1 && comm == nil {
+		return nil, fmt.Errorf("%w: a world of %d ranks needs a communicator", ErrConfig, m.Size())
+	}
+	sched, err := w.spec.schedule()
+	if err != nil {
+		return nil, err
+	}
+	c := m.Coord(rank)
+	cur, err := pipeline.NewCursor(sched, c.PP)
+	if err != nil {
+		return nil, err
+	}
+	s := &stepper{w: w, mesh: m, rank: rank, coord: c, sched: sched, cursor: cur, staging: map[kernels.Buffer][]float32{},
+		mbs: make([]micro, sched.MicroBatches)}
+	s.hostMem, _ = w.be.(kernels.HostMemory)
+	if err := s.openGroups(comm); err != nil {
+		s.release()
+		return nil, err
+	}
+	if s.dp != nil {
+		if s.reducer, err = newReducer(s); err != nil {
+			s.release()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// openGroups creates the stage's communicator groups. A group is named by
+// its ordered member list; the same list serves every purpose that needs
+// it (with two stages the tied embedding and the norm share the
+// activation link), which is sound because both members issue their
+// operations on it in the same order.
+func (s *stepper) openGroups(comm collective.Communicator) error {
+	m, c, self := s.mesh, s.coord, s.rank
+	byKey := map[string]collective.Communicator{}
+	group := func(ranks ...int) (collective.Communicator, error) {
+		key := fmt.Sprint(ranks)
+		if g, ok := byKey[key]; ok {
+			return g, nil
+		}
+		g, err := comm.Group(ranks)
+		if err != nil {
+			return nil, fmt.Errorf("worker: group %v: %w", ranks, err)
+		}
+		byKey[key] = g
+		s.groups = append(s.groups, g)
+		return g, nil
+	}
+	at := func(stage int) int { return m.Rank(mesh.Coord{PP: stage, DP: c.DP}) }
+	var err error
+	if c.PP > 0 {
+		if s.actIn, err = group(at(c.PP-1), self); err != nil {
+			return err
+		}
+		if s.gradOut, err = group(self, at(c.PP-1)); err != nil {
+			return err
+		}
+	}
+	if c.PP < m.PP-1 {
+		if s.actOut, err = group(self, at(c.PP+1)); err != nil {
+			return err
+		}
+		if s.gradIn, err = group(at(c.PP+1), self); err != nil {
+			return err
+		}
+	}
+	if s.w.model.Tied != nil && m.PP > 1 {
+		if s.tied, err = group(at(0), at(m.PP-1)); err != nil {
+			return err
+		}
+	}
+	if m.DP > 1 {
+		if s.dp, err = group(m.Group(mesh.DP, self)...); err != nil {
+			return err
+		}
+	}
+	if m.PP > 1 && s.w.spec.ClipNorm > 0 {
+		if s.pipe, err = group(m.Group(mesh.PP, self)...); err != nil {
+			return err
+		}
+		s.norm = make([]float32, 1)
+	}
+	return nil
+}
+
+// release closes the groups and frees what the step machinery holds.
+func (s *stepper) release() {
+	for _, g := range s.groups {
+		g.Close()
+	}
+	s.groups = nil
+	for k := range s.mbs {
+		mb := &s.mbs[k]
+		for _, ix := range []kernels.Index{mb.ids, mb.tgt} {
+			if ix != nil {
+				s.w.be.FreeIndex(ix)
+			}
+		}
+		s.mbs[k] = micro{}
+	}
+}
+
+// host returns host memory holding b's values for a collective: b itself
+// on a host backend, else a staging copy (downloaded when download is set).
+func (s *stepper) host(b kernels.Buffer, download bool) []float32 {
+	if s.hostMem != nil {
+		return s.hostMem.HostSlice(b)
+	}
+	h, ok := s.staging[b]
+	if !ok {
+		h = make([]float32, b.Len())
+		s.staging[b] = h
+	}
+	if download {
+		s.w.be.Download(h, b)
+	}
+	return h
+}
+
+// landed copies a received staging buffer to the device.
+func (s *stepper) landed(b kernels.Buffer) {
+	if s.hostMem == nil {
+		s.w.be.Upload(b, s.staging[b])
+	}
+}
+
+// step runs the stage's schedule over the micro-batches, sums and clips
+// the gradients, and applies the update.
+func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error) {
+	var res StepResult
+	start := time.Now()
+	w, m := s.w, s.w.model
+	M := s.sched.MicroBatches
+	lo, hi := data.Split(req.Batch, s.mesh.DP, s.coord.DP)
+	rows := hi - lo
+	if s.mesh.PP > 1 && rows < M {
+		return res, fmt.Errorf("%w: %d rows for replica %d cannot make %d micro-batches", ErrConfig, rows, s.coord.DP, M)
+	}
+	if rows > 0 && (m.First() || m.Last()) {
+		w.idx = w.sampler.At(req.Cursor+data.Cursor(lo), rows, w.idx)
+		w.spec.Train.Fill(w.idx, &w.batch)
+	}
+	scale := float32(0)
+	if req.GlobalTargets > 0 {
+		scale = float32(1 / float64(req.GlobalTargets))
+	}
+	m.Set.ZeroGrads()
+	w.pool.ResetPeak()
+	s.peak = 0
+	for k := range s.mbs {
+		mlo, mhi := data.Split(rows, M, k)
+		s.mbs[k] = micro{lo: mlo, hi: mhi, ids: s.mbs[k].ids, tgt: s.mbs[k].tgt}
+	}
+	if s.reducer != nil {
+		s.reducer.start(ctx)
+	}
+	busy, err := s.runSchedule(ctx, &res, scale)
+	// Whatever happened, no operation may own a buffer after the step.
+	if derr := s.drain(); err == nil {
+		err = derr
+	}
+	if err != nil {
+		if s.reducer != nil {
+			s.reducer.abandon()
+		}
+		s.clear()
+		return res, err
+	}
+	scheduleEnd := time.Now()
+	res.ScheduleMs = msOf(scheduleEnd.Sub(start))
+	res.ComputeMs = msOf(busy)
+	if err := s.sumGradients(ctx, scheduleEnd, &res); err != nil {
+		return res, err
+	}
+	tail := time.Now()
+	norm, err := s.clip(ctx)
+	if err != nil {
+		return res, err
+	}
+	if s.reducer == nil {
+		// Without data parallelism the only communication is the tied
+		// sum and the norm, after the schedule: all of it exposed.
+		res.CommMs = msOf(time.Since(scheduleEnd))
+		res.ExposedMs = res.CommMs
+	} else {
+		res.CommMs += msOf(time.Since(tail))
+		res.ExposedMs += msOf(time.Since(tail))
+	}
+	w.opt.Step(float32(req.LR))
+	if err := w.be.Sync(); err != nil {
+		return res, err
+	}
+	res.GradNorm = norm
+	if req.Checksum {
+		res.Checksum = Checksum(m.Set.HostWeights())
+	}
+	res.StepMs = msOf(time.Since(start))
+	res.PeakAct = w.pool.PeakBytes()
+	res.PeakMicro = s.peak
+	return res, nil
+}
+
+// runSchedule runs the stage's ops in order, waiting for each receive's
+// message, and returns the time spent in compute passes.
+func (s *stepper) runSchedule(ctx context.Context, res *StepResult, scale float32) (time.Duration, error) {
+	var busy time.Duration
+	s.cursor.Reset()
+	for !s.cursor.Finished() {
+		t0 := time.Now()
+		op, ok := s.cursor.Next()
+		if !ok {
+			// A receive: the collective's handle is the message's arrival.
+			// Wait for it, then let the Cursor see it.
+			if op, ok = s.cursor.Waiting(); !ok {
+				return busy, fmt.Errorf("stage %d: schedule stalled", s.coord.PP)
+			}
+		}
+		if err := s.run(ctx, op, res, scale); err != nil {
+			return busy, fmt.Errorf("stage %d, %s: %w", s.coord.PP, op, err)
+		}
+		if op.Kind.IsRecv() {
+			if err := s.cursor.Deliver(pipeline.Message{Kind: sendOf(op.Kind), Micro: op.Micro, From: op.Peer, To: s.coord.PP}); err != nil {
+				return busy, err
+			}
+		}
+		t1 := time.Now()
+		if op.Kind.Compute() {
+			busy += t1.Sub(t0)
+		}
+		if s.w.rec != nil {
+			s.w.rec.Op(s.coord.PP, op, t0, t1)
+		}
+		if err := s.cursor.Done(op); err != nil {
+			return busy, err
+		}
+		s.countAlive()
+	}
+	return busy, nil
+}
+
+// ctxFor is the nn context of one pass over tape t.
+func (s *stepper) ctxFor(t *nn.Tape) *nn.Ctx {
+	return &nn.Ctx{Be: s.w.be, Pool: s.w.pool, Tape: t, Train: true}
+}
+
+// input returns micro-batch k's input activation: its rows of the batch
+// on the first stage, the activation received on the others.
+func (s *stepper) input(k int, b *data.Batch) nn.Act {
+	mb := &s.mbs[k]
+	m, be := s.w.model, s.w.be
+	n := mb.hi - mb.lo
+	switch m.Input {
+	case nn.DenseInput:
+		f := m.Features
+		x := s.w.pool.Get(n * f)
+		be.Upload(x, b.X[mb.lo*f:mb.hi*f])
+		return nn.Act{X: x, Rows: n, Cols: f}
+	case nn.TokenInput:
+		t := m.Context
+		if mb.ids == nil || mb.ids.Len() != n*t {
+			if mb.ids != nil {
+				be.FreeIndex(mb.ids)
+			}
+			mb.ids = be.AllocIndex(n * t)
+		}
+		be.UploadIndex(mb.ids, b.Tokens[mb.lo*t:mb.hi*t])
+		return nn.Act{Ids: mb.ids, Rows: n * t}
+	}
+	x := mb.recv
+	mb.recv = nn.Act{}
+	return x
+}
+
+// targets uploads micro-batch k's targets (last stage).
+func (s *stepper) targets(k int, b *data.Batch) kernels.Index {
+	mb := &s.mbs[k]
+	per := max(1, s.w.model.Context)
+	y := b.Y[mb.lo*per : mb.hi*per]
+	if mb.tgt == nil || mb.tgt.Len() != len(y) {
+		if mb.tgt != nil {
+			s.w.be.FreeIndex(mb.tgt)
+		}
+		mb.tgt = s.w.be.AllocIndex(len(y))
+	}
+	s.w.be.UploadIndex(mb.tgt, y)
+	return mb.tgt
+}
+
+// activationRows is the number of activation rows of micro-batch k.
+func (s *stepper) activationRows(k int) int {
+	mb := &s.mbs[k]
+	return (mb.hi - mb.lo) * max(1, s.w.model.Context)
+}
+
+// targetCount is the number of loss terms in rows [lo, hi) of b (ignored
+// targets, negative, excluded).
+func targetCount(b *data.Batch, lo, hi, context int) int {
+	per := max(1, context)
+	n := 0
+	for _, y := range b.Y[lo*per : hi*per] {
+		if y >= 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// run runs one op of micro-batch op.Micro.
+func (s *stepper) run(ctx context.Context, op pipeline.Op, res *StepResult, scale float32) error {
+	k := op.Micro
+	mb := &s.mbs[k]
+	w, m := s.w, s.w.model
+	if mb.empty() {
+		return nil // only without pipelining: a replica with fewer rows than micro-batches
+	}
+	switch op.Kind {
+	case pipeline.RecvAct:
+		buf := w.pool.Get(s.activationRows(k) * m.InCols)
+		if err := s.actIn.Broadcast(ctx, s.host(buf, false), 0).Wait(); err != nil {
+			w.pool.Put(buf)
+			return err
+		}
+		s.landed(buf)
+		mb.recv = nn.Act{X: buf, Rows: s.activationRows(k), Cols: m.InCols}
+	case pipeline.Forward:
+		x := s.input(k, &w.batch)
+		recompute := s.sched.Recompute
+		if recompute && m.Input == nn.ActInput {
+			mb.in = w.pool.Get(x.X.Len())
+			w.be.Copy(mb.in, x.X)
+		}
+		tape := &mb.tape
+		if recompute {
+			tape = &s.scratch
+		}
+		c := s.ctxFor(tape)
+		y := nn.Forward(c, m.Layers, x)
+		if m.Last() {
+			tgt := s.targets(k, &w.batch)
+			if w.spec.Model.MLP != nil {
+				res.Correct += w.be.ArgmaxCorrect(y.X, tgt)
+			}
+			sum, d := nn.CrossEntropy(c, y, tgt, scale)
+			res.LossSum += sum
+			res.Targets += targetCount(&w.batch, mb.lo, mb.hi, m.Context)
+			mb.out = d
+		} else {
+			mb.out = y
+		}
+		if recompute {
+			s.scratch.Clear(w.pool)
+		}
+	case pipeline.SendAct:
+		mb.sendAct = s.actOut.Broadcast(ctx, s.host(mb.out.X, true), 0)
+	case pipeline.RecvGrad:
+		buf := w.pool.Get(s.activationRows(k) * m.OutCols)
+		if err := s.gradIn.Broadcast(ctx, s.host(buf, false), 0).Wait(); err != nil {
+			w.pool.Put(buf)
+			return err
+		}
+		s.landed(buf)
+		mb.grad = nn.Act{X: buf, Rows: s.activationRows(k), Cols: m.OutCols}
+	case pipeline.Recompute:
+		var x nn.Act
+		if m.Input == nn.ActInput {
+			x = nn.Act{X: mb.in, Rows: s.activationRows(k), Cols: m.InCols}
+			mb.in = nil
+		} else {
+			x = s.input(k, &w.batch)
+		}
+		y := nn.Forward(s.ctxFor(&mb.tape), m.Layers, x)
+		// The output was sent (or the loss gradient taken) by the forward;
+		// the recomputation only rebuilds the tape.
+		w.pool.Put(y.X)
+	case pipeline.Backward:
+		dy := mb.grad
+		if m.Last() {
+			dy = mb.out
+		} else if err := s.finishSend(&mb.sendAct, &mb.out); err != nil {
+			return err
+		}
+		mb.out, mb.grad = nn.Act{}, nn.Act{}
+		c := s.ctxFor(&mb.tape)
+		if s.reducer != nil && k == len(s.mbs)-1 {
+			// The last backward makes every gradient final: its buckets
+			// are all-reduced while it goes on.
+			c.OnGradReady = s.reducer.ready
+		}
+		mb.dx = nn.Backward(c, m.Layers, dy)
+		if mb.tape.Len() != 0 {
+			return fmt.Errorf("%d activations left on the tape", mb.tape.Len())
+		}
+		if mb.in != nil {
+			w.pool.Put(mb.in)
+			mb.in = nil
+		}
+		if m.First() && mb.dx.X != nil {
+			w.pool.Put(mb.dx.X)
+			mb.dx = nn.Act{}
+		}
+		if s.reducer != nil && s.reducer.err != nil {
+			return s.reducer.err
+		}
+	case pipeline.SendGrad:
+		mb.sendDx = s.gradOut.Broadcast(ctx, s.host(mb.dx.X, true), 0)
+	default:
+		return fmt.Errorf("unknown op %v", op)
+	}
+	return nil
+}
+
+// countAlive measures how many micro-batches hold activations for their
+// backward pass right now (a non-empty tape), and keeps the step's peak.
+func (s *stepper) countAlive() {
+	n := 0
+	for k := range s.mbs {
+		if s.mbs[k].tape.Len() > 0 {
+			n++
+		}
+	}
+	s.peak = max(s.peak, n)
+}
+
+// finishSend waits for a send to finish and returns its buffer to the pool.
+func (s *stepper) finishSend(h **collective.Handle, a *nn.Act) error {
+	if *h == nil {
+		return nil
+	}
+	err := (*h).Wait()
+	*h = nil
+	if a.X != nil {
+		s.w.pool.Put(a.X)
+		*a = nn.Act{}
+	}
+	return err
+}
+
+// drain waits for every send of the step still in flight.
+func (s *stepper) drain() error {
+	var first error
+	for k := range s.mbs {
+		mb := &s.mbs[k]
+		if err := s.finishSend(&mb.sendAct, &mb.out); err != nil && first == nil {
+			first = err
+		}
+		if err := s.finishSend(&mb.sendDx, &mb.dx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// clear returns what a failed step still holds.
+func (s *stepper) clear() {
+	pool := s.w.pool
+	for k := range s.mbs {
+		mb := &s.mbs[k]
+		mb.tape.Clear(pool)
+		for _, b := range []kernels.Buffer{mb.in, mb.recv.X, mb.out.X, mb.grad.X, mb.dx.X} {
+			if b != nil {
+				pool.Put(b)
+			}
+		}
+		s.mbs[k] = micro{ids: mb.ids, tgt: mb.tgt}
+	}
+	s.scratch.Clear(pool)
+}
+
+// sendOf is the send op whose message a receive op takes.
+func sendOf(recv pipeline.OpKind) pipeline.OpKind {
+	if recv == pipeline.RecvAct {
+		return pipeline.SendAct
+	}
+	return pipeline.SendGrad
+}

@@ -1,0 +1,251 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/mesh"
+	"github.com/troupe-ml/troupe/nn"
+	"github.com/troupe-ml/troupe/nn/optim"
+	"github.com/troupe-ml/troupe/pipeline"
+)
+
+// Option configures a Worker's optional collaborators.
+type Option func(*Worker)
+
+// WithLogger logs what the worker does to its state (roll-backs, restores).
+func WithLogger(l *zap.Logger) Option { return func(w *Worker) { w.log = l } }
+
+// WithRecorder records every op of the worker's pipeline stage, and the
+// activations it holds, into rec (bubble accounting and traces).
+func WithRecorder(rec *pipeline.Recorder) Option { return func(w *Worker) { w.rec = rec } }
+
+// Worker is one rank's model part, optimizer and step machinery.
+//
+// A Worker is owned by one goroutine (its actor's); its backend too.
+type Worker struct {
+	spec *Spec
+	be   kernels.Backend
+	log  *zap.Logger
+	rec  *pipeline.Recorder
+
+	hold  Holding
+	built int // the stage the model part is built for, −1 before any
+	model *nn.Model
+	opt   optim.Optimizer
+	undo  []kernels.Buffer // Spec.KeepUndo: the state before the last step
+
+	pool    *nn.Pool
+	sampler *data.Sampler
+	batch   data.Batch
+	idx     []int
+
+	// The generation, set by Form.
+	gen  uint64
+	mesh mesh.Mesh
+	rank int // −1: standby
+	comm collective.Communicator
+	st   *stepper // nil on standby
+}
+
+// New returns a worker for spec on be that holds nothing yet; Form gives
+// it a place and a stage.
+func New(spec *Spec, be kernels.Backend, opts ...Option) (*Worker, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	s, err := data.NewSampler(spec.Train.Len(), spec.Seed, spec.Shuffle)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	w := &Worker{spec: spec, be: be, log: zap.NewNop(), hold: NoHolding, built: -1, rank: -1, pool: nn.NewPool(be), sampler: s}
+	for _, o := range opts {
+		o(w)
+	}
+	return w, nil
+}
+
+// Holding is what the worker holds.
+func (w *Worker) Holding() Holding { return w.hold }
+
+// Rank is the worker's rank in its generation (−1: standby or not formed).
+func (w *Worker) Rank() int { return w.rank }
+
+// Generation is the generation the worker was last formed in.
+func (w *Worker) Generation() uint64 { return w.gen }
+
+// Backend is the worker's kernels backend.
+func (w *Worker) Backend() kernels.Backend { return w.be }
+
+// Form places the worker in generation f, with comm as its communicator
+// over the generation's ranks (nil for a standby worker or a world of
+// one). The worker owns comm from then on and closes it at the next Form
+// or at Close. On an error the worker is left without a place (standby,
+// holding what the error message says) and must be formed again.
+func (w *Worker) Form(ctx context.Context, f Form, comm collective.Communicator) error {
+	w.leave()
+	w.comm = comm
+	plan, err := w.hold.Plan(f, w.built)
+	if err != nil {
+		return err
+	}
+	w.gen = f.Generation
+	w.hold.World0 = f.World0
+	if plan.RollBack {
+		w.rollBack()
+		w.hold.Applied, w.hold.Cursor = w.hold.Applied-1, w.hold.UndoCursor
+	}
+	w.hold.Undo = false
+	if plan.Drop {
+		w.hold = Holding{Stage: -1, World0: f.World0}
+	}
+	if f.Standby() {
+		w.hold = plan.Next
+		return nil
+	}
+	if plan.Build >= 0 {
+		w.hold.Stage = -1
+		if err := w.buildStage(plan.Build); err != nil {
+			return err
+		}
+	}
+	st, err := newStepper(w, f.Mesh, f.Rank, comm)
+	if err != nil {
+		return err
+	}
+	switch {
+	case plan.Restore > 0:
+		w.hold.Stage = -1 // a failed restore leaves a mix
+		if err := w.restore(plan.Restore); err != nil {
+			st.release()
+			return err
+		}
+	case plan.Root >= 0:
+		if plan.Root != f.Rank {
+			w.hold.Stage = -1 // a failed transfer leaves a mix; the root keeps its state
+		}
+		if err := st.broadcastState(ctx, plan.Root); err != nil {
+			st.release()
+			return err
+		}
+	}
+	w.hold = plan.Next
+	w.opt.SetSteps(w.hold.Applied)
+	w.mesh, w.rank, w.st = f.Mesh, f.Rank, st
+	return nil
+}
+
+// leave drops the worker's place in its generation.
+func (w *Worker) leave() {
+	if w.st != nil {
+		w.st.release()
+		w.st = nil
+	}
+	if w.comm != nil {
+		w.comm.Close()
+		w.comm = nil
+	}
+	w.rank = -1
+}
+
+// Close releases the worker's place; the worker holds its state still.
+func (w *Worker) Close() { w.leave() }
+
+// buildStage makes the worker hold stage st's units, built from the seed
+// (or Spec.Init); the state is the seed's until a restore or a transfer
+// replaces it.
+func (w *Worker) buildStage(st int) error {
+	m, opt, err := w.spec.buildStage(w.be, st)
+	if err != nil {
+		return err
+	}
+	for _, b := range w.undo {
+		w.be.Free(b)
+	}
+	w.model, w.opt, w.built, w.undo = m, opt, st, nil
+	return nil
+}
+
+// restore loads the stage's weights and optimizer state from the
+// checkpoint of step.
+func (w *Worker) restore(step int) error {
+	ck, err := checkpoint.Open(checkpoint.OSFS{}, w.spec.CkptDir, int64(step))
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	if err := ck.Restore(w.model.Set, w.opt); err != nil {
+		return fmt.Errorf("restoring stage %d from checkpoint step %d: %w", w.built, step, err)
+	}
+	w.log.Info("stage restored from a checkpoint", zap.Int("stage", w.built), zap.Int("step", step))
+	return nil
+}
+
+// State is the model part and optimizer the worker holds (nil before it
+// holds any), for a checkpoint taken between steps.
+func (w *Worker) State() (*nn.Model, optim.Optimizer) { return w.model, w.opt }
+
+// Weights returns the stage's parameters on the host, without the copy of
+// the tied embedding a last stage keeps (the first stage reports it), so
+// that the stages' weights in order concatenate to the whole model's.
+func (w *Worker) Weights() []float32 {
+	if w.model == nil {
+		return nil
+	}
+	flat := w.model.Set.HostWeights()
+	if t := w.model.Tied; t != nil && !w.model.First() {
+		flat = flat[:t.Offset]
+	}
+	return flat
+}
+
+// Checksum is the hash of every parameter the worker holds (0: none).
+func (w *Worker) Checksum() uint64 {
+	if w.model == nil || w.hold.Stage < 0 {
+		return 0
+	}
+	return Checksum(w.model.Set.HostWeights())
+}
+
+// stateBufs are the buffers of the stage's training state: its weights
+// and its optimizer's state.
+func (w *Worker) stateBufs() []kernels.Buffer {
+	bufs := []kernels.Buffer{w.model.Set.Weights()}
+	for _, st := range w.opt.States() {
+		bufs = append(bufs, st.Buf)
+	}
+	return bufs
+}
+
+// keepUndo copies the stage's state before a step, into buffers allocated
+// once per stage.
+func (w *Worker) keepUndo() {
+	bufs := w.stateBufs()
+	if len(w.undo) != len(bufs) {
+		for _, b := range w.undo {
+			w.be.Free(b)
+		}
+		w.undo = make([]kernels.Buffer, len(bufs))
+		for i, b := range bufs {
+			w.undo[i] = w.be.Alloc(b.Len())
+		}
+	}
+	for i, b := range bufs {
+		w.be.Copy(w.undo[i], b)
+	}
+}
+
+// rollBack restores the copy keepUndo made (Holding.Plan checked that it
+// belongs to the step before the one held).
+func (w *Worker) rollBack() {
+	for i, b := range w.stateBufs() {
+		w.be.Copy(b, w.undo[i])
+	}
+	w.log.Info("torn step undone", zap.Int("from_step", w.hold.Applied), zap.Int("to_step", w.hold.Applied-1))
+}
