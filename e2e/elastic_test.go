@@ -75,13 +75,17 @@ func newCluster(t *testing.T, nodes, minNodes int) *cluster {
 }
 
 // start launches agent i (0-based) with the cluster's join list.
-func (c *cluster) start(i int) *agentProc {
+func (c *cluster) start(i int) *agentProc { return c.startWith(i) }
+
+// startWith launches agent i with extra flags of its own (after the
+// cluster's, so they win).
+func (c *cluster) startWith(i int, own ...string) *agentProc {
 	name := fmt.Sprintf("n%d", i+1)
 	a := &agentProc{name: name, metrics: filepath.Join(c.dir, name+".jsonl"), done: make(chan error, 1), started: time.Now()}
 	args := append([]string{"agent", "--name", name, "--listen", c.ports[i], "--join", strings.Join(c.ports, ","),
 		"--min-nodes", fmt.Sprint(c.minN), "--key", "passphrase:e2e-cluster-key", "--metrics-out", a.metrics,
 		"--log-format", "json"}, elasticTrainArgs()...)
-	args = append(args, c.extra...)
+	args = append(append(args, c.extra...), own...)
 	a.cmd = exec.CommandContext(c.ctx, troupeBin, args...)
 	a.cmd.Stdout, a.cmd.Stderr = &a.stdout, &a.stderr
 	if err := a.cmd.Start(); err != nil {

@@ -20,6 +20,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/troupe-ml/troupe/actors"
+	"github.com/troupe-ml/troupe/elastic/elasticpb"
+	"github.com/troupe-ml/troupe/failure"
 )
 
 // The shell tests run real memberlist members on loopback. Times are
@@ -538,5 +540,25 @@ func TestNodesPartitionHeal(t *testing.T) {
 		}
 	}); strings.Join(got, " ") != "a b c" {
 		t.Fatalf("a sees %v", got)
+	}
+}
+
+// A membership actor that panics may have half-updated its core: the node
+// reports the crash (Failed closes, Err wraps ErrCrashed) and the actor
+// takes nothing more, instead of going on with that core.
+func TestMembershipCrashIsReported(t *testing.T) {
+	_, ns := startDrained(t, "a", "b")
+	a := ns[0]
+	waitWorld(t, a, "a b", hasNames("a b"))
+	// A nil envelope makes the actor dereference nil: a stand-in for any
+	// bug in the rendezvous path.
+	a.sys.Root().Send(a.pid, (*elasticpb.Envelope)(nil))
+	select {
+	case <-a.Failed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the crash was not reported")
+	}
+	if err := a.Err(); !errors.Is(err, ErrCrashed) || !failure.Transient(err) {
+		t.Fatalf("Err() = %v", err)
 	}
 }

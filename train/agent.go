@@ -661,6 +661,7 @@ func (a *agent) finished(f *workerpb.Finish) (*AgentSummary, error) {
 // finishes (the worker answers one request at a time), then the node
 // leaves the membership, so that the others go on without it at once.
 func (a *agent) leave(why string) (*AgentSummary, error) {
+	a.gate.leaving.Store(true) // no step after the one in flight
 	a.stopLeading()
 	sum := a.summary()
 	sum.Left = true
@@ -674,12 +675,15 @@ func (a *agent) leave(why string) (*AgentSummary, error) {
 
 // nodeGate brackets the worker's steps with the membership's Hold and
 // Release, so that a world changes only between steps. It refuses steps
-// until the node has joined.
-type nodeGate struct{ node atomic.Pointer[elastic.Node] }
+// until the node has joined, and once it leaves.
+type nodeGate struct {
+	node    atomic.Pointer[elastic.Node]
+	leaving atomic.Bool
+}
 
 func (g *nodeGate) Hold() bool {
 	n := g.node.Load()
-	return n != nil && n.Hold()
+	return n != nil && !g.leaving.Load() && n.Hold()
 }
 
 func (g *nodeGate) Release() {

@@ -74,8 +74,9 @@ type WorldInfo struct {
 	// Generation is the elastic generation (0 for Run's one world).
 	Generation uint64 `json:"generation"`
 	// Mesh is the layout, e.g. "dp2×pp2"; DP and PP its sizes.
-	Mesh   string `json:"mesh"`
-	DP, PP int    `json:"-"`
+	Mesh string `json:"mesh"`
+	DP   int    `json:"dp"`
+	PP   int    `json:"pp"`
 	// Members are the elastic members by rank (nil for Run), and Standby
 	// the members without a slot.
 	Members []string `json:"members,omitempty"`

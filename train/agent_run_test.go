@@ -1,0 +1,99 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/troupe-ml/troupe/elastic"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// agentRun is one in-process agent and what its Options saw.
+type agentRun struct {
+	name   string
+	steps  []int
+	worlds []WorldInfo
+	sum    *AgentSummary
+	err    error
+}
+
+// Agents embedded in one process (as a Go service embeds one) honour
+// Options: OnStep sees every step of the job on every member, in order,
+// OnWorld every generation, and StopAfter makes its agent leave after
+// that step while the others go on to the end.
+func TestRunAgentHonoursOptions(t *testing.T) {
+	cfg := tinyMLP()
+	cfg.Steps, cfg.LogEvery = 60, 1000
+	addrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
+	runs := make([]*agentRun, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range runs {
+		r := &agentRun{name: fmt.Sprintf("n%d", i+1)}
+		runs[i] = r
+		ac := AgentConfig{Train: cfg, Name: r.name, Listen: addrs[i], Join: addrs, MinNodes: 2, Quorum: elastic.QuorumMajority,
+			Key: "passphrase:in-process-test", JoinTimeout: 30 * time.Second}
+		o := Options{
+			OnStep:  func(m StepMetrics) { r.steps = append(r.steps, m.Step) },
+			OnWorld: func(w WorldInfo) { r.worlds = append(r.worlds, w) },
+		}
+		if i == 2 {
+			o.StopAfter = 10
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.sum, r.err = RunAgent(ctx, ac, o)
+		}()
+	}
+	wg.Wait()
+	for _, r := range runs {
+		if r.err != nil {
+			t.Fatalf("%s: %v", r.name, r.err)
+		}
+	}
+	for _, r := range runs[:2] {
+		want := make([]int, cfg.Steps)
+		for s := range want {
+			want[s] = s + 1
+		}
+		if !slices.Equal(r.steps, want) {
+			t.Errorf("%s saw steps %v, want 1 to %d once each", r.name, r.steps, cfg.Steps)
+		}
+		if r.sum.Left || r.sum.Step != cfg.Steps {
+			t.Errorf("%s's summary %+v", r.name, r.sum)
+		}
+		last := r.worlds[len(r.worlds)-1]
+		if !slices.IsSortedFunc(r.worlds, func(a, b WorldInfo) int { return int(a.Generation) - int(b.Generation) }) ||
+			!slices.Equal(last.Members, []string{"n1", "n2"}) || last.DP != 2 {
+			t.Errorf("%s saw worlds %+v; want generations in order, the last of n1 and n2", r.name, r.worlds)
+		}
+	}
+	if runs[0].sum.Checksum != runs[1].sum.Checksum {
+		t.Errorf("the replicas differ at the end: %s and %s", runs[0].sum.Checksum, runs[1].sum.Checksum)
+	}
+	leaver := runs[2]
+	contiguous := len(leaver.steps) > 0
+	for i := 1; i < len(leaver.steps); i++ {
+		contiguous = contiguous && leaver.steps[i] == leaver.steps[i-1]+1
+	}
+	if !leaver.sum.Left || !contiguous || !slices.Contains(leaver.steps, 10) || leaver.sum.Step < 10 {
+		t.Errorf("n3 (StopAfter 10) saw steps %v and left with %+v", leaver.steps, leaver.sum)
+	}
+	t.Logf("n3 left after step %d; n1 and n2 saw %d generations", leaver.sum.Step, len(runs[0].worlds))
+}

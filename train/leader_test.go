@@ -1,0 +1,673 @@
+package train
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/elastic"
+	"github.com/troupe-ml/troupe/failure"
+	"github.com/troupe-ml/troupe/mesh"
+	"github.com/troupe-ml/troupe/worker"
+	"github.com/troupe-ml/troupe/worker/workerpb"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite testdata/leader/*.txt with the current output")
+
+// TestLeaderInteraction runs the scripts in testdata/leader/*.txt against
+// the leader core, in the style of elastic's interaction tests: each block
+// is a command, a "----" line and the output it must print (up to a blank
+// line); lines starting with # are comments. Every node has its own core;
+// simulated members answer the leader's calls with what worker.Holding.Plan
+// makes of them. Commands:
+//
+//	config stages=P micro=M batch=B target=T [lost-timeout=D] [retry=D] [linear-lr] [resume]
+//	start n1 n2 ...      new members, holding nothing
+//	commit n1 n2 ...     a world of these members (in rank order) commits
+//	deliver [only=n1,n2] the leader's pending call reaches every live member
+//	                     (or only those listed, and its answers never come)
+//	deliver stale        the answers to the call before the last commit come
+//	train [steps=N] [torn=n2,...] [fail=CODE:message] [diverge=RANK]
+//	                     the leader's step loop trains N steps (default: to
+//	                     the target); torn members miss the last one's update;
+//	                     fail ends the loop with that failure; diverge with
+//	                     the replica checksums showing rank RANK apart
+//	kill n2              n2 dies: it answers nothing more
+//	perturb n2           n2's parameters change (a divergence)
+//	checkpoint [none]    a checkpoint of the newest step the members hold
+//	                     (none: the checkpoints are gone)
+//	tick D               the clock moves D on every node
+//	state                every member's holding
+//
+// After every command the invariants are checked: once a generation is
+// formed and after every step that did not tear, the replicas of every
+// stage hold the same parameters at the same step; no member holds a step
+// past the target.
+func TestLeaderInteraction(t *testing.T) {
+	files, err := filepath.Glob("testdata/leader/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scripts: %v", err)
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runLeaderScript(t, f) })
+	}
+}
+
+type block struct {
+	comments []string
+	cmd      string
+	want     string
+}
+
+func parseBlocks(t *testing.T, path string) []block {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var blocks []block
+	var cur block
+	var out []string
+	inOut := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case inOut && line == "":
+			cur.want = strings.Join(out, "\n")
+			blocks = append(blocks, cur)
+			cur, out, inOut = block{}, nil, false
+		case inOut:
+			out = append(out, line)
+		case line == "----":
+			inOut = true
+		case strings.HasPrefix(line, "#") || line == "":
+			cur.comments = append(cur.comments, line)
+		default:
+			cur.cmd = line
+		}
+	}
+	if inOut {
+		cur.want = strings.Join(out, "\n")
+		blocks = append(blocks, cur)
+	}
+	return blocks
+}
+
+func runLeaderScript(t *testing.T, path string) {
+	s := newLeaderSim()
+	var rewritten strings.Builder
+	for _, b := range parseBlocks(t, path) {
+		s.out.Reset()
+		if err := s.exec(b.cmd); err != nil {
+			fmt.Fprintf(&s.out, "error: %v\n", err)
+		}
+		if err := s.check(); err != nil {
+			t.Fatalf("%s: %s: invariant violated: %v\noutput:\n%s", path, b.cmd, err, s.out.String())
+		}
+		got := strings.TrimRight(s.out.String(), "\n")
+		if got == "" {
+			got = "ok"
+		}
+		if *rewrite {
+			for _, c := range b.comments {
+				fmt.Fprintln(&rewritten, c)
+			}
+			fmt.Fprintf(&rewritten, "%s\n----\n%s\n\n", b.cmd, got)
+			continue
+		}
+		if got != b.want {
+			t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", path, b.cmd, got, b.want)
+		}
+	}
+	if *rewrite {
+		if err := os.WriteFile(path, []byte(strings.TrimRight(rewritten.String(), "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// simMember is a simulated agent: what its worker holds, and the
+// parameters as a version (the step whose update they include) and a
+// perturbation.
+type simMember struct {
+	name      string
+	h         worker.Holding
+	built     int
+	version   int
+	undo      int // the version kept for an undo
+	perturbed bool
+	rank      int
+	alive     bool
+	ended     string
+}
+
+func (m *simMember) checksum() uint64 {
+	if m.h.Stage < 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%d/%v", m.h.Stage, m.version, m.perturbed)
+	return h.Sum64()
+}
+
+type leaderSim struct {
+	cfg     leaderConfig
+	now     time.Time
+	members map[string]*simMember
+	cores   map[string]*leaderCore
+	world   elastic.World
+	ckpt    ckptInfo
+	// The leader's pending call (and the one before the last commit, whose
+	// answers come late) and running step loop.
+	call   *leaderCall
+	stale  *leaderCall
+	leader string
+	train  *trainOrder
+	formed bool // the current generation's form call was answered
+	out    strings.Builder
+}
+
+func newLeaderSim() *leaderSim {
+	return &leaderSim{
+		cfg: leaderConfig{Stages: 1, MicroBatches: 1, Batch: 8, Target: 10, LostStageTimeout: 10 * time.Second, RetryDelay: 3 * time.Second},
+		now: time.Unix(1000, 0), members: map[string]*simMember{}, cores: map[string]*leaderCore{},
+		ckpt: ckptInfo{Err: fmt.Errorf("%w: none written", checkpoint.ErrNoCheckpoint)},
+	}
+}
+
+func (s *leaderSim) exec(line string) error {
+	f := strings.Fields(line)
+	args := map[string]string{}
+	var pos []string
+	for _, a := range f[1:] {
+		if k, v, ok := strings.Cut(a, "="); ok {
+			args[k] = v
+		} else {
+			pos = append(pos, a)
+		}
+	}
+	switch f[0] {
+	case "config":
+		return s.config(args, pos)
+	case "start":
+		for _, n := range pos {
+			if s.members[n] != nil && s.members[n].alive {
+				return fmt.Errorf("%s runs already", n)
+			}
+			s.members[n] = &simMember{name: n, h: worker.NoHolding, built: -1, rank: -1, alive: true}
+			s.cores[n] = newLeaderCore(s.cfg, s.now)
+		}
+	case "commit":
+		return s.commit(pos)
+	case "deliver":
+		if slices.Contains(pos, "stale") {
+			return s.deliverStale()
+		}
+		var only []string
+		if v, ok := args["only"]; ok {
+			only = strings.Split(v, ",")
+		}
+		return s.deliver(only)
+	case "train":
+		return s.runTrain(args)
+	case "kill":
+		for _, n := range pos {
+			m := s.members[n]
+			if m == nil {
+				return fmt.Errorf("no member %s", n)
+			}
+			m.alive = false
+		}
+	case "perturb":
+		s.members[pos[0]].perturbed = true
+	case "checkpoint":
+		if slices.Contains(pos, "none") {
+			s.ckpt = ckptInfo{Err: fmt.Errorf("%w: none written", checkpoint.ErrNoCheckpoint)}
+			return nil
+		}
+		return s.checkpoint()
+	case "tick":
+		d, err := time.ParseDuration(pos[0])
+		if err != nil {
+			return err
+		}
+		s.now = s.now.Add(d)
+		for _, n := range s.alive() {
+			s.cores[n].tick(s.now)
+			s.drain(n)
+		}
+	case "state":
+		for _, n := range s.names() {
+			m := s.members[n]
+			status := "alive"
+			if !m.alive {
+				status = "dead"
+			}
+			if m.ended != "" {
+				status = m.ended
+			}
+			fmt.Fprintf(&s.out, "%s: stage %d step %d cursor %d undo %v rank %d (%s)\n", n, m.h.Stage, m.h.Applied, m.h.Cursor, m.h.Undo, m.rank, status)
+		}
+	default:
+		return fmt.Errorf("unknown command %q", f[0])
+	}
+	return nil
+}
+
+func (s *leaderSim) config(args map[string]string, pos []string) error {
+	for key, dst := range map[string]*int{"stages": &s.cfg.Stages, "micro": &s.cfg.MicroBatches, "batch": &s.cfg.Batch, "target": &s.cfg.Target} {
+		if v, ok := args[key]; ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return err
+			}
+			*dst = n
+		}
+	}
+	for key, dst := range map[string]*time.Duration{"lost-timeout": &s.cfg.LostStageTimeout, "retry": &s.cfg.RetryDelay} {
+		if v, ok := args[key]; ok {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return err
+			}
+			*dst = d
+		}
+	}
+	s.cfg.LinearLR, s.cfg.Resume = slices.Contains(pos, "linear-lr"), slices.Contains(pos, "resume")
+	fmt.Fprintf(&s.out, "%d stages, %d micro-batches, batch %d, target %d, lost-stage timeout %s, retry %s, linear-lr %v, resume %v\n",
+		s.cfg.Stages, s.cfg.MicroBatches, s.cfg.Batch, s.cfg.Target, s.cfg.LostStageTimeout, s.cfg.RetryDelay, s.cfg.LinearLR, s.cfg.Resume)
+	return nil
+}
+
+func (s *leaderSim) names() []string {
+	var out []string
+	for n := range s.members {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (s *leaderSim) alive() []string {
+	var out []string
+	for _, n := range s.names() {
+		if s.members[n].alive && s.members[n].ended == "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// commit delivers a new world to every live node's core.
+func (s *leaderSim) commit(names []string) error {
+	w := elastic.World{Gen: s.world.Gen + 1, Reason: "test"}
+	for _, n := range names {
+		m := s.members[n]
+		if m == nil || !m.alive {
+			return fmt.Errorf("no live member %s", n)
+		}
+		w.Members = append(w.Members, elastic.Member{ID: n, Name: n, ActorAddr: "addr-" + n})
+	}
+	if s.call != nil {
+		s.stale = s.call
+	}
+	s.world, s.call, s.train, s.formed, s.leader = w, nil, nil, false, names[0]
+	for _, n := range s.alive() {
+		s.cores[n].commit(w, n == names[0], s.ckpt)
+		s.drain(n)
+	}
+	return nil
+}
+
+// drain prints what node n's core asked for and keeps the call or step
+// loop it started.
+func (s *leaderSim) drain(n string) {
+	for _, o := range s.cores[n].ready() {
+		switch {
+		case o.Call != nil:
+			s.call = o.Call
+			fmt.Fprintf(&s.out, "%s: %s\n", n, s.describeCall(o.Call))
+		case o.Train != nil:
+			s.train = o.Train
+			l := o.Train.Layout
+			fmt.Fprintf(&s.out, "%s: train generation %d, %v from step %d (%s), batch %d, lr ×%g\n", n, o.Train.Gen, l.Mesh, l.Step,
+				o.Train.World.StateFrom, o.Train.Batch, o.Train.LRScale)
+		case o.Stop:
+			fmt.Fprintf(&s.out, "%s: stop the step loop\n", n)
+		case o.Request != "":
+			fmt.Fprintf(&s.out, "%s: request a new generation: %s\n", n, o.Request)
+		case o.Wait != "":
+			fmt.Fprintf(&s.out, "%s: wait: %s\n", n, o.Wait)
+		case o.Done:
+			if o.Err != nil {
+				fmt.Fprintf(&s.out, "%s: job failed (%s): %v\n", n, failure.CodeOf(o.Err), o.Err)
+			} else {
+				fmt.Fprintf(&s.out, "%s: job finished\n", n)
+			}
+		}
+	}
+}
+
+func (s *leaderSim) describeCall(c *leaderCall) string {
+	var parts []string
+	for i, msg := range c.Msgs {
+		name := s.world.Members[i].Name
+		switch m := msg.(type) {
+		case *workerpb.StatusRequest:
+			parts = append(parts, name)
+		case *workerpb.Form:
+			if m.Rank < 0 {
+				parts = append(parts, fmt.Sprintf("%s standby", name))
+				continue
+			}
+			p := fmt.Sprintf("%s rank %d", name, m.Rank)
+			switch worker.SourceKind(m.Source) {
+			case worker.FromReplica:
+				p += fmt.Sprintf(" root %d", m.Roots[int(m.Rank)/int(m.Dp)])
+			case worker.FromCheckpoint:
+				p += fmt.Sprintf(" checkpoint %d", m.CheckpointStep)
+			}
+			if m.RollBack {
+				p += " roll-back"
+			}
+			parts = append(parts, p)
+		case *workerpb.Finish:
+			parts = append(parts, name)
+		}
+	}
+	head := fmt.Sprintf("call %s, generation %d", c.Phase, c.Gen)
+	if f, ok := c.Msgs[0].(*workerpb.Form); ok {
+		head += fmt.Sprintf(", dp%d×pp%d at step %d", max(f.Dp, 1), max(f.Pp, 1), f.Step)
+	}
+	if f, ok := c.Msgs[0].(*workerpb.Finish); ok && f.Failure != nil {
+		head += fmt.Sprintf(", failed (%s)", failure.Code(f.Failure.Code))
+	}
+	return head + ": " + strings.Join(parts, " | ")
+}
+
+// deliver has the members answer the leader's pending call.
+func (s *leaderSim) deliver(only []string) error {
+	c := s.call
+	if c == nil {
+		return errors.New("no call pending")
+	}
+	replies := make([]any, len(c.Msgs))
+	var lost []string
+	for i, msg := range c.Msgs {
+		m := s.members[s.world.Members[i].Name]
+		if !m.alive || only != nil && !slices.Contains(only, m.name) {
+			lost = append(lost, m.name)
+			continue
+		}
+		r, err := s.answer(m, msg)
+		if err != nil {
+			fmt.Fprintf(&s.out, "  %s: %v\n", m.name, err)
+			replies[i] = failedAnswer(msg, err)
+			continue
+		}
+		replies[i] = r
+	}
+	if only != nil {
+		fmt.Fprintf(&s.out, "delivered to %s only\n", strings.Join(only, ", "))
+		return nil
+	}
+	s.call = nil
+	var err error
+	for i, r := range replies {
+		if r == nil {
+			continue
+		}
+		if ferr := r.(interface{ Failed() error }).Failed(); ferr != nil && err == nil {
+			err = fmt.Errorf("member %s: %w", s.world.Members[i].Name, ferr)
+		}
+	}
+	if len(lost) > 0 && err == nil {
+		err = fmt.Errorf("%w: member %s", collectiveLost, strings.Join(lost, ", member "))
+	}
+	if c.Phase == phaseForm && err == nil {
+		s.formed = true
+	}
+	s.cores[s.leader].replies(c.Gen, c.Phase, replies, err)
+	s.drain(s.leader)
+	return nil
+}
+
+var collectiveLost = failure.New(failure.PeerLost, "test: peer lost")
+
+// deliverStale hands the answers to the call before the last commit to
+// the node that made it, as if they came late: it must ignore them.
+func (s *leaderSim) deliverStale() error {
+	c := s.stale
+	if c == nil {
+		return errors.New("no stale call")
+	}
+	s.stale = nil
+	replies := make([]any, len(c.Msgs))
+	for i, msg := range c.Msgs {
+		switch msg.(type) {
+		case *workerpb.StatusRequest:
+			replies[i] = &workerpb.Status{HeldStage: -1}
+		case *workerpb.Form:
+			replies[i] = &workerpb.Formed{}
+		default:
+			replies[i] = &workerpb.Finished{}
+		}
+	}
+	for _, n := range s.alive() {
+		s.cores[n].replies(c.Gen, c.Phase, replies, nil)
+		s.drain(n)
+	}
+	fmt.Fprintf(&s.out, "late answers to the %s call of generation %d delivered\n", c.Phase, c.Gen)
+	return nil
+}
+
+func failedAnswer(msg any, err error) any {
+	f := workerpb.FailureOf(err)
+	switch msg.(type) {
+	case *workerpb.Form:
+		return &workerpb.Formed{Failure: f}
+	case *workerpb.StatusRequest:
+		return &workerpb.Status{Failure: f}
+	}
+	return &workerpb.Finished{Failure: f}
+}
+
+// answer is what member m makes of msg.
+func (s *leaderSim) answer(m *simMember, msg any) (any, error) {
+	switch r := msg.(type) {
+	case *workerpb.StatusRequest:
+		return &workerpb.Status{HeldStage: int32(m.h.Stage), Applied: uint64(m.h.Applied), Cursor: uint64(m.h.Cursor),
+			CanRollBack: m.h.Undo, World0: uint32(m.h.World0), Checksum: m.checksum()}, nil
+	case *workerpb.Form:
+		return s.form(m, r)
+	case *workerpb.Finish:
+		m.ended = "finished"
+		if r.Failure != nil {
+			m.ended = "failed: " + r.Failure.Message
+		}
+		return &workerpb.Finished{Checksum: m.checksum()}, nil
+	}
+	return nil, fmt.Errorf("unexpected %T", msg)
+}
+
+// form applies a Form as the worker does, with parameters as versions.
+func (s *leaderSim) form(m *simMember, r *workerpb.Form) (any, error) {
+	f, err := worker.FormOf(r)
+	if err != nil {
+		return nil, err
+	}
+	p, err := m.h.Plan(f, m.built)
+	if err != nil {
+		return nil, err
+	}
+	if p.RollBack {
+		m.version, m.perturbed = m.undo, false
+	}
+	m.rank = f.Rank
+	if p.Build >= 0 {
+		m.built, m.version, m.perturbed = p.Build, 0, false
+	}
+	switch {
+	case p.Restore > 0:
+		if s.ckpt.Err != nil || s.ckpt.Step != p.Restore {
+			return nil, fmt.Errorf("no checkpoint of step %d", p.Restore)
+		}
+		m.version, m.perturbed = p.Restore, false
+	case p.Root >= 0 && p.Root != f.Rank:
+		root := s.memberAt(r, p.Root)
+		if root == nil || !root.alive {
+			return nil, fmt.Errorf("%w: root %d", collectiveLost, p.Root)
+		}
+		m.version, m.perturbed = root.version, root.perturbed
+	}
+	m.h = p.Next
+	return &workerpb.Formed{Checksum: m.checksum()}, nil
+}
+
+// memberAt is the member at mesh rank r of the form's generation.
+func (s *leaderSim) memberAt(f *workerpb.Form, r int) *simMember {
+	for _, n := range s.names() {
+		if s.members[n].rank == r && s.inWorld(n) {
+			return s.members[n]
+		}
+	}
+	return nil
+}
+
+func (s *leaderSim) inWorld(n string) bool { return s.world.Rank(n) >= 0 }
+
+// runTrain runs the leader's step loop.
+func (s *leaderSim) runTrain(args map[string]string) error {
+	o := s.train
+	if o == nil {
+		return errors.New("no step loop runs")
+	}
+	if v, ok := args["fail"]; ok {
+		code, msg, _ := strings.Cut(strings.ReplaceAll(v, "_", " "), ":")
+		c := failureCode(code)
+		s.train = nil
+		s.cores[s.leader].trained(o.Gen, failure.Wrapf(c, "%s", msg))
+		s.drain(s.leader)
+		return nil
+	}
+	steps := s.cfg.Target
+	if v, ok := args["steps"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return err
+		}
+		steps = n
+	}
+	var torn []string
+	if v, ok := args["torn"]; ok {
+		torn = strings.Split(v, ",")
+	}
+	l := o.Layout
+	for k := 0; k < steps; k++ {
+		var ranked []*simMember
+		for _, i := range l.Members {
+			ranked = append(ranked, s.members[s.world.Members[i].Name])
+		}
+		if ranked[0].h.Applied >= s.cfg.Target {
+			break
+		}
+		last := k == steps-1
+		for _, m := range ranked {
+			if last && slices.Contains(torn, m.name) {
+				continue
+			}
+			m.undo, m.h.Undo, m.h.UndoCursor = m.version, s.cfg.Stages > 1, m.h.Cursor
+			m.h.Applied++
+			m.h.Cursor += data.Cursor(o.Batch)
+			m.version++
+		}
+	}
+	fmt.Fprintf(&s.out, "trained to step %d\n", s.members[s.world.Members[l.Members[0]].Name].h.Applied)
+	s.formed = len(torn) == 0
+	if v, ok := args["diverge"]; ok {
+		// After those steps the replicas' checksums (--check-every) show
+		// rank v apart.
+		r, err := strconv.Atoi(v)
+		if err != nil {
+			return err
+		}
+		s.train = nil
+		applied := s.members[s.world.Members[o.Layout.Members[r]].Name].h.Applied
+		group := o.Layout.Mesh.Group(mesh.DP, r)
+		like := group[0]
+		if like == r {
+			like = group[1]
+		}
+		s.cores[s.leader].trained(o.Gen, fmt.Errorf("train: step %d: %w", applied, &DivergedError{Step: applied, Rank: r, Like: like}))
+		s.drain(s.leader)
+		return nil
+	}
+	if len(torn) == 0 && s.members[s.world.Members[l.Members[0]].Name].h.Applied >= s.cfg.Target {
+		s.train = nil
+		s.cores[s.leader].trained(o.Gen, nil)
+		s.drain(s.leader)
+	}
+	return nil
+}
+
+func failureCode(name string) failure.Code {
+	for c := failure.Code(0); c.Valid(); c++ {
+		if c.String() == name {
+			return c
+		}
+	}
+	return failure.Unknown
+}
+
+// checkpoint records a checkpoint of the newest step the members hold.
+func (s *leaderSim) checkpoint() error {
+	step := 0
+	for _, m := range s.members {
+		step = max(step, m.h.Applied)
+	}
+	if step == 0 {
+		return errors.New("nothing trained")
+	}
+	s.ckpt = ckptInfo{Step: step, Cursor: data.Cursor(step * s.cfg.Batch)}
+	fmt.Fprintf(&s.out, "checkpoint at step %d\n", step)
+	return nil
+}
+
+// check asserts the invariants.
+func (s *leaderSim) check() error {
+	for _, m := range s.members {
+		if m.h.Applied > s.cfg.Target {
+			return fmt.Errorf("%s holds step %d, past the target %d", m.name, m.h.Applied, s.cfg.Target)
+		}
+	}
+	if !s.formed || s.train == nil {
+		return nil
+	}
+	s.formed = false // replicas agree once formed; a torn step is for the next generation to mend
+	byStage := map[int]*simMember{}
+	for _, i := range s.train.Layout.Members {
+		m := s.members[s.world.Members[i].Name]
+		if !m.alive {
+			continue
+		}
+		if o := byStage[m.h.Stage]; o != nil && (o.h.Applied != m.h.Applied || o.checksum() != m.checksum()) && !m.perturbed && !o.perturbed {
+			return fmt.Errorf("%s and %s hold stage %d at steps %d and %d with different parameters", o.name, m.name, m.h.Stage, o.h.Applied, m.h.Applied)
+		}
+		byStage[m.h.Stage] = m
+	}
+	return nil
+}
