@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -83,10 +84,16 @@ type segment struct {
 }
 
 // run trains from seg.from to the job's last step (or Options.StopAfter).
-// It returns the summary so far also with an error.
-func (t *trainer) run(ctx context.Context, seg segment) (*Summary, error) {
+// It returns the summary so far also with an error; when ctx ended, the
+// error wraps its cause.
+func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error) {
+	defer func() {
+		if err != nil && ctx.Err() != nil && !errors.Is(err, context.Cause(ctx)) {
+			err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)
+		}
+	}()
 	j, cfg := t.job, &t.job.cfg
-	sum := &Summary{Model: j.describe, Params: j.params, Data: j.train.Name(), Steps: j.steps, StartStep: seg.from, World: seg.ex.Mesh().Size()}
+	sum = &Summary{Model: j.describe, Params: j.params, Data: j.train.Name(), Steps: j.steps, StartStep: seg.from, World: seg.ex.Mesh().Size()}
 	sampler, err := data.NewSampler(j.train.Len(), cfg.Seed, cfg.Shuffle)
 	if err != nil {
 		return sum, fmt.Errorf("train: %w", err)
