@@ -63,36 +63,10 @@ func startLocal(ctx context.Context, j *job, from int, cursor data.Cursor, log *
 			return nil, err
 		}
 	}
-	spec := j.workerSpec()
-	threads := threadsPerWorker(cfg, m.Size())
-	pids := make([]*actor.PID, m.Size())
-	for r := range pids {
-		be, err := kernels.Open(cfg.Device, kernels.Options{Threads: threads, Device: deviceFor(cfg.Device, r)})
-		if err != nil {
-			return nil, fieldErr("Device", "%s: %v", cfg.Device, err)
-		}
-		if c, ok := be.(io.Closer); ok {
-			stops = append(stops, c.Close)
-		}
-		var opts []worker.Option
-		if tr != nil {
-			opts = append(opts, worker.WithRecorder(tr.recorders[m.Coord(r).DP]))
-		}
-		w, err := worker.New(spec, be, append(opts, worker.WithLogger(log))...)
-		if err != nil {
-			return nil, err
-		}
-		sc := worker.ShellConfig{Name: fmt.Sprintf("%s-%d", worker.ActorName, r), Logger: log.With(zap.Int("rank", r))}
-		if comms != nil {
-			comm := comms[r]
-			sc.Comms = func(*workerpb.Form) (collective.Communicator, error) { return comm, nil }
-		}
-		sh, err := worker.Spawn(sys, w, sc)
-		if err != nil {
-			return nil, err
-		}
-		stops = append(stops, func() error { sh.Stop(); return nil })
-		pids[r] = sh.PID()
+	pids, closers, err := spawnLocal(sys, j, m, comms, tr, log)
+	stops = append(stops, closers...)
+	if err != nil {
+		return nil, err
 	}
 	ex, err := newGroupExecutor(sys, "trainer", pids, rankName, m, 0, identity(m.Size()), cfg.StepTimeout, log)
 	if err != nil {
@@ -104,6 +78,46 @@ func startLocal(ctx context.Context, j *job, from int, cursor data.Cursor, log *
 		return nil, errors.Join(fmt.Errorf("train: forming the workers: %w", err), ex.Close())
 	}
 	return ex, nil
+}
+
+// spawnLocal spawns a worker actor for every rank of m in sys, each on its
+// own backend (the thread budget split among them), rank r with comms[r].
+// It returns their actors and what stops them.
+func spawnLocal(sys *actors.System, j *job, m mesh.Mesh, comms []collective.Communicator, tr *tracer, log *zap.Logger) ([]*actor.PID, []func() error, error) {
+	cfg := &j.cfg
+	spec := j.workerSpec()
+	threads := threadsPerWorker(cfg, m.Size())
+	pids := make([]*actor.PID, m.Size())
+	var stops []func() error
+	for r := range pids {
+		be, err := kernels.Open(cfg.Device, kernels.Options{Threads: threads, Device: deviceFor(cfg.Device, r)})
+		if err != nil {
+			return nil, stops, fieldErr("Device", "%s: %v", cfg.Device, err)
+		}
+		if c, ok := be.(io.Closer); ok {
+			stops = append(stops, c.Close)
+		}
+		opts := []worker.Option{worker.WithLogger(log)}
+		if tr != nil {
+			opts = append(opts, worker.WithRecorder(tr.recorders[m.Coord(r).DP]))
+		}
+		w, err := worker.New(spec, be, opts...)
+		if err != nil {
+			return nil, stops, err
+		}
+		sc := worker.ShellConfig{Name: fmt.Sprintf("%s-%d", worker.ActorName, r), Logger: log.With(zap.Int("rank", r))}
+		if comms != nil {
+			comm := comms[r]
+			sc.Comms = func(*workerpb.Form) (collective.Communicator, error) { return comm, nil }
+		}
+		sh, err := worker.Spawn(sys, w, sc)
+		if err != nil {
+			return nil, stops, err
+		}
+		stops = append(stops, func() error { sh.Stop(); return nil })
+		pids[r] = sh.PID()
+	}
+	return pids, stops, nil
 }
 
 // firstForm places rank r of a fresh world (Run's): from the seed, or from

@@ -119,29 +119,8 @@ func startProcs(ctx context.Context, j *job, argv []string, from int, cursor dat
 		}
 		env = append(env, envTraceOrigin+"="+strconv.FormatInt(origin.UnixNano(), 10))
 	}
-	for r := range m.Size() {
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = append(env, envWorkerRank+"="+strconv.Itoa(r))
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			return nil, fmt.Errorf("train: worker %d: %w", r, err)
-		}
-		if err := cmd.Start(); err != nil {
-			return nil, fmt.Errorf("train: starting worker %d (%s): %w", r, argv[0], err)
-		}
-		ch := &child{rank: r, cmd: cmd, stdin: stdin, done: make(chan struct{})}
-		children = append(children, ch)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer close(ch.done)
-			cause := "process exited"
-			if err := cmd.Wait(); err != nil {
-				cause = "process exited: " + err.Error()
-			}
-			ex.group.Lost(ch.rank, "worker process "+cause)
-		}()
+	if children, err = launch(argv, env, m.Size(), ex.group, &wg); err != nil {
+		return nil, err
 	}
 	log.Info("started worker processes", zap.Int("procs", m.Size()), zap.Strings("addresses", addrs))
 	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
@@ -158,6 +137,37 @@ func startProcs(ctx context.Context, j *job, argv []string, from int, cursor dat
 		return nil, fmt.Errorf("train: forming the worker processes: %w", err)
 	}
 	return ex, nil
+}
+
+// launch starts n worker processes (rank r gets envWorkerRank r), and a
+// goroutine per process that tells group when it exits.
+func launch(argv, env []string, n int, group *actors.Group, wg *sync.WaitGroup) ([]*child, error) {
+	var children []*child
+	for r := range n {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = append(env, envWorkerRank+"="+strconv.Itoa(r))
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return children, fmt.Errorf("train: worker %d: %w", r, err)
+		}
+		if err := cmd.Start(); err != nil {
+			return children, fmt.Errorf("train: starting worker %d (%s): %w", r, argv[0], err)
+		}
+		ch := &child{rank: r, cmd: cmd, stdin: stdin, done: make(chan struct{})}
+		children = append(children, ch)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(ch.done)
+			cause := "process exited"
+			if err := cmd.Wait(); err != nil {
+				cause = "process exited: " + err.Error()
+			}
+			group.Lost(ch.rank, "worker process "+cause)
+		}()
+	}
+	return children, nil
 }
 
 // stopChildren closes the workers' stdin (they exit on EOF), waits a few
@@ -190,24 +200,19 @@ func stopChildren(children []*child, wg *sync.WaitGroup) {
 // actor, says hello to the parent's trainer and runs until its standard
 // input closes (the parent is done or gone) or ctx is cancelled.
 func RunWorkerProcess(ctx context.Context, stdin io.Reader, log *zap.Logger) error {
-	var cfg Config
-	if err := json.Unmarshal([]byte(os.Getenv(envWorkerConfig)), &cfg); err != nil {
-		return fmt.Errorf("train: worker process: %s: %w (worker processes are started by a Config.Procs run)", envWorkerConfig, err)
-	}
-	rank, err := strconv.Atoi(os.Getenv(envWorkerRank))
-	addrs := strings.Split(os.Getenv(envWorkerAddrs), ",")
-	trainer := strings.SplitN(os.Getenv(envTrainer), "/", 2)
-	if err != nil || rank < 0 || rank >= len(addrs) || len(trainer) != 2 {
-		return fmt.Errorf("train: worker process: bad %s/%s/%s environment", envWorkerRank, envWorkerAddrs, envTrainer)
-	}
-	log = log.With(zap.Int("rank", rank))
-	j, err := openJob(cfg)
+	env, err := readWorkerEnv()
 	if err != nil {
 		return err
 	}
-	host, portStr, err := net.SplitHostPort(addrs[rank])
+	rank := env.rank
+	log = log.With(zap.Int("rank", rank))
+	j, err := openJob(env.cfg)
 	if err != nil {
-		return fmt.Errorf("train: worker address %q: %w", addrs[rank], err)
+		return err
+	}
+	host, portStr, err := net.SplitHostPort(env.addrs[rank])
+	if err != nil {
+		return fmt.Errorf("train: worker address %q: %w", env.addrs[rank], err)
 	}
 	port, _ := strconv.Atoi(portStr)
 	sys, err := actors.NewSystem(actors.SystemConfig{Remote: true, Host: host, Port: port, Logger: log})
@@ -215,7 +220,8 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, log *zap.Logger) err
 		return err
 	}
 	defer sys.Close()
-	be, err := kernels.Open(cfg.Device, kernels.Options{Threads: threadsPerWorker(&j.cfg, 1), Device: deviceFor(cfg.Device, rank)})
+	cfg := &j.cfg
+	be, err := kernels.Open(cfg.Device, kernels.Options{Threads: threadsPerWorker(cfg, 1), Device: deviceFor(cfg.Device, rank)})
 	if err != nil {
 		return fieldErr("Device", "%s: %v", cfg.Device, err)
 	}
@@ -223,23 +229,19 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, log *zap.Logger) err
 		defer c.Close()
 	}
 	opts := []worker.Option{worker.WithLogger(log)}
-	ship := false
-	if ns := os.Getenv(envTraceOrigin); ns != "" && j.cfg.PP > 1 {
-		n, err := strconv.ParseInt(ns, 10, 64)
-		if err != nil {
-			return fmt.Errorf("train: worker process: bad %s %q", envTraceOrigin, ns)
-		}
-		rec, err := pipeline.NewRecorder(j.cfg.PP, time.Unix(0, n))
+	ship := !env.origin.IsZero() && cfg.PP > 1
+	if ship {
+		rec, err := pipeline.NewRecorder(cfg.PP, env.origin)
 		if err != nil {
 			return err
 		}
-		opts, ship = append(opts, worker.WithRecorder(rec)), true
+		opts = append(opts, worker.WithRecorder(rec))
 	}
 	w, err := worker.New(j.workerSpec(), be, opts...)
 	if err != nil {
 		return err
 	}
-	cc := commConfig(&j.cfg, log)
+	cc := commConfig(cfg, log)
 	sh, err := worker.Spawn(sys, w, worker.ShellConfig{Name: worker.ActorName, Logger: log, ShipTrace: ship,
 		Comms: func(f *workerpb.Form) (collective.Communicator, error) {
 			return actors.StartRemote(sys, actors.RemoteWorld{Rank: int(f.Rank), Addrs: f.Addrs}, cc)
@@ -248,7 +250,7 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, log *zap.Logger) err
 		return err
 	}
 	defer sh.Stop()
-	sys.Root().Send(actor.NewPID(trainer[0], trainer[1]),
+	sys.Root().Send(env.trainer,
 		&actorspb.PeerHello{Peer: uint32(rank), Address: sys.Address(), Actor: worker.ActorName, Protocol: worker.Protocol})
 	log.Info("worker ready", zap.String("address", sys.Address()))
 	// The reader ends at EOF (the parent closed our stdin or died). When
@@ -268,4 +270,36 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, log *zap.Logger) err
 		}
 		return ctx.Err()
 	}
+}
+
+// workerEnv is what a worker process's parent told it.
+type workerEnv struct {
+	cfg     Config
+	rank    int
+	addrs   []string
+	trainer *actor.PID
+	origin  time.Time // the trace's time zero (zero: no trace)
+}
+
+// readWorkerEnv reads and checks the worker process's environment.
+func readWorkerEnv() (workerEnv, error) {
+	var env workerEnv
+	if err := json.Unmarshal([]byte(os.Getenv(envWorkerConfig)), &env.cfg); err != nil {
+		return env, fmt.Errorf("train: worker process: %s: %w (worker processes are started by a Config.Procs run)", envWorkerConfig, err)
+	}
+	rank, err := strconv.Atoi(os.Getenv(envWorkerRank))
+	env.addrs = strings.Split(os.Getenv(envWorkerAddrs), ",")
+	trainer := strings.SplitN(os.Getenv(envTrainer), "/", 2)
+	if err != nil || rank < 0 || rank >= len(env.addrs) || len(trainer) != 2 {
+		return env, fmt.Errorf("train: worker process: bad %s/%s/%s environment", envWorkerRank, envWorkerAddrs, envTrainer)
+	}
+	env.rank, env.trainer = rank, actor.NewPID(trainer[0], trainer[1])
+	if ns := os.Getenv(envTraceOrigin); ns != "" {
+		n, err := strconv.ParseInt(ns, 10, 64)
+		if err != nil {
+			return env, fmt.Errorf("train: worker process: bad %s %q", envTraceOrigin, ns)
+		}
+		env.origin = time.Unix(0, n)
+	}
+	return env, nil
 }

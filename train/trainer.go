@@ -130,22 +130,7 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 		sum.FinalLoss, sum.Samples = loss, sum.Samples+int64(seg.batch)
 		cursor += data.Cursor(seg.batch)
 		last := step == j.steps-1
-		if j.test != nil && (last || (cfg.EvalEvery > 0 && (step+1)%cfg.EvalEvery == 0)) {
-			if m.EvalLoss, m.EvalAcc, err = t.evaluate(ctx, seg.ex, step+1); err != nil {
-				return sum, err
-			}
-			sum.EvalLoss, sum.EvalAcc = m.EvalLoss, m.EvalAcc
-		}
-		if t.ckpt != nil && cfg.CkptEvery > 0 && (step+1)%cfg.CkptEvery == 0 {
-			st := sampler.State()
-			st.Cursor = cursor
-			pause, err := seg.ex.Save(ctx, t.ckpt.meta(step+1, seg.ex.Generation(), st, t.sched))
-			if err != nil {
-				return sum, err
-			}
-			m.CkptPauseMs = ms(pause)
-		}
-		if err := t.observe(m); err != nil {
+		if err := t.afterStep(ctx, seg, &m, sampler, cursor, sum); err != nil {
 			return sum, err
 		}
 		if t.logSteps && ((step+1)%cfg.LogEvery == 0 || step == seg.from || last) {
@@ -160,6 +145,29 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 		}
 	}
 	return sum, nil
+}
+
+// afterStep does what the run's cadence asks after step m.Step (its
+// metrics, completed with what it does): evaluate, checkpoint, observe.
+func (t *trainer) afterStep(ctx context.Context, seg segment, m *StepMetrics, sampler *data.Sampler, cursor data.Cursor, sum *Summary) error {
+	j, cfg := t.job, &t.job.cfg
+	if j.test != nil && (m.Step == j.steps || (cfg.EvalEvery > 0 && m.Step%cfg.EvalEvery == 0)) {
+		var err error
+		if m.EvalLoss, m.EvalAcc, err = t.evaluate(ctx, seg.ex, m.Step); err != nil {
+			return err
+		}
+		sum.EvalLoss, sum.EvalAcc = m.EvalLoss, m.EvalAcc
+	}
+	if t.ckpt != nil && cfg.CkptEvery > 0 && m.Step%cfg.CkptEvery == 0 {
+		st := sampler.State()
+		st.Cursor = cursor
+		pause, err := seg.ex.Save(ctx, t.ckpt.meta(m.Step, seg.ex.Generation(), st, t.sched))
+		if err != nil {
+			return err
+		}
+		m.CkptPauseMs = ms(pause)
+	}
+	return t.observe(*m)
 }
 
 // metrics is step's line of the metrics.

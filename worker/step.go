@@ -444,103 +444,142 @@ func targetCount(b *data.Batch, lo, hi, context int) int {
 // run runs one op of micro-batch op.Micro.
 func (s *stepper) run(ctx context.Context, op pipeline.Op, res *StepResult, scale float32) error {
 	k := op.Micro
-	mb := &s.mbs[k]
-	w, m := s.w, s.w.model
-	if mb.empty() {
+	if s.mbs[k].empty() {
 		return nil // only without pipelining: a replica with fewer rows than micro-batches
 	}
 	switch op.Kind {
 	case pipeline.RecvAct:
-		buf := w.pool.Get(s.activationRows(k) * m.InCols)
-		if err := s.actIn.Broadcast(ctx, s.host(buf, false), 0).Wait(); err != nil {
-			w.pool.Put(buf)
-			return err
-		}
-		s.landed(buf)
-		mb.recv = nn.Act{X: buf, Rows: s.activationRows(k), Cols: m.InCols}
+		return s.recvAct(ctx, k)
 	case pipeline.Forward:
-		x := s.input(k, &w.batch)
-		recompute := s.sched.Recompute
-		if recompute && m.Input == nn.ActInput {
-			mb.in = w.pool.Get(x.X.Len())
-			w.be.Copy(mb.in, x.X)
-		}
-		tape := &mb.tape
-		if recompute {
-			tape = &s.scratch
-		}
-		c := s.ctxFor(tape)
-		y := nn.Forward(c, m.Layers, x)
-		if m.Last() {
-			tgt := s.targets(k, &w.batch)
-			if w.spec.Model.MLP != nil {
-				res.Correct += w.be.ArgmaxCorrect(y.X, tgt)
-			}
-			sum, d := nn.CrossEntropy(c, y, tgt, scale)
-			res.LossSum += sum
-			res.Targets += targetCount(&w.batch, mb.lo, mb.hi, m.Context)
-			mb.out = d
-		} else {
-			mb.out = y
-		}
-		if recompute {
-			s.scratch.Clear(w.pool)
-		}
+		s.forward(k, res, scale)
 	case pipeline.SendAct:
-		mb.sendAct = s.actOut.Broadcast(ctx, s.host(mb.out.X, true), 0)
+		s.mbs[k].sendAct = s.actOut.Broadcast(ctx, s.host(s.mbs[k].out.X, true), 0)
 	case pipeline.RecvGrad:
-		buf := w.pool.Get(s.activationRows(k) * m.OutCols)
-		if err := s.gradIn.Broadcast(ctx, s.host(buf, false), 0).Wait(); err != nil {
-			w.pool.Put(buf)
-			return err
-		}
-		s.landed(buf)
-		mb.grad = nn.Act{X: buf, Rows: s.activationRows(k), Cols: m.OutCols}
+		return s.recvGrad(ctx, k)
 	case pipeline.Recompute:
-		var x nn.Act
-		if m.Input == nn.ActInput {
-			x = nn.Act{X: mb.in, Rows: s.activationRows(k), Cols: m.InCols}
-			mb.in = nil
-		} else {
-			x = s.input(k, &w.batch)
-		}
-		y := nn.Forward(s.ctxFor(&mb.tape), m.Layers, x)
-		// The output was sent (or the loss gradient taken) by the forward;
-		// the recomputation only rebuilds the tape.
-		w.pool.Put(y.X)
+		s.recompute(k)
 	case pipeline.Backward:
-		dy := mb.grad
-		if m.Last() {
-			dy = mb.out
-		} else if err := s.finishSend(&mb.sendAct, &mb.out); err != nil {
-			return err
-		}
-		mb.out, mb.grad = nn.Act{}, nn.Act{}
-		c := s.ctxFor(&mb.tape)
-		if s.reducer != nil && k == len(s.mbs)-1 {
-			// The last backward makes every gradient final: its buckets
-			// are all-reduced while it goes on.
-			c.OnGradReady = s.reducer.ready
-		}
-		mb.dx = nn.Backward(c, m.Layers, dy)
-		if mb.tape.Len() != 0 {
-			return fmt.Errorf("%d activations left on the tape", mb.tape.Len())
-		}
-		if mb.in != nil {
-			w.pool.Put(mb.in)
-			mb.in = nil
-		}
-		if m.First() && mb.dx.X != nil {
-			w.pool.Put(mb.dx.X)
-			mb.dx = nn.Act{}
-		}
-		if s.reducer != nil && s.reducer.err != nil {
-			return s.reducer.err
-		}
+		return s.backward(k)
 	case pipeline.SendGrad:
-		mb.sendDx = s.gradOut.Broadcast(ctx, s.host(mb.dx.X, true), 0)
+		s.mbs[k].sendDx = s.gradOut.Broadcast(ctx, s.host(s.mbs[k].dx.X, true), 0)
 	default:
 		return fmt.Errorf("unknown op %v", op)
+	}
+	return nil
+}
+
+// recvAct receives micro-batch k's input activation from the previous
+// stage.
+func (s *stepper) recvAct(ctx context.Context, k int) error {
+	m, pool := s.w.model, s.w.pool
+	buf := pool.Get(s.activationRows(k) * m.InCols)
+	if err := s.actIn.Broadcast(ctx, s.host(buf, false), 0).Wait(); err != nil {
+		pool.Put(buf)
+		return err
+	}
+	s.landed(buf)
+	s.mbs[k].recv = nn.Act{X: buf, Rows: s.activationRows(k), Cols: m.InCols}
+	return nil
+}
+
+// forward runs micro-batch k through the stage: its output goes to the
+// next stage, or, on the last, the loss and its gradient. With recompute
+// only the stage's input is kept for the backward pass.
+func (s *stepper) forward(k int, res *StepResult, scale float32) {
+	mb := &s.mbs[k]
+	w, m := s.w, s.w.model
+	x := s.input(k, &w.batch)
+	recompute := s.sched.Recompute
+	if recompute && m.Input == nn.ActInput {
+		mb.in = w.pool.Get(x.X.Len())
+		w.be.Copy(mb.in, x.X)
+	}
+	tape := &mb.tape
+	if recompute {
+		tape = &s.scratch
+	}
+	c := s.ctxFor(tape)
+	y := nn.Forward(c, m.Layers, x)
+	if m.Last() {
+		tgt := s.targets(k, &w.batch)
+		if w.spec.Model.MLP != nil {
+			res.Correct += w.be.ArgmaxCorrect(y.X, tgt)
+		}
+		sum, d := nn.CrossEntropy(c, y, tgt, scale)
+		res.LossSum += sum
+		res.Targets += targetCount(&w.batch, mb.lo, mb.hi, m.Context)
+		mb.out = d
+	} else {
+		mb.out = y
+	}
+	if recompute {
+		s.scratch.Clear(w.pool)
+	}
+}
+
+// recvGrad receives the gradient of micro-batch k's output from the next
+// stage.
+func (s *stepper) recvGrad(ctx context.Context, k int) error {
+	m, pool := s.w.model, s.w.pool
+	buf := pool.Get(s.activationRows(k) * m.OutCols)
+	if err := s.gradIn.Broadcast(ctx, s.host(buf, false), 0).Wait(); err != nil {
+		pool.Put(buf)
+		return err
+	}
+	s.landed(buf)
+	s.mbs[k].grad = nn.Act{X: buf, Rows: s.activationRows(k), Cols: m.OutCols}
+	return nil
+}
+
+// recompute rebuilds micro-batch k's tape from its kept input. The output
+// was sent (or the loss gradient taken) by the forward; the recomputation
+// only rebuilds the tape.
+func (s *stepper) recompute(k int) {
+	mb := &s.mbs[k]
+	m := s.w.model
+	var x nn.Act
+	if m.Input == nn.ActInput {
+		x = nn.Act{X: mb.in, Rows: s.activationRows(k), Cols: m.InCols}
+		mb.in = nil
+	} else {
+		x = s.input(k, &s.w.batch)
+	}
+	y := nn.Forward(s.ctxFor(&mb.tape), m.Layers, x)
+	s.w.pool.Put(y.X)
+}
+
+// backward runs micro-batch k's backward pass; its input's gradient goes
+// to the previous stage. The last micro-batch's pass makes every gradient
+// final: with data parallelism its buckets are all-reduced while it goes
+// on.
+func (s *stepper) backward(k int) error {
+	mb := &s.mbs[k]
+	w, m := s.w, s.w.model
+	dy := mb.grad
+	if m.Last() {
+		dy = mb.out
+	} else if err := s.finishSend(&mb.sendAct, &mb.out); err != nil {
+		return err
+	}
+	mb.out, mb.grad = nn.Act{}, nn.Act{}
+	c := s.ctxFor(&mb.tape)
+	if s.reducer != nil && k == len(s.mbs)-1 {
+		c.OnGradReady = s.reducer.ready
+	}
+	mb.dx = nn.Backward(c, m.Layers, dy)
+	if mb.tape.Len() != 0 {
+		return fmt.Errorf("%d activations left on the tape", mb.tape.Len())
+	}
+	if mb.in != nil {
+		w.pool.Put(mb.in)
+		mb.in = nil
+	}
+	if m.First() && mb.dx.X != nil {
+		w.pool.Put(mb.dx.X)
+		mb.dx = nn.Act{}
+	}
+	if s.reducer != nil && s.reducer.err != nil {
+		return s.reducer.err
 	}
 	return nil
 }

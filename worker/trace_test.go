@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/troupe-ml/troupe/worker/workerpb"
 	"github.com/troupe-ml/troupe/pipeline"
+	"github.com/troupe-ml/troupe/worker/workerpb"
 )
 
 // A stage's spans and memory events cross processes in StepDone and come

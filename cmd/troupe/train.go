@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	_ "github.com/troupe-ml/troupe/kernels/cpu"
 	"github.com/troupe-ml/troupe/actors"
+	_ "github.com/troupe-ml/troupe/kernels/cpu"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/pipeline"
 	"github.com/troupe-ml/troupe/train"
