@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -569,27 +568,12 @@ func TestElasticLostStageWithoutCheckpointFails(t *testing.T) {
 	// lose one under the majority quorum, and would wait for quorum instead.
 	c.waitGeneration(first.Generation+1, 0)
 	c.agents["n2"].cmd.Process.Kill() // the only holder of stage 1
-	for _, n := range []string{"n1", "n3"} {
-		a := c.agents[n]
-		select {
-		case err := <-a.done:
-			var exit *exec.ExitError
-			if !errors.As(err, &exit) {
-				c.dump()
-				t.Fatalf("agent %s exited with %v, want a non-zero exit", n, err)
-			}
-		case <-c.ctx.Done():
-			c.dump()
-			t.Fatalf("agent %s still runs with pipeline stage 1 lost", n)
-		}
-		msg := a.stderr.String()
+	for n, msg := range c.failed(time.Minute, "n1", "n3") {
 		for _, want := range []string{"a pipeline stage is lost", "pipeline stage 1", "--lost-stage-timeout"} {
 			if !strings.Contains(msg, want) {
 				c.dump()
 				t.Fatalf("agent %s: no %q in its error output", n, want)
 			}
 		}
-		lines := strings.Split(strings.TrimSpace(msg), "\n")
-		t.Logf("agent %s: %s", n, lines[len(lines)-1])
 	}
 }

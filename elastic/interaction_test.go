@@ -1,17 +1,13 @@
 package elastic
 
 import (
-	"bufio"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-)
 
-var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the current output")
+	"github.com/troupe-ml/troupe/internal/scripttest"
+)
 
 // TestInteraction runs the scripts in testdata/*.txt, in the style of
 // etcd's raft interaction tests: each block is a command, a "----" line
@@ -45,94 +41,16 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the curre
 // with -rewrite to regenerate the expected output after a deliberate
 // change, and read the diff.
 func TestInteraction(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scripts: %v", err)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScript(t, f) })
-	}
+	scripttest.Run(t, "testdata/*.txt", func() scripttest.Sim { return newSim() })
 }
 
-type scriptBlock struct {
-	comments []string
-	cmd      string
-	want     string
-}
-
-func parseScript(t *testing.T, path string) []scriptBlock {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
+// Exec runs one script command (scripttest.Sim).
+func (s *sim) Exec(cmd string) (string, error) {
+	s.out.Reset()
+	if err := s.exec(cmd); err != nil {
+		fmt.Fprintf(s.out, "error: %v\n", err)
 	}
-	defer f.Close()
-	var blocks []scriptBlock
-	var cur scriptBlock
-	var out []string
-	inOut := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case inOut && line == "":
-			cur.want = strings.Join(out, "\n")
-			blocks = append(blocks, cur)
-			cur, out, inOut = scriptBlock{}, nil, false
-		case inOut:
-			out = append(out, line)
-		case line == "----":
-			if cur.cmd == "" {
-				t.Fatalf("%s: ---- without a command", path)
-			}
-			inOut = true
-		case strings.HasPrefix(line, "#") || line == "":
-			cur.comments = append(cur.comments, line)
-		default:
-			if cur.cmd != "" {
-				t.Fatalf("%s: command %q has no ---- line", path, cur.cmd)
-			}
-			cur.cmd = line
-		}
-	}
-	if inOut {
-		cur.want = strings.Join(out, "\n")
-		blocks = append(blocks, cur)
-	}
-	return blocks
-}
-
-func runScript(t *testing.T, path string) {
-	s := newSim()
-	var rewritten strings.Builder
-	for _, b := range parseScript(t, path) {
-		s.out.Reset()
-		if err := s.exec(b.cmd); err != nil {
-			fmt.Fprintf(s.out, "error: %v\n", err)
-		}
-		if s.violation != nil {
-			t.Fatalf("%s: %s: invariant violated: %v\noutput:\n%s", path, b.cmd, s.violation, s.out)
-		}
-		got := strings.TrimRight(s.out.String(), "\n")
-		if got == "" {
-			got = "ok"
-		}
-		if *rewrite {
-			for _, c := range b.comments {
-				fmt.Fprintln(&rewritten, c)
-			}
-			fmt.Fprintf(&rewritten, "%s\n----\n%s\n\n", b.cmd, got)
-			continue
-		}
-		if got != b.want {
-			t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", path, b.cmd, got, b.want)
-		}
-	}
-	if *rewrite {
-		if err := os.WriteFile(path, []byte(strings.TrimRight(rewritten.String(), "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return s.out.String(), s.violation
 }
 
 // nodeID reads "5", "n5" or "n5@2".

@@ -1,17 +1,13 @@
 package pipeline
 
 import (
-	"bufio"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite testdata/*.txt with the current output")
+	"github.com/troupe-ml/troupe/internal/scripttest"
+)
 
 // TestScripts runs the interaction scripts in testdata/*.txt, in the style
 // of etcd's raft interaction tests: each block is a command, a "----" line
@@ -28,86 +24,14 @@ var update = flag.Bool("update", false, "rewrite testdata/*.txt with the current
 //	gantt kind=… stages=P micro=M [fwd= bwd= rec= send= recv= latency= unit= recompute]
 //	                   simulate and draw the timeline, then the stats
 //
-// Run with -update to rewrite the expected output after a deliberate
+// Run with -rewrite to rewrite the expected output after a deliberate
 // change, and read the diff.
 func TestScripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scripts: %v", err)
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) { runScript(t, f) })
-	}
+	scripttest.Run(t, "testdata/*.txt", func() scripttest.Sim { return &scriptSim{} })
 }
 
-type scriptBlock struct {
-	comments []string
-	cmd      string
-	want     string
-}
-
-func parseScript(t *testing.T, path string) []scriptBlock {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var blocks []scriptBlock
-	var cur scriptBlock
-	sc := bufio.NewScanner(f)
-	inOut := false
-	var out []string
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case inOut && line == "":
-			cur.want = strings.Join(out, "\n")
-			blocks = append(blocks, cur)
-			cur, out, inOut = scriptBlock{}, nil, false
-		case inOut:
-			out = append(out, line)
-		case line == "----":
-			inOut = true
-		case strings.HasPrefix(line, "#") || line == "":
-			cur.comments = append(cur.comments, line)
-		default:
-			if cur.cmd != "" {
-				t.Fatalf("%s: command %q has no ---- line", path, cur.cmd)
-			}
-			cur.cmd = line
-		}
-	}
-	if inOut {
-		cur.want = strings.Join(out, "\n")
-		blocks = append(blocks, cur)
-	}
-	return blocks
-}
-
-func runScript(t *testing.T, path string) {
-	blocks := parseScript(t, path)
-	var sim scriptSim
-	var rewritten strings.Builder
-	for _, b := range blocks {
-		got := strings.TrimRight(sim.exec(b.cmd), "\n")
-		if *update {
-			for _, c := range b.comments {
-				fmt.Fprintln(&rewritten, c)
-			}
-			fmt.Fprintf(&rewritten, "%s\n----\n%s\n\n", b.cmd, got)
-			continue
-		}
-		if got != b.want {
-			t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", path, b.cmd, got, b.want)
-		}
-	}
-	if *update {
-		if err := os.WriteFile(path, []byte(strings.TrimRight(rewritten.String(), "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
+// Exec runs one script command (scripttest.Sim).
+func (s *scriptSim) Exec(cmd string) (string, error) { return s.exec(cmd), nil }
 
 // scriptSim is the state a script acts on.
 type scriptSim struct {

@@ -1,19 +1,17 @@
 package train
 
 import (
-	"bufio"
 	"errors"
-	"flag"
 	"fmt"
 	"hash/fnv"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/internal/scripttest"
 
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/data"
@@ -23,8 +21,6 @@ import (
 	"github.com/troupe-ml/troupe/worker"
 	"github.com/troupe-ml/troupe/worker/workerpb"
 )
-
-var rewrite = flag.Bool("rewrite", false, "rewrite testdata/leader/*.txt with the current output")
 
 // TestLeaderInteraction runs the scripts in testdata/leader/*.txt against
 // the leader core, in the style of elastic's interaction tests: each block
@@ -56,88 +52,16 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/leader/*.txt with th
 // stage hold the same parameters at the same step; no member holds a step
 // past the target.
 func TestLeaderInteraction(t *testing.T) {
-	files, err := filepath.Glob("testdata/leader/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scripts: %v", err)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runLeaderScript(t, f) })
-	}
+	scripttest.Run(t, "testdata/leader/*.txt", func() scripttest.Sim { return newLeaderSim() })
 }
 
-type block struct {
-	comments []string
-	cmd      string
-	want     string
-}
-
-func parseBlocks(t *testing.T, path string) []block {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
+// Exec runs one script command (scripttest.Sim).
+func (s *leaderSim) Exec(cmd string) (string, error) {
+	s.out.Reset()
+	if err := s.exec(cmd); err != nil {
+		fmt.Fprintf(&s.out, "error: %v\n", err)
 	}
-	defer f.Close()
-	var blocks []block
-	var cur block
-	var out []string
-	inOut := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case inOut && line == "":
-			cur.want = strings.Join(out, "\n")
-			blocks = append(blocks, cur)
-			cur, out, inOut = block{}, nil, false
-		case inOut:
-			out = append(out, line)
-		case line == "----":
-			inOut = true
-		case strings.HasPrefix(line, "#") || line == "":
-			cur.comments = append(cur.comments, line)
-		default:
-			cur.cmd = line
-		}
-	}
-	if inOut {
-		cur.want = strings.Join(out, "\n")
-		blocks = append(blocks, cur)
-	}
-	return blocks
-}
-
-func runLeaderScript(t *testing.T, path string) {
-	s := newLeaderSim()
-	var rewritten strings.Builder
-	for _, b := range parseBlocks(t, path) {
-		s.out.Reset()
-		if err := s.exec(b.cmd); err != nil {
-			fmt.Fprintf(&s.out, "error: %v\n", err)
-		}
-		if err := s.check(); err != nil {
-			t.Fatalf("%s: %s: invariant violated: %v\noutput:\n%s", path, b.cmd, err, s.out.String())
-		}
-		got := strings.TrimRight(s.out.String(), "\n")
-		if got == "" {
-			got = "ok"
-		}
-		if *rewrite {
-			for _, c := range b.comments {
-				fmt.Fprintln(&rewritten, c)
-			}
-			fmt.Fprintf(&rewritten, "%s\n----\n%s\n\n", b.cmd, got)
-			continue
-		}
-		if got != b.want {
-			t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", path, b.cmd, got, b.want)
-		}
-	}
-	if *rewrite {
-		if err := os.WriteFile(path, []byte(strings.TrimRight(rewritten.String(), "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return s.out.String(), s.check()
 }
 
 // simMember is a simulated agent: what its worker holds, and the
