@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -50,5 +51,31 @@ func TestBadInputExitsNonZero(t *testing.T) {
 				t.Errorf("stdout not empty: %q", out)
 			}
 		})
+	}
+}
+
+// troupe bench train measures every world it is given, worker processes
+// included, and prints one JSON document.
+func TestBenchTrainWorlds(t *testing.T) {
+	out := troupe(t, 2*time.Minute, "bench", "train", "--model", "mlp", "--layers", "784,32,10", "--data", "synthetic-mlp",
+		"--batch", "16", "--steps", "6", "--warmup-steps", "2", "--worlds", "dp1,dp2,procs2", "--threads", "1", "--json")
+	var doc struct {
+		Results []struct {
+			World       string  `json:"world"`
+			SamplesPerS float64 `json:"samples_per_s"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	var worlds []string
+	for _, r := range doc.Results {
+		if r.SamplesPerS <= 0 {
+			t.Errorf("world %s: %v samples/s", r.World, r.SamplesPerS)
+		}
+		worlds = append(worlds, r.World)
+	}
+	if strings.Join(worlds, ",") != "dp1,dp2,procs2" {
+		t.Fatalf("measured %v", worlds)
 	}
 }

@@ -111,7 +111,10 @@ func (s *stepper) sumGradients(ctx context.Context, scheduleEnd time.Time, res *
 	if s.tied != nil {
 		t := s.w.model.Tied
 		buf := s.host(t.G, true)
-		if err := s.tied.AllReduce(ctx, buf, collective.Sum).Wait(); err != nil {
+		start := time.Now()
+		err := s.tied.AllReduce(ctx, buf, collective.Sum).Wait()
+		res.addExposed(time.Since(start))
+		if err != nil {
 			return fmt.Errorf("stage %d: tied embedding gradient sum: %w", s.coord.PP, err)
 		}
 		s.landed(t.G)
@@ -119,10 +122,20 @@ func (s *stepper) sumGradients(ctx context.Context, scheduleEnd time.Time, res *
 	return nil
 }
 
+// addExposed counts communication that nothing overlapped (the step
+// waited for all of it).
+func (r *StepResult) addExposed(d time.Duration) {
+	r.CommMs += msOf(d)
+	r.ExposedMs += msOf(d)
+	if r.CommMs > 0 {
+		r.Hidden = 1 - r.ExposedMs/r.CommMs
+	}
+}
+
 // clip scales the gradients to the global norm bound, the norm summed over
 // the stages (the tied embedding counted once, on the first stage). It
 // returns the norm before clipping (0 when not clipping).
-func (s *stepper) clip(ctx context.Context) (float64, error) {
+func (s *stepper) clip(ctx context.Context, res *StepResult) (float64, error) {
 	maxNorm := s.w.spec.ClipNorm
 	if maxNorm <= 0 {
 		return 0, nil
@@ -134,7 +147,10 @@ func (s *stepper) clip(ctx context.Context) (float64, error) {
 	}
 	if s.pipe != nil {
 		s.norm[0] = float32(sq)
-		if err := s.pipe.AllReduce(ctx, s.norm, collective.Sum).Wait(); err != nil {
+		start := time.Now()
+		err := s.pipe.AllReduce(ctx, s.norm, collective.Sum).Wait()
+		res.addExposed(time.Since(start))
+		if err != nil {
 			return 0, fmt.Errorf("stage %d: gradient norm: %w", s.coord.PP, err)
 		}
 		sq = float64(s.norm[0])

@@ -48,8 +48,10 @@ type StepResult struct {
 	// recompute passes; ScheduleMs the schedule (passes, sends, receives
 	// and waits) until its last backward ended.
 	StepMs, ComputeMs, ScheduleMs float64
-	// Overlap is the gradient communication: its span, the part of it the
-	// step waited for after the schedule, and the share hidden.
+	// Overlap is the gradient communication: the data-parallel buckets'
+	// span and the sums after the schedule (the tied embedding, the
+	// gradient norm), the part of it the step waited for, and the share
+	// hidden behind the backward pass.
 	Overlap
 	GradNorm float64
 	Checksum uint64
@@ -308,19 +310,9 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	if err := s.sumGradients(ctx, scheduleEnd, &res); err != nil {
 		return res, err
 	}
-	tail := time.Now()
-	norm, err := s.clip(ctx)
+	norm, err := s.clip(ctx, &res)
 	if err != nil {
 		return res, err
-	}
-	if s.reducer == nil {
-		// Without data parallelism the only communication is the tied
-		// sum and the norm, after the schedule: all of it exposed.
-		res.CommMs = msOf(time.Since(scheduleEnd))
-		res.ExposedMs = res.CommMs
-	} else {
-		res.CommMs += msOf(time.Since(tail))
-		res.ExposedMs += msOf(time.Since(tail))
 	}
 	w.opt.Step(float32(req.LR))
 	if err := w.be.Sync(); err != nil {

@@ -70,7 +70,7 @@ func newBenchTrainCmd() *cobra.Command {
 					return err
 				}
 				cfg.MetricsOut = filepath.Join(dir, "m.jsonl")
-				sum, err := train.Run(cmd.Context(), cfg, train.Options{Logger: logger})
+				sum, err := train.Run(cmd.Context(), cfg, train.Options{Logger: logger, WorkerCommand: workerCommand()})
 				if err != nil {
 					os.RemoveAll(dir)
 					return fmt.Errorf("world %s: %w", w, err)
