@@ -2,14 +2,12 @@ package actors
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
@@ -125,7 +123,9 @@ func NewSystem(cfg SystemConfig) (*System, error) {
 	batch := max(1, cfg.MaxMessageBytes/cfg.MaxActorMessageBytes-1)
 	n := cfg.MaxMessageBytes
 	rc := remote.Configure(cfg.Host, port,
-		remote.WithServerOptions(grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n)),
+		// Close stops the server, then the endpoint writers: once Stop
+		// returns no handler may still be delivering a peer's message.
+		remote.WithServerOptions(grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n), grpc.WaitForHandlers(true)),
 		remote.WithDialOptions(
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(n), grpc.MaxCallSendMsgSize(n)),
@@ -144,8 +144,14 @@ func NewSystem(cfg SystemConfig) (*System, error) {
 	return s, nil
 }
 
+// remoteStart serialises protoactor remote start-ups: each sets gRPC's
+// global logger, which two systems starting at once in one process race on.
+var remoteStart sync.Mutex
+
 // startRemote turns protoactor's panics on start-up into an error.
 func startRemote(r *remote.Remote) (err error) {
+	remoteStart.Lock()
+	defer remoteStart.Unlock()
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("actors: starting protoactor remote: %v", p)
@@ -170,11 +176,19 @@ func (s *System) IsRemote() bool { return s.remote != nil }
 // Logger is the logger the system was configured with.
 func (s *System) Logger() *zap.Logger { return s.logger }
 
-// Close stops protoactor remote and the actor system. Actors should be
-// stopped first (their Close methods). protoactor's graceful remote stop
-// writes a flag that its gRPC handlers read without synchronisation; the
-// race detector reports it when peers are still connected, so race-enabled
-// tests let processes end instead of closing remote systems.
+// Close stops protoactor remote and the actor system. Actors must be
+// stopped first (their Close methods): nothing may send after Close.
+//
+// It does not use protoactor's "graceful" remote stop, which stops the
+// endpoint manager (its connection map set to nil) while the receive
+// goroutines of endpoint writers may still publish a peer's hang-up to it:
+// a peer exiting at the same moment (every member of a finished elastic
+// job does) then crashed this process with a nil dereference inside
+// protoactor-go. Instead the gRPC server stops first, waiting for its
+// handlers (no peer's message is delivered after that), then the endpoint
+// writers and watchers (their supervisor), which closes every client
+// connection; a hang-up they publish then finds the endpoint manager
+// whole, and it is never stopped.
 func (s *System) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -183,29 +197,10 @@ func (s *System) Close() error {
 	}
 	s.closed = true
 	if s.remote != nil {
-		// A graceful stop waits for protoactor's endpoint writers; one that
-		// is retrying a dead peer sleeps 2 s first (MaxRetryCount 1), and a
-		// gRPC graceful stop waits up to 10 s for peers to hang up
-		// (protoactor's own fallback): give up after 5 s.
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			defer func() {
-				// protoactor's graceful stop races with a peer hanging up
-				// (it may send on a connection's channel that the reader
-				// just closed) and panics; the gRPC server is then still
-				// up: stop it hard.
-				if p := recover(); p != nil {
-					s.logger.Debug("protoactor remote shutdown panicked; stopping gRPC hard", zap.Any("panic", p))
-					s.remote.Shutdown(false)
-				}
-			}()
-			s.remote.Shutdown(true)
-		}()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			return errors.New("actors: protoactor remote did not stop within 5 s")
+		s.remote.Shutdown(false)
+		supervisor := actor.NewPID(s.actors.Address(), "EndpointSupervisor")
+		if err := s.actors.Root.StopFuture(supervisor).Wait(); err != nil {
+			s.logger.Debug("stopping protoactor's endpoint writers", zap.Error(err))
 		}
 	}
 	s.actors.Shutdown()

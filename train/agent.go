@@ -223,8 +223,12 @@ type agent struct {
 	core *leaderCore
 	gen  *generation // the generation this node leads (nil: none)
 	led  int
-	ckpt *checkpointer
-	bar  *progress
+	// pending is the line of a step that failed on some ranks but
+	// completed on another replica: reported when the next generation
+	// continues after it (see AdoptedError), dropped when it replays it.
+	pending *StepMetrics
+	ckpt    *checkpointer
+	bar     *progress
 
 	callDone  chan callResult
 	trainDone chan trainResult
@@ -234,15 +238,28 @@ type agent struct {
 }
 
 // generation is what the leader of a generation holds: the group over its
-// members and the context of its call or step loop.
+// members, the context of its calls, and the contexts of its step loop: a
+// soft one (stop before the next step) and a hard one (abort).
 type generation struct {
-	world  elastic.World
-	ex     *groupExecutor
-	pids   []*actor.PID
-	ctx    context.Context
-	cancel context.CancelFunc
+	world     elastic.World
+	ex        *groupExecutor
+	pids      []*actor.PID
+	ctx       context.Context
+	cancel    context.CancelFunc
+	soft      context.Context
+	stopLoop  context.CancelFunc
+	loopCtx   context.Context
+	abortLoop context.CancelFunc
 	// committed is when the world committed (resume_ms).
 	committed time.Time
+}
+
+func newGeneration(w elastic.World, ex *groupExecutor, pids []*actor.PID) *generation {
+	g := &generation{world: w, ex: ex, pids: pids, committed: time.Now()}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.soft, g.stopLoop = context.WithCancel(context.Background())
+	g.loopCtx, g.abortLoop = context.WithCancel(context.Background())
+	return g
 }
 
 type callResult struct {
@@ -384,6 +401,7 @@ func (a *agent) run(ctx context.Context) (*AgentSummary, error) {
 		case r := <-a.callDone:
 			a.core.replies(r.gen, r.phase, r.replies, r.err)
 		case r := <-a.trainDone:
+			a.keepPending(r.err)
 			a.core.trained(r.gen, r.err)
 		case now := <-ticker.C:
 			a.core.tick(now)
@@ -438,22 +456,29 @@ func (a *agent) commit(w elastic.World) {
 		} else {
 			ex.ckpt = a.ckpt
 			ex.learnControls(pids)
-			ctx, cancel := context.WithCancel(context.Background())
-			a.gen = &generation{world: w, ex: ex, pids: pids, ctx: ctx, cancel: cancel, committed: time.Now()}
+			a.gen = newGeneration(w, ex, pids)
 		}
 	}
 	a.core.commit(w, lead, a.latestCheckpoint())
 }
 
-// stopLeading cancels the generation this node leads and waits for its
-// call and step loop to return.
+// stopLeading ends the generation this node leads and waits for its call
+// and step loop to return. A call is cancelled at once; the step loop
+// stops after the step in flight, so that a step every worker completed
+// is reported: the workers abort a step that cannot complete on the same
+// signals that superseded the generation, so the wait is short, and
+// bounded by the collective timeout (a silent peer's bound).
 func (a *agent) stopLeading() {
 	if a.gen == nil {
 		return
 	}
 	a.gen.cancel()
-	// Wait for its goroutines, dropping what they report: the core has
-	// moved on from this generation.
+	a.gen.stopLoop()
+	abort := time.AfterFunc(a.j.cfg.CollectiveTimeout, a.gen.abortLoop)
+	defer abort.Stop()
+	defer a.gen.abortLoop()
+	// Wait for its goroutines. What they report is for a generation the
+	// core has left, but a step the loop could not report is kept.
 	done := make(chan struct{})
 	go func() {
 		a.wg.Wait()
@@ -464,7 +489,8 @@ func (a *agent) stopLeading() {
 		case <-done:
 			waiting = false
 		case <-a.callDone:
-		case <-a.trainDone:
+		case r := <-a.trainDone:
+			a.keepPending(r.err)
 		}
 	}
 	a.gen.ex.Close()
@@ -497,9 +523,11 @@ func (a *agent) apply() (bool, error) {
 			a.call(o.Call)
 		case o.Train != nil:
 			a.train(o.Train)
-		case o.Stop:
-			if a.gen != nil {
-				a.gen.cancel()
+		case o.Stop != 0:
+			// commit stopped the generation's loop before the core saw
+			// the new world; this is for a generation still current.
+			if a.gen != nil && a.gen.world.Gen == o.Stop {
+				a.stopLeading()
 			}
 		case o.Request != "":
 			a.node.Request(o.Request)
@@ -542,13 +570,18 @@ func (a *agent) train(o *trainOrder) {
 		zap.String("reason", g.world.Reason), zap.Stringer("world", l.Mesh), zap.Strings("standby", o.World.Standby),
 		zap.Int("step", l.Step), zap.String("state_from", o.World.StateFrom), zap.Duration("sync", time.Since(g.committed)))
 	if b, err := json.Marshal(o.World); err == nil {
-		a.broadcast(&workerpb.Progress{World: b})
+		a.broadcast(g, &workerpb.Progress{World: b})
 	}
 	t := newTrainer(a.j, a.log, a.ckpt)
+	pending := a.pending
+	if pending != nil && pending.Step != l.Step {
+		pending = nil // the generation replays that step: it did not count
+	}
+	a.pending = nil
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		err := a.lead(g, t, o)
+		err := a.lead(g, t, o, pending)
 		select {
 		case a.trainDone <- trainResult{gen: o.Gen, err: err}:
 		case <-a.quit:
@@ -557,8 +590,9 @@ func (a *agent) train(o *trainOrder) {
 }
 
 // lead runs generation g's step loop to the job's last step and saves the
-// weights.
-func (a *agent) lead(g *generation, t *trainer, o *trainOrder) error {
+// weights; pending, when set, is a step the previous generation trained
+// but could not report, which this one continues after.
+func (a *agent) lead(g *generation, t *trainer, o *trainOrder, pending *StepMetrics) error {
 	var mw *metricsWriter
 	if path := a.j.cfg.MetricsOut; path != "" {
 		var err error
@@ -574,23 +608,39 @@ func (a *agent) lead(g *generation, t *trainer, o *trainOrder) error {
 			}
 		}
 		if b, err := json.Marshal(m); err == nil {
-			a.broadcast(&workerpb.Progress{Metrics: b})
+			a.broadcast(g, &workerpb.Progress{Metrics: b})
 		}
 		return nil
 	}
+	if pending != nil {
+		if err := t.observe(*pending); err != nil {
+			return err
+		}
+	}
 	l := o.Layout
-	if _, err := t.run(g.ctx, segment{ex: g.ex, from: l.Step, cursor: l.Cursor, batch: o.Batch, lrScale: o.LRScale, committed: g.committed}); err != nil {
+	if _, err := t.run(g.loopCtx, segment{ex: g.ex, from: l.Step, cursor: l.Cursor, batch: o.Batch, lrScale: o.LRScale,
+		committed: g.committed, stop: g.soft}); err != nil {
 		return err
 	}
 	if a.j.cfg.Save != "" {
-		return t.saveWeights(g.ctx, g.ex, a.j.steps)
+		return t.saveWeights(g.loopCtx, g.ex, a.j.steps)
 	}
 	return nil
 }
 
-// broadcast tells every member of the generation this node leads.
-func (a *agent) broadcast(m *workerpb.Progress) {
-	for _, pid := range a.gen.pids {
+// keepPending keeps the line of a step the loop could not report but that
+// may count (see AdoptedError).
+func (a *agent) keepPending(err error) {
+	var adopted *AdoptedError
+	if errors.As(err, &adopted) {
+		m := adopted.Metrics
+		a.pending = &m
+	}
+}
+
+// broadcast tells every member of generation g.
+func (a *agent) broadcast(g *generation, m *workerpb.Progress) {
+	for _, pid := range g.pids {
 		a.sys.Root().Send(pid, m)
 	}
 }

@@ -141,7 +141,10 @@ func (e *groupExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 			Lr: req.LR, GlobalTargets: uint64(req.GlobalTargets), Checksum: req.Checksum}
 	}))
 	if err != nil {
-		return stepStats{}, err
+		// The others must not wait in a collective for a rank that left
+		// the step; the step may still have completed on some replicas.
+		e.abort("the step failed on another rank: " + err.Error())
+		return e.salvage(req, err)
 	}
 	dones := make([]*workerpb.StepDone, e.mesh.Size())
 	for r, p := range e.peers {
@@ -157,6 +160,56 @@ func (e *groupExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 		}
 	}
 	return st, nil
+}
+
+// AdoptedError is a step that failed on some ranks but completed on
+// another replica: when the next generation continues from that replica
+// (it continues after the step), the step counts. Stats aggregates every
+// rank's passes, and Metrics (the step loop fills it) is the step's line;
+// the error is why the generation cannot go on.
+type AdoptedError struct {
+	Stats   stepStats
+	Metrics StepMetrics
+	Err     error
+}
+
+func (e *AdoptedError) Error() string { return e.Err.Error() }
+func (e *AdoptedError) Unwrap() error { return e.Err }
+
+// salvage looks at a failed step. Without pipelining a replica that
+// completed the gradient all-reduce applied the step, and the next
+// generation takes every replica's state from the most advanced: when one
+// did and every rank ran its passes, the step counts, and its metrics are
+// known (an *AdoptedError). A torn pipeline step is undone instead, so it
+// never counts.
+func (e *groupExecutor) salvage(req worker.StepRequest, cause error) (stepStats, error) {
+	if e.mesh.PP != 1 {
+		return stepStats{}, cause
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	replies, err := e.group.Call(ctx, e.byRank(func(_ int, p uint32) any { return &workerpb.StatusRequest{Peer: p} }))
+	if err != nil {
+		return stepStats{}, cause
+	}
+	var st stepStats
+	applied := false
+	for _, p := range e.peers {
+		s := replies[p].(*workerpb.Status)
+		if s.LastStep != int64(req.Step) || !s.LastComputed {
+			return stepStats{}, cause
+		}
+		applied = applied || s.Applied == uint64(req.Step+1)
+		st.LossSum += s.LastLossSum
+		st.Targets += int(s.LastTargets)
+		st.Correct += int(s.LastCorrect)
+	}
+	if !applied {
+		return stepStats{}, cause
+	}
+	e.log.Info("a failed step completed on another replica; the next generation continues from it",
+		zap.Int("step", req.Step+1), zap.Error(cause))
+	return stepStats{}, &AdoptedError{Stats: st, Err: cause}
 }
 
 // Evaluate runs held-out samples [lo, hi) through one replica.

@@ -91,8 +91,8 @@ type trainOrder struct {
 type leaderOut struct {
 	Call  *leaderCall
 	Train *trainOrder
-	// Stop: stop the step loop (the world was superseded).
-	Stop bool
+	// Stop is the generation whose step loop stops (superseded); 0: none.
+	Stop uint64
 	// Request: ask the membership for a new generation, for this reason.
 	Request string
 	// Wait: the leader waits (no generation runs), for this reason.
@@ -160,7 +160,7 @@ func (c *leaderCore) commit(w elastic.World, lead bool, ck ckptInfo) {
 		return
 	}
 	if c.phase == phaseTrain {
-		c.out = append(c.out, leaderOut{Stop: true})
+		c.out = append(c.out, leaderOut{Stop: c.world.Gen})
 	}
 	c.phase, c.world, c.lead, c.ckpt, c.retryAt = phaseIdle, w, lead, ck, time.Time{}
 	if !lead {

@@ -270,8 +270,8 @@ func (s *leaderSim) drain(n string) {
 			l := o.Train.Layout
 			fmt.Fprintf(&s.out, "%s: train generation %d, %v from step %d (%s), batch %d, lr ×%g\n", n, o.Train.Gen, l.Mesh, l.Step,
 				o.Train.World.StateFrom, o.Train.Batch, o.Train.LRScale)
-		case o.Stop:
-			fmt.Fprintf(&s.out, "%s: stop the step loop\n", n)
+		case o.Stop != 0:
+			fmt.Fprintf(&s.out, "%s: stop the step loop of generation %d\n", n, o.Stop)
 		case o.Request != "":
 			fmt.Fprintf(&s.out, "%s: request a new generation: %s\n", n, o.Request)
 		case o.Wait != "":

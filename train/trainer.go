@@ -14,6 +14,7 @@ import (
 
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/failure"
 	"github.com/troupe-ml/troupe/kernels/cpu"
 	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/nn"
@@ -81,6 +82,10 @@ type segment struct {
 	// committed is when the elastic generation committed (its first step
 	// reports the time since, resume_ms); zero outside elastic jobs.
 	committed time.Time
+	// stop, when set, ends the loop before its next step (an elastic
+	// generation superseded: the step in flight completes, or aborts on
+	// its own, and is reported either way).
+	stop context.Context
 }
 
 // run trains from seg.from to the job's last step (or Options.StopAfter).
@@ -108,6 +113,9 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 		if err := ctx.Err(); err != nil {
 			return sum, fmt.Errorf("train: stopped before step %d: %w", step+1, context.Cause(ctx))
 		}
+		if seg.stop != nil && seg.stop.Err() != nil {
+			return sum, fmt.Errorf("train: stopped before step %d: %w", step+1, failure.Wrap(failure.Canceled, context.Cause(seg.stop)))
+		}
 		t0 := time.Now()
 		idx = sampler.At(cursor, seg.batch, idx)
 		j.train.Fill(idx, &b)
@@ -115,6 +123,13 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 		check := cfg.CheckEvery > 0 && (step+1)%cfg.CheckEvery == 0
 		st, err := seg.ex.Step(ctx, worker.StepRequest{Step: step, Cursor: cursor, Batch: seg.batch, LR: lr,
 			GlobalTargets: globalTargets(&b), Checksum: check})
+		var adopted *AdoptedError
+		if errors.As(err, &adopted) {
+			// The step may count: its line goes with the error, for the
+			// next generation to report if it continues after it.
+			loss := adopted.Stats.LossSum / math.Max(1, float64(adopted.Stats.Targets))
+			adopted.Metrics = t.metrics(seg, step, cursor, lr, loss, adopted.Stats, time.Since(t0))
+		}
 		if err != nil {
 			return sum, fmt.Errorf("train: step %d: %w", step+1, err)
 		}

@@ -178,6 +178,9 @@ func (a *shellActor) Receive(c actor.Context) {
 		h := a.w.Holding()
 		st := &workerpb.Status{Peer: m.Peer, Name: a.cfg.Node, HeldStage: int32(h.Stage), Applied: uint64(h.Applied),
 			Cursor: uint64(h.Cursor), CanRollBack: h.Undo, World0: uint32(h.World0), Rank: int32(a.w.Rank())}
+		last := a.w.Last()
+		st.LastStep, st.LastComputed = int64(last.Step), last.Computed
+		st.LastLossSum, st.LastTargets, st.LastCorrect = last.LossSum, uint64(last.Targets), uint64(last.Correct)
 		if m.Checksum {
 			st.Checksum = a.w.Checksum()
 		}

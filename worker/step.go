@@ -59,6 +59,19 @@ type StepResult struct {
 	// micro-batches whose activations were alive at once.
 	PeakAct   int64
 	PeakMicro int
+	// Computed: the forward and backward passes of every micro-batch ran
+	// (Result is then this rank's whole share of the step, also when the
+	// step failed afterwards, in its gradient sums).
+	Computed bool
+}
+
+// LastStep is the last step a worker ran, applied or not.
+type LastStep struct {
+	// Step is its index (−1: none).
+	Step int
+	// Result is what its passes gave, complete when Computed.
+	Result
+	Computed bool
 }
 
 // Step runs one optimizer step. On an error nothing was applied: the update
@@ -74,6 +87,7 @@ func (w *Worker) Step(ctx context.Context, req StepRequest) (StepResult, error) 
 		w.keepUndo()
 	}
 	res, err := w.st.step(ctx, req)
+	w.last = LastStep{Step: req.Step, Result: res.Result, Computed: res.Computed}
 	if err != nil {
 		w.hold.Undo = false
 		return res, err
@@ -305,6 +319,7 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 		return res, err
 	}
 	scheduleEnd := time.Now()
+	res.Computed = true
 	res.ScheduleMs = msOf(scheduleEnd.Sub(start))
 	res.ComputeMs = msOf(busy)
 	if err := s.sumGradients(ctx, scheduleEnd, &res); err != nil {

@@ -36,6 +36,7 @@ type Worker struct {
 	rec  *pipeline.Recorder
 
 	hold  Holding
+	last  LastStep
 	built int // the stage the model part is built for, −1 before any
 	model *nn.Model
 	opt   optim.Optimizer
@@ -64,7 +65,7 @@ func New(spec *Spec, be kernels.Backend, opts ...Option) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	w := &Worker{spec: spec, be: be, log: zap.NewNop(), hold: NoHolding, built: -1, rank: -1, pool: nn.NewPool(be), sampler: s}
+	w := &Worker{spec: spec, be: be, log: zap.NewNop(), hold: NoHolding, last: LastStep{Step: -1}, built: -1, rank: -1, pool: nn.NewPool(be), sampler: s}
 	for _, o := range opts {
 		o(w)
 	}
@@ -73,6 +74,9 @@ func New(spec *Spec, be kernels.Backend, opts ...Option) (*Worker, error) {
 
 // Holding is what the worker holds.
 func (w *Worker) Holding() Holding { return w.hold }
+
+// Last is the last step the worker ran, applied or not.
+func (w *Worker) Last() LastStep { return w.last }
 
 // Rank is the worker's rank in its generation (−1: standby or not formed).
 func (w *Worker) Rank() int { return w.rank }

@@ -160,7 +160,17 @@ type Status struct {
 	Checksum uint64 `protobuf:"varint,9,opt,name=checksum,proto3" json:"checksum,omitempty"`
 	// rank is the worker's rank in the generation it was last formed in, -1
 	// on standby or before any.
-	Rank          int32 `protobuf:"varint,10,opt,name=rank,proto3" json:"rank,omitempty"`
+	Rank int32 `protobuf:"varint,10,opt,name=rank,proto3" json:"rank,omitempty"`
+	// last_step is the last step the worker ran (-1: none), applied or not;
+	// last_computed says whether the forward and backward passes of all its
+	// micro-batches ran, and last_loss_sum, last_targets and last_correct
+	// are what they gave (a step that failed in its gradient sums on this
+	// worker may have completed on another replica).
+	LastStep      int64   `protobuf:"varint,11,opt,name=last_step,json=lastStep,proto3" json:"last_step,omitempty"`
+	LastComputed  bool    `protobuf:"varint,12,opt,name=last_computed,json=lastComputed,proto3" json:"last_computed,omitempty"`
+	LastLossSum   float64 `protobuf:"fixed64,13,opt,name=last_loss_sum,json=lastLossSum,proto3" json:"last_loss_sum,omitempty"`
+	LastTargets   uint64  `protobuf:"varint,14,opt,name=last_targets,json=lastTargets,proto3" json:"last_targets,omitempty"`
+	LastCorrect   uint64  `protobuf:"varint,15,opt,name=last_correct,json=lastCorrect,proto3" json:"last_correct,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -261,6 +271,41 @@ func (x *Status) GetChecksum() uint64 {
 func (x *Status) GetRank() int32 {
 	if x != nil {
 		return x.Rank
+	}
+	return 0
+}
+
+func (x *Status) GetLastStep() int64 {
+	if x != nil {
+		return x.LastStep
+	}
+	return 0
+}
+
+func (x *Status) GetLastComputed() bool {
+	if x != nil {
+		return x.LastComputed
+	}
+	return false
+}
+
+func (x *Status) GetLastLossSum() float64 {
+	if x != nil {
+		return x.LastLossSum
+	}
+	return 0
+}
+
+func (x *Status) GetLastTargets() uint64 {
+	if x != nil {
+		return x.LastTargets
+	}
+	return 0
+}
+
+func (x *Status) GetLastCorrect() uint64 {
+	if x != nil {
+		return x.LastCorrect
 	}
 	return 0
 }
@@ -1579,7 +1624,7 @@ const file_worker_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"?\n" +
 	"\rStatusRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1a\n" +
-	"\bchecksum\x18\x02 \x01(\bR\bchecksum\"\xa2\x02\n" +
+	"\bchecksum\x18\x02 \x01(\bR\bchecksum\"\xce\x03\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x12\n" +
@@ -1592,7 +1637,12 @@ const file_worker_proto_rawDesc = "" +
 	"\x06world0\x18\b \x01(\rR\x06world0\x12\x1a\n" +
 	"\bchecksum\x18\t \x01(\x04R\bchecksum\x12\x12\n" +
 	"\x04rank\x18\n" +
-	" \x01(\x05R\x04rank\"\xcc\x02\n" +
+	" \x01(\x05R\x04rank\x12\x1b\n" +
+	"\tlast_step\x18\v \x01(\x03R\blastStep\x12#\n" +
+	"\rlast_computed\x18\f \x01(\bR\flastComputed\x12\"\n" +
+	"\rlast_loss_sum\x18\r \x01(\x01R\vlastLossSum\x12!\n" +
+	"\flast_targets\x18\x0e \x01(\x04R\vlastTargets\x12!\n" +
+	"\flast_correct\x18\x0f \x01(\x04R\vlastCorrect\"\xcc\x02\n" +
 	"\x04Form\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1e\n" +
 	"\n" +
