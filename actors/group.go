@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
@@ -134,6 +135,7 @@ type (
 // replies and failure signals to the call's gather core, and answers the
 // caller when the core is done.
 type groupActor struct {
+	broken error // set by a panic: every call fails with it
 	cfg    GroupConfig
 	log    *zap.Logger
 	peers  []*actor.PID
@@ -145,6 +147,7 @@ type groupActor struct {
 }
 
 func (a *groupActor) Receive(c actor.Context) {
+	defer a.recoverPanic(c, true)
 	switch m := c.Message().(type) {
 	case *actor.Started:
 		for _, p := range a.peers {
@@ -214,6 +217,7 @@ func (a *groupActor) start(c actor.Context, m *groupCall) {
 func (a *groupActor) request(c actor.Context, seq uint64, p int, msg any) {
 	f := c.RequestFuture(a.peers[p], msg, a.cfg.CallTimeout)
 	c.ReenterAfter(f, func(res any, err error) {
+		defer a.recoverPanic(c, false)
 		if a.call == nil || seq != a.seq {
 			return
 		}
@@ -231,9 +235,32 @@ func (a *groupActor) request(c actor.Context, seq uint64, p int, msg any) {
 	})
 }
 
+// recoverPanic turns a panic into a broken group: the call in flight and
+// every later one fail with it, naming the group, instead of an actor
+// restarted without the call it was serving (its caller would wait for
+// the call timeout). direct: the panic came from Receive, not from a
+// reply's continuation.
+func (a *groupActor) recoverPanic(c actor.Context, direct bool) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	a.broken = fmt.Errorf("%w: group %s panicked: %v", ErrWire, a.cfg.Name, p)
+	a.log.Error("group actor panicked", zap.String("group", a.cfg.Name), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+	if a.call != nil {
+		a.call.fail(a.broken)
+		a.answerIfDone(c)
+	}
+	if _, ok := c.Message().(*groupCall); ok && direct && a.caller == nil && c.Sender() != nil {
+		c.Respond(&groupResult{err: a.broken}) // the call never started
+	}
+}
+
 // refuse says why a call (or, with call unset, Ready) cannot start now.
 func (a *groupActor) refuse(call bool) error {
 	switch {
+	case a.broken != nil:
+		return a.broken
 	case len(a.lost) > 0:
 		return a.lostErr()
 	case call && a.call != nil:

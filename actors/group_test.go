@@ -251,3 +251,40 @@ func TestGatherCore(t *testing.T) {
 		t.Fatal("a call that asks nobody is not done")
 	}
 }
+
+// A reply whose Failed panics breaks the group: the call in flight fails
+// at once naming the group, and so does every later call, instead of the
+// caller waiting out the call timeout on a restarted actor.
+func TestGroupPanicFailsTheCall(t *testing.T) {
+	sys, err := NewSystem(SystemConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Close()
+	bad := actor.PropsFromFunc(func(c actor.Context) {
+		if m, ok := c.Message().(*ping); ok {
+			c.Respond(&panicky{peer: m.peer})
+		}
+	})
+	pid, err := sys.Root().SpawnNamed(bad, "panicky-peer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGroup(sys, GroupConfig{Name: "breaks", Peers: []*actor.PID{pid}, CallTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for range 2 {
+		_, err := g.Call(context.Background(), pings(1, nil))
+		if err == nil || !strings.Contains(err.Error(), "group breaks panicked") {
+			t.Fatalf("%v", err)
+		}
+	}
+}
+
+// panicky is a reply that panics when the group reads it.
+type panicky struct{ peer uint32 }
+
+func (p *panicky) GetPeer() uint32 { return p.peer }
+func (p *panicky) Failed() error   { panic("a bug in a reply") }

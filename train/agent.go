@@ -407,10 +407,9 @@ func (a *agent) run(ctx context.Context) (*AgentSummary, error) {
 			a.core.tick(now)
 		}
 		if done, err := a.apply(); done {
-			if finish == nil {
-				finish = &workerpb.Finish{Failure: workerpb.FailureOf(err)}
-			}
-			return a.finished(finish)
+			// This node led the job's end: the core's word is the job's
+			// (its own worker's Finish note may not be read yet).
+			return a.finished(&workerpb.Finish{Step: uint64(a.j.steps), Failure: workerpb.FailureOf(err)})
 		}
 	}
 }
