@@ -225,7 +225,7 @@ type agent struct {
 	led  int
 	// pending is the line of a step that failed on some ranks but
 	// completed on another replica: reported when the next generation
-	// continues after it (see AdoptedError), dropped when it replays it.
+	// continues after it (see adoptedError), dropped when it replays it.
 	pending *StepMetrics
 	ckpt    *checkpointer
 	bar     *progress
@@ -628,9 +628,9 @@ func (a *agent) lead(g *generation, t *trainer, o *trainOrder, pending *StepMetr
 }
 
 // keepPending keeps the line of a step the loop could not report but that
-// may count (see AdoptedError).
+// may count (see adoptedError).
 func (a *agent) keepPending(err error) {
-	var adopted *AdoptedError
+	var adopted *adoptedError
 	if errors.As(err, &adopted) {
 		m := adopted.Metrics
 		a.pending = &m

@@ -162,25 +162,25 @@ func (e *groupExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 	return st, nil
 }
 
-// AdoptedError is a step that failed on some ranks but completed on
+// adoptedError is a step that failed on some ranks but completed on
 // another replica: when the next generation continues from that replica
 // (it continues after the step), the step counts. Stats aggregates every
 // rank's passes, and Metrics (the step loop fills it) is the step's line;
 // the error is why the generation cannot go on.
-type AdoptedError struct {
+type adoptedError struct {
 	Stats   stepStats
 	Metrics StepMetrics
 	Err     error
 }
 
-func (e *AdoptedError) Error() string { return e.Err.Error() }
-func (e *AdoptedError) Unwrap() error { return e.Err }
+func (e *adoptedError) Error() string { return e.Err.Error() }
+func (e *adoptedError) Unwrap() error { return e.Err }
 
 // salvage looks at a failed step. Without pipelining a replica that
 // completed the gradient all-reduce applied the step, and the next
 // generation takes every replica's state from the most advanced: when one
 // did and every rank ran its passes, the step counts, and its metrics are
-// known (an *AdoptedError). A torn pipeline step is undone instead, so it
+// known (an *adoptedError). A torn pipeline step is undone instead, so it
 // never counts.
 func (e *groupExecutor) salvage(req worker.StepRequest, cause error) (stepStats, error) {
 	if e.mesh.PP != 1 {
@@ -209,7 +209,7 @@ func (e *groupExecutor) salvage(req worker.StepRequest, cause error) (stepStats,
 	}
 	e.log.Info("a failed step completed on another replica; the next generation continues from it",
 		zap.Int("step", req.Step+1), zap.Error(cause))
-	return stepStats{}, &AdoptedError{Stats: st, Err: cause}
+	return stepStats{}, &adoptedError{Stats: st, Err: cause}
 }
 
 // Evaluate runs held-out samples [lo, hi) through one replica.

@@ -23,12 +23,12 @@ import (
 	"github.com/troupe-ml/troupe/worker"
 )
 
-// Executor runs the steps of one world; where its workers live (this
+// executor runs the steps of one world; where its workers live (this
 // process, worker processes, the members of an elastic generation) is its
 // own business. Every call takes a context: cancelling it stops the call
 // within a bounded time (a step in flight is aborted on every worker, and
 // an aborted step applied nothing, or tore: see Applied).
-type Executor interface {
+type executor interface {
 	// Mesh is the world's layout; Generation the elastic generation (0
 	// outside elastic jobs).
 	Mesh() mesh.Mesh
@@ -49,7 +49,7 @@ type Executor interface {
 // trainer is the one step loop of troupe. It owns a run's policy: the
 // learning-rate schedule, the sampler cursor, the evaluation, checkpoint
 // and metrics cadence, the NaN check and the step metrics; it drives an
-// Executor. Run drives it with the workers of this process or of worker
+// executor. Run drives it with the workers of this process or of worker
 // processes; an elastic leader with each generation's members.
 type trainer struct {
 	job   *job
@@ -71,7 +71,7 @@ func newTrainer(j *job, log *zap.Logger, ckpt *checkpointer) *trainer {
 
 // segment is a stretch of training on one executor.
 type segment struct {
-	ex Executor
+	ex executor
 	// from is the first step (0-based), at sampler cursor cursor.
 	from   int
 	cursor data.Cursor
@@ -123,7 +123,7 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 		check := cfg.CheckEvery > 0 && (step+1)%cfg.CheckEvery == 0
 		st, err := seg.ex.Step(ctx, worker.StepRequest{Step: step, Cursor: cursor, Batch: seg.batch, LR: lr,
 			GlobalTargets: globalTargets(&b), Checksum: check})
-		var adopted *AdoptedError
+		var adopted *adoptedError
 		if errors.As(err, &adopted) {
 			// The step may count: its line goes with the error, for the
 			// next generation to report if it continues after it.
@@ -214,7 +214,7 @@ func (t *trainer) metrics(seg segment, step int, cursor data.Cursor, lr, loss fl
 // evaluate runs the held-out set (its first EvalBatches batches, when set)
 // in order, a batch at a time, and returns the mean loss per target and
 // the accuracy per row.
-func (t *trainer) evaluate(ctx context.Context, ex Executor, after int) (loss, acc float64, err error) {
+func (t *trainer) evaluate(ctx context.Context, ex executor, after int) (loss, acc float64, err error) {
 	cfg := &t.job.cfg
 	n := t.job.test.Len()
 	if cfg.EvalBatches > 0 && cfg.EvalBatches*cfg.Batch < n {
@@ -244,7 +244,7 @@ func (t *trainer) evaluate(ctx context.Context, ex Executor, after int) (loss, a
 }
 
 // saveWeights writes the whole model's weights after step to the Save path.
-func (t *trainer) saveWeights(ctx context.Context, ex Executor, step int) error {
+func (t *trainer) saveWeights(ctx context.Context, ex executor, step int) error {
 	path := t.job.cfg.Save
 	w, err := ex.Weights(ctx)
 	if err != nil {
