@@ -227,6 +227,8 @@ type agent struct {
 	// completed on another replica: reported when the next generation
 	// continues after it (see adoptedError), dropped when it replays it.
 	pending *StepMetrics
+	// current is the last world committed.
+	current elastic.World
 	ckpt    *checkpointer
 	bar     *progress
 
@@ -362,7 +364,6 @@ func (a *agent) close() {
 func (a *agent) run(ctx context.Context) (*AgentSummary, error) {
 	ticker := time.NewTicker(100 * time.Millisecond)
 	defer ticker.Stop()
-	var current elastic.World
 	var finish *workerpb.Finish
 	for {
 		select {
@@ -390,12 +391,11 @@ func (a *agent) run(ctx context.Context) (*AgentSummary, error) {
 			if !ok {
 				return nil, fmt.Errorf("train: the membership closed: %w", elastic.ErrClosed)
 			}
-			a.onEvent(current, ev)
+			a.onEvent(ev)
 		case w, ok := <-a.node.Worlds():
 			if !ok {
 				return nil, fmt.Errorf("train: the membership closed: %w", elastic.ErrClosed)
 			}
-			current = w
 			a.shell.Abort(fmt.Sprintf("generation %d committed", w.Gen))
 			a.commit(w)
 		case r := <-a.callDone:
@@ -416,11 +416,19 @@ func (a *agent) run(ctx context.Context) (*AgentSummary, error) {
 
 // onEvent aborts the step in flight on the first signal that it cannot
 // complete: a member of this world lost, or a new world proposed.
-func (a *agent) onEvent(current elastic.World, ev elastic.Event) {
+func (a *agent) onEvent(ev elastic.Event) {
 	switch ev.Kind {
 	case elastic.EventFailed, elastic.EventLeft:
-		if current.Rank(ev.Member.ID) >= 0 {
+		if a.current.Rank(ev.Member.ID) >= 0 {
 			a.shell.Abort(fmt.Sprintf("%s %s", ev.Kind, ev.Member.Name))
+		}
+		if g := a.gen; g != nil && ev.Kind == elastic.EventFailed {
+			// A failed member (dead, or hung: no reset comes) answers
+			// nothing more: the generation's calls stop waiting for it.
+			// A member that left answers until it is gone.
+			if i := g.world.Rank(ev.Member.ID); i >= 0 {
+				g.ex.group.Lost(i, "member "+ev.Member.Name+" failed")
+			}
 		}
 		a.log.Warn("member lost", zap.String("member", ev.Member.Name), zap.Stringer("kind", ev.Kind), zap.Duration("detection", ev.Silence))
 	case elastic.EventProposed:
@@ -440,6 +448,7 @@ func (a *agent) onEvent(current elastic.World, ev elastic.Event) {
 // members serves the generation's calls.
 func (a *agent) commit(w elastic.World) {
 	a.stopLeading()
+	a.current = w
 	lead := w.Rank(a.node.Self().ID) == 0
 	if lead {
 		a.led++
@@ -490,6 +499,12 @@ func (a *agent) stopLeading() {
 		case <-a.callDone:
 		case r := <-a.trainDone:
 			a.keepPending(r.err)
+		case ev, ok := <-a.node.Events():
+			// A member that failed must not hold the wait: its calls
+			// stop waiting for it (onEvent).
+			if ok {
+				a.onEvent(ev)
+			}
 		}
 	}
 	a.gen.ex.Close()
