@@ -180,6 +180,36 @@ type Backend interface {
 	// gradient of gradScale·Σ losses: (softmax − onehot)·gradScale (zero rows
 	// for ignored targets).
 	SoftmaxCrossEntropy(losses, dlogits, logits Buffer, targets Index, gradScale float32)
+	// ShardEmbedding gathers rows of a shard of an embedding table that
+	// holds ids [lo, lo+rows): y[i, :] = table[ids[i]−lo, :], and zeros for
+	// an id outside the shard (a vocabulary-parallel embedding's part, summed
+	// over the shards afterwards).
+	ShardEmbedding(y, table Buffer, ids Index, lo int)
+	// ShardEmbeddingBackward accumulates dtable[ids[i]−lo, :] += dy[i, :]
+	// for the ids inside the shard and skips the others.
+	ShardEmbeddingBackward(dtable, dy Buffer, ids Index, lo int)
+	// RowMax writes dst[r] = the largest of the first valid values of row r
+	// of x ([rows, cols], rows = dst.Len(), 0 ≤ valid ≤ cols), or −Inf when
+	// valid is 0: the shard's part of a vocabulary-parallel softmax's row
+	// maximum (the columns past valid are the padding of a vocabulary the
+	// shard count does not divide).
+	RowMax(dst, x Buffer, valid int)
+	// ShardLogitStats is a shard's part of a vocabulary-parallel
+	// cross-entropy. x ([rows, cols], rows = len(targets)) holds logit
+	// columns [lo, lo+cols) of which the first valid are real, and mx[r] is
+	// row r's maximum over every shard. For a row with targets[r] ≥ 0 it
+	// writes sumExp[r] = Σ_{c<valid} e^(x[r, c] − mx[r]) and picked[r] =
+	// x[r, t−lo] − mx[r] when lo ≤ t < lo+valid, else 0; rows with a
+	// negative target get 0 in both. Summed over the shards they are the
+	// softmax's normaliser and the target's shifted logit.
+	ShardLogitStats(sumExp, picked, x, mx Buffer, targets Index, lo, valid int)
+	// ShardCrossEntropy finishes a vocabulary-parallel cross-entropy once
+	// sumExp and picked are summed over the shards: losses[r] = log
+	// sumExp[r] − picked[r] (0 for a negative target). When dlogits is
+	// non-nil it also writes the shard's gradient of gradScale·Σ losses:
+	// (e^(x−mx)/sumExp − onehot)·gradScale on the valid columns, 0 on the
+	// padding and on ignored rows.
+	ShardCrossEntropy(losses, dlogits, x, mx, sumExp, picked Buffer, targets Index, lo, valid int, gradScale float32)
 	// ArgmaxCorrect returns how many rows of logits ([rows, cols]) have their
 	// largest value at targets[r] (a sync point).
 	ArgmaxCorrect(logits Buffer, targets Index) int

@@ -188,6 +188,11 @@ const entry table[] = {
     K(k_gemm_tf32),
     K(k_f32_to_bf16),
     K(k_gemm_bf16),
+    K(k_shard_embedding),
+    K(k_shard_embedding_backward),
+    K(k_row_max),
+    K(k_shard_logit_stats),
+    K(k_shard_xent),
 };
 
 // Fragment exchange for the emulated mma: each thread deposits its

@@ -338,6 +338,43 @@ extern "C" __global__ void k_embedding_backward(i64 n, i64 d, i64 vocab, float* 
 	}
 }
 
+// k_shard_embedding: y[i, :] = table[ids[i] − lo, :] for ids inside the
+// shard's rows [lo, lo+rows), zeros for the others (a vocabulary-parallel
+// embedding's part).
+extern "C" __global__ void k_shard_embedding(i64 n, i64 d, i64 rows, i64 lo, float* y, const float* table,
+                                             const int* ids) {
+	for (i64 k = gtid(); k < n * d; k += gstride()) {
+		i64 i = k / d, j = k % d;
+		i64 r = (i64)ids[i] - lo;
+		y[k] = (r >= 0 && r < rows) ? table[r * d + j] : 0.0f;
+	}
+}
+
+// k_shard_embedding_backward is k_embedding_backward for a shard: table row
+// v takes the ids equal to lo+v, in id order.
+extern "C" __global__ void k_shard_embedding_backward(i64 n, i64 d, i64 rows, i64 lo, float* dtable,
+                                                      const float* dy, const int* ids) {
+	EMU_SHARED int sid[EB_CHUNK];
+	i64 tilesC = (d + EB_COLS - 1) / EB_COLS;
+	for (i64 tc = blockIdx.y; tc < tilesC; tc += gridDim.y) {
+		i64 j = tc * EB_COLS + threadIdx.x;
+		for (i64 v = blockIdx.x; v < rows; v += gridDim.x) {
+			float acc = 0.0f;
+			if (j < d) acc = dtable[v * d + j];
+			for (i64 i0 = 0; i0 < n; i0 += EB_CHUNK) {
+				i64 cnt = n - i0 < EB_CHUNK ? n - i0 : EB_CHUNK;
+				for (i64 q = threadIdx.x; q < cnt; q += EB_COLS) sid[q] = ids[i0 + q];
+				__syncthreads();
+				if (j < d)
+					for (i64 q = 0; q < cnt; q++)
+						if ((i64)sid[q] - lo == v) acc += dy[(i0 + q) * d + j];
+				__syncthreads();
+			}
+			if (j < d) dtable[v * d + j] = acc;
+		}
+	}
+}
+
 // ---------------------------------------------------------------------------
 // Softmax family
 
@@ -449,6 +486,82 @@ extern "C" __global__ void k_softmax_backward(i64 rows, i64 cols, float* dx, con
 		for (i64 j = threadIdx.x; j < cols; j += RB) dot += (double)dyr[j] * (double)yr[j];
 		float d = (float)block_sum_d(dot, sh);
 		for (i64 j = threadIdx.x; j < cols; j += RB) dxr[j] = scale * yr[j] * (dyr[j] - d);
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Vocabulary-parallel cross-entropy: a shard holds logit columns
+// [lo, lo+cols) of which the first valid are real (the rest pad a vocabulary
+// the shard count does not divide). One block per row, as k_softmax_xent.
+
+// k_row_max: mx[r] = the largest of the first valid values of row r, −Inf
+// for none.
+extern "C" __global__ void k_row_max(i64 rows, i64 cols, i64 valid, float* mx, const float* x) {
+	EMU_SHARED float shf[RB];
+	for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+		const float* xr = x + r * cols;
+		float m = -INFINITY;
+		for (i64 c = threadIdx.x; c < valid; c += RB)
+			if (xr[c] > m) m = xr[c];
+		m = block_max_f(m, shf);
+		if (threadIdx.x == 0) mx[r] = m;
+	}
+}
+
+// k_shard_logit_stats: se[r] = Σ_{c<valid} e^(x − mx[r]) (in double);
+// pk[r] = x[t − lo] − mx[r] when the target is in the shard, else 0; both 0
+// for an ignored row.
+extern "C" __global__ void k_shard_logit_stats(i64 rows, i64 cols, i64 valid, i64 lo, float* se, float* pk,
+                                               const float* x, const float* mx, const int* targets) {
+	EMU_SHARED double shd[RB];
+	for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+		int t = targets[r];
+		if (t < 0) {
+			if (threadIdx.x == 0) se[r] = pk[r] = 0.0f;
+			continue;  // block-uniform
+		}
+		const float* xr = x + r * cols;
+		float m = mx[r];
+		double s = 0;
+		for (i64 c = threadIdx.x; c < valid; c += RB) s += (double)expf(xr[c] - m);
+		s = block_sum_d(s, shd);
+		if (threadIdx.x == 0) {
+			se[r] = (float)s;
+			i64 j = (i64)t - lo;
+			pk[r] = (j >= 0 && j < valid) ? xr[j] - m : 0.0f;
+		}
+	}
+}
+
+// k_shard_xent: losses[r] = log se[r] − pk[r]; with dl != 0, dl = (e^(x−mx)/se
+// − onehot)·gs on the valid columns (the target's entry in double), 0 on the
+// padding and on ignored rows.
+extern "C" __global__ void k_shard_xent(i64 rows, i64 cols, i64 valid, i64 lo, float* losses, float* dl,
+                                        const float* x, const float* mx, const float* se, const float* pk,
+                                        const int* targets, float gs) {
+	for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+		int t = targets[r];
+		if (t < 0) {
+			if (threadIdx.x == 0) losses[r] = 0.0f;
+			if (dl)
+				for (i64 c = threadIdx.x; c < cols; c += RB) dl[r * cols + c] = 0.0f;
+			continue;
+		}
+		double s = (double)se[r];
+		if (threadIdx.x == 0) losses[r] = (float)(log(s) - (double)pk[r]);
+		if (!dl) continue;
+		const float* xr = x + r * cols;
+		float m = mx[r];
+		float inv = (float)((double)gs / s);
+		i64 tj = (i64)t - lo;
+		for (i64 c = threadIdx.x; c < cols; c += RB) {
+			float v = 0.0f;
+			if (c < valid) {
+				float e = expf(xr[c] - m);
+				v = (c == tj) ? (float)(((double)e / s - 1.0) * (double)gs) : e * inv;
+			}
+			dl[r * cols + c] = v;
+		}
 	}
 }
 
