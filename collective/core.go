@@ -174,7 +174,7 @@ func CheckSpec(spec Spec, size int) error {
 	if !spec.Kind.Valid() {
 		return fmt.Errorf("%w: operation kind %d", ErrBadArgument, spec.Kind)
 	}
-	if spec.Reduce != Sum && spec.Reduce != Avg {
+	if spec.Reduce != Sum && spec.Reduce != Avg && spec.Reduce != Max {
 		return fmt.Errorf("%w: reduce op %d", ErrBadArgument, spec.Reduce)
 	}
 	if spec.Kind == KindBroadcast && (spec.Root < 0 || spec.Root >= size) {
@@ -509,7 +509,7 @@ func (c *Core) onData(op *opState, m *Message) error {
 			}
 			break
 		}
-		addTo(dst, m.Payload)
+		combine(op.spec.Reduce, dst, m.Payload)
 		if t < P-1 {
 			c.sendData(op, c.right(), m.Seq+uint32(op.numSub), dst)
 			break
@@ -537,7 +537,7 @@ func (c *Core) onData(op *opState, m *Message) error {
 			if len(m.Payload) != len(dst) {
 				return bad(fmt.Sprintf("%d values, want %d", len(m.Payload), len(dst)))
 			}
-			addTo(dst, m.Payload)
+			combine(op.spec.Reduce, dst, m.Payload)
 			op.fromGot[m.From]++
 			op.subGot[seq]++
 			if op.subGot[seq] == P-1 {

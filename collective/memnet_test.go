@@ -70,11 +70,40 @@ func TestMemAllReduceProperty(t *testing.T) {
 		cfg.SubChunkBytes = 4 * (1 + rng.IntN(50))
 		_, comms := startMem(t, P, cfg)
 		for _, n := range []int{0, 1, P - 1, P + 1, 1 + rng.IntN(500), 2000 + rng.IntN(5000)} {
-			for _, op := range []ReduceOp{Sum, Avg} {
+			for _, op := range []ReduceOp{Sum, Avg, Max} {
 				bufs := randBufs(rng, P, max(n, 0))
 				sum, mag := refSum(bufs)
+				top := refMax(bufs)
 				noErrors(t, allReduceEverywhere(comms, bufs, op))
+				if op == Max {
+					checkMax(t, bufs, top)
+					continue
+				}
 				checkReduced(t, bufs, sum, mag, P, op, 0, len(sum))
+			}
+		}
+	}
+}
+
+// refMax is the elementwise maximum over ranks.
+func refMax(bufs [][]float32) []float32 {
+	out := append([]float32(nil), bufs[0]...)
+	for _, b := range bufs[1:] {
+		for i, v := range b {
+			out[i] = max(out[i], v)
+		}
+	}
+	return out
+}
+
+// checkMax checks that every rank holds exactly the elementwise maximum: a
+// maximum rounds nothing, so any order gives the same bits.
+func checkMax(t *testing.T, got [][]float32, want []float32) {
+	t.Helper()
+	for r := range got {
+		for i, v := range got[r] {
+			if math.Float32bits(v) != math.Float32bits(want[i]) {
+				t.Fatalf("rank %d element %d: max %v, want %v", r, i, v, want[i])
 			}
 		}
 	}

@@ -46,6 +46,9 @@ const (
 	// chunk divides once, before the all-gather, so every rank ends with the
 	// same bits.
 	Avg
+	// Max keeps the largest value (NaN wins, as with Go's max): the row
+	// maximum of a vocabulary-parallel softmax.
+	Max
 )
 
 func (o ReduceOp) String() string {
@@ -54,19 +57,23 @@ func (o ReduceOp) String() string {
 		return "sum"
 	case Avg:
 		return "avg"
+	case Max:
+		return "max"
 	}
 	return fmt.Sprintf("ReduceOp(%d)", uint8(o))
 }
 
-// ParseReduceOp reads "sum" or "avg".
+// ParseReduceOp reads "sum", "avg" or "max".
 func ParseReduceOp(s string) (ReduceOp, error) {
 	switch s {
 	case "sum":
 		return Sum, nil
 	case "avg", "average", "mean":
 		return Avg, nil
+	case "max":
+		return Max, nil
 	}
-	return 0, fmt.Errorf("%w: reduce op %q: want sum or avg", ErrBadArgument, s)
+	return 0, fmt.Errorf("%w: reduce op %q: want sum, avg or max", ErrBadArgument, s)
 }
 
 // OpID identifies an operation within a group: the generation it belongs to

@@ -31,3 +31,16 @@ func divide(x []float32, d float32) {
 		x[i] /= d
 	}
 }
+
+// combine folds src into dst with op: a sum for Sum and Avg, the larger
+// value for Max.
+func combine(op ReduceOp, dst, src []float32) {
+	if op != Max {
+		addTo(dst, src)
+		return
+	}
+	src = src[:len(dst)]
+	for i, v := range src {
+		dst[i] = max(dst[i], v)
+	}
+}

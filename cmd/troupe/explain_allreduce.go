@@ -47,7 +47,7 @@ t rank r sends chunk (r−t+2) mod P and copies chunk (r−t+1) mod P.`,
 	}
 	cmd.Flags().IntVar(&f.ranks, "ranks", 0, "number of ranks P (required)")
 	cmd.Flags().StringVar(&f.values, "values", "", "comma-separated values: the ranks' buffers end to end, n/P each (required)")
-	cmd.Flags().StringVar(&f.op, "op", "sum", "reduction: sum or avg")
+	cmd.Flags().StringVar(&f.op, "op", "sum", "reduction: sum, avg or max")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print one JSON document")
 	return cmd
 }
@@ -101,7 +101,7 @@ func allreduceExplainDoc(f explainAllReduceFlags) (*allreduceExplanation, error)
 	}
 	op, err := collective.ParseReduceOp(f.op)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --op %q: want sum or avg", errUsage, f.op)
+		return nil, fmt.Errorf("%w: --op %q: want sum, avg or max", errUsage, f.op)
 	}
 	vals, err := allreduceParseValues(f.values)
 	if err != nil {
