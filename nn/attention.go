@@ -12,23 +12,33 @@ import (
 // the output, heads contiguous inside each) and an output projection [C, C],
 // as in nanoGPT and ../shared/anchors/torch_gpt_tiny.py.
 //
-// Input and output are [B·T, C] (row b·T+t is token t of sequence b).
+// Input and output are [B·T, C] (row b·T+t is token t of sequence b). A
+// tensor-parallel shard holds Heads = all heads / TP.Size of them: qkv
+// column-parallel by heads (each of q, k and v cut alike) and proj
+// row-parallel, so the heads never meet until proj's all-reduce.
 type CausalSelfAttention struct {
-	C, Heads, T int
-	QKV, Proj   *Linear
+	// C is the model width; Heads the heads this shard holds, HeadDim
+	// their width.
+	C, Heads, HeadDim, T int
+	QKV, Proj            *Linear
+	TP                   TP
+	qkv, proj            Layer
 }
 
 // NewCausalSelfAttention registers prefix.qkv and prefix.proj: weights
-// drawn from N(0, std²) and N(0, projStd²), zero biases (nanoGPT's init).
-func NewCausalSelfAttention(s *ParamSet, prefix string, c, heads, t int, std, projStd float32) (*CausalSelfAttention, error) {
+// drawn from N(0, std²) and N(0, projStd²), zero biases (nanoGPT's init),
+// cut for the tensor-parallel place tp.
+func NewCausalSelfAttention(s *ParamSet, prefix string, c, heads, t int, std, projStd float32, tp TP) (*CausalSelfAttention, error) {
 	if c%heads != 0 {
 		return nil, fmt.Errorf("%w: d_model %d is not divisible by %d heads", ErrConfig, c, heads)
 	}
-	a := &CausalSelfAttention{C: c, Heads: heads, T: t}
-	a.QKV = NewLinear(s, prefix+".qkv", c, 3*c, true)
-	a.Proj = NewLinear(s, prefix+".proj", c, c, true)
-	a.QKV.Weight.init, a.QKV.Bias.init = Normal(0, std), Const(0)
-	a.Proj.Weight.init, a.Proj.Bias.init = Normal(0, projStd), Const(0)
+	if heads%tp.Size != 0 {
+		return nil, fmt.Errorf("%w: %d heads cannot be split among %d tensor-parallel shards", ErrConfig, heads, tp.Size)
+	}
+	a := &CausalSelfAttention{C: c, Heads: heads / tp.Size, HeadDim: c / heads, T: t, TP: tp}
+	a.QKV = newColumn(s, prefix+".qkv", c, 3*c, 3, tp, Normal(0, std), Const(0))
+	a.Proj = newRow(s, prefix+".proj", c, c, tp, Normal(0, projStd), Const(0))
+	a.qkv, a.proj = columnLayer(a.QKV, tp), rowLayer(a.Proj, tp)
 	return a, nil
 }
 
@@ -37,19 +47,20 @@ func (a *CausalSelfAttention) Params() []*Param {
 	return append(a.QKV.Params(), a.Proj.Params()...)
 }
 
-func (a *CausalSelfAttention) dims(rows int) (b, hd int) {
+// dims returns the sequences in rows and the shard's attention width.
+func (a *CausalSelfAttention) dims(rows int) (b, width int) {
 	if rows%a.T != 0 {
 		panic(fmt.Sprintf("nn: attention input has %d rows, not a multiple of the context %d", rows, a.T))
 	}
-	return rows / a.T, a.C / a.Heads
+	return rows / a.T, a.Heads * a.HeadDim
 }
 
 // Forward implements Layer.
 func (a *CausalSelfAttention) Forward(c *Ctx, x Act) Act {
 	be := c.Be
-	B, hd := a.dims(x.Rows)
-	H, T, C := a.Heads, a.T, a.C
-	qkv := a.QKV.Forward(c, x) // [B, T, 3, H, hd]
+	qkv := a.qkv.Forward(c, x) // [B, T, 3, H, hd]
+	B, C := a.dims(qkv.Rows)
+	H, T, hd := a.Heads, a.T, a.HeadDim
 	// heads: [3, B, H, T, hd]; q, k, v are its three thirds.
 	heads := c.Pool.Get(3 * B * T * C)
 	be.Transpose(heads, qkv.X, []int{B, T, 3, H, hd}, []int{2, 0, 3, 1, 4})
@@ -69,20 +80,20 @@ func (a *CausalSelfAttention) Forward(c *Ctx, x Act) Act {
 	be.Transpose(y, yh, []int{B, H, T, hd}, []int{0, 2, 1, 3})
 	c.Pool.Put(yh)
 	c.save(heads, p)
-	return a.Proj.Forward(c, Act{X: y, Rows: x.Rows, Cols: C})
+	return a.proj.Forward(c, Act{X: y, Rows: qkv.Rows, Cols: C})
 }
 
 func (a *CausalSelfAttention) scale() float32 {
-	return float32(1 / math.Sqrt(float64(a.C/a.Heads)))
+	return float32(1 / math.Sqrt(float64(a.HeadDim)))
 }
 
 // Backward implements Layer.
 func (a *CausalSelfAttention) Backward(c *Ctx, dy Act) Act {
 	be := c.Be
-	dyc := a.Proj.Backward(c, dy) // [B·T, C]
+	dyc := a.proj.Backward(c, dy) // [B·T, C]
 	p, heads := c.Tape.Pop(), c.Tape.Pop()
-	B, hd := a.dims(dy.Rows)
-	H, T, C := a.Heads, a.T, a.C
+	B, C := a.dims(dyc.Rows)
+	H, T, hd := a.Heads, a.T, a.HeadDim
 	n := B * T * C
 	q, k, v := be.View(heads, 0, n), be.View(heads, n, n), be.View(heads, 2*n, n)
 	dyh := c.Pool.Get(n) // [B, H, T, hd]
@@ -108,5 +119,5 @@ func (a *CausalSelfAttention) Backward(c *Ctx, dy Act) Act {
 	dqkv := c.Pool.Get(3 * n) // [B, T, 3, H, hd]
 	be.Transpose(dqkv, dheads, []int{3, B, H, T, hd}, []int{1, 3, 0, 2, 4})
 	c.Pool.Put(dheads)
-	return a.QKV.Backward(c, Act{X: dqkv, Rows: dy.Rows, Cols: 3 * C})
+	return a.qkv.Backward(c, Act{X: dqkv, Rows: dyc.Rows, Cols: 3 * C})
 }

@@ -3,6 +3,8 @@ package nn
 // Block is a pre-LayerNorm transformer block:
 // x = x + proj(attn(ln1(x))); x = x + out(gelu(fc(ln2(x)))).
 // Names follow ../shared/anchors/torch_gpt_tiny.py: ln1, qkv, proj, ln2, fc, out.
+// A tensor-parallel shard holds its heads of attn, fc column-parallel and
+// out row-parallel (see TP); the LayerNorms are whole on every shard.
 type Block struct {
 	LN1  *LayerNorm
 	Attn *CausalSelfAttention
@@ -10,23 +12,34 @@ type Block struct {
 	FC   *Linear
 	Act  *ActLayer
 	Out  *Linear
+	fc   Layer
+	out  Layer
 }
 
-// NewBlock registers a block's parameters under prefix.
-func NewBlock(s *ParamSet, prefix string, c, heads, t int, std, projStd float32) (*Block, error) {
-	b := &Block{LN1: NewLayerNorm(s, prefix+".ln1", c)}
-	attn, err := NewCausalSelfAttention(s, prefix, c, heads, t, std, projStd)
+// NewBlock registers a block's parameters under prefix, cut for the
+// tensor-parallel place tp.
+func NewBlock(s *ParamSet, prefix string, c, heads, t int, std, projStd float32, tp TP) (*Block, error) {
+	b := &Block{LN1: newReplicatedLayerNorm(s, prefix+".ln1", c, tp)}
+	attn, err := NewCausalSelfAttention(s, prefix, c, heads, t, std, projStd, tp)
 	if err != nil {
 		return nil, err
 	}
 	b.Attn = attn
-	b.LN2 = NewLayerNorm(s, prefix+".ln2", c)
-	b.FC = NewLinear(s, prefix+".fc", c, 4*c, true)
-	b.FC.Weight.init, b.FC.Bias.init = Normal(0, std), Const(0)
+	b.LN2 = newReplicatedLayerNorm(s, prefix+".ln2", c, tp)
+	b.FC = newColumn(s, prefix+".fc", c, 4*c, 1, tp, Normal(0, std), Const(0))
 	b.Act = &ActLayer{Fn: GELU}
-	b.Out = NewLinear(s, prefix+".out", 4*c, c, true)
-	b.Out.Weight.init, b.Out.Bias.init = Normal(0, projStd), Const(0)
+	b.Out = newRow(s, prefix+".out", 4*c, c, tp, Normal(0, projStd), Const(0))
+	b.fc, b.out = columnLayer(b.FC, tp), rowLayer(b.Out, tp)
 	return b, nil
+}
+
+// newReplicatedLayerNorm is a LayerNorm every shard holds whole; with
+// sequence parallelism it normalises a shard's rows only, so its
+// gradients are partial.
+func newReplicatedLayerNorm(s *ParamSet, prefix string, dim int, tp TP) *LayerNorm {
+	l := NewLayerNorm(s, prefix, dim)
+	l.Weight.PartialGrad, l.Bias.PartialGrad = tp.SP, tp.SP
+	return l
 }
 
 // Params implements Layer.
@@ -50,7 +63,7 @@ func (b *Block) Forward(c *Ctx, x Act) Act {
 	c.Pool.Put(a.X)
 	h2 := c.Pool.Get(n)
 	c.Be.Copy(h2, x.X)
-	m := b.Out.Forward(c, b.Act.Forward(c, b.FC.Forward(c, b.LN2.Forward(c, Act{X: h2, Rows: x.Rows, Cols: x.Cols}))))
+	m := b.out.Forward(c, b.Act.Forward(c, b.fc.Forward(c, b.LN2.Forward(c, Act{X: h2, Rows: x.Rows, Cols: x.Cols}))))
 	c.Be.Add(x.X, x.X, m.X)
 	c.Pool.Put(m.X)
 	return x
@@ -62,7 +75,7 @@ func (b *Block) Backward(c *Ctx, dy Act) Act {
 	// dy flows unchanged along the residual and into each branch.
 	g := c.Pool.Get(n)
 	c.Be.Copy(g, dy.X)
-	dm := b.LN2.Backward(c, b.FC.Backward(c, b.Act.Backward(c, b.Out.Backward(c, Act{X: g, Rows: dy.Rows, Cols: dy.Cols}))))
+	dm := b.LN2.Backward(c, b.fc.Backward(c, b.Act.Backward(c, b.out.Backward(c, Act{X: g, Rows: dy.Rows, Cols: dy.Cols}))))
 	c.Be.Add(dy.X, dy.X, dm.X)
 	c.Pool.Put(dm.X)
 	g2 := c.Pool.Get(n)

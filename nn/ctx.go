@@ -16,7 +16,9 @@ type Ctx struct {
 	// the hook that starts a gradient bucket's all-reduce while the rest of
 	// the backward pass goes on.
 	OnGradReady func(p *Param)
-	pending     map[*Param]int
+	// TP is the tensor-parallel group of a sharded model (nil otherwise).
+	TP      TPGroup
+	pending map[*Param]int
 }
 
 // NewCtx returns a training context with its own tape.

@@ -38,33 +38,50 @@ func (l *Linear) Params() []*Param {
 
 // Forward implements Layer.
 func (l *Linear) Forward(c *Ctx, x Act) Act {
-	y := c.Pool.Get(x.Rows * l.Out)
-	c.Be.Gemm(kernels.GemmArgs{TransB: true, M: x.Rows, N: l.Out, K: l.In, Alpha: 1}, x.X, l.Weight.W, y)
-	if l.Bias != nil {
-		c.Be.AddBias(y, l.Bias.W)
-	}
+	y := l.product(c, x, true)
 	c.save(x.X)
-	return Act{X: y, Rows: x.Rows, Cols: l.Out}
+	return y
 }
 
 // Backward implements Layer.
 func (l *Linear) Backward(c *Ctx, dy Act) Act {
 	x := c.Tape.Pop()
 	rows := dy.Rows
-	// dW += dyᵀ·x
-	c.Be.Gemm(kernels.GemmArgs{TransA: true, M: l.Out, N: l.In, K: rows, Alpha: 1, Beta: 1}, dy.X, x, l.Weight.G)
-	if l.Bias != nil {
-		c.Be.SumRows(l.Bias.G, dy.X)
-	}
-	c.GradDone(l.Params()...)
+	l.weightGrads(c, dy, x, true)
 	if l.SkipInputGrad {
 		c.Pool.Put(x)
 		c.Pool.Put(dy.X)
 		return Act{Rows: rows, Cols: l.In}
 	}
 	// dx = dy·W, written over x, which backward no longer needs.
-	dx := x
-	c.Be.Gemm(kernels.GemmArgs{M: rows, N: l.In, K: l.Out, Alpha: 1}, dy.X, l.Weight.W, dx)
+	l.inputGrad(c, dy, x)
 	c.Pool.Put(dy.X)
-	return Act{X: dx, Rows: rows, Cols: l.In}
+	return Act{X: x, Rows: rows, Cols: l.In}
+}
+
+// product returns x·Wᵀ, plus the bias when withBias, in a new buffer.
+func (l *Linear) product(c *Ctx, x Act, withBias bool) Act {
+	y := c.Pool.Get(x.Rows * l.Out)
+	c.Be.Gemm(kernels.GemmArgs{TransB: true, M: x.Rows, N: l.Out, K: l.In, Alpha: 1}, x.X, l.Weight.W, y)
+	if withBias && l.Bias != nil {
+		c.Be.AddBias(y, l.Bias.W)
+	}
+	return Act{X: y, Rows: x.Rows, Cols: l.Out}
+}
+
+// weightGrads accumulates dW += dyᵀ·x (and the bias's gradient when
+// withBias) and reports them done.
+func (l *Linear) weightGrads(c *Ctx, dy Act, x kernels.Buffer, withBias bool) {
+	c.Be.Gemm(kernels.GemmArgs{TransA: true, M: l.Out, N: l.In, K: dy.Rows, Alpha: 1, Beta: 1}, dy.X, x, l.Weight.G)
+	if withBias && l.Bias != nil {
+		c.Be.SumRows(l.Bias.G, dy.X)
+		c.GradDone(l.Weight, l.Bias)
+		return
+	}
+	c.GradDone(l.Weight)
+}
+
+// inputGrad writes dx = dy·W.
+func (l *Linear) inputGrad(c *Ctx, dy Act, dx kernels.Buffer) {
+	c.Be.Gemm(kernels.GemmArgs{M: dy.Rows, N: l.In, K: l.Out, Alpha: 1}, dy.X, l.Weight.W, dx)
 }

@@ -83,8 +83,34 @@ type Model struct {
 	// the stage holding the other use before the update (Megatron-LM's
 	// embedding group).
 	Tied *Param
+	// TP is the model's tensor-parallel place (NoTP: whole layers).
+	TP TP
+	// VocabLo and VocabValid are the logit columns a vocabulary-parallel
+	// GPT's last stage holds: [VocabLo, VocabLo+VocabValid) of the whole
+	// vocabulary, then padding up to OutCols.
+	VocabLo, VocabValid int
 	// Describe is a one-line summary of the shape.
 	Describe string
+}
+
+// Loss is the model's cross-entropy of logits (its last layer's output)
+// against targets: vocabulary-parallel for a tensor-parallel GPT, whose
+// logits are split by vocabulary, plain otherwise (see CrossEntropy).
+func (m *Model) Loss(c *Ctx, logits Act, targets kernels.Index, gradScale float32) (float64, Act) {
+	if m.Spec.GPT != nil && m.TP.On() {
+		return VocabParallelCrossEntropy(c, logits, targets, gradScale, m.VocabLo, m.VocabValid)
+	}
+	return CrossEntropy(c, logits, targets, gradScale)
+}
+
+// BoundaryRows is the number of activation rows that cross a pipeline
+// boundary of this model for a micro-batch of rows rows (tokens for the
+// GPT): a sequence-parallel shard holds 1/TP.Size of them.
+func (m *Model) BoundaryRows(rows int) int {
+	if m.TP.SP {
+		return rows / m.TP.Size
+	}
+	return rows
 }
 
 // First reports whether the model reads the data (holds unit 0).
@@ -163,42 +189,155 @@ func NewGPT(be kernels.Backend, cfg GPTConfig, seed uint64) (*Model, error) {
 // Build makes units [lo, hi) of the model spec on be. Every parameter gets
 // the weights it has in the whole model built with the same seed.
 func Build(be kernels.Backend, spec Spec, seed uint64, lo, hi int) (*Model, error) {
+	return BuildShard(be, spec, seed, lo, hi, NoTP)
+}
+
+// BuildShard makes tensor-parallel shard tp of units [lo, hi) of the model
+// spec on be. Every shard holds its part of the weights the whole model
+// built with the same seed has.
+func BuildShard(be kernels.Backend, spec Spec, seed uint64, lo, hi int, tp TP) (*Model, error) {
+	m, err := plan(be, spec, seed, lo, hi, tp)
+	if err != nil {
+		return nil, err
+	}
+	m.Set.Finalize()
+	return m, nil
+}
+
+// Layout lists the parameters shard tp of units [lo, hi) holds, in the
+// order of its flat buffers (names, shapes, offsets, splits), without
+// allocating them: what merging shards into the whole model needs.
+func Layout(spec Spec, lo, hi int, tp TP) ([]*Param, error) {
+	m, err := plan(nil, spec, 0, lo, hi, tp)
+	if err != nil {
+		return nil, err
+	}
+	return m.Set.Params(), nil
+}
+
+// plan builds the model's layers and registers its parameters.
+func plan(be kernels.Backend, spec Spec, seed uint64, lo, hi int, tp TP) (*Model, error) {
 	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if err := spec.CheckTP(tp); err != nil {
 		return nil, err
 	}
 	units := spec.Units()
 	if lo < 0 || hi > units || lo >= hi {
 		return nil, fmt.Errorf("%w: units [%d, %d) of a %s with %d", ErrConfig, lo, hi, spec.Name(), units)
 	}
-	m := &Model{Name: spec.Name(), Spec: spec, Set: NewParamSet(be, seed), Lo: lo, Hi: hi, Units: units}
+	m := &Model{Name: spec.Name(), Spec: spec, Set: NewParamSet(be, seed), Lo: lo, Hi: hi, Units: units, TP: tp}
 	if spec.GPT != nil {
 		buildGPT(m, *spec.GPT)
 	} else {
 		buildMLP(m, *spec.MLP)
 	}
-	m.Set.Finalize()
 	span := ""
 	if lo != 0 || hi != units {
 		span = fmt.Sprintf(", units %d-%d of %d", lo, hi-1, units)
+	}
+	if tp.On() {
+		sp := ""
+		if tp.SP {
+			sp = ", sequence-parallel"
+		}
+		span += fmt.Sprintf(", tensor-parallel shard %d of %d%s", tp.Rank, tp.Size, sp)
 	}
 	m.Describe += fmt.Sprintf("%s, %d parameters", span, m.Set.Len())
 	return m, nil
 }
 
+// CheckTP checks that the architecture can be cut for the place t: the
+// cut widths and heads divide by the shard count, and sequence
+// parallelism has a sequence (the GPT) whose context the count divides.
+func (s Spec) CheckTP(t TP) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if !t.On() {
+		return nil
+	}
+	if s.GPT != nil {
+		g := s.GPT
+		switch {
+		case g.Heads%t.Size != 0:
+			return fmt.Errorf("%w: %d heads cannot be split among %d tensor-parallel shards", ErrConfig, g.Heads, t.Size)
+		case t.SP && g.Context%t.Size != 0:
+			return fmt.Errorf("%w: sequence parallelism splits the context %d among %d shards, which must divide it", ErrConfig, g.Context, t.Size)
+		}
+		return nil
+	}
+	if t.SP {
+		return fmt.Errorf("%w: sequence parallelism needs a sequence model (the GPT), not the MLP", ErrConfig)
+	}
+	n := len(s.MLP.Sizes) - 1
+	for u := range n {
+		if mlpCut(u, n) == cutColumn && s.MLP.Sizes[u+1]%t.Size != 0 {
+			return fmt.Errorf("%w: layer fc%d's %d outputs cannot be split among %d tensor-parallel shards", ErrConfig, u+1, s.MLP.Sizes[u+1], t.Size)
+		}
+	}
+	return nil
+}
+
+// cut is how tensor parallelism cuts one of the MLP's linears.
+type cut uint8
+
+const (
+	cutWhole cut = iota
+	cutColumn
+	cutRow
+)
+
+// mlpCut pairs the MLP's n linears as Megatron-LM pairs a block's: fc1
+// column-parallel and fc2 row-parallel, fc3 and fc4 alike, …; with an odd
+// count the last (the classifier) stays whole on every shard.
+func mlpCut(u, n int) cut {
+	switch {
+	case u%2 == 1:
+		return cutRow
+	case u+1 < n:
+		return cutColumn
+	}
+	return cutWhole
+}
+
 func buildMLP(m *Model, cfg MLPConfig) {
 	n := len(cfg.Sizes) - 1
+	t := m.TP
+	width := func(u int) int { // the activation width after unit u−1
+		if u > 0 && mlpCut(u-1, n) == cutColumn && t.On() {
+			return cfg.Sizes[u] / t.Size
+		}
+		return cfg.Sizes[u]
+	}
 	m.Features, m.Classes = cfg.Sizes[0], cfg.Sizes[n]
-	m.Input, m.InCols, m.OutCols = DenseInput, cfg.Sizes[m.Lo], cfg.Sizes[m.Hi]
+	m.Input, m.InCols, m.OutCols = DenseInput, width(m.Lo), width(m.Hi)
 	if m.Lo > 0 {
 		m.Input = ActInput
 	}
 	for u := m.Lo; u < m.Hi; u++ {
-		l := NewLinear(m.Set, fmt.Sprintf("fc%d", u+1), cfg.Sizes[u], cfg.Sizes[u+1], true)
+		in, out := cfg.Sizes[u], cfg.Sizes[u+1]
+		bound := float32(1 / math.Sqrt(float64(in)))
+		name := fmt.Sprintf("fc%d", u+1)
+		var l *Linear
+		var layer Layer
+		switch mlpCut(u, n) {
+		case cutColumn:
+			l = newColumn(m.Set, name, in, out, 1, t, Uniform(-bound, bound), Uniform(-bound, bound))
+			layer = columnLayer(l, t)
+		case cutRow:
+			l = newRow(m.Set, name, in, out, t, Uniform(-bound, bound), Uniform(-bound, bound))
+			layer = rowLayer(l, t)
+		default:
+			l = NewLinear(m.Set, name, in, out, true)
+			layer = l
+		}
 		l.SkipInputGrad = u == 0
 		if u < n-1 {
-			m.Layers = append(m.Layers, Seq{l, &ActLayer{Fn: ReLU}})
+			m.Layers = append(m.Layers, Seq{layer, &ActLayer{Fn: ReLU}})
 		} else {
-			m.Layers = append(m.Layers, l)
+			m.Layers = append(m.Layers, layer)
 		}
 	}
 	parts := make([]string, len(cfg.Sizes))
@@ -211,14 +350,26 @@ func buildMLP(m *Model, cfg MLPConfig) {
 func buildGPT(m *Model, cfg GPTConfig) {
 	const std = 0.02
 	projStd := float32(std / math.Sqrt(2*float64(cfg.Layers)))
-	s := m.Set
+	s, t := m.Set, m.TP
 	m.Classes, m.Context = cfg.Vocab, cfg.Context
 	m.Input, m.InCols, m.OutCols = TokenInput, cfg.DModel, cfg.DModel
 	if m.Lo > 0 {
 		m.Input = ActInput
 	}
+	// A vocabulary-parallel shard holds vocabulary rows [lo, lo+rows),
+	// the last ones padding when t.Size does not divide the vocabulary.
+	vocab := Split{Full: []int{cfg.Vocab, cfg.DModel}, Blocks: 1, Parts: t.Size, Index: t.Rank}
+	rows := vocab.Piece()
+	m.VocabLo = t.Rank * rows
+	m.VocabValid = max(0, min(rows, cfg.Vocab-m.VocabLo))
 	if m.Last() {
-		m.OutCols = cfg.Vocab
+		m.OutCols = rows
+	}
+	vocabParam := func(layer string) *Param {
+		if !t.On() {
+			return s.Add(layer+".weight", []int{cfg.Vocab, cfg.DModel}, Normal(0, std))
+		}
+		return s.AddShard(layer+".weight", vocab, Normal(0, std))
 	}
 	var tok *Param
 	for u := m.Lo; u < m.Hi; u++ {
@@ -226,29 +377,34 @@ func buildGPT(m *Model, cfg GPTConfig) {
 		case u == 0:
 			emb := &GPTEmbed{
 				Context: cfg.Context,
-				Tok:     NewEmbedding(s, "tok", cfg.Vocab, cfg.DModel, std),
+				Tok:     &Embedding{Num: rows, Dim: cfg.DModel, Weight: vocabParam("tok")},
 				Pos:     NewEmbedding(s, "pos", cfg.Context, cfg.DModel, std),
+				TP:      t,
+				lo:      m.VocabLo,
 			}
+			emb.Pos.Weight.PartialGrad = t.SP
 			tok = emb.Tok.Weight
 			m.Layers = append(m.Layers, emb)
 		case u == cfg.Layers+1:
-			head := &GPTHead{LN: NewLayerNorm(s, "lnf", cfg.DModel), Vocab: cfg.Vocab, DModel: cfg.DModel}
+			head := &GPTHead{LN: newReplicatedLayerNorm(s, "lnf", cfg.DModel, t), Vocab: rows, DModel: cfg.DModel}
 			switch {
 			case cfg.Untied:
-				head.Weight = s.Add("head.weight", []int{cfg.Vocab, cfg.DModel}, Normal(0, std))
+				head.Weight = vocabParam("head")
 			case tok != nil:
 				head.Weight, tok.Uses = tok, 2
 			default:
 				// The embeddings live on another stage: a copy of the same
 				// tensor, kept equal by summing the two stages' gradients.
-				head.Weight = s.Add("tok.weight", []int{cfg.Vocab, cfg.DModel}, Normal(0, std))
+				head.Weight = vocabParam("tok")
 				m.Tied = head.Weight
 			}
+			head.lin = &Linear{In: cfg.DModel, Out: rows, Weight: head.Weight}
+			head.layer = columnLayer(head.lin, t)
 			m.Layers = append(m.Layers, head)
 		default:
-			b, err := NewBlock(s, fmt.Sprintf("blocks.%d", u-1), cfg.DModel, cfg.Heads, cfg.Context, std, projStd)
+			b, err := NewBlock(s, fmt.Sprintf("blocks.%d", u-1), cfg.DModel, cfg.Heads, cfg.Context, std, projStd, t)
 			if err != nil {
-				panic(err) // Validate checked the head count
+				panic(err) // Validate and CheckTP checked the head count
 			}
 			m.Layers = append(m.Layers, b)
 		}
@@ -265,28 +421,45 @@ func buildGPT(m *Model, cfg GPTConfig) {
 }
 
 // GPTEmbed is token plus learned position embedding: the GPT's first layer.
+// A tensor-parallel shard holds a slice of the token table (vocabulary
+// rows [lo, lo+Tok.Num)); the shards' lookups are summed (ReduceFromTP),
+// or reduce-scattered into row slices with sequence parallelism, before
+// the positions are added.
 type GPTEmbed struct {
 	Context  int
 	Tok, Pos *Embedding
+	TP       TP
+	lo       int
 	posIDs   kernels.Index
+	posKey   [2]int
 }
 
 // Params implements Layer.
 func (e *GPTEmbed) Params() []*Param { return []*Param{e.Tok.Weight, e.Pos.Weight} }
 
-func (e *GPTEmbed) positions(be kernels.Backend, rows int) kernels.Index {
-	if e.posIDs == nil || e.posIDs.Len() != rows {
+// positions returns the position ids of rows rows starting at row first
+// of a micro-batch.
+func (e *GPTEmbed) positions(be kernels.Backend, rows, first int) kernels.Index {
+	if e.posIDs == nil || e.posKey != [2]int{rows, first} {
 		if e.posIDs != nil {
 			be.FreeIndex(e.posIDs)
 		}
 		ids := make([]int32, rows)
 		for i := range ids {
-			ids[i] = int32(i % e.Context)
+			ids[i] = int32((first + i) % e.Context)
 		}
-		e.posIDs = be.AllocIndex(rows)
+		e.posIDs, e.posKey = be.AllocIndex(rows), [2]int{rows, first}
 		be.UploadIndex(e.posIDs, ids)
 	}
 	return e.posIDs
+}
+
+// firstRow is the micro-batch row where a shard's rows of rows start.
+func (e *GPTEmbed) firstRow(rows int) int {
+	if e.TP.SP {
+		return e.TP.Rank * rows
+	}
+	return 0
 }
 
 // Forward implements Layer: x carries [batch·context] token ids.
@@ -295,31 +468,53 @@ func (e *GPTEmbed) Forward(c *Ctx, x Act) Act {
 		panic(fmt.Sprintf("nn: %d tokens is not a multiple of the context %d", x.Rows, e.Context))
 	}
 	d := e.Tok.Dim
-	y := c.Pool.Get(x.Rows * d)
-	c.Be.Embedding(y, e.Tok.Weight.W, x.Ids)
-	p := c.Pool.Get(x.Rows * d)
-	c.Be.Embedding(p, e.Pos.Weight.W, e.positions(c.Be, x.Rows))
-	c.Be.Add(y, y, p)
+	y := Act{X: c.Pool.Get(x.Rows * d), Rows: x.Rows, Cols: d}
+	switch {
+	case !e.TP.On():
+		c.Be.Embedding(y.X, e.Tok.Weight.W, x.Ids)
+	case e.TP.SP:
+		c.Be.ShardEmbedding(y.X, e.Tok.Weight.W, x.Ids, e.lo)
+		y = ScatterToSeq{}.Forward(c, y)
+	default:
+		c.Be.ShardEmbedding(y.X, e.Tok.Weight.W, x.Ids, e.lo)
+		y = ReduceFromTP{}.Forward(c, y)
+	}
+	p := c.Pool.Get(y.Rows * d)
+	c.Be.Embedding(p, e.Pos.Weight.W, e.positions(c.Be, y.Rows, e.firstRow(y.Rows)))
+	c.Be.Add(y.X, y.X, p)
 	c.Pool.Put(p)
 	c.saveIndex(x.Ids)
-	return Act{X: y, Rows: x.Rows, Cols: d}
+	return y
 }
 
 // Backward implements Layer.
 func (e *GPTEmbed) Backward(c *Ctx, dy Act) Act {
 	ids := c.Tape.PopIndex()
-	c.Be.EmbeddingBackward(e.Tok.Weight.G, dy.X, ids)
-	c.Be.EmbeddingBackward(e.Pos.Weight.G, dy.X, e.positions(c.Be, dy.Rows))
+	rows := dy.Rows
+	c.Be.EmbeddingBackward(e.Pos.Weight.G, dy.X, e.positions(c.Be, rows, e.firstRow(rows)))
+	switch {
+	case !e.TP.On():
+		c.Be.EmbeddingBackward(e.Tok.Weight.G, dy.X, ids)
+	case e.TP.SP:
+		dy = ScatterToSeq{}.Backward(c, dy)
+		c.Be.ShardEmbeddingBackward(e.Tok.Weight.G, dy.X, ids, e.lo)
+	default:
+		c.Be.ShardEmbeddingBackward(e.Tok.Weight.G, dy.X, ids, e.lo)
+	}
 	c.GradDone(e.Tok.Weight, e.Pos.Weight)
 	c.Pool.Put(dy.X)
 	return Act{Rows: dy.Rows}
 }
 
 // GPTHead is the final LayerNorm and the LM head (logits = x·Wᵀ, no bias).
+// A tensor-parallel shard's head is column-parallel over its vocabulary
+// slice: its logits are that slice's (see Model.Loss).
 type GPTHead struct {
 	LN            *LayerNorm
 	Weight        *Param
 	Vocab, DModel int
+	lin           *Linear
+	layer         Layer
 }
 
 // Params implements Layer.
@@ -327,19 +522,10 @@ func (h *GPTHead) Params() []*Param { return append(h.LN.Params(), h.Weight) }
 
 // Forward implements Layer.
 func (h *GPTHead) Forward(c *Ctx, x Act) Act {
-	n := h.LN.Forward(c, x)
-	logits := c.Pool.Get(x.Rows * h.Vocab)
-	c.Be.Gemm(kernels.GemmArgs{TransB: true, M: x.Rows, N: h.Vocab, K: h.DModel, Alpha: 1}, n.X, h.Weight.W, logits)
-	c.save(n.X)
-	return Act{X: logits, Rows: x.Rows, Cols: h.Vocab}
+	return h.layer.Forward(c, h.LN.Forward(c, x))
 }
 
 // Backward implements Layer.
 func (h *GPTHead) Backward(c *Ctx, dy Act) Act {
-	n := c.Tape.Pop()
-	c.Be.Gemm(kernels.GemmArgs{TransA: true, M: h.Vocab, N: h.DModel, K: dy.Rows, Alpha: 1, Beta: 1}, dy.X, n, h.Weight.G)
-	c.GradDone(h.Weight)
-	c.Be.Gemm(kernels.GemmArgs{M: dy.Rows, N: h.DModel, K: h.Vocab, Alpha: 1}, dy.X, h.Weight.W, n)
-	c.Pool.Put(dy.X)
-	return h.LN.Backward(c, Act{X: n, Rows: dy.Rows, Cols: h.DModel})
+	return h.LN.Backward(c, h.layer.Backward(c, dy))
 }

@@ -149,7 +149,7 @@ func TestLayersAgainstReference(t *testing.T) {
 	t.Run("Attention", func(t *testing.T) {
 		const B, T, C, H = 3, 5, 12, 3
 		s := nn.NewParamSet(be, 1)
-		a, err := nn.NewCausalSelfAttention(s, "a", C, H, T, 0.3, 0.3)
+		a, err := nn.NewCausalSelfAttention(s, "a", C, H, T, 0.3, 0.3, nn.NoTP)
 		if err != nil {
 			t.Fatal(err)
 		}

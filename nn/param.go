@@ -21,6 +21,14 @@ type Param struct {
 	Uses int
 	// NoDecay excludes the parameter from weight decay.
 	NoDecay bool
+	// Split, for a tensor-parallel shard, is its place in the whole
+	// parameter (nil: the parameter is whole, replicated on every shard).
+	Split *Split
+	// PartialGrad marks a replicated parameter of a sequence-parallel
+	// model whose gradient is this shard's rows' part only: the sum over
+	// the tensor-parallel group is the gradient (LayerNorm weights, the
+	// row-parallel biases, the position embedding).
+	PartialGrad bool
 	// init draws the initial weights at Finalize.
 	init Init
 }
@@ -71,6 +79,19 @@ func (s *ParamSet) Add(name string, shape []int, init Init) *Param {
 	return p
 }
 
+// AddShard registers a tensor-parallel shard of a parameter: its shape is
+// the split's, and its initial weights are the split's part of the whole
+// parameter drawn from init (so that every shard count starts from the
+// whole model's weights; Megatron-LM's CPU initialisation does the same).
+func (s *ParamSet) AddShard(name string, split Split, init Init) *Param {
+	if err := split.Validate(); err != nil {
+		panic("nn: " + name + ": " + err.Error())
+	}
+	p := s.Add(name, split.Shape(), init)
+	p.Split = &split
+	return p
+}
+
 // Finalize allocates the flat buffers, makes every parameter a view and runs
 // the initialisers.
 func (s *ParamSet) Finalize() {
@@ -82,7 +103,13 @@ func (s *ParamSet) Finalize() {
 	for _, p := range s.params {
 		p.W = s.be.View(s.w, p.Offset, p.Size())
 		p.G = s.be.View(s.g, p.Offset, p.Size())
-		p.init.fill(host[p.Offset:p.Offset+p.Size()], s.seed, p.Name)
+		if p.Split == nil {
+			p.init.fill(host[p.Offset:p.Offset+p.Size()], s.seed, p.Name)
+			continue
+		}
+		whole := make([]float32, numel(p.Split.Full))
+		p.init.fill(whole, s.seed, p.Name)
+		p.Split.Extract(host[p.Offset:p.Offset+p.Size()], whole)
 	}
 	s.be.Upload(s.w, host)
 	s.ready = true
@@ -135,8 +162,9 @@ func (s *ParamSet) StateDict() map[string][]float32 {
 	return out
 }
 
-// LoadStateDict sets weights by name. Every parameter must be present with
-// the right number of elements; shapes are checked by the caller that knows
+// LoadStateDict sets weights by name (a tensor-parallel shard takes its
+// part of the whole tensor). Every parameter must be present with the
+// right number of elements; shapes are checked by the caller that knows
 // them (see LoadSafetensors). Unknown names are an error, so that a typo or
 // a different model is never silently ignored.
 func (s *ParamSet) LoadStateDict(sd map[string][]float32, shapes map[string][]int) error {
@@ -151,13 +179,22 @@ func (s *ParamSet) LoadStateDict(sd map[string][]float32, shapes map[string][]in
 		if !ok {
 			return fmt.Errorf("%w: missing %q", ErrStateDict, p.Name)
 		}
+		// A shard loads its part of the whole tensor.
+		want := p.Shape
+		if p.Split != nil {
+			want = p.Split.Full
+		}
 		if shapes != nil {
-			if sh, ok := shapes[p.Name]; ok && !sameShape(sh, p.Shape) {
-				return fmt.Errorf("%w: %q has shape %v, model wants %v", ErrStateDict, p.Name, sh, p.Shape)
+			if sh, ok := shapes[p.Name]; ok && !sameShape(sh, want) {
+				return fmt.Errorf("%w: %q has shape %v, model wants %v", ErrStateDict, p.Name, sh, want)
 			}
 		}
-		if len(w) != p.Size() {
-			return fmt.Errorf("%w: %q has %d elements, model wants %d (shape %v)", ErrStateDict, p.Name, len(w), p.Size(), p.Shape)
+		if len(w) != numel(want) {
+			return fmt.Errorf("%w: %q has %d elements, model wants %d (shape %v)", ErrStateDict, p.Name, len(w), numel(want), want)
+		}
+		if p.Split != nil {
+			p.Split.Extract(flat[p.Offset:p.Offset+p.Size()], w)
+			continue
 		}
 		copy(flat[p.Offset:], w)
 	}

@@ -10,6 +10,11 @@ import (
 // name and shape, to a safetensors file (atomically: temp file, fsync,
 // rename). meta goes into the header's __metadata__.
 func (s *ParamSet) SaveWeights(path string, meta map[string]string) error {
+	for _, p := range s.params {
+		if p.Split != nil {
+			return fmt.Errorf("nn: saving weights to %s: %q is a tensor-parallel shard; merge the shards into a whole model first", path, p.Name)
+		}
+	}
 	sd := s.StateDict()
 	ts := make([]safetensors.Tensor, 0, len(s.params))
 	for _, p := range s.params {
