@@ -166,3 +166,20 @@ func (m Mesh) Slice(a Axis, i int) []int {
 	}
 	return out
 }
+
+// Parts is the number of model parts: a rank holds one pipeline stage's
+// tensor-parallel shard, and the PP·TP parts of a replica together hold
+// the whole model.
+func (m Mesh) Parts() int { return m.PP * m.TP }
+
+// Part is the model part rank holds, numbered stage-major: stage·TP +
+// shard.
+func (m Mesh) Part(rank int) int {
+	c := m.Coord(rank)
+	return c.PP*m.TP + c.TP
+}
+
+// PartRank is the rank of replica dp that holds part.
+func (m Mesh) PartRank(part, dp int) int {
+	return m.Rank(Coord{PP: part / m.TP, DP: dp, TP: part % m.TP})
+}

@@ -66,3 +66,36 @@ func TestBadShapes(t *testing.T) {
 		}
 	}
 }
+
+// Every replica holds each part once: Part and PartRank are inverse, and
+// parts number stage-major.
+func TestParts(t *testing.T) {
+	for _, m := range []Mesh{{1, 1, 1}, {2, 3, 1}, {3, 2, 2}, {2, 2, 4}} {
+		if m.Parts() != m.PP*m.TP {
+			t.Fatalf("%v: %d parts", m, m.Parts())
+		}
+		for d := range m.DP {
+			held := map[int]bool{}
+			for part := range m.Parts() {
+				r := m.PartRank(part, d)
+				c := m.Coord(r)
+				if m.Part(r) != part || c.DP != d || c.PP != part/m.TP || c.TP != part%m.TP {
+					t.Fatalf("%v: part %d of replica %d is rank %d (%+v, part %d)", m, part, d, r, c, m.Part(r))
+				}
+				held[r] = true
+			}
+			if !slices.Equal(m.Slice(DP, d), sortedKeys(held)) {
+				t.Fatalf("%v: replica %d's parts are on %v, its ranks are %v", m, d, sortedKeys(held), m.Slice(DP, d))
+			}
+		}
+	}
+}
+
+func sortedKeys(s map[int]bool) []int {
+	var out []int
+	for k := range s {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

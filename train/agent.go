@@ -288,7 +288,7 @@ func (a *agent) start(ctx context.Context) error {
 		return fieldErr("Train.Device", "%s: %v", cfg.Device, err)
 	}
 	spec := a.j.workerSpec()
-	spec.KeepUndo = cfg.PP > 1 // a torn pipeline step can then be undone
+	spec.KeepUndo = cfg.PP*cfg.TP > 1 // a torn step (some parts updated, others not) can then be undone
 	w, err := worker.New(spec, a.be, worker.WithLogger(a.log))
 	if err != nil {
 		return err
@@ -313,7 +313,7 @@ func (a *agent) start(ctx context.Context) error {
 	if ac.Key != "" {
 		key, _ = elastic.ParseKey(ac.Key)
 	}
-	a.core = newLeaderCore(leaderConfig{Stages: cfg.PP, MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR,
+	a.core = newLeaderCore(leaderConfig{Stages: cfg.PP, Shards: cfg.TP, MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR,
 		Resume: cfg.Resume, Target: a.j.steps, LostStageTimeout: ac.LostStageTimeout, RetryDelay: 3 * time.Second}, time.Now())
 	if a.o.Progress != nil {
 		a.bar = newProgress(a.o.Progress, a.j.steps)
@@ -462,7 +462,7 @@ func (a *agent) commit(w elastic.World) {
 			a.log.Error("leading a generation", zap.Uint64("generation", w.Gen), zap.Error(err))
 			lead = false
 		} else {
-			ex.ckpt = a.ckpt
+			ex.ckpt, ex.parts = a.ckpt, a.j.partsLayout()
 			ex.learnControls(pids)
 			a.gen = newGeneration(w, ex, pids)
 		}
@@ -703,7 +703,7 @@ func (a *agent) summary() *AgentSummary {
 	}
 	sum.Step, sum.Generation, sum.Checksum = int(st.Applied), a.node.World().Gen, fmt.Sprintf("%016x", st.Checksum)
 	if st.Rank >= 0 {
-		sum.Stage = int(st.HeldStage)
+		sum.Stage = int(st.HeldPart)
 	}
 	return sum
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/actors"
+	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/pipeline"
@@ -112,7 +113,7 @@ type Config struct {
 	// DP is the number of data-parallel replicas (1: a single worker).
 	DP int
 	// Procs runs the world as that many OS processes on this machine (one
-	// worker each; DP × PP must be Procs, or DP unset), connected through
+	// worker each; DP × PP × TP must be Procs, or DP unset), connected through
 	// protoactor remote on loopback, like torchrun --standalone; see
 	// Options.WorkerCommand.
 	Procs int
@@ -131,6 +132,14 @@ type Config struct {
 
 	// PP is the number of pipeline stages (1: no pipelining).
 	PP int
+	// TP is the number of tensor-parallel shards of every stage (1: none):
+	// Megatron-LM's column- and row-parallel layers, heads split among
+	// the shards, a vocabulary-parallel embedding, head and loss.
+	TP int
+	// SequenceParallel splits the activations between the
+	// tensor-parallel regions along the sequence (needs TP > 1 and the
+	// GPT).
+	SequenceParallel bool
 	// MicroBatches is the number of micro-batches per replica and step.
 	MicroBatches int
 	// PipelineSchedule is the pipeline schedule (its zero value is GPipe;
@@ -166,7 +175,7 @@ func DefaultConfig() Config {
 		Batch: 32, Steps: 300, Accum: 1,
 		Optim: optim.DefaultConfig("adamw"), LR: 1e-3, Schedule: Cosine, Warmup: 20, MinLRFactor: 0.1, ClipNorm: 1,
 		Seed: 1, LogEvery: 10, Device: "cpu", Keep: 3,
-		DP: 1, BucketMB: 25, Transport: actors.TransportTCP, PP: 1, MicroBatches: 1, PipelineSchedule: pipeline.Kind1F1B,
+		DP: 1, BucketMB: 25, Transport: actors.TransportTCP, PP: 1, TP: 1, MicroBatches: 1, PipelineSchedule: pipeline.Kind1F1B,
 		Partition: ByParams, CollectiveTimeout: 30 * time.Second, StepTimeout: 10 * time.Minute,
 	}
 }
@@ -196,8 +205,11 @@ func (c Config) withDefaults() Config {
 	if c.PP == 0 {
 		c.PP = 1
 	}
-	if c.Procs > 0 && c.DP == 1 && c.PP > 0 && c.Procs%c.PP == 0 {
-		c.DP = c.Procs / c.PP
+	if c.TP == 0 {
+		c.TP = 1
+	}
+	if c.Procs > 0 && c.DP == 1 && c.PP > 0 && c.TP > 0 && c.Procs%(c.PP*c.TP) == 0 {
+		c.DP = c.Procs / (c.PP * c.TP)
 	}
 	if c.MicroBatches == 0 {
 		c.MicroBatches = 1
@@ -323,10 +335,14 @@ func (c *Config) checkWorld() error {
 		return fieldErr("MicroBatches", "must be positive, got %d", c.MicroBatches)
 	case c.Procs < 0:
 		return fieldErr("Procs", "must be ≥ 0")
-	case c.Procs > 0 && c.Procs%c.PP != 0:
-		return fieldErr("Procs", "%d runs one worker per process: it must be a multiple of {PP} %d", c.Procs, c.PP)
-	case c.Procs > 0 && c.DP*c.PP != c.Procs:
-		return fieldErr("Procs", "%d runs one worker per process: {DP} × {PP} must be %d, got %d × %d", c.Procs, c.Procs, c.DP, c.PP)
+	case c.TP < 1 || c.TP > mesh.MaxSize:
+		return fieldErr("TP", "must be 1 to %d, got %d", mesh.MaxSize, c.TP)
+	case c.SequenceParallel && c.TP == 1:
+		return fieldErr("SequenceParallel", "splits the activations among tensor-parallel shards: it needs {TP} > 1")
+	case c.Procs > 0 && c.Procs%(c.PP*c.TP) != 0:
+		return fieldErr("Procs", "%d runs one worker per process: it must be a multiple of {PP} × {TP} = %d", c.Procs, c.PP*c.TP)
+	case c.Procs > 0 && c.DP*c.PP*c.TP != c.Procs:
+		return fieldErr("Procs", "%d runs one worker per process: {DP} × {PP} × {TP} must be %d, got %d × %d × %d", c.Procs, c.Procs, c.DP, c.PP, c.TP)
 	case c.PP > 1 && c.Accum != 1:
 		return fieldErr("Accum", "does not apply with {PP} > 1: micro-batches accumulate the gradients (use {MicroBatches})")
 	case c.PP > 1 && c.Batch/c.DP < c.MicroBatches:
@@ -355,6 +371,8 @@ func (c *Config) checkOutputs() error {
 		return fieldErr("CkptEvery", "and {Keep} must be ≥ 0")
 	case (c.CkptEvery > 0 || c.Resume) && c.CkptDir == "":
 		return fieldErr("CkptDir", "is needed by {CkptEvery} and {Resume}")
+	case c.TP > 1 && c.CkptDir != "":
+		return fieldErr("CkptDir", "cannot be used with {TP} > 1 yet: checkpoints do not hold tensor-parallel shards")
 	case c.Trace != "" && c.PP == 1:
 		return fieldErr("Trace", "records the stages of a pipeline: it needs {PP} > 1")
 	}

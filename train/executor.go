@@ -33,6 +33,8 @@ type stepStats struct {
 	// BubbleFraction the measured idle share of the pipeline schedule.
 	PeakMicro      int
 	BubbleFraction float64
+	// ParamBytes is the most parameter bytes any rank holds.
+	ParamBytes int64
 }
 
 // groupExecutor drives the worker actors of one world (a generation)
@@ -57,6 +59,8 @@ type groupExecutor struct {
 	local bool
 	ckpt  *checkpointer
 	trace *tracer
+	// parts says how a replica's parts make the whole model (Weights).
+	parts partsLayout
 	// stop ends what the launcher started, after the group.
 	stop func() error
 }
@@ -115,8 +119,14 @@ func (e *groupExecutor) byRank(mk func(rank int, peer uint32) any) []any {
 }
 
 // evalRanks are the ranks that together hold one whole model: replica 0's
-// stages, in order.
-func (e *groupExecutor) evalRanks() []int { return e.mesh.Group(mesh.PP, 0) }
+// parts (its stages' tensor-parallel shards), in order.
+func (e *groupExecutor) evalRanks() []int {
+	out := make([]int, e.mesh.Parts())
+	for p := range out {
+		out[p] = e.mesh.PartRank(p, 0)
+	}
+	return out
+}
 
 // onEvalRanks makes a request for each eval rank.
 func (e *groupExecutor) onEvalRanks(mk func(peer uint32) any) []any {
@@ -176,14 +186,15 @@ type adoptedError struct {
 func (e *adoptedError) Error() string { return e.Err.Error() }
 func (e *adoptedError) Unwrap() error { return e.Err }
 
-// salvage looks at a failed step. Without pipelining a replica that
-// completed the gradient all-reduce applied the step, and the next
-// generation takes every replica's state from the most advanced: when one
-// did and every rank ran its passes, the step counts, and its metrics are
-// known (an *adoptedError). A torn pipeline step is undone instead, so it
+// salvage looks at a failed step. When a replica is one part (no
+// pipeline, no tensor parallelism) a replica that completed the gradient
+// all-reduce applied the step, and the next generation takes every
+// replica's state from the most advanced: when one did and every rank ran
+// its passes, the step counts, and its metrics are known (an
+// *adoptedError). A step torn between parts is undone instead, so it
 // never counts.
 func (e *groupExecutor) salvage(req worker.StepRequest, cause error) (stepStats, error) {
-	if e.mesh.PP != 1 {
+	if e.mesh.Parts() != 1 {
 		return stepStats{}, cause
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -231,7 +242,8 @@ func (e *groupExecutor) Evaluate(ctx context.Context, lo, hi int) (worker.Result
 	return res, nil
 }
 
-// Weights returns the whole model's weights: replica 0's stages' in order.
+// Weights returns the whole model's weights: replica 0's parts' put
+// together.
 func (e *groupExecutor) Weights(ctx context.Context) ([]float32, error) {
 	replies, err := e.call(ctx, e.onEvalRanks(func(p uint32) any {
 		return &workerpb.WeightsRequest{Peer: p, Generation: e.gen}
@@ -239,15 +251,15 @@ func (e *groupExecutor) Weights(ctx context.Context) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	var all []float32
+	var parts [][]float32
 	for _, r := range e.evalRanks() {
 		w, err := worker.BytesFloats(replies[e.peers[r]].(*workerpb.Weights).Data)
 		if err != nil {
 			return nil, err
 		}
-		all = append(all, w...)
+		parts = append(parts, w)
 	}
-	return all, nil
+	return e.parts.merge(parts)
 }
 
 // Applied returns the step each eval rank holds (after an aborted step
@@ -327,6 +339,7 @@ func aggregateStep(m mesh.Mesh, dones []*workerpb.StepDone, step int, checksum b
 		st.Targets += int(d.Targets)
 		st.Correct += int(d.Correct)
 		st.ComputeMs = math.Max(st.ComputeMs, d.ComputeMs)
+		st.ParamBytes = max(st.ParamBytes, d.ParamBytes)
 		st.CommMs = math.Max(st.CommMs, d.CommMs)
 		if d.CommMs > 0 {
 			hidden += 1 - d.ExposedCommMs/d.CommMs
@@ -348,7 +361,7 @@ func aggregateStep(m mesh.Mesh, dones []*workerpb.StepDone, step int, checksum b
 }
 
 // DivergedError names a rank whose parameters differ from the other
-// replicas of its stage (errors.Is(err, ErrDiverged) holds).
+// replicas of its model part (errors.Is(err, ErrDiverged) holds).
 type DivergedError struct {
 	// Step is the number of steps applied when they were compared.
 	Step int
@@ -358,16 +371,20 @@ type DivergedError struct {
 }
 
 func (e *DivergedError) Error() string {
-	return fmt.Sprintf("%v: after step %d rank %d's parameters differ from rank %d's, the same stage", ErrDiverged, e.Step, e.Rank, e.Like)
+	return fmt.Sprintf("%v: after step %d rank %d's parameters differ from rank %d's, the same model part", ErrDiverged, e.Step, e.Rank, e.Like)
 }
 
 func (e *DivergedError) Unwrap() error { return ErrDiverged }
 
-// checkReplicas compares the checksum of every stage's replicas and names
-// the first rank that differs from the stage's most common value.
+// checkReplicas compares the checksum of every model part's replicas (a
+// stage's, or a stage's shard's) and names the first rank that differs
+// from the part's most common value.
 func checkReplicas(m mesh.Mesh, step int, sum func(rank int) uint64) error {
-	for st := range m.PP {
-		ranks := m.Slice(mesh.PP, st)
+	for part := range m.Parts() {
+		ranks := make([]int, m.DP)
+		for d := range ranks {
+			ranks[d] = m.PartRank(part, d)
+		}
 		count := map[uint64]int{}
 		for _, r := range ranks {
 			count[sum(r)]++

@@ -44,6 +44,9 @@ func openJob(cfg Config) (*job, error) {
 		return nil, err
 	}
 	j.model, j.describe, j.params = whole.Spec, whole.Describe, whole.Set.Len()
+	if err := j.model.CheckTP(j.place(0)); err != nil {
+		return nil, fieldErr("TP", "%d: %v", cfg.TP, err)
+	}
 	if j.cuts, err = cutStages(&j.cfg, whole, j.train); err != nil {
 		return nil, err
 	}
@@ -79,10 +82,15 @@ func cutStages(cfg *Config, model *nn.Model, ds data.Dataset) ([]pipeline.Range,
 func (j *job) workerSpec() *worker.Spec {
 	c := &j.cfg
 	return &worker.Spec{
-		Model: j.model, Cuts: j.cuts, Schedule: c.PipelineSchedule, MicroBatches: c.microBatches(), Recompute: c.Recompute,
+		Model: j.model, Cuts: j.cuts, TP: c.TP, SP: c.SequenceParallel, Schedule: c.PipelineSchedule, MicroBatches: c.microBatches(), Recompute: c.Recompute,
 		Optim: c.Optim, ClipNorm: c.ClipNorm, BucketBytes: int64(c.BucketMB * (1 << 20)),
 		Seed: c.Seed, Init: c.Init, Shuffle: c.Shuffle, Train: j.train, Test: j.test, CkptDir: c.CkptDir,
 	}
+}
+
+// place is tensor-parallel shard rank's place.
+func (j *job) place(rank int) nn.TP {
+	return nn.TP{Rank: rank, Size: j.cfg.TP, SP: j.cfg.SequenceParallel}
 }
 
 // tokensPerRow is the tokens of one sample (language models), 0 otherwise.

@@ -10,7 +10,7 @@ import (
 
 func TestPlanLayout(t *testing.T) {
 	st := func(applied, held int) worker.Holding {
-		return worker.Holding{Applied: applied, Stage: held}
+		return worker.Holding{Applied: applied, Part: held}
 	}
 	cases := []struct {
 		name    string
@@ -22,21 +22,27 @@ func TestPlanLayout(t *testing.T) {
 		source  worker.SourceKind
 		lost    []int
 		err     error
+		tp      int
 	}{
-		{"dp survivors", []worker.Holding{st(10, 0), st(10, 0), st(10, 0)}, 1, 0, []int{0, 1, 2}, []int{0}, 10, worker.FromReplica, nil, nil},
-		{"dp newcomer takes the state", []worker.Holding{st(10, 0), st(10, 0), st(0, -1)}, 1, 0, []int{0, 1, 2}, []int{0}, 10, worker.FromReplica, nil, nil},
-		{"dp disagreement: the most advanced is the root", []worker.Holding{st(5, 0), st(6, 0)}, 1, 0, []int{1, 0}, []int{0}, 6, worker.FromReplica, nil, nil},
-		{"pp keeps every member on its stage", []worker.Holding{st(5, 1), st(5, 0), st(5, 1), st(5, 0)}, 2, 0, []int{2, 0, 3, 1}, []int{0, 2}, 5, worker.FromReplica, nil, nil},
-		{"pp extra member waits", []worker.Holding{st(5, 0), st(5, 1), st(0, -1)}, 2, 0, []int{0, 1, -1}, []int{0, 1}, 5, worker.FromReplica, nil, nil},
-		{"pp newcomer fills a stage a survivor still holds", []worker.Holding{st(5, 0), st(0, -1), st(5, 1), st(5, 1)}, 2, 0, []int{0, 1, 2, 3}, []int{0, 2}, 5, worker.FromReplica, nil, nil},
-		{"pp lost stage", []worker.Holding{st(5, 0), st(0, -1)}, 2, 0, []int{0, 1}, []int{0, -1}, 5, worker.FromReplica, []int{1}, nil},
-		{"first world: fresh", []worker.Holding{st(0, -1), st(0, -1), st(0, -1), st(0, -1)}, 2, 0, []int{0, 1, 2, 3}, nil, 0, worker.FromSeed, nil, nil},
-		{"rows cap the replicas: the rest wait", []worker.Holding{st(5, 0), st(5, 1), st(5, 0), st(5, 1)}, 2, 1, []int{0, 1, -1, -1}, []int{0, 1}, 5, worker.FromReplica, nil, nil},
-		{"too few for the stages", []worker.Holding{st(5, 0)}, 2, 0, nil, nil, 0, 0, nil, ErrWorldTooSmall},
+		{"dp survivors", []worker.Holding{st(10, 0), st(10, 0), st(10, 0)}, 1, 0, []int{0, 1, 2}, []int{0}, 10, worker.FromReplica, nil, nil, 0},
+		{"dp newcomer takes the state", []worker.Holding{st(10, 0), st(10, 0), st(0, -1)}, 1, 0, []int{0, 1, 2}, []int{0}, 10, worker.FromReplica, nil, nil, 0},
+		{"dp disagreement: the most advanced is the root", []worker.Holding{st(5, 0), st(6, 0)}, 1, 0, []int{1, 0}, []int{0}, 6, worker.FromReplica, nil, nil, 0},
+		{"pp keeps every member on its stage", []worker.Holding{st(5, 1), st(5, 0), st(5, 1), st(5, 0)}, 2, 0, []int{2, 0, 3, 1}, []int{0, 2}, 5, worker.FromReplica, nil, nil, 0},
+		{"pp extra member waits", []worker.Holding{st(5, 0), st(5, 1), st(0, -1)}, 2, 0, []int{0, 1, -1}, []int{0, 1}, 5, worker.FromReplica, nil, nil, 0},
+		{"pp newcomer fills a stage a survivor still holds", []worker.Holding{st(5, 0), st(0, -1), st(5, 1), st(5, 1)}, 2, 0, []int{0, 1, 2, 3}, []int{0, 2}, 5, worker.FromReplica, nil, nil, 0},
+		{"pp lost stage", []worker.Holding{st(5, 0), st(0, -1)}, 2, 0, []int{0, 1}, []int{0, -1}, 5, worker.FromReplica, []int{1}, nil, 0},
+		{"first world: fresh", []worker.Holding{st(0, -1), st(0, -1), st(0, -1), st(0, -1)}, 2, 0, []int{0, 1, 2, 3}, nil, 0, worker.FromSeed, nil, nil, 0},
+		{"rows cap the replicas: the rest wait", []worker.Holding{st(5, 0), st(5, 1), st(5, 0), st(5, 1)}, 2, 1, []int{0, 1, -1, -1}, []int{0, 1}, 5, worker.FromReplica, nil, nil, 0},
+		{"too few for the stages", []worker.Holding{st(5, 0)}, 2, 0, nil, nil, 0, 0, nil, ErrWorldTooSmall, 0},
+		// With tensor parallelism the parts are the stages' shards
+		// (stage·TP + shard), and rank (pp·DP + dp)·TP + tp holds them.
+		{"tp keeps every member on its shard", []worker.Holding{st(5, 1), st(5, 0), st(5, 1), st(5, 0)}, 1, 0, []int{1, 0, 3, 2}, []int{0, 1}, 5, worker.FromReplica, nil, nil, 2},
+		{"pp×tp lost shard", []worker.Holding{st(5, 0), st(5, 1), st(5, 2), st(0, -1)}, 2, 0, []int{0, 1, 2, 3}, []int{0, 1, 2, -1}, 5, worker.FromReplica, []int{3}, nil, 2},
+		{"too few for the shards", []worker.Holding{st(5, 0), st(5, 1), st(5, 2)}, 2, 0, nil, nil, 0, 0, nil, ErrWorldTooSmall, 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := planLayout(tc.states, tc.p, tc.maxD)
+			l, err := planLayout(tc.states, tc.p, max(1, tc.tp), tc.maxD)
 			if tc.err != nil {
 				if !errors.Is(err, tc.err) {
 					t.Fatalf("err %v, layout %+v; want %v", err, l, tc.err)
@@ -51,13 +57,13 @@ func TestPlanLayout(t *testing.T) {
 				t.Fatalf("layout %+v; want ranks %v roots %v step %d from %s, lost %v", l, tc.ranks, tc.roots, tc.step, tc.source, tc.lost)
 			}
 			for rank, i := range l.Members {
-				if l.Rank[i] != rank || l.Stage(i) != l.Mesh.Coord(rank).PP {
-					t.Fatalf("member %d at rank %d has rank %d stage %d", i, rank, l.Rank[i], l.Stage(i))
+				if l.Rank[i] != rank || l.Part(i) != l.Mesh.Part(rank) {
+					t.Fatalf("member %d at rank %d has rank %d part %d", i, rank, l.Rank[i], l.Part(i))
 				}
 			}
 			for s, r := range l.Source.Roots {
-				if r >= 0 && l.Mesh.Coord(r).PP != s {
-					t.Fatalf("stage %d's root %d is on stage %d", s, r, l.Mesh.Coord(r).PP)
+				if r >= 0 && l.Mesh.Part(r) != s {
+					t.Fatalf("part %d's root %d holds part %d", s, r, l.Mesh.Part(r))
 				}
 			}
 		})
@@ -70,11 +76,11 @@ func TestPlanLayout(t *testing.T) {
 // without their copy from before the step, only the checkpoint is left.
 func TestPlanLayoutUndoesATornStep(t *testing.T) {
 	ahead := func(back bool) worker.Holding {
-		return worker.Holding{Applied: 305, Cursor: 305 * 48, Stage: 0, Undo: back}
+		return worker.Holding{Applied: 305, Cursor: 305 * 48, Part: 0, Undo: back}
 	}
-	behind := worker.Holding{Applied: 304, Cursor: 304 * 48, Stage: 1, Undo: true}
+	behind := worker.Holding{Applied: 304, Cursor: 304 * 48, Part: 1, Undo: true}
 
-	l, err := planLayout([]worker.Holding{ahead(true), ahead(true), behind}, 2, 0)
+	l, err := planLayout([]worker.Holding{ahead(true), ahead(true), behind}, 2, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +90,7 @@ func TestPlanLayoutUndoesATornStep(t *testing.T) {
 	}
 
 	// One stage-0 holder cannot go back: it holds nothing, the other is root.
-	l, err = planLayout([]worker.Holding{ahead(false), ahead(true), behind, {Applied: 304, Cursor: 304 * 48, Stage: 1}}, 2, 0)
+	l, err = planLayout([]worker.Holding{ahead(false), ahead(true), behind, {Applied: 304, Cursor: 304 * 48, Part: 1}}, 2, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +100,7 @@ func TestPlanLayoutUndoesATornStep(t *testing.T) {
 	}
 
 	// No stage-0 holder can go back: the step stays torn.
-	l, err = planLayout([]worker.Holding{ahead(false), ahead(false), behind}, 2, 0)
+	l, err = planLayout([]worker.Holding{ahead(false), ahead(false), behind}, 2, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +109,7 @@ func TestPlanLayoutUndoesATornStep(t *testing.T) {
 	}
 
 	// Every stage at the newest step: nothing to undo, even where members could.
-	l, err = planLayout([]worker.Holding{ahead(true), behind, {Applied: 305, Stage: 1, Undo: true}}, 2, 0)
+	l, err = planLayout([]worker.Holding{ahead(true), behind, {Applied: 305, Part: 1, Undo: true}}, 2, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

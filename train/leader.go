@@ -10,6 +10,7 @@ import (
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/elastic"
 	"github.com/troupe-ml/troupe/failure"
+	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/worker"
 	"github.com/troupe-ml/troupe/worker/workerpb"
@@ -42,9 +43,10 @@ func (p leaderPhase) String() string {
 
 // leaderConfig is what the leader core needs of the job.
 type leaderConfig struct {
-	// Stages is the pipeline depth; MicroBatches each replica's
-	// micro-batches (pipelines need a row per micro-batch).
-	Stages, MicroBatches int
+	// Stages is the pipeline depth, Shards the tensor-parallel shards of
+	// each stage (0: 1); MicroBatches each replica's micro-batches
+	// (pipelines need a row per micro-batch).
+	Stages, Shards, MicroBatches int
 	// Batch is the global batch (under LinearLR: the first world's).
 	Batch    int
 	LinearLR bool
@@ -204,7 +206,7 @@ func (c *leaderCore) replies(gen uint64, ph leaderPhase, replies []any, err erro
 		c.states = make([]worker.Holding, len(replies))
 		for i, r := range replies {
 			st := r.(*workerpb.Status)
-			c.states[i] = worker.Holding{Stage: int(st.HeldStage), Applied: int(st.Applied), Cursor: data.Cursor(st.Cursor),
+			c.states[i] = worker.Holding{Part: int(st.HeldPart), Applied: int(st.Applied), Cursor: data.Cursor(st.Cursor),
 				Undo: st.CanRollBack, World0: int(st.World0)}
 			c.world0 = max(c.world0, int(st.World0))
 		}
@@ -235,7 +237,7 @@ func (c *leaderCore) plan() {
 	if c.cfg.Stages > 1 && (!c.cfg.LinearLR || c.world0 == 0) {
 		maxD = max(1, c.cfg.Batch/c.cfg.MicroBatches) // a row for every micro-batch of every replica
 	}
-	l, err := planLayout(c.states, c.cfg.Stages, maxD)
+	l, err := planLayout(c.states, c.cfg.Stages, max(1, c.cfg.Shards), maxD)
 	if err != nil {
 		if errors.Is(err, ErrWorldTooSmall) && c.nothingTrained() {
 			c.wait(fmt.Sprintf("%v; waiting for more members", err))
@@ -312,13 +314,26 @@ func (c *leaderCore) stageLost(l layout, cause error) {
 		c.lostSince = c.now
 	}
 	waited := c.now.Sub(c.lostSince)
-	what := fmt.Sprintf("pipeline stage %s: no member holds its state at step %d, and the latest checkpoint cannot restore it (%v)",
-		joinInts(l.Lost), l.Step, cause)
+	what := fmt.Sprintf("%s: no member holds its state at step %d, and the latest checkpoint cannot restore it (%v)",
+		partNames(l.Mesh, l.Lost), l.Step, cause)
 	if waited < c.cfg.LostStageTimeout {
 		c.fail(failure.Wrapf(failure.Stale, "generation %d: %s; waiting for a member that holds it", c.world.Gen, what))
 		return
 	}
 	c.end(fmt.Errorf("%w: %s; no member holding it came back within %s (--lost-stage-timeout)", ErrStageLost, what, waited.Round(time.Millisecond)))
+}
+
+// partNames names model parts: pipeline stages, or stages' shards with
+// tensor parallelism.
+func partNames(m mesh.Mesh, parts []int) string {
+	if m.TP == 1 {
+		return "pipeline stage " + joinInts(parts)
+	}
+	names := make([]string, len(parts))
+	for i, p := range parts {
+		names[i] = fmt.Sprintf("stage %d's tensor-parallel shard %d", p/m.TP, p%m.TP)
+	}
+	return strings.Join(names, ", ")
 }
 
 // startTraining has the shell run the generation's step loop.
@@ -427,7 +442,7 @@ func (c *leaderCore) nameMembers(err error) error {
 		return err
 	}
 	name := func(r int) string { return c.world.Members[c.lay.Members[r]].Name }
-	return fmt.Errorf("%w: after step %d member %s (rank %d) holds other parameters than member %s (rank %d), the same stage",
+	return fmt.Errorf("%w: after step %d member %s (rank %d) holds other parameters than member %s (rank %d), the same model part",
 		ErrDiverged, d.Step, name(d.Rank), d.Rank, name(d.Like), d.Like)
 }
 

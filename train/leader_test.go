@@ -80,11 +80,11 @@ type simMember struct {
 }
 
 func (m *simMember) checksum() uint64 {
-	if m.h.Stage < 0 {
+	if m.h.Part < 0 {
 		return 0
 	}
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%d/%d/%v", m.h.Stage, m.version, m.perturbed)
+	fmt.Fprintf(h, "%d/%d/%v", m.h.Part, m.version, m.perturbed)
 	return h.Sum64()
 }
 
@@ -184,7 +184,7 @@ func (s *leaderSim) exec(line string) error {
 			if m.ended != "" {
 				status = m.ended
 			}
-			fmt.Fprintf(&s.out, "%s: stage %d step %d cursor %d undo %v rank %d (%s)\n", n, m.h.Stage, m.h.Applied, m.h.Cursor, m.h.Undo, m.rank, status)
+			fmt.Fprintf(&s.out, "%s: stage %d step %d cursor %d undo %v rank %d (%s)\n", n, m.h.Part, m.h.Applied, m.h.Cursor, m.h.Undo, m.rank, status)
 		}
 	default:
 		return fmt.Errorf("unknown command %q", f[0])
@@ -384,7 +384,7 @@ func (s *leaderSim) deliverStale() error {
 	for i, msg := range c.Msgs {
 		switch msg.(type) {
 		case *workerpb.StatusRequest:
-			replies[i] = &workerpb.Status{HeldStage: -1}
+			replies[i] = &workerpb.Status{HeldPart: -1}
 		case *workerpb.Form:
 			replies[i] = &workerpb.Formed{}
 		default:
@@ -414,7 +414,7 @@ func failedAnswer(msg any, err error) any {
 func (s *leaderSim) answer(m *simMember, msg any) (any, error) {
 	switch r := msg.(type) {
 	case *workerpb.StatusRequest:
-		return &workerpb.Status{HeldStage: int32(m.h.Stage), Applied: uint64(m.h.Applied), Cursor: uint64(m.h.Cursor),
+		return &workerpb.Status{HeldPart: int32(m.h.Part), Applied: uint64(m.h.Applied), Cursor: uint64(m.h.Cursor),
 			CanRollBack: m.h.Undo, World0: uint32(m.h.World0), Checksum: m.checksum()}, nil
 	case *workerpb.Form:
 		return s.form(m, r)
@@ -588,10 +588,10 @@ func (s *leaderSim) check() error {
 		if !m.alive {
 			continue
 		}
-		if o := byStage[m.h.Stage]; o != nil && (o.h.Applied != m.h.Applied || o.checksum() != m.checksum()) && !m.perturbed && !o.perturbed {
-			return fmt.Errorf("%s and %s hold stage %d at steps %d and %d with different parameters", o.name, m.name, m.h.Stage, o.h.Applied, m.h.Applied)
+		if o := byStage[m.h.Part]; o != nil && (o.h.Applied != m.h.Applied || o.checksum() != m.checksum()) && !m.perturbed && !o.perturbed {
+			return fmt.Errorf("%s and %s hold stage %d at steps %d and %d with different parameters", o.name, m.name, m.h.Part, o.h.Applied, m.h.Applied)
 		}
-		byStage[m.h.Stage] = m
+		byStage[m.h.Part] = m
 	}
 	return nil
 }

@@ -24,9 +24,9 @@ import (
 // (chunks passed by pointer) and forms them at step from.
 func startLocal(ctx context.Context, j *job, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
 	cfg := &j.cfg
-	m, err := mesh.Of(cfg.DP, cfg.PP)
+	m, err := mesh.New(cfg.DP, cfg.PP, cfg.TP)
 	if err != nil {
-		return nil, fieldErr("DP", "× {PP}: %v", err)
+		return nil, fieldErr("DP", "× {PP} × {TP}: %v", err)
 	}
 	sys, err := actors.NewSystem(actors.SystemConfig{Logger: log})
 	if err != nil {
@@ -72,7 +72,7 @@ func startLocal(ctx context.Context, j *job, from int, cursor data.Cursor, log *
 	if err != nil {
 		return nil, err
 	}
-	ex.local, ex.trace, ex.stop, handed = true, tr, stop, true
+	ex.local, ex.trace, ex.stop, ex.parts, handed = true, tr, stop, j.partsLayout(), true
 	ex.learnControls(pids)
 	if err = ex.Form(ctx, firstForm(j, m, from, cursor, nil)); err != nil {
 		return nil, errors.Join(fmt.Errorf("train: forming the workers: %w", err), ex.Close())
@@ -98,8 +98,9 @@ func spawnLocal(sys *actors.System, j *job, m mesh.Mesh, comms []collective.Comm
 			stops = append(stops, c.Close)
 		}
 		opts := []worker.Option{worker.WithLogger(log)}
-		if tr != nil {
-			opts = append(opts, worker.WithRecorder(tr.recorders[m.Coord(r).DP]))
+		if c := m.Coord(r); tr != nil && c.TP == 0 {
+			// A stage's shards run the same ops: shard 0 records them.
+			opts = append(opts, worker.WithRecorder(tr.recorders[c.DP]))
 		}
 		w, err := worker.New(spec, be, opts...)
 		if err != nil {

@@ -30,6 +30,7 @@ type StepMetrics struct {
 	EvalAcc   float64 `json:"eval_accuracy,omitempty"`
 	DP        int     `json:"dp"`
 	PP        int     `json:"pp"`
+	TP        int     `json:"tp,omitempty"`
 	Micro     int     `json:"micro_batches"`
 	Accum     int     `json:"accum"`
 	GradBytes int64   `json:"grad_bytes"`
@@ -41,6 +42,9 @@ type StepMetrics struct {
 	// PeakActBytes is the activation pool's high-water mark in this step
 	// (stage 0's, with pipelining).
 	PeakActBytes int64 `json:"peak_activation_bytes,omitempty"`
+	// ParamBytes is the parameter bytes of the rank that holds the most
+	// (a pipeline stage, a tensor-parallel shard of one).
+	ParamBytes int64 `json:"param_bytes,omitempty"`
 	// Cursor is the sampler position of the step's global batch of Batch
 	// samples (elastic jobs: the batch follows the world under linear-lr).
 	Cursor uint64 `json:"cursor"`

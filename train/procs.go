@@ -71,7 +71,7 @@ func startProcs(ctx context.Context, j *job, argv []string, from int, cursor dat
 	if len(argv) == 0 {
 		return nil, fieldErr("Procs", "needs Options.WorkerCommand: the command that runs one worker process (a program calling RunWorkerProcess; troupe's own is troupe __worker)")
 	}
-	m, err := mesh.Of(cfg.DP, cfg.PP)
+	m, err := mesh.New(cfg.DP, cfg.PP, cfg.TP)
 	if err != nil {
 		return nil, fieldErr("Procs", "%d: %v", cfg.Procs, err)
 	}
@@ -89,6 +89,7 @@ func startProcs(ctx context.Context, j *job, argv []string, from int, cursor dat
 		sys.Close()
 		return nil, err
 	}
+	ex.parts = j.partsLayout()
 	var children []*child
 	var wg sync.WaitGroup
 	ex.stop = func() error {

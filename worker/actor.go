@@ -176,7 +176,7 @@ func (a *shellActor) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *workerpb.StatusRequest:
 		h := a.w.Holding()
-		st := &workerpb.Status{Peer: m.Peer, Name: a.cfg.Node, HeldStage: int32(h.Stage), Applied: uint64(h.Applied),
+		st := &workerpb.Status{Peer: m.Peer, Name: a.cfg.Node, HeldPart: int32(h.Part), Applied: uint64(h.Applied),
 			Cursor: uint64(h.Cursor), CanRollBack: h.Undo, World0: uint32(h.World0), Rank: int32(a.w.Rank())}
 		last := a.w.Last()
 		st.LastStep, st.LastComputed = int64(last.Step), last.Computed
@@ -340,6 +340,7 @@ func (a *shellActor) step(m *workerpb.RunStep) *workerpb.StepDone {
 	done.CommMs, done.ExposedCommMs = res.CommMs, res.ExposedMs
 	done.GradNorm, done.Checksum = res.GradNorm, res.Checksum
 	done.PeakActivationBytes, done.PeakMicroBatches = res.PeakAct, uint32(res.PeakMicro)
+	done.ParamBytes = res.ParamBytes
 	return done
 }
 
@@ -358,7 +359,7 @@ func (a *shellActor) eval(m *workerpb.EvalRequest) *workerpb.EvalDone {
 }
 
 func (a *shellActor) weights(m *workerpb.WeightsRequest) *workerpb.Weights {
-	if m.Generation != a.w.Generation() || a.w.Holding().Stage < 0 {
+	if m.Generation != a.w.Generation() || a.w.Holding().Part < 0 {
 		return &workerpb.Weights{Peer: m.Peer, Failure: workerpb.FailureOf(fmt.Errorf("%w: no stage in generation %d", ErrStale, m.Generation))}
 	}
 	return &workerpb.Weights{Peer: m.Peer, Data: FloatBytes(a.w.Weights())}

@@ -10,10 +10,23 @@ import (
 // Capture adds the stage the worker holds (weights and optimizer state) to
 // snap, for a checkpoint written from this process.
 func (w *Worker) Capture(snap *checkpoint.Snapshot) error {
-	if w.st == nil || w.hold.Stage < 0 {
-		return fmt.Errorf("%w: no stage to checkpoint", ErrNoState)
+	st, err := w.heldStage()
+	if err != nil {
+		return err
 	}
-	return snap.AddStage(w.hold.Stage, w.model, w.opt)
+	return snap.AddStage(st, w.model, w.opt)
+}
+
+// heldStage is the pipeline stage of the part the worker holds, for a
+// checkpoint.
+func (w *Worker) heldStage() (int, error) {
+	switch {
+	case w.st == nil || w.hold.Part < 0:
+		return 0, fmt.Errorf("%w: no stage to checkpoint", ErrNoState)
+	case w.spec.Shards() > 1:
+		return 0, fmt.Errorf("%w: checkpoints of tensor-parallel shards are not written yet", ErrConfig)
+	}
+	return w.hold.Part, nil
 }
 
 // SaveShard writes this worker's share of a checkpoint into dir/tmp: its
@@ -21,17 +34,18 @@ func (w *Worker) Capture(snap *checkpoint.Snapshot) error {
 // part manifest. meta's World is the generation's. It returns the bytes of
 // the stage's state.
 func (w *Worker) SaveShard(meta checkpoint.Meta, dir, tmp string) (int64, error) {
-	if w.st == nil || w.hold.Stage < 0 {
-		return 0, fmt.Errorf("%w: no stage to checkpoint", ErrNoState)
+	st, err := w.heldStage()
+	if err != nil {
+		return 0, err
 	}
 	if meta.World.DP != w.mesh.DP || meta.World.PP != w.mesh.PP {
 		return 0, fmt.Errorf("%w: a checkpoint of a %v world from a worker of a %v world", ErrConfig, meta.World, w.mesh)
 	}
 	snap := &checkpoint.Snapshot{Meta: meta}
-	if err := snap.AddStage(w.hold.Stage, w.model, w.opt); err != nil {
+	if err := snap.AddStage(st, w.model, w.opt); err != nil {
 		return 0, err
 	}
-	shard, err := snap.Shard(w.hold.Stage, w.st.coord.DP)
+	shard, err := snap.Shard(st, w.st.coord.DP)
 	if err != nil {
 		return 0, err
 	}

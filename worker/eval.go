@@ -39,8 +39,16 @@ func (w *Worker) Evaluate(ctx context.Context, lo, hi int) (Result, int, error) 
 	} else {
 		x = s.input(0, &w.batch)
 	}
-	c := &nn.Ctx{Be: w.be, Pool: w.pool, Tape: &s.scratch, Train: false}
+	c := s.ctxFor(&s.scratch)
+	c.Train = false
+	if s.tp != nil {
+		s.tp.reset(ctx)
+	}
 	y := nn.Forward(c, m.Layers, x)
+	if err := s.tpErr(); err != nil {
+		w.pool.Put(y.X)
+		return Result{}, 0, err
+	}
 	if !m.Last() {
 		err := s.actOut.Broadcast(ctx, s.host(y.X, true), 0).Wait()
 		w.pool.Put(y.X)
@@ -51,7 +59,13 @@ func (w *Worker) Evaluate(ctx context.Context, lo, hi int) (Result, int, error) 
 	if w.spec.Model.MLP != nil {
 		res.Correct = w.be.ArgmaxCorrect(y.X, tgt)
 	}
-	res.LossSum, _ = nn.CrossEntropy(c, y, tgt, 0)
+	res.LossSum, _ = m.Loss(c, y, tgt, 0)
+	if err := s.tpErr(); err != nil {
+		return Result{}, 0, err
+	}
 	res.Targets = targetCount(&w.batch, 0, hi-lo, m.Context)
+	if !s.reports() {
+		res = Result{} // shard 0 reports the loss every shard computed
+	}
 	return res, hi - lo, w.be.Sync()
 }

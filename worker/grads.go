@@ -97,8 +97,9 @@ func (r *reducer) finish() error {
 func (r *reducer) abandon() { _ = collective.WaitAll(r.handles...) }
 
 // sumGradients completes the gradient sums after the schedule ended: the
-// data-parallel buckets (started during the last backward pass), then the
-// tied embedding's between the first and the last stage.
+// data-parallel buckets (started during the last backward pass), the
+// partial gradients of a sequence-parallel part over its tensor-parallel
+// group, then the tied embedding's between the first and the last stage.
 func (s *stepper) sumGradients(ctx context.Context, scheduleEnd time.Time, res *StepResult) error {
 	set := s.w.model.Set
 	if r := s.reducer; r != nil {
@@ -107,6 +108,11 @@ func (s *stepper) sumGradients(ctx context.Context, scheduleEnd time.Time, res *
 		}
 		res.Overlap = MeasureOverlap(r.first, scheduleEnd, time.Now())
 		s.landed(set.Grads())
+	}
+	if s.tp != nil && s.w.spec.SP {
+		if err := s.sumPartialGrads(ctx, res); err != nil {
+			return fmt.Errorf("stage %d: sequence-parallel gradient sum: %w", s.coord.PP, err)
+		}
 	}
 	if s.tied != nil {
 		t := s.w.model.Tied
@@ -122,6 +128,43 @@ func (s *stepper) sumGradients(ctx context.Context, scheduleEnd time.Time, res *
 	return nil
 }
 
+// sumPartialGrads all-reduces, over the tensor-parallel group, the
+// gradients that a sequence-parallel shard computed from its rows only
+// (nn.Param.PartialGrad: LayerNorms, row-parallel biases, positions), in
+// one operation; afterwards every shard holds their whole gradients.
+func (s *stepper) sumPartialGrads(ctx context.Context, res *StepResult) error {
+	be := s.w.be
+	var ps []*nn.Param
+	n := 0
+	for _, p := range s.w.model.Set.Params() {
+		if p.PartialGrad {
+			ps = append(ps, p)
+			n += p.Size()
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	s.partial = grow(s.partial, n)
+	off := 0
+	for _, p := range ps {
+		be.Download(s.partial[off:off+p.Size()], p.G)
+		off += p.Size()
+	}
+	start := time.Now()
+	err := s.tp.comm.AllReduce(ctx, s.partial, collective.Sum).Wait()
+	res.addExposed(time.Since(start))
+	if err != nil {
+		return err
+	}
+	off = 0
+	for _, p := range ps {
+		be.Upload(p.G, s.partial[off:off+p.Size()])
+		off += p.Size()
+	}
+	return nil
+}
+
 // addExposed counts communication that nothing overlapped (the step
 // waited for all of it).
 func (r *StepResult) addExposed(d time.Duration) {
@@ -133,7 +176,9 @@ func (r *StepResult) addExposed(d time.Duration) {
 }
 
 // clip scales the gradients to the global norm bound, the norm summed over
-// the stages (the tied embedding counted once, on the first stage). It
+// the replica's parts: the tied embedding counted once, on the first
+// stage, and the parameters every tensor-parallel shard holds whole once,
+// on shard 0 (Megatron-LM's param_is_not_tensor_parallel_duplicate). It
 // returns the norm before clipping (0 when not clipping).
 func (s *stepper) clip(ctx context.Context, res *StepResult) (float64, error) {
 	maxNorm := s.w.spec.ClipNorm
@@ -144,6 +189,13 @@ func (s *stepper) clip(ctx context.Context, res *StepResult) (float64, error) {
 	sq := be.SumSquares(m.Set.Grads())
 	if t := m.Tied; t != nil && !m.First() {
 		sq -= be.SumSquares(t.G)
+	}
+	if s.coord.TP > 0 {
+		for _, p := range m.Set.Params() {
+			if p.Split == nil {
+				sq -= be.SumSquares(p.G)
+			}
+		}
 	}
 	if s.pipe != nil {
 		s.norm[0] = float32(sq)

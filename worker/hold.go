@@ -9,9 +9,10 @@ import (
 
 // Holding is what a worker holds of the training state between steps.
 type Holding struct {
-	// Stage is the pipeline stage whose state it holds (0 without
-	// pipelining), −1 before it holds any.
-	Stage int
+	// Part is the model part whose state it holds: its pipeline stage's
+	// tensor-parallel shard, stage·TP + shard (0 without pipelining or
+	// tensor parallelism), −1 before it holds any.
+	Part int
 	// Applied is the number of steps whose update that state includes;
 	// Cursor the sampler cursor after them.
 	Applied int
@@ -26,20 +27,20 @@ type Holding struct {
 }
 
 // NoHolding is a worker that holds nothing yet.
-var NoHolding = Holding{Stage: -1}
+var NoHolding = Holding{Part: -1}
 
-// SourceKind is where a stage's state comes from when a generation forms.
+// SourceKind is where a model part's state comes from when a generation forms.
 type SourceKind uint8
 
 const (
-	// FromSeed: nothing was trained yet; every worker builds its stage
+	// FromSeed: nothing was trained yet; every worker builds its part
 	// from the seed (or Spec.Init) and nothing is transferred.
 	FromSeed SourceKind = iota
-	// FromReplica: the stage's data-parallel group takes the state of one
+	// FromReplica: the part's data-parallel group takes the state of one
 	// of its ranks (Source.Root), which holds it at the generation's step.
 	FromReplica
-	// FromCheckpoint: every worker restores its stage from the checkpoint
-	// of step Source.Step (a stage no member holds, or --resume).
+	// FromCheckpoint: every worker restores its part from the checkpoint
+	// of step Source.Step (a part no member holds, or --resume).
 	FromCheckpoint
 )
 
@@ -55,11 +56,11 @@ func (k SourceKind) String() string {
 	return fmt.Sprintf("source(%d)", uint8(k))
 }
 
-// Source says where every stage of a generation takes its state from.
+// Source says where every model part of a generation takes its state from.
 type Source struct {
 	Kind SourceKind
-	// Roots is, for FromReplica, the mesh rank whose state each stage
-	// takes, by stage.
+	// Roots is, for FromReplica, the mesh rank whose state each model
+	// part takes, by part (mesh.Mesh.Part).
 	Roots []int
 	// Step is, for FromCheckpoint, the checkpoint's step.
 	Step int
@@ -92,21 +93,21 @@ type FormPlan struct {
 	RollBack bool
 	// Drop: forget the state held; it is ahead of the generation's step.
 	Drop bool
-	// Build is the stage to build anew from the seed (−1: keep the model
-	// part built).
+	// Build is the model part to build anew from the seed (−1: keep the
+	// one built).
 	Build int
 	// Restore is the checkpoint step to restore from (0: none).
 	Restore int
-	// Root is the mesh rank whose state the stage's data-parallel group
+	// Root is the mesh rank whose state the part's data-parallel group
 	// takes (−1: none); the root itself sends it.
 	Root int
 	// Next is what the worker holds once it joined.
 	Next Holding
 }
 
-// Plan says what a worker holding h, with a model part built for stage
+// Plan says what a worker holding h, with a model part built for part
 // built (−1: none), does to join generation f. It checks what the worker
-// can check itself: a roll-back it kept no copy for, a stage it is to
+// can check itself: a roll-back it kept no copy for, a part it is to
 // serve but does not hold.
 func (h Holding) Plan(f Form, built int) (FormPlan, error) {
 	p := FormPlan{Build: -1, Root: -1}
@@ -121,10 +122,10 @@ func (h Holding) Plan(f Form, built int) (FormPlan, error) {
 	h.World0 = f.World0
 	if h.Applied > f.Step {
 		// State ahead of the generation (a torn step it could not undo,
-		// steps past the checkpoint a lost stage restarts from) is
-		// dropped: the worker holds nothing until it takes a stage.
+		// steps past the checkpoint a lost part restarts from) is
+		// dropped: the worker holds nothing until it takes a part.
 		p.Drop = true
-		h.Stage, h.Applied, h.Cursor = -1, 0, 0
+		h.Part, h.Applied, h.Cursor = -1, 0, 0
 	}
 	if f.Standby() {
 		p.Next = h
@@ -133,10 +134,10 @@ func (h Holding) Plan(f Form, built int) (FormPlan, error) {
 	if err := f.Mesh.Validate(); err != nil || f.Rank >= f.Mesh.Size() {
 		return p, fmt.Errorf("%w: rank %d of a %v world", ErrConfig, f.Rank, f.Mesh)
 	}
-	st := f.Mesh.Coord(f.Rank).PP
+	st := f.Mesh.Part(f.Rank)
 	if built != st || f.Source.Kind == FromSeed {
 		p.Build = st
-		h.Stage = -1
+		h.Part = -1
 	}
 	switch f.Source.Kind {
 	case FromCheckpoint:
@@ -146,15 +147,15 @@ func (h Holding) Plan(f Form, built int) (FormPlan, error) {
 		p.Restore = f.Source.Step
 	case FromReplica:
 		if st >= len(f.Source.Roots) {
-			return p, fmt.Errorf("%w: no root for stage %d", ErrConfig, st)
+			return p, fmt.Errorf("%w: no root for part %d", ErrConfig, st)
 		}
 		p.Root = f.Source.Roots[st]
-		if p.Root == f.Rank && (h.Stage != st || h.Applied != f.Step) {
-			return p, fmt.Errorf("%w: asked to serve stage %d at step %d, but this worker holds stage %d at step %d",
-				ErrNoState, st, f.Step, h.Stage, h.Applied)
+		if p.Root == f.Rank && (h.Part != st || h.Applied != f.Step) {
+			return p, fmt.Errorf("%w: asked to serve part %d at step %d, but this worker holds part %d at step %d",
+				ErrNoState, st, f.Step, h.Part, h.Applied)
 		}
 	}
-	h.Stage, h.Applied, h.Cursor = st, f.Step, f.Cursor
+	h.Part, h.Applied, h.Cursor = st, f.Step, f.Cursor
 	p.Next = h
 	return p, nil
 }

@@ -25,7 +25,7 @@ func TestHoldingPlan(t *testing.T) {
 	roots := Source{Kind: FromReplica, Roots: []int{0, 3}}
 	ckpt := Source{Kind: FromCheckpoint, Step: 4}
 	held := func(stage, applied int) Holding {
-		return Holding{Stage: stage, Applied: applied, Cursor: data.Cursor(8 * applied), World0: 2}
+		return Holding{Part: stage, Applied: applied, Cursor: data.Cursor(8 * applied), World0: 2}
 	}
 	cases := []struct {
 		name  string
@@ -45,13 +45,13 @@ func TestHoldingPlan(t *testing.T) {
 			FormPlan{Build: 1, Root: 3, Next: held(1, 7)}, nil},
 		{"state ahead of a checkpoint restore is dropped", held(1, 9), 1, at(3, ckpt, 4),
 			FormPlan{Drop: true, Build: -1, Restore: 4, Root: -1, Next: held(1, 4)}, nil},
-		{"a torn step is rolled back", Holding{Stage: 1, Applied: 8, Cursor: 64, Undo: true, UndoCursor: 56}, 1,
+		{"a torn step is rolled back", Holding{Part: 1, Applied: 8, Cursor: 64, Undo: true, UndoCursor: 56}, 1,
 			Form{Generation: 3, Mesh: dp2pp2, Rank: 3, Step: 7, Cursor: 56, Source: roots, RollBack: true, World0: 2},
 			FormPlan{RollBack: true, Build: -1, Root: 3, Next: held(1, 7)}, nil},
 		{"standby keeps what it holds", held(0, 5), 0, Form{Generation: 3, Rank: -1, Step: 7, World0: 2},
 			FormPlan{Build: -1, Root: -1, Next: held(0, 5)}, nil},
 		{"standby ahead drops", held(0, 9), 0, Form{Generation: 3, Rank: -1, Step: 7, World0: 2},
-			FormPlan{Drop: true, Build: -1, Root: -1, Next: Holding{Stage: -1, World0: 2}}, nil},
+			FormPlan{Drop: true, Build: -1, Root: -1, Next: Holding{Part: -1, World0: 2}}, nil},
 		{"no copy to roll back", held(1, 8), 1, Form{Generation: 3, Mesh: dp2pp2, Rank: 3, Step: 7, RollBack: true, Source: roots},
 			FormPlan{}, ErrNoState},
 		{"a root that does not hold its stage", held(0, 5), 0, at(0, roots, 7), FormPlan{}, ErrNoState},
@@ -129,7 +129,7 @@ func TestFormFromReplica(t *testing.T) {
 	if !sameState(stateOf(veteran), stateOf(newcomer)) {
 		t.Fatal("the newcomer's state differs from the root's")
 	}
-	if h := newcomer.Holding(); h.Stage != 0 || h.Applied != 3 {
+	if h := newcomer.Holding(); h.Part != 0 || h.Applied != 3 {
 		t.Fatalf("newcomer holds %+v", h)
 	}
 	wd := &world{gen: 2, mesh: m, workers: []*Worker{veteran, newcomer}, net: net}
@@ -211,7 +211,7 @@ func TestFormFromCheckpoint(t *testing.T) {
 	}
 	if err := w.Form(context.Background(), Form{Generation: 2, Mesh: m, Step: 9, Source: Source{Kind: FromCheckpoint, Step: 9}}, nil); err == nil {
 		t.Fatal("a restore from a missing checkpoint succeeded")
-	} else if h := w.Holding(); h.Stage != -1 {
+	} else if h := w.Holding(); h.Part != -1 {
 		t.Fatalf("after a failed restore the worker claims %+v", h)
 	}
 }

@@ -19,6 +19,10 @@ type Spec struct {
 	// Cuts are the units of each pipeline stage, in stage order; one range
 	// covering every unit means no pipelining.
 	Cuts []pipeline.Range
+	// TP is the number of tensor-parallel shards of every stage (0 or 1:
+	// none); SP adds sequence parallelism (the GPT only).
+	TP int
+	SP bool
 	// Schedule is the pipeline schedule (ignored with one stage, which
 	// runs its micro-batches one after the other).
 	Schedule pipeline.Kind
@@ -57,6 +61,18 @@ type Spec struct {
 // Stages is the number of pipeline stages.
 func (s *Spec) Stages() int { return len(s.Cuts) }
 
+// Shards is the number of tensor-parallel shards of a stage (at least 1).
+func (s *Spec) Shards() int { return max(1, s.TP) }
+
+// Parts is the number of model parts a replica is cut into: each stage's
+// shards (see mesh.Mesh.Part).
+func (s *Spec) Parts() int { return s.Stages() * s.Shards() }
+
+// place is part's tensor-parallel place.
+func (s *Spec) place(part int) nn.TP {
+	return nn.TP{Rank: part % s.Shards(), Size: s.Shards(), SP: s.SP}
+}
+
 // Validate checks the spec.
 func (s *Spec) Validate() error {
 	if err := s.Model.Validate(); err != nil {
@@ -69,6 +85,12 @@ func (s *Spec) Validate() error {
 		if s.Cuts[i].Lo != s.Cuts[i-1].Hi || s.Cuts[i].Hi <= s.Cuts[i].Lo {
 			return fmt.Errorf("%w: stage cuts %v are not contiguous", ErrConfig, s.Cuts)
 		}
+	}
+	if s.TP < 0 {
+		return fmt.Errorf("%w: %d tensor-parallel shards", ErrConfig, s.TP)
+	}
+	if err := s.Model.CheckTP(s.place(0)); err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	if s.MicroBatches < 1 {
 		return fmt.Errorf("%w: %d micro-batches", ErrConfig, s.MicroBatches)
@@ -95,11 +117,11 @@ func (s *Spec) schedule() (*pipeline.Schedule, error) {
 	return sched, nil
 }
 
-// buildStage makes stage st's units on be, with weights from the seed or
-// from Init, and its optimizer.
-func (s *Spec) buildStage(be kernels.Backend, st int) (*nn.Model, optim.Optimizer, error) {
-	cut := s.Cuts[st]
-	m, err := nn.Build(be, s.Model, s.Seed, cut.Lo, cut.Hi)
+// buildPart makes model part part (a stage's tensor-parallel shard) on
+// be, with weights from the seed or from Init, and its optimizer.
+func (s *Spec) buildPart(be kernels.Backend, part int) (*nn.Model, optim.Optimizer, error) {
+	cut := s.Cuts[part/s.Shards()]
+	m, err := nn.BuildShard(be, s.Model, s.Seed, cut.Lo, cut.Hi, s.place(part))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}

@@ -59,6 +59,8 @@ type StepResult struct {
 	// micro-batches whose activations were alive at once.
 	PeakAct   int64
 	PeakMicro int
+	// ParamBytes is the bytes of the parameters this rank holds.
+	ParamBytes int64
 	// Computed: the forward and backward passes of every micro-batch ran
 	// (Result is then this rank's whole share of the step, also when the
 	// step failed afterwards, in its gradient sums).
@@ -127,9 +129,9 @@ type stepper struct {
 	cursor *pipeline.Cursor
 	mbs    []micro
 
-	// Links with the previous and the next stage; the tied embedding's
-	// first and last stage; the stage's data-parallel group; the
-	// replica's pipeline (the global gradient norm).
+	// Links with the previous and the next stage (the same shard); the
+	// tied embedding's first and last stage; the part's data-parallel
+	// group; the replica's parts (the global gradient norm).
 	actIn, actOut, gradIn, gradOut collective.Communicator
 	tied, dp, pipe                 collective.Communicator
 	groups                         []collective.Communicator
@@ -138,16 +140,18 @@ type stepper struct {
 	staging map[kernels.Buffer][]float32
 	scratch nn.Tape
 	norm    []float32
+	partial []float32 // sequence-parallel partial gradients, gathered
 	peak    int
 
 	reducer *reducer // nil without data parallelism
+	tp      *tpGroup // nil without tensor parallelism
 }
 
 // newStepper places w (holding the model part of rank's stage) at rank of
 // m and opens its collective groups on comm.
 func newStepper(w *Worker, m mesh.Mesh, rank int, comm collective.Communicator) (*stepper, error) {
-	if m.PP != w.spec.Stages() || m.TP != 1 {
-		return nil, fmt.Errorf("%w: a %v world for a model cut into %d stages", ErrConfig, m, w.spec.Stages())
+	if m.PP != w.spec.Stages() || m.TP != w.spec.Shards() {
+		return nil, fmt.Errorf("%w: a %v world for a model cut into %d stages of %d tensor-parallel shards", ErrConfig, m, w.spec.Stages(), w.spec.Shards())
 	}
 	if m.Size() > 1 && comm == nil {
 		return nil, fmt.Errorf("%w: a world of %d ranks needs a communicator", ErrConfig, m.Size())
@@ -198,7 +202,7 @@ func (s *stepper) openGroups(comm collective.Communicator) error {
 		s.groups = append(s.groups, g)
 		return g, nil
 	}
-	at := func(stage int) int { return m.Rank(mesh.Coord{PP: stage, DP: c.DP}) }
+	at := func(stage int) int { return m.Rank(mesh.Coord{PP: stage, DP: c.DP, TP: c.TP}) }
 	var err error
 	if c.PP > 0 {
 		if s.actIn, err = group(at(c.PP-1), self); err != nil {
@@ -226,8 +230,15 @@ func (s *stepper) openGroups(comm collective.Communicator) error {
 			return err
 		}
 	}
-	if m.PP > 1 && s.w.spec.ClipNorm > 0 {
-		if s.pipe, err = group(m.Group(mesh.PP, self)...); err != nil {
+	if m.TP > 1 {
+		g, err := group(m.Group(mesh.TP, self)...)
+		if err != nil {
+			return err
+		}
+		s.tp = newTPGroup(g, s.w.be)
+	}
+	if m.Parts() > 1 && s.w.spec.ClipNorm > 0 {
+		if s.pipe, err = group(m.Slice(mesh.DP, c.DP)...); err != nil {
 			return err
 		}
 		s.norm = make([]float32, 1)
@@ -306,6 +317,9 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	if s.reducer != nil {
 		s.reducer.start(ctx)
 	}
+	if s.tp != nil {
+		s.tp.reset(ctx)
+	}
 	busy, err := s.runSchedule(ctx, &res, scale)
 	// Whatever happened, no operation may own a buffer after the step.
 	if derr := s.drain(); err == nil {
@@ -322,6 +336,11 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	res.Computed = true
 	res.ScheduleMs = msOf(scheduleEnd.Sub(start))
 	res.ComputeMs = msOf(busy)
+	if s.tp != nil {
+		// The passes waited for every tensor-parallel collective.
+		res.ComputeMs = msOf(busy - s.tp.busy)
+		res.addExposed(s.tp.busy)
+	}
 	if err := s.sumGradients(ctx, scheduleEnd, &res); err != nil {
 		return res, err
 	}
@@ -339,6 +358,7 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	}
 	res.StepMs = msOf(time.Since(start))
 	res.PeakAct = w.pool.PeakBytes()
+	res.ParamBytes = 4 * int64(m.Set.Len())
 	res.PeakMicro = s.peak
 	return res, nil
 }
@@ -383,8 +403,25 @@ func (s *stepper) runSchedule(ctx context.Context, res *StepResult, scale float3
 
 // ctxFor is the nn context of one pass over tape t.
 func (s *stepper) ctxFor(t *nn.Tape) *nn.Ctx {
-	return &nn.Ctx{Be: s.w.be, Pool: s.w.pool, Tape: t, Train: true}
+	c := &nn.Ctx{Be: s.w.be, Pool: s.w.pool, Tape: t, Train: true}
+	if s.tp != nil {
+		c.TP = s.tp
+	}
+	return c
 }
+
+// tpErr is the failure of a tensor-parallel collective in the passes run
+// so far (nil without tensor parallelism): the whole step fails with it.
+func (s *stepper) tpErr() error {
+	if s.tp == nil {
+		return nil
+	}
+	return s.tp.err
+}
+
+// reports says whether this rank reports its passes' losses: one shard of
+// each tensor-parallel group (every shard computes the same loss).
+func (s *stepper) reports() bool { return s.coord.TP == 0 }
 
 // input returns micro-batch k's input activation: its rows of the batch
 // on the first stage, the activation received on the others.
@@ -429,10 +466,11 @@ func (s *stepper) targets(k int, b *data.Batch) kernels.Index {
 	return mb.tgt
 }
 
-// activationRows is the number of activation rows of micro-batch k.
+// activationRows is the number of activation rows of micro-batch k that
+// cross a stage boundary (a sequence-parallel shard's share of them).
 func (s *stepper) activationRows(k int) int {
 	mb := &s.mbs[k]
-	return (mb.hi - mb.lo) * max(1, s.w.model.Context)
+	return s.w.model.BoundaryRows((mb.hi - mb.lo) * max(1, s.w.model.Context))
 }
 
 // targetCount is the number of loss terms in rows [lo, hi) of b (ignored
@@ -459,12 +497,14 @@ func (s *stepper) run(ctx context.Context, op pipeline.Op, res *StepResult, scal
 		return s.recvAct(ctx, k)
 	case pipeline.Forward:
 		s.forward(k, res, scale)
+		return s.tpErr()
 	case pipeline.SendAct:
 		s.mbs[k].sendAct = s.actOut.Broadcast(ctx, s.host(s.mbs[k].out.X, true), 0)
 	case pipeline.RecvGrad:
 		return s.recvGrad(ctx, k)
 	case pipeline.Recompute:
 		s.recompute(k)
+		return s.tpErr()
 	case pipeline.Backward:
 		return s.backward(k)
 	case pipeline.SendGrad:
@@ -509,12 +549,14 @@ func (s *stepper) forward(k int, res *StepResult, scale float32) {
 	y := nn.Forward(c, m.Layers, x)
 	if m.Last() {
 		tgt := s.targets(k, &w.batch)
-		if w.spec.Model.MLP != nil {
+		if w.spec.Model.MLP != nil && s.reports() {
 			res.Correct += w.be.ArgmaxCorrect(y.X, tgt)
 		}
-		sum, d := nn.CrossEntropy(c, y, tgt, scale)
-		res.LossSum += sum
-		res.Targets += targetCount(&w.batch, mb.lo, mb.hi, m.Context)
+		sum, d := m.Loss(c, y, tgt, scale)
+		if s.reports() {
+			res.LossSum += sum
+			res.Targets += targetCount(&w.batch, mb.lo, mb.hi, m.Context)
+		}
 		mb.out = d
 	} else {
 		mb.out = y
@@ -574,6 +616,9 @@ func (s *stepper) backward(k int) error {
 		c.OnGradReady = s.reducer.ready
 	}
 	mb.dx = nn.Backward(c, m.Layers, dy)
+	if err := s.tpErr(); err != nil {
+		return err
+	}
 	if mb.tape.Len() != 0 {
 		return fmt.Errorf("%d activations left on the tape", mb.tape.Len())
 	}

@@ -37,7 +37,7 @@ type Worker struct {
 
 	hold  Holding
 	last  LastStep
-	built int // the stage the model part is built for, −1 before any
+	built int // the part the model is built for, −1 before any
 	model *nn.Model
 	opt   optim.Optimizer
 	undo  []kernels.Buffer // Spec.KeepUndo: the state before the last step
@@ -56,7 +56,7 @@ type Worker struct {
 }
 
 // New returns a worker for spec on be that holds nothing yet; Form gives
-// it a place and a stage.
+// it a place and a model part.
 func New(spec *Spec, be kernels.Backend, opts ...Option) (*Worker, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -107,15 +107,15 @@ func (w *Worker) Form(ctx context.Context, f Form, comm collective.Communicator)
 	}
 	w.hold.Undo = false
 	if plan.Drop {
-		w.hold = Holding{Stage: -1, World0: f.World0}
+		w.hold = Holding{Part: -1, World0: f.World0}
 	}
 	if f.Standby() {
 		w.hold = plan.Next
 		return nil
 	}
 	if plan.Build >= 0 {
-		w.hold.Stage = -1
-		if err := w.buildStage(plan.Build); err != nil {
+		w.hold.Part = -1
+		if err := w.buildPart(plan.Build); err != nil {
 			return err
 		}
 	}
@@ -125,14 +125,14 @@ func (w *Worker) Form(ctx context.Context, f Form, comm collective.Communicator)
 	}
 	switch {
 	case plan.Restore > 0:
-		w.hold.Stage = -1 // a failed restore leaves a mix
+		w.hold.Part = -1 // a failed restore leaves a mix
 		if err := w.restore(plan.Restore); err != nil {
 			st.release()
 			return err
 		}
 	case plan.Root >= 0:
 		if plan.Root != f.Rank {
-			w.hold.Stage = -1 // a failed transfer leaves a mix; the root keeps its state
+			w.hold.Part = -1 // a failed transfer leaves a mix; the root keeps its state
 		}
 		if err := st.broadcastState(ctx, plan.Root); err != nil {
 			st.release()
@@ -161,11 +161,11 @@ func (w *Worker) leave() {
 // Close releases the worker's place; the worker holds its state still.
 func (w *Worker) Close() { w.leave() }
 
-// buildStage makes the worker hold stage st's units, built from the seed
-// (or Spec.Init); the state is the seed's until a restore or a transfer
-// replaces it.
-func (w *Worker) buildStage(st int) error {
-	m, opt, err := w.spec.buildStage(w.be, st)
+// buildPart makes the worker hold model part st (a stage's shard), built
+// from the seed (or Spec.Init); the state is the seed's until a restore or
+// a transfer replaces it.
+func (w *Worker) buildPart(st int) error {
+	m, opt, err := w.spec.buildPart(w.be, st)
 	if err != nil {
 		return err
 	}
@@ -176,7 +176,7 @@ func (w *Worker) buildStage(st int) error {
 	return nil
 }
 
-// restore loads the stage's weights and optimizer state from the
+// restore loads the part's weights and optimizer state from the
 // checkpoint of step.
 func (w *Worker) restore(step int) error {
 	ck, err := checkpoint.Open(checkpoint.OSFS{}, w.spec.CkptDir, int64(step))
@@ -185,9 +185,9 @@ func (w *Worker) restore(step int) error {
 	}
 	defer ck.Close()
 	if err := ck.Restore(w.model.Set, w.opt); err != nil {
-		return fmt.Errorf("restoring stage %d from checkpoint step %d: %w", w.built, step, err)
+		return fmt.Errorf("restoring part %d from checkpoint step %d: %w", w.built, step, err)
 	}
-	w.log.Info("stage restored from a checkpoint", zap.Int("stage", w.built), zap.Int("step", step))
+	w.log.Info("model part restored from a checkpoint", zap.Int("part", w.built), zap.Int("step", step))
 	return nil
 }
 
@@ -195,9 +195,11 @@ func (w *Worker) restore(step int) error {
 // holds any), for a checkpoint taken between steps.
 func (w *Worker) State() (*nn.Model, optim.Optimizer) { return w.model, w.opt }
 
-// Weights returns the stage's parameters on the host, without the copy of
-// the tied embedding a last stage keeps (the first stage reports it), so
-// that the stages' weights in order concatenate to the whole model's.
+// Weights returns the part's parameters on the host (a tensor-parallel
+// shard's, see nn.Layout), without the copy of the tied embedding a last
+// stage keeps (the first stage reports it), so that without tensor
+// parallelism the stages' weights in order concatenate to the whole
+// model's.
 func (w *Worker) Weights() []float32 {
 	if w.model == nil {
 		return nil
@@ -211,13 +213,13 @@ func (w *Worker) Weights() []float32 {
 
 // Checksum is the hash of every parameter the worker holds (0: none).
 func (w *Worker) Checksum() uint64 {
-	if w.model == nil || w.hold.Stage < 0 {
+	if w.model == nil || w.hold.Part < 0 {
 		return 0
 	}
 	return Checksum(w.model.Set.HostWeights())
 }
 
-// stateBufs are the buffers of the stage's training state: its weights
+// stateBufs are the buffers of the part's training state: its weights
 // and its optimizer's state.
 func (w *Worker) stateBufs() []kernels.Buffer {
 	bufs := []kernels.Buffer{w.model.Set.Weights()}
@@ -227,8 +229,8 @@ func (w *Worker) stateBufs() []kernels.Buffer {
 	return bufs
 }
 
-// keepUndo copies the stage's state before a step, into buffers allocated
-// once per stage.
+// keepUndo copies the part's state before a step, into buffers allocated
+// once per part.
 func (w *Worker) keepUndo() {
 	bufs := w.stateBufs()
 	if len(w.undo) != len(bufs) {

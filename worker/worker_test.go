@@ -83,11 +83,17 @@ type world struct {
 	net     *collective.MemNetwork
 }
 
-// newWorld forms D replicas of spec's stages over an in-memory network,
-// every worker from the seed.
+// newWorld forms D replicas of spec's stages (of spec.TP shards each)
+// over an in-memory network, every worker from the seed.
 func newWorld(t *testing.T, spec *Spec, D int) *world {
 	t.Helper()
-	m, err := mesh.Of(D, spec.Stages())
+	return newWrappedWorld(t, spec, D, nil)
+}
+
+// newWrappedWorld is newWorld with each rank's communicator wrapped.
+func newWrappedWorld(t *testing.T, spec *Spec, D int, wrap func(rank int, c collective.Communicator) collective.Communicator) *world {
+	t.Helper()
+	m, err := mesh.New(D, spec.Stages(), spec.Shards())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +114,9 @@ func newWorld(t *testing.T, spec *Spec, D int) *world {
 		var comm collective.Communicator
 		if comms != nil {
 			comm = comms[r]
+			if wrap != nil {
+				comm = wrap(r, comm)
+			}
 		}
 		if err := w.Form(context.Background(), Form{Generation: 1, Mesh: m, Rank: r}, comm); err != nil {
 			t.Fatal(err)
@@ -159,7 +168,7 @@ func (wd *world) losses(t *testing.T, s setup, steps, batch int) []float64 {
 			}
 			peer := wd.mesh.Group(mesh.DP, r)[0]
 			if res[r].Checksum != res[peer].Checksum {
-				t.Fatalf("step %d: rank %d's parameters differ from rank %d's, the same stage", i+1, r, peer)
+				t.Fatalf("step %d: rank %d's parameters differ from rank %d's, the same model part", i+1, r, peer)
 			}
 		}
 	}
@@ -244,12 +253,15 @@ func TestPeakMicroBatchesAlive(t *testing.T) {
 }
 
 // A step whose peer is dead fails naming it, and changes nothing: the
-// update runs only after every gradient sum.
+// update runs only after every gradient sum. A tensor-parallel peer's
+// death fails a collective inside the forward pass.
 func TestDeadPeerFailsTheStepAndAppliesNothing(t *testing.T) {
 	s := gptSetup(t)
-	for name, tc := range map[string]struct{ D, P int }{"dp": {2, 1}, "pp": {1, 2}} {
+	for name, tc := range map[string]struct{ D, P, T int }{"dp": {2, 1, 1}, "pp": {1, 2, 1}, "tp": {1, 1, 2}, "tp-sp": {1, 1, -2}} {
 		t.Run(name, func(t *testing.T) {
-			wd := newWorld(t, s.spec(t, tc.P, 2, pipeline.Kind1F1B, false, 0), tc.D)
+			spec := s.spec(t, tc.P, 2, pipeline.Kind1F1B, false, 0)
+			spec.TP, spec.SP = max(tc.T, -tc.T), tc.T < 0
+			wd := newWorld(t, spec, tc.D)
 			w := wd.workers[0]
 			before := w.Checksum()
 			wd.net.Kill(1, true)

@@ -78,7 +78,7 @@ func TestExplainAllReduceUsage(t *testing.T) {
 		{"--ranks", "0", "--values", "1"},
 		{"--ranks", "2", "--values", "1,x"},
 		{"--ranks", "2", "--values", ""},
-		{"--ranks", "1", "--values", "1", "--op", "max"},
+		{"--ranks", "1", "--values", "1", "--op", "min"},
 	} {
 		_, err := runRoot(t, append([]string{"explain", "allreduce", "--op", "sum"}, args...)...)
 		if !errors.Is(err, errUsage) {

@@ -46,7 +46,8 @@ type trainFlags struct {
 	bucketMB                            float64
 	transport                           string
 	collTimeout, stepTimeout            time.Duration
-	pp, micro                           int
+	pp, tp, micro                       int
+	sp                                  bool
 	pipeSchedule, stageLayers, trace    string
 	partition                           string
 	recompute                           bool
@@ -171,13 +172,15 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.threads, "threads", 0, "threads of this process for the kernels, split among its worker actors (0: GOMAXPROCS)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the run summary as one JSON object on stdout")
 	fl.IntVar(&f.dp, "dp", d.DP, "data-parallel replicas (worker actors) in this process")
-	fl.IntVar(&f.procs, "procs", 0, "run the data-parallel world as N OS processes on loopback, one worker each (like torchrun --standalone)")
+	fl.IntVar(&f.procs, "procs", 0, "run the world (--dp × --pp × --tp) as N OS processes on loopback, one worker each (like torchrun --standalone)")
 	fl.Float64Var(&f.bucketMB, "bucket-mb", d.BucketMB, "gradient bucket cap in MiB (PyTorch's bucket_cap_mb)")
 	fl.IntVar(&f.checkEvery, "check-every", 0, "compare the replicas' parameter checksums every N steps and fail on divergence (0: never)")
 	fl.StringVar(&f.transport, "transport", string(d.Transport), "gradient transport between processes: tcp (data plane) or actor (protoactor remote)")
 	fl.DurationVar(&f.collTimeout, "collective-timeout", d.CollectiveTimeout, "abort a collective when a peer is silent this long")
 	fl.DurationVar(&f.stepTimeout, "step-timeout", d.StepTimeout, "abort a step when a worker has not answered within this time")
 	fl.IntVar(&f.pp, "pp", d.PP, "pipeline stages (stage actors, each with a contiguous range of the model's units)")
+	fl.IntVar(&f.tp, "tp", d.TP, "tensor-parallel shards of every stage (Megatron-LM: column- and row-parallel layers, heads split, vocabulary-parallel embedding and loss)")
+	fl.BoolVar(&f.sp, "sequence-parallel", false, "with --tp: split the activations between the tensor-parallel regions along the sequence (GPT only)")
 	fl.IntVar(&f.micro, "micro-batches", d.MicroBatches, "micro-batches per replica and step (with --pp)")
 	fl.StringVar(&f.pipeSchedule, "schedule", d.PipelineSchedule.String(), "pipeline schedule: gpipe or 1f1b")
 	fl.BoolVar(&f.recompute, "recompute", false, "activation checkpointing: keep only each stage's input, recompute the rest in backward")
@@ -253,6 +256,8 @@ func (f *trainFlags) config(fl *pflag.FlagSet) (train.Config, error) {
 	set("collective-timeout", func() { cfg.CollectiveTimeout = f.collTimeout })
 	set("step-timeout", func() { cfg.StepTimeout = f.stepTimeout })
 	set("pp", func() { cfg.PP = f.pp })
+	set("tp", func() { cfg.TP = f.tp })
+	set("sequence-parallel", func() { cfg.SequenceParallel = f.sp })
 	set("micro-batches", func() { cfg.MicroBatches = f.micro })
 	if fl.Changed("schedule") {
 		k, err := pipeline.ParseKind(f.pipeSchedule)

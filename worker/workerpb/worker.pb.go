@@ -145,9 +145,10 @@ type Status struct {
 	Failure *Failure               `protobuf:"bytes,2,opt,name=failure,proto3" json:"failure,omitempty"`
 	// name is the node's name (elastic agents).
 	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
-	// held_stage is the pipeline stage whose state the worker holds, -1
-	// before it holds any.
-	HeldStage int32 `protobuf:"varint,4,opt,name=held_stage,json=heldStage,proto3" json:"held_stage,omitempty"`
+	// held_part is the model part whose state the worker holds (its
+	// pipeline stage's tensor-parallel shard, stage*tp + shard), -1 before
+	// it holds any.
+	HeldPart int32 `protobuf:"varint,4,opt,name=held_part,json=heldPart,proto3" json:"held_part,omitempty"`
 	// applied is the number of steps whose update that state includes;
 	// cursor the sampler cursor after them.
 	Applied uint64 `protobuf:"varint,5,opt,name=applied,proto3" json:"applied,omitempty"`
@@ -226,9 +227,9 @@ func (x *Status) GetName() string {
 	return ""
 }
 
-func (x *Status) GetHeldStage() int32 {
+func (x *Status) GetHeldPart() int32 {
 	if x != nil {
-		return x.HeldStage
+		return x.HeldPart
 	}
 	return 0
 }
@@ -651,8 +652,11 @@ type StepDone struct {
 	// spans and mem are what a pipeline stage did in the step, shipped to
 	// the process that writes --trace (empty otherwise): times in seconds
 	// since the trace origin that process gave every worker.
-	Spans         []*StageSpan `protobuf:"bytes,18,rep,name=spans,proto3" json:"spans,omitempty"`
-	Mem           []*StageMem  `protobuf:"bytes,19,rep,name=mem,proto3" json:"mem,omitempty"`
+	Spans []*StageSpan `protobuf:"bytes,18,rep,name=spans,proto3" json:"spans,omitempty"`
+	Mem   []*StageMem  `protobuf:"bytes,19,rep,name=mem,proto3" json:"mem,omitempty"`
+	// param_bytes is the bytes of the parameters the worker holds (a
+	// tensor-parallel shard holds 1/tp of each cut matrix).
+	ParamBytes    int64 `protobuf:"varint,20,opt,name=param_bytes,json=paramBytes,proto3" json:"param_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -818,6 +822,13 @@ func (x *StepDone) GetMem() []*StageMem {
 		return x.Mem
 	}
 	return nil
+}
+
+func (x *StepDone) GetParamBytes() int64 {
+	if x != nil {
+		return x.ParamBytes
+	}
+	return 0
 }
 
 // StageSpan is one pipeline op as it ran (pipeline.Span).
@@ -1624,13 +1635,12 @@ const file_worker_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"?\n" +
 	"\rStatusRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1a\n" +
-	"\bchecksum\x18\x02 \x01(\bR\bchecksum\"\xce\x03\n" +
+	"\bchecksum\x18\x02 \x01(\bR\bchecksum\"\xcc\x03\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1d\n" +
-	"\n" +
-	"held_stage\x18\x04 \x01(\x05R\theldStage\x12\x18\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1b\n" +
+	"\theld_part\x18\x04 \x01(\x05R\bheldPart\x12\x18\n" +
 	"\aapplied\x18\x05 \x01(\x04R\aapplied\x12\x16\n" +
 	"\x06cursor\x18\x06 \x01(\x04R\x06cursor\x12\"\n" +
 	"\rcan_roll_back\x18\a \x01(\bR\vcanRollBack\x12\x16\n" +
@@ -1675,7 +1685,7 @@ const file_worker_proto_rawDesc = "" +
 	"\x05batch\x18\x05 \x01(\rR\x05batch\x12\x0e\n" +
 	"\x02lr\x18\x06 \x01(\x01R\x02lr\x12%\n" +
 	"\x0eglobal_targets\x18\a \x01(\x04R\rglobalTargets\x12\x1a\n" +
-	"\bchecksum\x18\b \x01(\bR\bchecksum\"\x80\x05\n" +
+	"\bchecksum\x18\b \x01(\bR\bchecksum\"\xa1\x05\n" +
 	"\bStepDone\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1e\n" +
@@ -1700,7 +1710,9 @@ const file_worker_proto_rawDesc = "" +
 	"\x15peak_activation_bytes\x18\x10 \x01(\x03R\x13peakActivationBytes\x12,\n" +
 	"\x12peak_micro_batches\x18\x11 \x01(\rR\x10peakMicroBatches\x121\n" +
 	"\x05spans\x18\x12 \x03(\v2\x1b.troupe.worker.v1.StageSpanR\x05spans\x12,\n" +
-	"\x03mem\x18\x13 \x03(\v2\x1a.troupe.worker.v1.StageMemR\x03mem\"q\n" +
+	"\x03mem\x18\x13 \x03(\v2\x1a.troupe.worker.v1.StageMemR\x03mem\x12\x1f\n" +
+	"\vparam_bytes\x18\x14 \x01(\x03R\n" +
+	"paramBytes\"q\n" +
 	"\tStageSpan\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x14\n" +
 	"\x05micro\x18\x02 \x01(\x05R\x05micro\x12\x12\n" +
