@@ -39,7 +39,7 @@ See docs/PLAN.md.`,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return planUsagef("unknown sub-command %q for troupe plan: want memory, allreduce, speedup, pipeline or check", args[0])
+				return planUsagef("unknown sub-command %q for troupe plan: want memory, allreduce, speedup, pipeline, tp or check", args[0])
 			}
 			return cmd.Help()
 		},
@@ -49,7 +49,7 @@ See docs/PLAN.md.`,
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	})
-	cmd.AddCommand(newPlanMemoryCmd(), newPlanAllReduceCmd(), newPlanSpeedupCmd(), newPlanPipelineCmd(), newPlanCheckCmd())
+	cmd.AddCommand(newPlanMemoryCmd(), newPlanAllReduceCmd(), newPlanSpeedupCmd(), newPlanPipelineCmd(), newPlanTPCmd(), newPlanCheckCmd())
 	return cmd
 }
 

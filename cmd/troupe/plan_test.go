@@ -295,3 +295,25 @@ func TestPlanRegistered(t *testing.T) {
 		t.Fatalf("troupe plan check not found under the root: %v, %v", cmd, err)
 	}
 }
+
+// troupe plan tp: the default GPT over two shards sends 8·(1/2)·s·b·h·4
+// bytes per layer and holds the parameters troupe's layout gives a shard
+// (plan's own test checks them against nn); a missing shape flag or heads
+// the shard count does not divide is a usage error.
+func TestPlanTP(t *testing.T) {
+	doc := planJSON(t, "tp", "--seq", "64", "--hidden", "128", "--heads", "4", "--layers", "4", "--vocab", "126", "--tp", "2", "--micro-batch", "32")
+	if got, want := doc["comm_bytes_per_layer"].(float64), 8*0.5*64*32*128*4.0; got != want {
+		t.Errorf("comm per layer %v, want %v", got, want)
+	}
+	if doc["params"].(float64) != 817664 || doc["devices"].(float64) != 2 {
+		t.Errorf("params %v devices %v", doc["params"], doc["devices"])
+	}
+	for _, args := range [][]string{
+		{"tp", "--seq", "64", "--hidden", "128", "--heads", "4", "--layers", "4", "--vocab", "126"},
+		{"tp", "--seq", "64", "--hidden", "128", "--heads", "4", "--layers", "4", "--vocab", "126", "--tp", "3"},
+	} {
+		if _, err := runPlan(t, args...); !errors.Is(err, errUsage) {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+}
