@@ -152,7 +152,7 @@ func TestMultiProcessProtocol(t *testing.T) {
 			}
 		}
 		for d := 0; d < dp; d++ {
-			sh, err := own.Shard(st, d)
+			sh, err := own.Shard(st, d, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

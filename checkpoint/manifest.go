@@ -20,8 +20,10 @@ import (
 const (
 	// FormatName is the manifest's "format" field.
 	FormatName = "troupe-checkpoint"
-	// FormatVersion is the manifest version this build writes and reads.
-	FormatVersion = 1
+	// FormatVersion is the manifest version this build writes; it reads
+	// it and version 1 (no tensor parallelism: every slice a block of
+	// whole rows).
+	FormatVersion = 2
 	// ManifestFile is the manifest's name in a checkpoint directory.
 	ManifestFile = "manifest.json"
 	// LatestFile is the pointer to the newest committed checkpoint, in the
@@ -91,29 +93,43 @@ type Meta struct {
 }
 
 // World is the layout of the ranks that wrote a checkpoint. Ranks are
-// numbered stage-major: rank = stage·DP + dpRank, as Megatron-LM orders
-// pipeline and data-parallel ranks.
+// numbered stage-major with the tensor-parallel shard innermost, as
+// Megatron-LM (and troupe's mesh) orders them: rank = (stage·DP +
+// dpRank)·TP + tpRank.
 type World struct {
-	// Size is DP·PP (filled in by Save when 0).
+	// Size is DP·PP·TP (filled in by Save when 0).
 	Size int `json:"size"`
 	// DP is the number of data-parallel replicas of each stage.
 	DP int `json:"dp"`
 	// PP is the number of pipeline stages.
 	PP int `json:"pp"`
+	// TP is the number of tensor-parallel shards of each stage (0: 1).
+	TP int `json:"tp,omitempty"`
 }
 
-// Rank returns the rank of (stage, dpRank).
-func (w World) Rank(stage, dpRank int) int { return stage*w.DP + dpRank }
+// Shards is the number of tensor-parallel shards of each stage.
+func (w World) Shards() int { return max(1, w.TP) }
 
-// String is "dp=2 pp=2".
-func (w World) String() string { return fmt.Sprintf("dp=%d pp=%d", w.DP, w.PP) }
+// Rank returns the rank of (stage, dpRank, tpRank).
+func (w World) Rank(stage, dpRank, tpRank int) int { return (stage*w.DP+dpRank)*w.Shards() + tpRank }
+
+// String is "dp=2 pp=2" (and " tp=2" with tensor parallelism).
+func (w World) String() string {
+	if w.Shards() > 1 {
+		return fmt.Sprintf("dp=%d pp=%d tp=%d", w.DP, w.PP, w.TP)
+	}
+	return fmt.Sprintf("dp=%d pp=%d", w.DP, w.PP)
+}
+
+// size is DP·PP·TP.
+func (w World) size() int { return w.DP * w.PP * w.Shards() }
 
 func (w World) validate() error {
-	if w.DP < 1 || w.PP < 1 || w.DP > maxWorld || w.PP > maxWorld {
-		return fmt.Errorf("world dp=%d pp=%d: both must be in [1, %d]", w.DP, w.PP, maxWorld)
+	if w.DP < 1 || w.PP < 1 || w.DP > maxWorld || w.PP > maxWorld || w.TP < 0 || w.TP > maxWorld {
+		return fmt.Errorf("world dp=%d pp=%d tp=%d: each must be in [1, %d]", w.DP, w.PP, w.TP, maxWorld)
 	}
-	if w.Size != w.DP*w.PP {
-		return fmt.Errorf("world size %d is not dp×pp = %d", w.Size, w.DP*w.PP)
+	if w.Size != w.size() {
+		return fmt.Errorf("world size %d is not dp×pp×tp = %d", w.Size, w.size())
 	}
 	return nil
 }
@@ -229,6 +245,7 @@ type FileEntry struct {
 	Rank   int    `json:"rank"`
 	Stage  int    `json:"stage"`
 	DPRank int    `json:"dp_rank"`
+	TPRank int    `json:"tp_rank,omitempty"`
 	// Bytes is the file size.
 	Bytes int64 `json:"bytes"`
 	// HeaderCRC32C covers the file's first 8 + N bytes (length and JSON
@@ -249,18 +266,24 @@ type TensorEntry struct {
 	Slices []SliceEntry `json:"slices"`
 }
 
-// SliceEntry is a block of consecutive rows of a tensor, stored in a shard
-// file as a tensor of the same name with shape Sizes. Offsets and Sizes
-// follow torch.distributed.checkpoint's chunk metadata: the block is
-// [Offsets[d], Offsets[d]+Sizes[d]) along each dimension d. Only dimension 0
-// may be partial (every other Offsets[d] is 0 and Sizes[d] the full
-// dimension), so a slice is also the contiguous element range
-// [Offsets[0]·R, (Offsets[0]+Sizes[0])·R) of the row-major tensor, R being
-// the product of the other dimensions. A scalar has one slice with empty
-// Offsets and Sizes.
+// SliceEntry is a block of a tensor, stored in a shard file as a tensor of
+// shape Sizes named Key (the tensor's own name when Key is empty). Offsets
+// and Sizes follow torch.distributed.checkpoint's chunk metadata: the
+// block is [Offsets[d], Offsets[d]+Sizes[d]) along each dimension d. The
+// slices a data-parallel rank writes are blocks of whole rows (only
+// dimension 0 partial), so such a slice is also the contiguous element
+// range [Offsets[0]·R, (Offsets[0]+Sizes[0])·R) of the row-major tensor, R
+// being the product of the other dimensions; a tensor-parallel shard's are
+// blocks of its rows of a column range (a row-parallel weight) or several
+// row blocks in one file (a fused qkv weight: its q, k and v rows, named
+// "<tensor>@<offsets>"). A scalar has one slice with empty Offsets and
+// Sizes.
 type SliceEntry struct {
 	Offsets []int `json:"offsets"`
 	Sizes   []int `json:"sizes"`
+	// Key is the slice's tensor name in its file, when it is not the
+	// tensor's name (a file holding several slices of one tensor).
+	Key string `json:"key,omitempty"`
 	// File is the shard file holding it.
 	File string `json:"file"`
 	// Offset is the absolute file offset of its first byte, Bytes its
@@ -268,6 +291,14 @@ type SliceEntry struct {
 	Offset int64  `json:"offset"`
 	Bytes  int64  `json:"bytes"`
 	CRC32C uint32 `json:"crc32c"`
+}
+
+// key is the slice's tensor name in its file.
+func (s SliceEntry) key(tensor string) string {
+	if s.Key != "" {
+		return s.Key
+	}
+	return tensor
 }
 
 // RowElems returns R, the number of elements in one row of dimension 0 (1
@@ -473,8 +504,8 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	if m.Format != FormatName {
 		return nil, fmt.Errorf("%w: format %q, want %q", ErrManifest, m.Format, FormatName)
 	}
-	if m.Version != FormatVersion {
-		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrVersion, m.Version, FormatVersion)
+	if m.Version != 1 && m.Version != FormatVersion {
+		return nil, fmt.Errorf("%w: version %d, this build reads 1 to %d", ErrVersion, m.Version, FormatVersion)
 	}
 	if err := m.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrManifest, err)
@@ -499,8 +530,11 @@ func jsonError(err error) string {
 
 // validate checks everything but the checksum.
 func (m *Manifest) validate() error {
-	if m.Format != FormatName || m.Version != FormatVersion {
-		return fmt.Errorf("format %q version %d, want %q version %d", m.Format, m.Version, FormatName, FormatVersion)
+	if m.Format != FormatName || m.Version < 1 || m.Version > FormatVersion {
+		return fmt.Errorf("format %q version %d, want %q version 1 to %d", m.Format, m.Version, FormatName, FormatVersion)
+	}
+	if m.Version == 1 && m.World.TP != 0 {
+		return fmt.Errorf("a version-1 manifest has no tensor parallelism (world tp %d)", m.World.TP)
 	}
 	if err := m.Meta.validate(); err != nil {
 		return err
@@ -525,8 +559,9 @@ func (m *Manifest) validate() error {
 		if f.Rank != i {
 			return fmt.Errorf("file %q: rank %d at position %d (files are in rank order)", f.Name, f.Rank, i)
 		}
-		if f.Stage < 0 || f.Stage >= w.PP || f.DPRank < 0 || f.DPRank >= w.DP || w.Rank(f.Stage, f.DPRank) != f.Rank {
-			return fmt.Errorf("file %q: rank %d is not stage %d, dp rank %d of %v", f.Name, f.Rank, f.Stage, f.DPRank, w)
+		if f.Stage < 0 || f.Stage >= w.PP || f.DPRank < 0 || f.DPRank >= w.DP || f.TPRank < 0 || f.TPRank >= w.Shards() ||
+			w.Rank(f.Stage, f.DPRank, f.TPRank) != f.Rank {
+			return fmt.Errorf("file %q: rank %d is not stage %d, dp rank %d, tp rank %d of %v", f.Name, f.Rank, f.Stage, f.DPRank, f.TPRank, w)
 		}
 		if f.Bytes < 8 {
 			return fmt.Errorf("file %q: %d bytes, a safetensors file has at least 8", f.Name, f.Bytes)
@@ -549,9 +584,9 @@ func (m *Manifest) validate() error {
 			return fmt.Errorf("tensor %q: %v", t.Name, err)
 		}
 		for _, s := range t.Slices {
-			k := fileTensor{s.File, t.Name}
+			k := fileTensor{s.File, s.key(t.Name)}
 			if held[k] {
-				return fmt.Errorf("tensor %q: file %q holds two of its slices", t.Name, s.File)
+				return fmt.Errorf("tensor %q: file %q holds two slices named %q", t.Name, s.File, k.tensor)
 			}
 			held[k] = true
 			if f := files[s.File]; f.Stage != t.Stage {
@@ -710,47 +745,48 @@ func validateSlices(t TensorEntry, files map[string]*FileEntry) error {
 	}
 	spec := TensorSpec{DType: t.DType, Shape: t.Shape}
 	total, _ := spec.Bytes()
-	rows := Rows(t.Shape)
-	rowBytes := RowElems(t.Shape) * int64(t.DType.Size())
+	numel, _ := safetensors.NumElements(t.Shape)
+	es := int64(t.DType.Size())
 	if total == 0 && len(t.Slices) != 1 {
 		return fmt.Errorf("%d slices of an empty tensor, want 1", len(t.Slices))
 	}
-	var next int64
+	var covered int64
 	for i, s := range t.Slices {
 		if len(s.Offsets) != len(t.Shape) || len(s.Sizes) != len(t.Shape) {
 			return fmt.Errorf("slices[%d]: offsets %v and sizes %v do not have the tensor's %d dimensions",
 				i, s.Offsets, s.Sizes, len(t.Shape))
 		}
-		for d := 1; d < len(t.Shape); d++ {
-			if s.Offsets[d] != 0 || s.Sizes[d] != t.Shape[d] {
-				return fmt.Errorf("slices[%d]: offsets %v sizes %v is not a block of whole rows of shape %v",
-					i, s.Offsets, s.Sizes, t.Shape)
+		for d := range t.Shape {
+			if s.Offsets[d] < 0 || s.Sizes[d] < 0 || s.Sizes[d] > t.Shape[d]-s.Offsets[d] || s.Sizes[d] == 0 && total > 0 {
+				return fmt.Errorf("slices[%d]: offsets %v sizes %v outside shape %v or empty", i, s.Offsets, s.Sizes, t.Shape)
 			}
 		}
-		var lo, n int64 = 0, 1
-		if len(t.Shape) > 0 {
-			lo, n = int64(s.Offsets[0]), int64(s.Sizes[0])
+		if i > 0 && slices.Compare(t.Slices[i-1].Offsets, s.Offsets) >= 0 {
+			return fmt.Errorf("slices[%d] at %v after slices[%d] at %v (slices are sorted by offsets)", i, s.Offsets, i-1, t.Slices[i-1].Offsets)
 		}
-		if lo != next {
-			return fmt.Errorf("slices[%d] starts at row %d, want %d (slices are sorted and tile the tensor)", i, lo, next)
+		for j := range i {
+			if _, _, overlap := boxIntersect(s.Offsets, s.Sizes, t.Slices[j].Offsets, t.Slices[j].Sizes); overlap && len(t.Shape) > 0 {
+				return fmt.Errorf("slices[%d] %v+%v overlaps slices[%d] %v+%v", i, s.Offsets, s.Sizes, j, t.Slices[j].Offsets, t.Slices[j].Sizes)
+			}
 		}
-		if n < 1 && total > 0 || n < 0 || n > rows-lo {
-			return fmt.Errorf("slices[%d]: rows [%d, %d) outside [0, %d) or empty", i, lo, lo+n, rows)
-		}
-		next = lo + n
+		n := boxVolume(s.Sizes)
+		covered += n
 		f := files[s.File]
 		if f == nil {
 			return fmt.Errorf("slices[%d]: file %q is not in the manifest's files", i, s.File)
 		}
-		if want := n * rowBytes; s.Bytes != want {
-			return fmt.Errorf("slices[%d]: %d bytes, but %d rows of %d bytes are %d", i, s.Bytes, n, rowBytes, want)
+		if want := n * es; s.Bytes != want {
+			return fmt.Errorf("slices[%d]: %d bytes, but %v elements of %d bytes are %d", i, s.Bytes, s.Sizes, es, want)
 		}
 		if s.Offset < 8 || s.Offset > f.Bytes || s.Bytes > f.Bytes-s.Offset {
 			return fmt.Errorf("slices[%d]: bytes [%d, %d) outside file %q of %d bytes", i, s.Offset, s.Offset+s.Bytes, s.File, f.Bytes)
 		}
+		if s.Key != "" && (len(s.Key) > 1024 || !utf8.ValidString(s.Key) || s.Key == "__metadata__") {
+			return fmt.Errorf("slices[%d]: key %q is too long, reserved or not UTF-8", i, s.Key)
+		}
 	}
-	if next != rows {
-		return fmt.Errorf("slices end at row %d of %d", next, rows)
+	if covered != numel && total > 0 {
+		return fmt.Errorf("slices cover %d of the tensor's %d elements", covered, numel)
 	}
 	return nil
 }

@@ -56,11 +56,21 @@ func smallManifest(t testing.TB) []byte {
 	return b
 }
 
-// TestManifestGolden pins format version 1: today's writer produces the
+// TestManifestGolden pins format version 2: today's writer produces the
 // committed document byte for byte, and it decodes to what was saved.
+// Version 1 (written before tensor parallelism, every slice whole rows)
+// still decodes to the same content.
 func TestManifestGolden(t *testing.T) {
+	old, err := os.ReadFile(filepath.Join("testdata", "manifest_v1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1, err := DecodeManifest(old)
+	if err != nil {
+		t.Fatalf("version 1: %v", err)
+	}
 	b := smallManifest(t)
-	path := filepath.Join("testdata", "manifest_v1.json")
+	path := filepath.Join("testdata", "manifest_v2.json")
 	if *update {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
@@ -94,6 +104,10 @@ func TestManifestGolden(t *testing.T) {
 	again, err := EncodeManifest(m)
 	if err != nil || !bytes.Equal(again, want) {
 		t.Fatalf("re-encoding differs: %v\n%s", err, again)
+	}
+	m1.Version = m.Version
+	if !reflect.DeepEqual(m1.Tensors, m.Tensors) || m1.Meta.World != m.Meta.World || !reflect.DeepEqual(m1.Files, m.Files) {
+		t.Errorf("version 1 decodes to other content:\n%+v\n%+v", m1, m)
 	}
 }
 
@@ -135,14 +149,21 @@ func TestDecodeManifestRejects(t *testing.T) {
 		{"shape missing", "shape missing", func(m *Manifest) { m.Tensors[0].Shape = nil }},
 		{"stage range", "stage 1 outside", func(m *Manifest) { m.Tensors[0].Stage = 1 }},
 		{"no slices", "no slices", func(m *Manifest) { m.Tensors[0].Slices = nil }},
-		{"slice gap", "starts at row", func(m *Manifest) { m.Tensors[2].Slices[1].Offsets[0] = 3 }},
-		{"slice short", "slices end at row", func(m *Manifest) { m.Tensors[2].Slices = m.Tensors[2].Slices[:1] }},
-		{"not rows", "whole rows", func(m *Manifest) { m.Tensors[0].Slices[0].Sizes[1] = 1 }},
+		{"slice past the end", "outside shape", func(m *Manifest) { m.Tensors[2].Slices[1].Offsets[0] = 3 }},
+		{"slice short", "cover 4 of the tensor's 6", func(m *Manifest) { m.Tensors[2].Slices = m.Tensors[2].Slices[:1] }},
+		{"slice overlap", "overlaps", func(m *Manifest) { m.Tensors[2].Slices[1].Offsets[0] = 1 }},
+		{"slice order", "sorted", func(m *Manifest) {
+			m.Tensors[2].Slices[0], m.Tensors[2].Slices[1] = m.Tensors[2].Slices[1], m.Tensors[2].Slices[0]
+		}},
+		{"column block bytes", "elements of 4 bytes", func(m *Manifest) { m.Tensors[0].Slices[0].Sizes[1] = 1 }},
+		{"slice key", "reserved", func(m *Manifest) { m.Tensors[0].Slices[0].Key = "__metadata__" }},
+		{"v1 with tp", "version-1", func(m *Manifest) { m.Version, m.World.TP, m.World.Size = 1, 1, 2 }},
+		{"file tp rank", "tp rank 1", func(m *Manifest) { m.Files[0].TPRank = 1 }},
 		{"slice dims", "dimensions", func(m *Manifest) { m.Tensors[0].Slices[0].Offsets = []int{0} }},
 		{"slice file", "not in the manifest's files", func(m *Manifest) { m.Tensors[0].Slices[0].File = "x.safetensors" }},
-		{"slice bytes", "rows of", func(m *Manifest) { m.Tensors[0].Slices[0].Bytes++ }},
+		{"slice bytes", "elements of", func(m *Manifest) { m.Tensors[0].Slices[0].Bytes++ }},
 		{"slice offset", "outside file", func(m *Manifest) { m.Tensors[0].Slices[0].Offset = m.Files[0].Bytes }},
-		{"two slices one file", "holds two", func(m *Manifest) {
+		{"two slices one file", "holds two slices named", func(m *Manifest) {
 			m.Tensors[2].Slices[1].File = m.Tensors[2].Slices[0].File
 			m.Tensors[2].Slices[1].Offset = m.Tensors[2].Slices[0].Offset
 		}},
@@ -184,9 +205,9 @@ func TestDecodeManifestRejects(t *testing.T) {
 			t.Errorf("%s: got %v, want ErrManifest mentioning %q", tc.name, err, tc.want)
 		}
 	}
-	v2 := strings.Replace(string(good), `"version": 1`, `"version": 2`, 1)
-	if _, err := DecodeManifest([]byte(v2)); !errors.Is(err, ErrVersion) {
-		t.Errorf("version 2: %v", err)
+	v3 := strings.Replace(string(good), `"version": 2`, `"version": 3`, 1)
+	if _, err := DecodeManifest([]byte(v3)); !errors.Is(err, ErrVersion) {
+		t.Errorf("version 3: %v", err)
 	}
 }
 
@@ -211,6 +232,7 @@ func FuzzDecodeManifest(f *testing.F) {
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"format":"troupe-checkpoint","version":1,"world":{"size":1,"dp":1,"pp":1},"files":[],"tensors":[]}`))
 	f.Add(bytes.Replace(good, []byte(`"offsets": [`), []byte(`"offsets": [-1, `), 1))
+	f.Add(tpManifest(f))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := DecodeManifest(b)
 		if err != nil {

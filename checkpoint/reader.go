@@ -155,13 +155,14 @@ func openShard(fsys FS, path string, fe FileEntry, held []heldSlice) *shardFile 
 		return fail("holds %d tensors, the manifest puts %d slices there", len(h.Tensors), len(held))
 	}
 	for _, hs := range held {
-		info, ok := h.Lookup(hs.t.Name)
+		key := hs.s.key(hs.t.Name)
+		info, ok := h.Lookup(key)
 		if !ok {
-			return fail("has no tensor %q", hs.t.Name)
+			return fail("has no tensor %q", key)
 		}
 		if info.DType != hs.t.DType || !slices.Equal(info.Shape, hs.s.Sizes) || info.Offset != hs.s.Offset || info.Size() != hs.s.Bytes {
 			return fail("tensor %q is %v %v at offset %d, the manifest says %v %v at offset %d",
-				hs.t.Name, info.DType, info.Shape, info.Offset, hs.t.DType, hs.s.Sizes, hs.s.Offset)
+				key, info.DType, info.Shape, info.Offset, hs.t.DType, hs.s.Sizes, hs.s.Offset)
 		}
 	}
 	return sf
@@ -233,8 +234,11 @@ func (c *Checkpoint) readAt(sf *shardFile, t *TensorEntry, p []byte, off int64) 
 
 func (c *Checkpoint) crcError(sf *shardFile, t *TensorEntry, s SliceEntry, got uint32) error {
 	rows := ""
-	if len(t.Shape) > 0 {
+	switch {
+	case len(t.Shape) > 0 && wholeRows(s, t.Shape):
 		rows = fmt.Sprintf(" rows [%d, %d) of %v", s.Offsets[0], s.Offsets[0]+s.Sizes[0], t.Shape)
+	case len(t.Shape) > 0:
+		rows = fmt.Sprintf(" block %v + %v of %v", s.Offsets, s.Sizes, t.Shape)
 	}
 	return fmt.Errorf("%w: %s: tensor %q%s: CRC-32C %08x, the manifest says %08x",
 		ErrCorrupt, sf.path, t.Name, rows, got, s.CRC32C)
@@ -279,7 +283,7 @@ func (c *Checkpoint) ReadTensor(name string) (safetensors.Tensor, error) {
 	}
 	b, _ := TensorSpec{DType: t.DType, Shape: t.Shape}.Bytes()
 	data := make([]byte, b)
-	if err := c.ReadElements(name, 0, b/int64(t.DType.Size()), data); err != nil {
+	if err := c.readWhole(t, data); err != nil {
 		return safetensors.Tensor{}, err
 	}
 	return safetensors.Tensor{Name: name, DType: t.DType, Shape: slices.Clone(t.Shape), Data: data}, nil
@@ -300,20 +304,56 @@ func (c *Checkpoint) Weights() ([]safetensors.Tensor, error) {
 	return out, nil
 }
 
-// readF32Into fills dst with F32 tensor name, checking its shape.
-func (c *Checkpoint) readF32Into(name string, shape []int, dst []float32) error {
+// readF32Into fills dst with the F32 parameter (or optimizer state of) p,
+// checking its shape: the whole tensor, or a tensor-parallel shard's part
+// of it (its blocks read and put in the shard's layout, its padding zero).
+func (c *Checkpoint) readF32Into(name string, p *nn.Param, dst []float32) error {
 	t, ok := c.Manifest.Lookup(name)
 	if !ok {
 		return fmt.Errorf("%w: checkpoint has no tensor %q", ErrMismatch, name)
 	}
-	if t.DType != safetensors.F32 || !slices.Equal(t.Shape, shape) {
-		return fmt.Errorf("%w: %q is %v %v in the checkpoint, the model wants F32 %v", ErrMismatch, name, t.DType, t.Shape, shape)
+	whole := p.Shape
+	if p.Split != nil {
+		whole = p.Split.Full
 	}
+	if t.DType != safetensors.F32 || !slices.Equal(t.Shape, whole) {
+		return fmt.Errorf("%w: %q is %v %v in the checkpoint, the model wants F32 %v", ErrMismatch, name, t.DType, t.Shape, whole)
+	}
+	if p.Split == nil {
+		return c.readF32Box(t, make([]int, len(whole)), slices.Clone(whole), dst)
+	}
+	clear(dst)
+	sp := p.Split
+	local := sp.Shape()
+	out := f32Bytes(dst) // a view on little-endian hosts
+	if !littleEndian {
+		defer decodeF32(dst, out)
+	}
+	for _, b := range sp.Boxes() {
+		if b.Len == 0 {
+			continue
+		}
+		off, size := make([]int, len(whole)), slices.Clone(whole)
+		off[sp.Dim], size[sp.Dim] = b.Lo, b.Len
+		buf := make([]float32, boxVolume(size))
+		if err := c.readF32Box(t, off, size, buf); err != nil {
+			return err
+		}
+		// In the shard the block sits at b.At along the cut dimension.
+		at := slices.Clone(off)
+		at[sp.Dim] = b.At
+		copyBox(out, make([]int, len(whole)), local, f32Bytes(buf), at, size, at, size, 4)
+	}
+	return nil
+}
+
+// readF32Box reads a block of F32 tensor t into dst.
+func (c *Checkpoint) readF32Box(t *TensorEntry, off, size []int, dst []float32) error {
 	if littleEndian {
-		return c.ReadElements(name, 0, int64(len(dst)), f32Bytes(dst))
+		return c.ReadBox(t.Name, off, size, f32Bytes(dst))
 	}
 	b := make([]byte, 4*len(dst))
-	if err := c.ReadElements(name, 0, int64(len(dst)), b); err != nil {
+	if err := c.ReadBox(t.Name, off, size, b); err != nil {
 		return err
 	}
 	decodeF32(dst, b)
@@ -322,15 +362,16 @@ func (c *Checkpoint) readF32Into(name string, shape []int, dst []float32) error 
 
 // Restore loads a model part and its optimizer from the checkpoint: every
 // parameter of set by name (whatever stage or rank wrote it, so a part of
-// any pipeline split, of a world of any size, loads from a checkpoint of
-// any other), and, when opt is not nil, the optimizer's state buffers and
-// update count. The optimizer must be of the checkpoint's kind; its
-// hyper-parameters are the caller's (compare with Manifest.Optimizer to
-// warn). Nothing is changed when an error is returned.
+// any pipeline split or tensor-parallel cut, of a world of any size, loads
+// from a checkpoint of any other), and, when opt is not nil, the
+// optimizer's state buffers and update count. The optimizer must be of the
+// checkpoint's kind; its hyper-parameters are the caller's (compare with
+// Manifest.Optimizer to warn). Nothing is changed when an error is
+// returned.
 func (c *Checkpoint) Restore(set *nn.ParamSet, opt optim.Optimizer) error {
 	w := make([]float32, set.Len())
 	for _, p := range set.Params() {
-		if err := c.readF32Into(p.Name, p.Shape, w[p.Offset:p.Offset+p.Size()]); err != nil {
+		if err := c.readF32Into(p.Name, p, w[p.Offset:p.Offset+p.Size()]); err != nil {
 			return err
 		}
 	}
@@ -351,7 +392,7 @@ func (c *Checkpoint) Restore(set *nn.ParamSet, opt optim.Optimizer) error {
 		for _, st := range opt.States() {
 			b := make([]float32, set.Len())
 			for _, p := range set.Params() {
-				if err := c.readF32Into(OptimName(st.Name, p.Name), p.Shape, b[p.Offset:p.Offset+p.Size()]); err != nil {
+				if err := c.readF32Into(OptimName(st.Name, p.Name), p, b[p.Offset:p.Offset+p.Size()]); err != nil {
 					return err
 				}
 			}

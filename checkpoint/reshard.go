@@ -36,6 +36,11 @@ func (m *Manifest) PlanRead(name string, start, stop int64) ([]Read, error) {
 	if start == stop {
 		return nil, nil
 	}
+	for _, s := range t.Slices {
+		if !wholeRows(s, t.Shape) {
+			return nil, fmt.Errorf("%w: tensor %q is stored in blocks of columns (tensor-parallel shards), not element ranges: read it with ReadBox", ErrMismatch, name)
+		}
+	}
 	// The first slice that ends after start; slices are sorted and tile.
 	i := sort.Search(len(t.Slices), func(i int) bool {
 		_, e := t.Slices[i].Elements(t.Shape)

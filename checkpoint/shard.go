@@ -14,20 +14,31 @@ import (
 	"github.com/troupe-ml/troupe/safetensors"
 )
 
-// RankShard is what one rank writes: its pieces of its stage's tensors.
-// Data[i] holds the bytes of Pieces[i] (a view of the snapshot's memory).
+// RankShard is what one rank writes: its slices of its stage's tensors.
 type RankShard struct {
-	World         World
-	Step          int64
-	Stage, DPRank int
-	// Specs are all the tensors of the stage, in order; Pieces index them.
+	World                 World
+	Step                  int64
+	Stage, DPRank, TPRank int
+	// Specs are all the tensors of the stage, whole (as the manifest
+	// lists them), in order; Slices index them.
 	Specs  []TensorSpec
-	Pieces []Piece
-	Data   [][]byte
+	Slices []ShardSlice
+}
+
+// ShardSlice is one block of a tensor that a rank writes, with its bytes
+// (row-major in the block's shape, a view of the snapshot's memory).
+type ShardSlice struct {
+	Tensor  int
+	Offsets []int
+	Sizes   []int
+	// Key names the block in the file when the rank writes several blocks
+	// of one tensor (empty: the tensor's name).
+	Key  string
+	Data []byte
 }
 
 // Rank returns the shard's rank in its world.
-func (r RankShard) Rank() int { return r.World.Rank(r.Stage, r.DPRank) }
+func (r RankShard) Rank() int { return r.World.Rank(r.Stage, r.DPRank, r.TPRank) }
 
 // ShardFileName names the shard file of rank in a world of size ranks:
 // "shard-00001-of-00004.safetensors".
@@ -61,39 +72,26 @@ type PartSlice struct {
 	SliceEntry
 }
 
-// sliceShape returns the offsets and sizes of piece p of a tensor of the
-// given shape.
-func sliceShape(shape []int, p Piece) (offsets, sizes []int) {
-	offsets, sizes = make([]int, len(shape)), slices.Clone(shape)
-	if len(shape) > 0 {
-		offsets[0], sizes[0] = int(p.Lo), int(p.Hi-p.Lo)
-	}
-	if sizes == nil {
-		sizes = []int{}
-	}
-	return offsets, sizes
-}
-
 // WriteShard writes rank r's shard file into the temporary directory
-// tmpDir: a plain safetensors file holding each of its pieces as a tensor of
-// the logical name and the piece's shape, then fsyncs and closes it. It
-// returns the rank's Part. The directory entry becomes durable when the
-// leader syncs tmpDir in Commit.
+// tmpDir: a plain safetensors file holding each of its slices as a tensor
+// of the logical name (or the slice's key) and the slice's shape, then
+// fsyncs and closes it. It returns the rank's Part. The directory entry
+// becomes durable when the leader syncs tmpDir in Commit.
 func WriteShard(fsys FS, tmpDir string, r RankShard) (*Part, error) {
-	if len(r.Pieces) != len(r.Data) {
-		return nil, fmt.Errorf("%w: %d pieces but %d data buffers", ErrSnapshot, len(r.Pieces), len(r.Data))
-	}
 	name := ShardFileName(r.Rank(), r.World.Size)
-	ts := make([]safetensors.Tensor, len(r.Pieces))
-	part := &Part{Step: r.Step, World: r.World, Specs: r.Specs, Slices: make([]PartSlice, len(r.Pieces))}
-	for i, p := range r.Pieces {
-		if p.Tensor < 0 || p.Tensor >= len(r.Specs) {
-			return nil, fmt.Errorf("%w: piece %d names tensor %d of %d", ErrSnapshot, i, p.Tensor, len(r.Specs))
+	ts := make([]safetensors.Tensor, len(r.Slices))
+	part := &Part{Step: r.Step, World: r.World, Specs: r.Specs, Slices: make([]PartSlice, len(r.Slices))}
+	for i, sl := range r.Slices {
+		if sl.Tensor < 0 || sl.Tensor >= len(r.Specs) {
+			return nil, fmt.Errorf("%w: slice %d names tensor %d of %d", ErrSnapshot, i, sl.Tensor, len(r.Specs))
 		}
-		spec := r.Specs[p.Tensor]
-		off, sizes := sliceShape(spec.Shape, p)
-		ts[i] = safetensors.Tensor{Name: spec.Name, DType: spec.DType, Shape: sizes, Data: r.Data[i]}
-		part.Slices[i] = PartSlice{Tensor: spec.Name, SliceEntry: SliceEntry{Offsets: off, Sizes: sizes, File: name}}
+		spec := r.Specs[sl.Tensor]
+		entry := SliceEntry{Offsets: slices.Clone(sl.Offsets), Sizes: slices.Clone(sl.Sizes), Key: sl.Key, File: name}
+		if entry.Offsets == nil {
+			entry.Offsets, entry.Sizes = []int{}, []int{}
+		}
+		ts[i] = safetensors.Tensor{Name: entry.key(spec.Name), DType: spec.DType, Shape: entry.Sizes, Data: sl.Data}
+		part.Slices[i] = PartSlice{Tensor: spec.Name, SliceEntry: entry}
 	}
 	meta := map[string]string{
 		"format":       "pt",
@@ -143,7 +141,7 @@ func WriteShard(fsys FS, tmpDir string, r RankShard) (*Part, error) {
 	for _, rg := range cw.ranges[1:] {
 		part.Slices[rg.slice].CRC32C = rg.crc
 	}
-	part.File = FileEntry{Name: name, Rank: r.Rank(), Stage: r.Stage, DPRank: r.DPRank, Bytes: cw.pos, HeaderCRC32C: cw.ranges[0].crc}
+	part.File = FileEntry{Name: name, Rank: r.Rank(), Stage: r.Stage, DPRank: r.DPRank, TPRank: r.TPRank, Bytes: cw.pos, HeaderCRC32C: cw.ranges[0].crc}
 	return part, nil
 }
 
@@ -287,7 +285,7 @@ func DecodePart(b []byte) (*Part, error) {
 func BuildManifest(meta Meta, parts []*Part) (*Manifest, error) {
 	w := meta.World
 	if w.Size == 0 {
-		w.Size = w.DP * w.PP
+		w.Size = w.size()
 		meta.World = w
 	}
 	if err := w.validate(); err != nil {
@@ -310,10 +308,10 @@ func BuildManifest(meta Meta, parts []*Part) (*Manifest, error) {
 		m.Files = append(m.Files, p.File)
 	}
 	for st := 0; st < w.PP; st++ {
-		first := sorted[w.Rank(st, 0)]
+		first := sorted[w.Rank(st, 0, 0)]
 		bySlice := map[string][]SliceEntry{}
-		for d := 0; d < w.DP; d++ {
-			p := sorted[w.Rank(st, d)]
+		for r := w.Rank(st, 0, 0); r < w.Rank(st+1, 0, 0); r++ {
+			p := sorted[r]
 			if !slices.EqualFunc(p.Specs, first.Specs, specEqual) {
 				return nil, fmt.Errorf("%w: ranks %d and %d of stage %d list different tensors",
 					ErrManifest, first.File.Rank, p.File.Rank, st)
@@ -332,12 +330,7 @@ func BuildManifest(meta Meta, parts []*Part) (*Manifest, error) {
 			}
 			ss := bySlice[spec.Name]
 			delete(bySlice, spec.Name)
-			slices.SortFunc(ss, func(a, b SliceEntry) int {
-				if len(a.Offsets) == 0 || len(b.Offsets) == 0 {
-					return len(a.Offsets) - len(b.Offsets)
-				}
-				return a.Offsets[0] - b.Offsets[0]
-			})
+			slices.SortFunc(ss, func(a, b SliceEntry) int { return slices.Compare(a.Offsets, b.Offsets) })
 			m.Tensors = append(m.Tensors, TensorEntry{Name: spec.Name, DType: spec.DType, Shape: spec.Shape, Stage: st, Slices: ss})
 		}
 		for name := range bySlice {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"unsafe"
 
 	"github.com/troupe-ml/troupe/nn"
@@ -13,10 +14,23 @@ import (
 )
 
 // Tensor is a logical tensor of a snapshot with its host bytes (row-major,
-// little-endian, len(Data) == Bytes()).
+// little-endian). A tensor-parallel shard's Tensor holds its part of the
+// whole tensor TensorSpec describes: Split says which, Data has the
+// shard's shape (Split.Shape()), and TPRank is the shard; otherwise
+// len(Data) == Bytes().
 type Tensor struct {
 	TensorSpec
-	Data []byte
+	TPRank int
+	Split  *nn.Split
+	Data   []byte
+}
+
+// localShape is the shape of t's data.
+func (t Tensor) localShape() []int {
+	if t.Split != nil {
+		return t.Split.Shape()
+	}
+	return t.Shape
 }
 
 // Snapshot is a training run's state at a step boundary, in host memory:
@@ -35,8 +49,8 @@ type Snapshot struct {
 }
 
 type bufKey struct {
-	stage int
-	state string // "" for the weights
+	stage, tp int
+	state     string // "" for the weights
 }
 
 // Reset empties the snapshot for the next save and keeps its buffers.
@@ -79,25 +93,28 @@ func (s *Snapshot) buffer(k bufKey, n int) []float32 {
 // once per stage, stages in order; in data parallelism, with one replica
 // of each stage (all replicas hold the same state).
 func (s *Snapshot) AddModel(stage int, set *nn.ParamSet, opt optim.Optimizer) error {
-	return s.addParams(stage, set, opt, "")
+	return s.addParams(bufKey{stage: stage}, set, opt, "")
 }
 
-// AddStage is AddModel for a pipeline stage built by nn.Build: when the
-// stage holds a tied token embedding that an earlier stage holds too
-// (Model.Tied on a stage that is not the first), that copy is left out, so
-// the checkpoint stores the tensor once, under the first stage. Restore
-// loads it into every stage that has it, by name.
+// AddStage is AddModel for a pipeline stage built by nn.Build, or a
+// tensor-parallel shard of one (nn.BuildShard; its tensors are its parts
+// of the whole ones, Tensor.Split): when the stage holds a tied token
+// embedding that an earlier stage holds too (Model.Tied on a stage that is
+// not the first), that copy is left out, so the checkpoint stores the
+// tensor once, under the first stage. Restore loads it into every stage
+// that has it, by name.
 func (s *Snapshot) AddStage(stage int, m *nn.Model, opt optim.Optimizer) error {
 	skip := ""
 	if m.Tied != nil && !m.First() {
 		skip = m.Tied.Name
 	}
-	return s.addParams(stage, m.Set, opt, skip)
+	return s.addParams(bufKey{stage: stage, tp: m.TP.Rank}, m.Set, opt, skip)
 }
 
-func (s *Snapshot) addParams(stage int, set *nn.ParamSet, opt optim.Optimizer, skip string) error {
+func (s *Snapshot) addParams(k bufKey, set *nn.ParamSet, opt optim.Optimizer, skip string) error {
+	stage := k.stage
 	be := set.Backend()
-	w := s.buffer(bufKey{stage, ""}, set.Len())
+	w := s.buffer(k, set.Len())
 	be.Download(w, set.Weights())
 	var params []*nn.Param
 	for _, p := range set.Params() {
@@ -105,11 +122,16 @@ func (s *Snapshot) addParams(stage int, set *nn.ParamSet, opt optim.Optimizer, s
 			params = append(params, p)
 		}
 	}
+	tensor := func(name string, p *nn.Param, data []float32) Tensor {
+		t := Tensor{TensorSpec: TensorSpec{Name: name, DType: safetensors.F32, Shape: slices.Clone(p.Shape), Stage: stage},
+			TPRank: k.tp, Data: f32Bytes(data[p.Offset : p.Offset+p.Size()])}
+		if p.Split != nil {
+			t.Shape, t.Split = slices.Clone(p.Split.Full), p.Split
+		}
+		return t
+	}
 	for _, p := range params {
-		s.Add(Tensor{
-			TensorSpec: TensorSpec{Name: p.Name, DType: safetensors.F32, Shape: slices.Clone(p.Shape), Stage: stage},
-			Data:       f32Bytes(w[p.Offset : p.Offset+p.Size()]),
-		})
+		s.Add(tensor(p.Name, p, w))
 	}
 	if opt == nil {
 		return nil
@@ -124,40 +146,57 @@ func (s *Snapshot) addParams(stage int, set *nn.ParamSet, opt optim.Optimizer, s
 		if ost.Buf.Len() != set.Len() {
 			return fmt.Errorf("%w: optimizer state %s has %d elements, the parameters %d", ErrSnapshot, ost.Name, ost.Buf.Len(), set.Len())
 		}
-		b := s.buffer(bufKey{stage, ost.Name}, set.Len())
+		b := s.buffer(bufKey{stage, k.tp, ost.Name}, set.Len())
 		be.Download(b, ost.Buf)
 		for _, p := range params {
-			s.Add(Tensor{
-				TensorSpec: TensorSpec{Name: OptimName(ost.Name, p.Name), DType: safetensors.F32, Shape: slices.Clone(p.Shape), Stage: stage},
-				Data:       f32Bytes(b[p.Offset : p.Offset+p.Size()]),
-			})
+			s.Add(tensor(OptimName(ost.Name, p.Name), p, b))
 		}
 	}
 	return nil
 }
 
-// validate checks the snapshot as Save needs it.
+// validate checks the snapshot as Save needs it: the tensors (listed once
+// each, whatever shards hold them) and every shard's data.
 func (s *Snapshot) validate() error {
 	m := s.Meta
 	if m.World.Size == 0 {
-		m.World.Size = m.World.DP * m.World.PP
+		m.World.Size = m.World.size()
 	}
 	if err := m.validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrSnapshot, err)
 	}
-	specs := make([]TensorSpec, len(s.Tensors))
-	for i, t := range s.Tensors {
-		specs[i] = t.TensorSpec
-	}
-	if err := validateSpecs(specs, m.World.PP, m.Optimizer); err != nil {
+	if err := validateSpecs(s.specs(), m.World.PP, m.Optimizer); err != nil {
 		return fmt.Errorf("%w: %v", ErrSnapshot, err)
 	}
 	for _, t := range s.Tensors {
-		if b, _ := t.Bytes(); int64(len(t.Data)) != b {
-			return fmt.Errorf("%w: tensor %q has %d bytes of data, %v × %v needs %d", ErrSnapshot, t.Name, len(t.Data), t.DType, t.Shape, b)
+		if t.TPRank < 0 || t.TPRank >= m.World.Shards() {
+			return fmt.Errorf("%w: tensor %q of tensor-parallel shard %d in world %v", ErrSnapshot, t.Name, t.TPRank, m.World)
+		}
+		if t.Split != nil && (!slices.Equal(t.Split.Full, t.Shape) || t.Split.Parts != m.World.Shards() || t.Split.Index != t.TPRank || t.Split.Validate() != nil) {
+			return fmt.Errorf("%w: tensor %q: shard %d's split %+v is not a part of %v in world %v", ErrSnapshot, t.Name, t.TPRank, *t.Split, t.Shape, m.World)
+		}
+		if t.Split != nil && t.Split.Dim > 0 && t.Split.Piece()*t.Split.Parts != t.Shape[t.Split.Dim] {
+			return fmt.Errorf("%w: tensor %q: only dimension 0 may be padded, not %d", ErrSnapshot, t.Name, t.Split.Dim)
+		}
+		b, _ := TensorSpec{DType: t.DType, Shape: t.localShape()}.Bytes()
+		if int64(len(t.Data)) != b {
+			return fmt.Errorf("%w: tensor %q has %d bytes of data, %v × %v needs %d", ErrSnapshot, t.Name, len(t.Data), t.DType, t.localShape(), b)
 		}
 	}
 	return nil
+}
+
+// specs lists the snapshot's tensors once each, in order.
+func (s *Snapshot) specs() []TensorSpec {
+	var out []TensorSpec
+	seen := map[string]bool{}
+	for _, t := range s.Tensors {
+		if !seen[t.Name] {
+			seen[t.Name] = true
+			out = append(out, t.TensorSpec)
+		}
+	}
+	return out
 }
 
 // Shards splits the snapshot among the ranks of Meta.World, as each rank
@@ -168,56 +207,159 @@ func (s *Snapshot) Shards() ([]RankShard, error) {
 		return nil, err
 	}
 	w := s.Meta.World
-	out := make([]RankShard, 0, w.DP*w.PP)
+	out := make([]RankShard, 0, w.DP*w.PP*w.Shards())
 	for st := 0; st < w.PP; st++ {
 		for d := 0; d < w.DP; d++ {
-			r, err := s.shard(st, d)
-			if err != nil {
-				return nil, err
+			for tp := range w.Shards() {
+				r, err := s.shard(st, d, tp)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, r)
 			}
-			out = append(out, r)
 		}
 	}
 	return out, nil
 }
 
-// Shard returns what rank (stage, dpRank) writes. In a multi-process world
-// each rank's snapshot holds only its own stage, and each calls Shard with
-// its own coordinates.
-func (s *Snapshot) Shard(stage, dpRank int) (RankShard, error) {
+// Shard returns what rank (stage, dpRank, tpRank) writes. In a
+// multi-process world each rank's snapshot holds only its own part, and
+// each calls Shard with its own coordinates.
+func (s *Snapshot) Shard(stage, dpRank, tpRank int) (RankShard, error) {
 	if err := s.validate(); err != nil {
 		return RankShard{}, err
 	}
 	w := s.Meta.World
-	if stage < 0 || stage >= w.PP || dpRank < 0 || dpRank >= w.DP {
-		return RankShard{}, fmt.Errorf("%w: stage %d, dp rank %d outside world %v", ErrSnapshot, stage, dpRank, w)
+	if stage < 0 || stage >= w.PP || dpRank < 0 || dpRank >= w.DP || tpRank < 0 || tpRank >= w.Shards() {
+		return RankShard{}, fmt.Errorf("%w: stage %d, dp rank %d, tp rank %d outside world %v", ErrSnapshot, stage, dpRank, tpRank, w)
 	}
-	return s.shard(stage, dpRank)
+	return s.shard(stage, dpRank, tpRank)
 }
 
-func (s *Snapshot) shard(stage, dpRank int) (RankShard, error) {
+// shard splits the tensors of part (stage, tpRank) among the part's
+// data-parallel ranks by rows of the part's data (Partition), those every
+// shard holds whole among all the stage's ranks, and returns the rank's
+// blocks, placed in the whole tensors: a shard's rows map to one
+// block of whole rows, a row range of a column block (a cut along a later
+// dimension), or one block per q, k and v (a fused qkv weight); padding
+// rows map to nothing and are not written.
+func (s *Snapshot) shard(stage, dpRank, tpRank int) (RankShard, error) {
 	w := s.Meta.World
-	w.Size = w.DP * w.PP
-	r := RankShard{World: w, Step: s.Meta.Step, Stage: stage, DPRank: dpRank}
-	var data [][]byte
-	for _, t := range s.Tensors {
-		if t.Stage == stage {
-			r.Specs = append(r.Specs, t.TensorSpec)
-			data = append(data, t.Data)
+	w.Size = w.size()
+	r := RankShard{World: w, Step: s.Meta.Step, Stage: stage, DPRank: dpRank, TPRank: tpRank}
+	index := map[string]int{}
+	for _, spec := range s.specs() {
+		if spec.Stage == stage {
+			index[spec.Name] = len(r.Specs)
+			r.Specs = append(r.Specs, spec)
 		}
 	}
-	parts, err := Partition(r.Specs, w.DP)
-	if err != nil {
+	// The shard's own parts of cut tensors go to the part's data-parallel
+	// ranks; the tensors every shard holds whole, to all the stage's ranks
+	// (each rank writes from its own, identical, copy).
+	var cut, whole []Tensor
+	for _, t := range s.Tensors {
+		switch {
+		case t.Stage != stage || t.TPRank != tpRank:
+		case t.Split != nil:
+			cut = append(cut, t)
+		default:
+			whole = append(whole, t)
+		}
+	}
+	add := func(ts []Tensor, ranks, rank int) error {
+		local := make([]TensorSpec, len(ts))
+		for i, t := range ts {
+			local[i] = TensorSpec{Name: t.Name, DType: t.DType, Shape: t.localShape(), Stage: stage}
+		}
+		parts, err := Partition(local, ranks)
+		if err != nil {
+			return err
+		}
+		for _, p := range parts[rank] {
+			t := ts[p.Tensor]
+			rb := RowElems(local[p.Tensor].Shape) * int64(t.DType.Size())
+			for _, sl := range pieceSlices(t, p.Lo, p.Hi) {
+				sl.Tensor = index[t.Name]
+				sl.Data = t.Data[sl.localLo*rb : sl.localHi*rb]
+				r.Slices = append(r.Slices, sl.ShardSlice)
+			}
+		}
+		return nil
+	}
+	if err := add(cut, w.DP, dpRank); err != nil {
 		return RankShard{}, err
 	}
-	r.Pieces = parts[dpRank]
-	r.Data = make([][]byte, len(r.Pieces))
-	for i, p := range r.Pieces {
-		spec := r.Specs[p.Tensor]
-		rb := RowElems(spec.Shape) * int64(spec.DType.Size())
-		r.Data[i] = data[p.Tensor][p.Lo*rb : p.Hi*rb]
+	if err := add(whole, w.DP*w.Shards(), dpRank*w.Shards()+tpRank); err != nil {
+		return RankShard{}, err
+	}
+	slices.SortStableFunc(r.Slices, func(a, b ShardSlice) int { return a.Tensor - b.Tensor })
+	// A file names a second block of one tensor by its offsets.
+	count := map[int]int{}
+	for _, sl := range r.Slices {
+		count[sl.Tensor]++
+	}
+	for i, sl := range r.Slices {
+		if count[sl.Tensor] > 1 {
+			r.Slices[i].Key = fmt.Sprintf("%s@%s", r.Specs[sl.Tensor].Name, joinOffsets(sl.Offsets))
+		}
 	}
 	return r, nil
+}
+
+// localSlice is a block of the whole tensor with the rows of the shard's
+// data that hold it.
+type localSlice struct {
+	ShardSlice
+	localLo, localHi int64
+}
+
+// pieceSlices places rows [lo, hi) of t's data in the whole tensor.
+func pieceSlices(t Tensor, lo, hi int64) []localSlice {
+	shape := t.Shape
+	whole := func(off0, n int64) ([]int, []int) {
+		off, size := make([]int, len(shape)), slices.Clone(shape)
+		if size == nil {
+			size = []int{}
+		}
+		if len(shape) > 0 {
+			off[0], size[0] = int(off0), int(n)
+		}
+		return off, size
+	}
+	if t.Split == nil {
+		off, size := whole(lo, hi-lo)
+		return []localSlice{{ShardSlice: ShardSlice{Offsets: off, Sizes: size}, localLo: lo, localHi: hi}}
+	}
+	var out []localSlice
+	for _, b := range t.Split.Boxes() {
+		if b.Len == 0 {
+			continue
+		}
+		if t.Split.Dim > 0 {
+			// Rows are the whole tensor's rows; the block is a range of
+			// the cut dimension.
+			off, size := whole(lo, hi-lo)
+			off[t.Split.Dim], size[t.Split.Dim] = b.Lo, b.Len
+			out = append(out, localSlice{ShardSlice: ShardSlice{Offsets: off, Sizes: size}, localLo: lo, localHi: hi})
+			continue
+		}
+		a, z := max(lo, int64(b.At)), min(hi, int64(b.At+b.Len))
+		if a >= z {
+			continue
+		}
+		off, size := whole(int64(b.Lo)+a-int64(b.At), z-a)
+		out = append(out, localSlice{ShardSlice: ShardSlice{Offsets: off, Sizes: size}, localLo: a, localHi: z})
+	}
+	return out
+}
+
+func joinOffsets(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ",")
 }
 
 // littleEndian is true on the hosts troupe runs on (amd64, arm64); a

@@ -135,13 +135,13 @@ func TestModelRoundTrip(t *testing.T) {
 
 	// The snapshot keeps its buffers: a second capture downloads into the
 	// same memory.
-	before := &snap.bufs[bufKey{0, ""}][0]
+	before := &snap.bufs[bufKey{}][0]
 	snap.Reset()
 	snap.Meta = Meta{Step: 43, World: World{DP: 1, PP: 1}}
 	if err := snap.AddModel(0, m.Set, opt); err != nil {
 		t.Fatal(err)
 	}
-	if &snap.bufs[bufKey{0, ""}][0] != before {
+	if &snap.bufs[bufKey{}][0] != before {
 		t.Fatal("the second snapshot allocated new weight buffers")
 	}
 }
@@ -241,7 +241,7 @@ func TestSnapshotRejects(t *testing.T) {
 		}
 	}
 	s := m.snapshot(1, 2, 1, []int{0, 2})
-	if _, err := s.Shard(0, 2); !errors.Is(err, ErrSnapshot) {
+	if _, err := s.Shard(0, 2, 0); !errors.Is(err, ErrSnapshot) {
 		t.Errorf("dp rank out of range: %v", err)
 	}
 }

@@ -371,8 +371,6 @@ func (c *Config) checkOutputs() error {
 		return fieldErr("CkptEvery", "and {Keep} must be ≥ 0")
 	case (c.CkptEvery > 0 || c.Resume) && c.CkptDir == "":
 		return fieldErr("CkptDir", "is needed by {CkptEvery} and {Resume}")
-	case c.TP > 1 && c.CkptDir != "":
-		return fieldErr("CkptDir", "cannot be used with {TP} > 1 yet: checkpoints do not hold tensor-parallel shards")
 	case c.Trace != "" && c.PP == 1:
 		return fieldErr("Trace", "records the stages of a pipeline: it needs {PP} > 1")
 	}

@@ -284,7 +284,7 @@ func (e *groupExecutor) Save(ctx context.Context, meta checkpoint.Meta) (time.Du
 	if e.ckpt == nil {
 		return 0, errors.New("train: this run has no checkpoint directory")
 	}
-	meta.World = checkpoint.World{DP: e.mesh.DP, PP: e.mesh.PP}
+	meta.World = checkpoint.World{DP: e.mesh.DP, PP: e.mesh.PP, TP: e.mesh.TP}
 	if e.local {
 		return e.ckpt.saveAsync(meta, func(s *checkpoint.Snapshot) error {
 			for _, r := range e.evalRanks() {

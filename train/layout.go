@@ -47,7 +47,10 @@ func planLayout(states []worker.Holding, pp, tp, maxReplicas int) (layout, error
 		d = min(d, maxReplicas)
 	}
 	if d == 0 {
-		return layout{}, fmt.Errorf("%w: %d members cannot hold %d pipeline stages of %d tensor-parallel shards", ErrWorldTooSmall, n, pp, tp)
+		if tp > 1 {
+			return layout{}, fmt.Errorf("%w: %d members cannot hold %d pipeline stages of %d tensor-parallel shards", ErrWorldTooSmall, n, pp, tp)
+		}
+		return layout{}, fmt.Errorf("%w: %d members cannot hold %d pipeline stages", ErrWorldTooSmall, n, pp)
 	}
 	m, err := mesh.New(d, pp, tp)
 	if err != nil {

@@ -7,8 +7,9 @@ import (
 	"github.com/troupe-ml/troupe/checkpoint"
 )
 
-// Capture adds the stage the worker holds (weights and optimizer state) to
-// snap, for a checkpoint written from this process.
+// Capture adds the part the worker holds (a stage, or a tensor-parallel
+// shard of one: weights and optimizer state) to snap, for a checkpoint
+// written from this process.
 func (w *Worker) Capture(snap *checkpoint.Snapshot) error {
 	st, err := w.heldStage()
 	if err != nil {
@@ -20,32 +21,29 @@ func (w *Worker) Capture(snap *checkpoint.Snapshot) error {
 // heldStage is the pipeline stage of the part the worker holds, for a
 // checkpoint.
 func (w *Worker) heldStage() (int, error) {
-	switch {
-	case w.st == nil || w.hold.Part < 0:
+	if w.st == nil || w.hold.Part < 0 {
 		return 0, fmt.Errorf("%w: no stage to checkpoint", ErrNoState)
-	case w.spec.Shards() > 1:
-		return 0, fmt.Errorf("%w: checkpoints of tensor-parallel shards are not written yet", ErrConfig)
 	}
-	return w.hold.Part, nil
+	return w.hold.Part / w.spec.Shards(), nil
 }
 
 // SaveShard writes this worker's share of a checkpoint into dir/tmp: its
-// stage's tensors, split among the stage's data-parallel ranks, and its
-// part manifest. meta's World is the generation's. It returns the bytes of
+// part's tensors (a tensor-parallel shard's blocks of them), split among
+// the part's data-parallel ranks, and its part manifest. meta's World is the generation's. It returns the bytes of
 // the stage's state.
 func (w *Worker) SaveShard(meta checkpoint.Meta, dir, tmp string) (int64, error) {
 	st, err := w.heldStage()
 	if err != nil {
 		return 0, err
 	}
-	if meta.World.DP != w.mesh.DP || meta.World.PP != w.mesh.PP {
+	if meta.World.DP != w.mesh.DP || meta.World.PP != w.mesh.PP || meta.World.Shards() != w.mesh.TP {
 		return 0, fmt.Errorf("%w: a checkpoint of a %v world from a worker of a %v world", ErrConfig, meta.World, w.mesh)
 	}
 	snap := &checkpoint.Snapshot{Meta: meta}
 	if err := snap.AddStage(st, w.model, w.opt); err != nil {
 		return 0, err
 	}
-	shard, err := snap.Shard(st, w.st.coord.DP)
+	shard, err := snap.Shard(st, w.st.coord.DP, w.st.coord.TP)
 	if err != nil {
 		return 0, err
 	}
