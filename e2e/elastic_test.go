@@ -196,6 +196,7 @@ type agentSummary struct {
 	Name     string `json:"name"`
 	Step     int    `json:"step"`
 	Stage    int    `json:"stage"`
+	Shard    int    `json:"shard"`
 	Checksum string `json:"checksum"`
 	Left     bool   `json:"left"`
 }
@@ -476,7 +477,7 @@ func TestElasticLinearLR(t *testing.T) {
 // hold the same bits.
 func checkReplicas(t *testing.T, sums []agentSummary) {
 	t.Helper()
-	byStage := map[int]string{}
+	byPart := map[[2]int]string{}
 	for _, s := range sums {
 		if s.Step != elasticSteps || s.Left {
 			t.Errorf("agent %s ended at step %d (left %v); want step %d", s.Name, s.Step, s.Left, elasticSteps)
@@ -484,10 +485,11 @@ func checkReplicas(t *testing.T, sums []agentSummary) {
 		if s.Stage < 0 {
 			continue // on standby at the end
 		}
-		if want, ok := byStage[s.Stage]; ok && s.Checksum != want {
-			t.Errorf("agent %s (stage %d) has checksum %s, another replica of the stage %s", s.Name, s.Stage, s.Checksum, want)
+		part := [2]int{s.Stage, s.Shard}
+		if want, ok := byPart[part]; ok && s.Checksum != want {
+			t.Errorf("agent %s (stage %d, shard %d) has checksum %s, another replica of it %s", s.Name, s.Stage, s.Shard, s.Checksum, want)
 		}
-		byStage[s.Stage] = s.Checksum
+		byPart[part] = s.Checksum
 	}
 }
 
@@ -505,6 +507,56 @@ func TestElasticPipelineKill(t *testing.T) {
 	c.check(c.finish("n1", "n2", "n3"), ref)
 	if !strings.Contains(c.agents["n1"].stderr.String()+c.agents["n2"].stderr.String()+c.agents["n3"].stderr.String(), `"state_from":"surviving replicas"`) {
 		t.Error("no generation took its state from surviving replicas")
+	}
+}
+
+// Tensor-parallel shards on agents: four agents hold 2 replicas × 2
+// shards (dp 2 × tp 2); one is killed, and the three survivors re-form as
+// one replica of two shards with one standby, each shard's state taken
+// from a surviving holder of it; the losses are the fault-free run's.
+func TestElasticTensorParallelKill(t *testing.T) {
+	ref := faultFree(t)
+	c := newCluster(t, 4, 2)
+	c.extra = []string{"--tp", "2"}
+	c.startWorld(4)
+	c.agents["n4"].cmd.Process.Kill()
+	r := c.waitWorld(2, 300)
+	t.Logf("kill -9 of n4 (shard 1 of replica 1): one replica of 2 shards completed step %d", r.Step)
+	c.check(c.finish("n1", "n2", "n3"), ref)
+	if !strings.Contains(c.agents["n1"].stderr.String()+c.agents["n2"].stderr.String()+c.agents["n3"].stderr.String(), `"state_from":"surviving replicas"`) {
+		t.Error("no generation took its state from surviving replicas")
+	}
+}
+
+// A lost tensor-parallel shard: with one replica of two shards and a
+// standby, a shard's only holder is killed; every member then loads its
+// part from the latest checkpoint (its shard's blocks of the whole
+// tensors) and the job goes on, the steps since the checkpoint repeating
+// their losses bit for bit.
+func TestElasticLostShardFromCheckpoint(t *testing.T) {
+	c := newCluster(t, 3, 2)
+	ckpt := t.TempDir()
+	c.extra = []string{"--tp", "2", "--ckpt-dir", ckpt, "--ckpt-every", "100"}
+	c.start(0)
+	c.start(1)
+	formed := c.waitWorld(2, 0)
+	c.start(2)
+	c.waitGeneration(formed.Generation+1, 350)
+	c.agents["n2"].cmd.Process.Kill()
+	sums := c.finish("n1", "n3")
+	checkReplicas(t, sums)
+	if logs := c.agents["n1"].stderr.String() + c.agents["n3"].stderr.String(); !strings.Contains(logs, `"state_from":"checkpoint step`) {
+		t.Fatal("no generation took its state from the checkpoint")
+	}
+	first := map[int]float64{}
+	for _, r := range c.steps() {
+		if l, ok := first[r.Step]; ok && l != r.Loss {
+			t.Errorf("step %d trained again after the restore: loss %v, first %v", r.Step, r.Loss, l)
+		}
+		first[r.Step] = r.Loss
+	}
+	if len(first) != elasticSteps {
+		t.Fatalf("%d distinct steps logged, want %d", len(first), elasticSteps)
 	}
 }
 

@@ -140,8 +140,10 @@ type AgentSummary struct {
 	Member string `json:"member"`
 	Step   int    `json:"step"`
 	// Stage is the pipeline stage the agent held at the end (0 without
-	// pipelining, -1 on standby): checksums compare within a stage.
+	// pipelining, -1 on standby) and Shard its tensor-parallel shard of
+	// it: checksums compare within a (stage, shard).
 	Stage      int    `json:"stage"`
+	Shard      int    `json:"shard,omitempty"`
 	Generation uint64 `json:"generation"`
 	Checksum   string `json:"checksum"`
 	// Led counts the generations this agent led.
@@ -703,7 +705,8 @@ func (a *agent) summary() *AgentSummary {
 	}
 	sum.Step, sum.Generation, sum.Checksum = int(st.Applied), a.node.World().Gen, fmt.Sprintf("%016x", st.Checksum)
 	if st.Rank >= 0 {
-		sum.Stage = int(st.HeldPart)
+		tp := max(1, a.j.cfg.TP)
+		sum.Stage, sum.Shard = int(st.HeldPart)/tp, int(st.HeldPart)%tp
 	}
 	return sum
 }

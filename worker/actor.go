@@ -299,12 +299,12 @@ func FormOf(m *workerpb.Form) (Form, error) {
 		return f, fmt.Errorf("%w: %d addresses for a %v world", ErrConfig, len(m.Addrs), f.Mesh)
 	case f.Source.Kind > FromCheckpoint:
 		return f, fmt.Errorf("%w: unknown state source %d", ErrConfig, m.Source)
-	case f.Source.Kind == FromReplica && len(m.Roots) != f.Mesh.PP:
-		return f, fmt.Errorf("%w: %d roots for %d stages", ErrConfig, len(m.Roots), f.Mesh.PP)
+	case f.Source.Kind == FromReplica && len(m.Roots) != f.Mesh.Parts():
+		return f, fmt.Errorf("%w: %d roots for %d model parts", ErrConfig, len(m.Roots), f.Mesh.Parts())
 	}
-	for st, r := range m.Roots {
-		if r < 0 || int(r) >= f.Mesh.Size() || f.Mesh.Coord(int(r)).PP != st {
-			return f, fmt.Errorf("%w: stage %d's root %d is not a rank of that stage in a %v world", ErrConfig, st, r, f.Mesh)
+	for part, r := range m.Roots {
+		if r < 0 || int(r) >= f.Mesh.Size() || f.Mesh.Part(int(r)) != part {
+			return f, fmt.Errorf("%w: part %d's root %d is not a rank holding that part in a %v world", ErrConfig, part, r, f.Mesh)
 		}
 		f.Source.Roots = append(f.Source.Roots, int(r))
 	}
