@@ -56,14 +56,12 @@ func newBenchTrainCmd() *cobra.Command {
 			var results []benchTrainResult
 			for _, w := range strings.Split(worlds, ",") {
 				cfg := base
-				kind, n, err := parseWorld(w)
+				bw, err := parseWorld(w)
 				if err != nil {
 					return err
 				}
-				cfg.DP, cfg.Procs = n, 0
-				if kind == "procs" {
-					cfg.DP, cfg.Procs = 1, n
-				}
+				cfg.DP, cfg.TP, cfg.Procs = bw.dp, bw.tp, bw.procs
+				n := bw.workers()
 				cfg.Save, cfg.EvalEvery, cfg.EvalBatches = "", 0, 1
 				dir, err := os.MkdirTemp("", "troupe-bench-train-")
 				if err != nil {
@@ -103,23 +101,56 @@ func newBenchTrainCmd() *cobra.Command {
 		},
 	}
 	f.register(cmd.Flags())
-	cmd.Flags().StringVar(&worlds, "worlds", "dp1,dp2", "comma-separated worlds: dpN (N worker actors in this process) or procsN (N processes)")
+	cmd.Flags().StringVar(&worlds, "worlds", "dp1,dp2", "comma-separated worlds: dpN (N replicas as worker actors in this process), tpN (N tensor-parallel shards), procsN (N worker processes), combined with x: dp2xtp2, procs2xtp2")
 	cmd.Flags().IntVar(&warmup, "warmup-steps", 5, "steps left out of the timing")
 	return cmd
 }
 
 func init() { benchCmd.AddCommand(newBenchTrainCmd()) }
 
-func parseWorld(w string) (string, int, error) {
-	for _, kind := range []string{"procs", "dp"} {
-		if rest, ok := strings.CutPrefix(w, kind); ok {
-			n, err := strconv.Atoi(rest)
-			if err == nil && n >= 1 {
-				return kind, n, nil
+// benchWorld is one --worlds entry: dp replicas of tp shards, as worker
+// actors of this process or as procs worker processes.
+type benchWorld struct{ dp, tp, procs int }
+
+func (w benchWorld) workers() int {
+	if w.procs > 0 {
+		return w.procs
+	}
+	return w.dp * w.tp
+}
+
+// parseWorld reads dpN, tpN and procsN joined by x (dp2xtp2, procs4xtp2).
+func parseWorld(s string) (benchWorld, error) {
+	w := benchWorld{dp: 1, tp: 1}
+	bad := fmt.Errorf("%w: --worlds entry %q: want dpN, tpN or procsN (N ≥ 1), joined by x (dp2xtp2)", errUsage, s)
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, "x") {
+		ok := false
+		for _, kind := range []string{"procs", "dp", "tp"} {
+			rest, found := strings.CutPrefix(part, kind)
+			if !found {
+				continue
 			}
+			n, err := strconv.Atoi(rest)
+			if err != nil || n < 1 || seen[kind] {
+				return w, bad
+			}
+			seen[kind], ok = true, true
+			switch kind {
+			case "procs":
+				w.procs = n
+			case "dp":
+				w.dp = n
+			case "tp":
+				w.tp = n
+			}
+			break
+		}
+		if !ok {
+			return w, bad
 		}
 	}
-	return "", 0, fmt.Errorf("%w: --worlds entry %q: want dpN or procsN with N ≥ 1", errUsage, w)
+	return w, nil // with procsN and no dpN, troupe train derives dp
 }
 
 // timedResult reads a run's metrics and times the steps after warmup:
