@@ -32,6 +32,10 @@ func TestBadInputExitsNonZero(t *testing.T) {
 		{"bad batch", []string{"train", "--batch", "0"}, 2, "--batch"},
 		{"procs and dp disagree", []string{"train", "--procs", "2", "--dp", "3"}, 2, "--dp"},
 		{"trace without a pipeline", []string{"train", "--trace", "t.json"}, 2, "--pp"},
+		{"tp that does not divide the heads", []string{"train", "--tp", "3"}, 2, "--tp"},
+		{"sequence parallelism without tp", []string{"train", "--sequence-parallel"}, 2, "--sequence-parallel"},
+		{"sequence parallelism of the mlp", []string{"train", "--model", "mlp", "--tp", "2", "--sequence-parallel"}, 2, "--tp"},
+		{"procs that are not dp × pp × tp", []string{"train", "--procs", "3", "--tp", "2"}, 2, "--procs"},
 		{"unknown command", []string{"fly"}, 2, "fly"},
 	}
 	for _, tc := range cases {
