@@ -34,7 +34,7 @@ func TestBadInputExitsNonZero(t *testing.T) {
 		{"trace without a pipeline", []string{"train", "--trace", "t.json"}, 2, "--pp"},
 		{"tp that does not divide the heads", []string{"train", "--tp", "3"}, 2, "--tp"},
 		{"sequence parallelism without tp", []string{"train", "--sequence-parallel"}, 2, "--sequence-parallel"},
-		{"sequence parallelism of the mlp", []string{"train", "--model", "mlp", "--tp", "2", "--sequence-parallel"}, 2, "--tp"},
+		{"sequence parallelism of the mlp", []string{"train", "--model", "mlp", "--tp", "2", "--sequence-parallel"}, 2, "--sequence-parallel"},
 		{"procs that are not dp × pp × tp", []string{"train", "--procs", "3", "--tp", "2"}, 2, "--procs"},
 		{"unknown command", []string{"fly"}, 2, "fly"},
 	}

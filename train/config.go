@@ -339,6 +339,16 @@ func (c *Config) checkWorld() error {
 		return fieldErr("TP", "must be 1 to %d, got %d", mesh.MaxSize, c.TP)
 	case c.SequenceParallel && c.TP == 1:
 		return fieldErr("SequenceParallel", "splits the activations among tensor-parallel shards: it needs {TP} > 1")
+	case c.SequenceParallel && c.Model == MLP:
+		return fieldErr("SequenceParallel", "splits a sequence among the shards: the MLP has none (use the GPT)")
+	case c.Model == GPT && c.TP > 1 && c.Heads%c.TP != 0:
+		return fieldErr("TP", "%d cannot split {Heads} %d: each shard holds whole heads", c.TP, c.Heads)
+	case c.Model == GPT && c.SequenceParallel && c.Context%c.TP != 0:
+		return fieldErr("TP", "%d must divide {Context} %d with {SequenceParallel}: each shard holds 1/TP of the tokens", c.TP, c.Context)
+	case c.Model == MLP && c.TP > 1 && len(c.MLPSizes) > 1:
+		if err := (nn.Spec{MLP: &nn.MLPConfig{Sizes: c.MLPSizes}}).CheckTP(nn.TP{Size: c.TP}); err != nil {
+			return fieldErr("TP", "%d: %v", c.TP, err)
+		}
 	case c.Procs > 0 && c.Procs%(c.PP*c.TP) != 0:
 		return fieldErr("Procs", "%d runs one worker per process: it must be a multiple of {PP} × {TP} = %d", c.Procs, c.PP*c.TP)
 	case c.Procs > 0 && c.DP*c.PP*c.TP != c.Procs:

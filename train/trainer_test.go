@@ -208,6 +208,11 @@ func TestBadInputFailsClearly(t *testing.T) {
 		{"micro-batches without a pipeline", func(c *Config) { c.MicroBatches = 4 }, "MicroBatches"},
 		{"negative replicas", func(c *Config) { c.DP = -2 }, "DP"},
 		{"procs without a worker command", func(c *Config) { c.Procs = 2 }, "Procs"},
+		{"tp that does not divide a cut layer", func(c *Config) { c.MLPSizes, c.TP = []int{12, 6, 3}, 4 }, "TP"},
+		{"tp that does not divide the default layers", func(c *Config) { c.MLPSizes, c.TP = nil, 3 }, "TP"},
+		{"sequence parallelism of the mlp", func(c *Config) { c.TP, c.SequenceParallel = 2, true }, "SequenceParallel"},
+		{"sequence parallelism without tp", func(c *Config) { c.SequenceParallel = true }, "SequenceParallel"},
+		{"procs not a multiple of pp × tp", func(c *Config) { c.Procs, c.TP = 3, 2 }, "Procs"},
 	}
 	for _, tc := range fields {
 		t.Run(tc.name, func(t *testing.T) {
