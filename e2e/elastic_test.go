@@ -493,38 +493,31 @@ func checkReplicas(t *testing.T, sums []agentSummary) {
 	}
 }
 
-// Pipeline stages on agents: four agents hold 2 replicas × 2 stages; one is
-// killed, and the three survivors re-form as 1 × 2 with one standby, each
-// stage's state taken from a surviving holder of it.
-func TestElasticPipelineKill(t *testing.T) {
+// Model parts on agents: four agents hold 2 replicas × 2 parts, pipeline
+// stages or tensor-parallel shards; one is killed, and the three survivors
+// re-form as one replica of the 2 parts with one standby, each part's state
+// taken from a surviving holder of it; the losses are the fault-free run's.
+func TestElasticPartKill(t *testing.T) {
 	ref := faultFree(t)
-	c := newCluster(t, 4, 2)
-	c.extra = []string{"--pp", "2", "--micro-batches", "2"}
-	c.startWorld(4)
-	c.agents["n4"].cmd.Process.Kill()
-	r := c.waitWorld(2, 300)
-	t.Logf("kill -9 of n4 (stage 1 of replica 1): a 1×2 pipeline completed step %d", r.Step)
-	c.check(c.finish("n1", "n2", "n3"), ref)
-	if !strings.Contains(c.agents["n1"].stderr.String()+c.agents["n2"].stderr.String()+c.agents["n3"].stderr.String(), `"state_from":"surviving replicas"`) {
-		t.Error("no generation took its state from surviving replicas")
-	}
-}
-
-// Tensor-parallel shards on agents: four agents hold 2 replicas × 2
-// shards (dp 2 × tp 2); one is killed, and the three survivors re-form as
-// one replica of two shards with one standby, each shard's state taken
-// from a surviving holder of it; the losses are the fault-free run's.
-func TestElasticTensorParallelKill(t *testing.T) {
-	ref := faultFree(t)
-	c := newCluster(t, 4, 2)
-	c.extra = []string{"--tp", "2"}
-	c.startWorld(4)
-	c.agents["n4"].cmd.Process.Kill()
-	r := c.waitWorld(2, 300)
-	t.Logf("kill -9 of n4 (shard 1 of replica 1): one replica of 2 shards completed step %d", r.Step)
-	c.check(c.finish("n1", "n2", "n3"), ref)
-	if !strings.Contains(c.agents["n1"].stderr.String()+c.agents["n2"].stderr.String()+c.agents["n3"].stderr.String(), `"state_from":"surviving replicas"`) {
-		t.Error("no generation took its state from surviving replicas")
+	for _, tc := range []struct {
+		name  string
+		extra []string
+	}{
+		{"pipeline", []string{"--pp", "2", "--micro-batches", "2"}},
+		{"tensor-parallel", []string{"--tp", "2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 4, 2)
+			c.extra = tc.extra
+			c.startWorld(4)
+			c.agents["n4"].cmd.Process.Kill()
+			r := c.waitWorld(2, 300)
+			t.Logf("kill -9 of n4 (part 1 of replica 1): one replica of 2 parts completed step %d", r.Step)
+			c.check(c.finish("n1", "n2", "n3"), ref)
+			if !strings.Contains(c.agents["n1"].stderr.String()+c.agents["n2"].stderr.String()+c.agents["n3"].stderr.String(), `"state_from":"surviving replicas"`) {
+				t.Error("no generation took its state from surviving replicas")
+			}
+		})
 	}
 }
 

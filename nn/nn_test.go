@@ -176,36 +176,8 @@ func TestLayersAgainstReference(t *testing.T) {
 // lossAndGrads runs one forward/backward of a model on the CPU backend and
 // returns the mean loss and every gradient by name.
 func lossAndGrads(be kernels.Backend, m *nn.Model, x []float32, tokens, targets []int32) (float64, map[string][]float32) {
-	pool := nn.NewPool(be)
-	c := nn.NewCtx(be, pool)
-	m.Set.ZeroGrads()
-	var in nn.Act
-	rows := len(targets)
-	if m.Input == nn.DenseInput {
-		xb := pool.Get(len(x))
-		be.Upload(xb, x)
-		in = nn.Act{X: xb, Rows: rows, Cols: m.Features}
-	} else {
-		ids := be.AllocIndex(len(tokens))
-		be.UploadIndex(ids, tokens)
-		in = nn.Act{Ids: ids, Rows: len(tokens)}
-	}
-	tg := be.AllocIndex(rows)
-	be.UploadIndex(tg, targets)
-	count := 0
-	for _, v := range targets {
-		if v >= 0 {
-			count++
-		}
-	}
-	logits := nn.Forward(c, m.Layers, in)
-	sum, d := nn.CrossEntropy(c, logits, tg, float32(1/float64(count)))
-	nn.Backward(c, m.Layers, d)
-	g := map[string][]float32{}
-	for _, p := range m.Set.Params() {
-		g[p.Name] = download(be, p.G)
-	}
-	return sum / float64(count), g
+	r := passOn(be, nil, m, x, tokens, targets)
+	return r.loss, r.grads
 }
 
 func ints(x []int32) []int {

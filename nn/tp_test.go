@@ -306,7 +306,9 @@ type shardRun struct {
 func passOn(be kernels.Backend, g nn.TPGroup, m *nn.Model, x []float32, tokens, targets []int32) shardRun {
 	pool := nn.NewPool(be)
 	c := nn.NewCtx(be, pool)
-	c.TP = g
+	if g != nil {
+		c.TP = g
+	}
 	m.Set.ZeroGrads()
 	var in nn.Act
 	if m.Input == nn.DenseInput {

@@ -178,10 +178,11 @@ func (wd *world) losses(t *testing.T, s setup, steps, batch int) []float64 {
 // Every world must give one worker's losses on the whole batch: data
 // parallelism (the gradient of each replica's rows, summed by the ring in
 // buckets), gradient accumulation (micro-batches summed one after the
-// other), pipelines (GPipe, 1F1B, recompute) and both together sum the
-// same terms in another order, so float32 results differ by ~1e-7
-// relative per step; over 10 AdamW steps 1e-4 relative bounds them.
-// Replicas of a stage must agree bit for bit every step.
+// other), pipelines (GPipe, 1F1B, recompute), tensor parallelism (with
+// and without sequence parallelism) and their combinations sum the same
+// terms in another order, so float32 results differ by ~1e-7 relative per
+// step; over 10 AdamW steps 1e-4 relative bounds them. Replicas of a
+// model part must agree bit for bit every step.
 func TestEveryWorldMatchesOneWorker(t *testing.T) {
 	const steps = 10
 	for name, s := range map[string]setup{"mlp": mlpSetup(t), "gpt": gptSetup(t)} {
@@ -191,17 +192,26 @@ func TestEveryWorldMatchesOneWorker(t *testing.T) {
 				D, P, M   int
 				kind      pipeline.Kind
 				recompute bool
+				T         int  // tensor-parallel shards (0: 1)
+				sp        bool // sequence parallelism
 			}{
-				{2, 1, 1, pipeline.Kind1F1B, false}, {3, 1, 1, pipeline.Kind1F1B, false}, {4, 1, 1, pipeline.Kind1F1B, false},
-				{1, 1, 3, pipeline.Kind1F1B, false}, {2, 1, 2, pipeline.Kind1F1B, false}, {4, 1, 3, pipeline.Kind1F1B, false},
-				{1, 2, 4, pipeline.KindGPipe, false}, {1, 2, 4, pipeline.Kind1F1B, false}, {1, 4, 4, pipeline.Kind1F1B, false},
-				{1, 4, 4, pipeline.KindGPipe, true}, {1, 2, 2, pipeline.Kind1F1B, true}, {2, 2, 2, pipeline.Kind1F1B, false},
+				{2, 1, 1, pipeline.Kind1F1B, false, 0, false}, {3, 1, 1, pipeline.Kind1F1B, false, 0, false}, {4, 1, 1, pipeline.Kind1F1B, false, 0, false},
+				{1, 1, 3, pipeline.Kind1F1B, false, 0, false}, {2, 1, 2, pipeline.Kind1F1B, false, 0, false}, {4, 1, 3, pipeline.Kind1F1B, false, 0, false},
+				{1, 2, 4, pipeline.KindGPipe, false, 0, false}, {1, 2, 4, pipeline.Kind1F1B, false, 0, false}, {1, 4, 4, pipeline.Kind1F1B, false, 0, false},
+				{1, 4, 4, pipeline.KindGPipe, true, 0, false}, {1, 2, 2, pipeline.Kind1F1B, true, 0, false}, {2, 2, 2, pipeline.Kind1F1B, false, 0, false},
+				{1, 1, 1, pipeline.Kind1F1B, false, 2, false}, {2, 1, 2, pipeline.Kind1F1B, false, 2, false}, {1, 2, 2, pipeline.Kind1F1B, false, 2, false},
+				{1, 1, 1, pipeline.Kind1F1B, false, 2, true}, {2, 2, 2, pipeline.Kind1F1B, true, 2, true},
 			} {
-				t.Run(fmt.Sprintf("%s/clip%v/dp%d/pp%d/m%d/%s/recompute=%v", name, clip, tc.D, tc.P, tc.M, tc.kind, tc.recompute), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%s/clip%v/dp%d/pp%d/tp%d/m%d/%s/recompute=%v/sp=%v", name, clip, tc.D, tc.P, max(1, tc.T), tc.M, tc.kind, tc.recompute, tc.sp), func(t *testing.T) {
 					if tc.P > s.model.Units() {
 						t.Skip("more stages than units")
 					}
-					got := newWorld(t, s.spec(t, tc.P, tc.M, tc.kind, tc.recompute, clip), tc.D).losses(t, s, steps, s.batch)
+					if tc.sp && s.model.GPT == nil {
+						t.Skip("sequence parallelism needs the GPT")
+					}
+					spec := s.spec(t, tc.P, tc.M, tc.kind, tc.recompute, clip)
+					spec.TP, spec.SP = tc.T, tc.sp
+					got := newWorld(t, spec, tc.D).losses(t, s, steps, s.batch)
 					for i := range ref {
 						if math.Abs(got[i]-ref[i]) > 1e-4*math.Abs(ref[i]) {
 							t.Errorf("step %d: loss %v, one worker %v", i+1, got[i], ref[i])

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -40,9 +39,7 @@ the NVIDIA driver to start). Each device is one Worker actor's to own.`,
 				rep.Devices = []kernels.DeviceInfo{}
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if e := enc.Encode(rep); e != nil {
+				if e := writeJSON(cmd.OutOrStdout(), rep); e != nil {
 					return e
 				}
 			} else if e := writeDevices(cmd.OutOrStdout(), rep); e != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -153,9 +152,7 @@ func runExplainAllReduce(w io.Writer, f explainAllReduceFlags) error {
 		return err
 	}
 	if f.json {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(doc)
+		return writeJSON(w, doc)
 	}
 	P := doc.Ranks
 	fmt.Fprintf(w, "ring all-reduce (%s) on %d ranks, %d values each, cut into %d chunks\n", doc.Op, P, doc.ValuesPerRank, P)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -184,9 +183,7 @@ func runExplainPipeline(w io.Writer, f explainPipelineFlags) error {
 			doc.PerStage = append(doc.PerStage, explainPipelineStage{Stage: ss.Stage, Compute: ss.Compute, Comm: ss.Comm,
 				Idle: ss.Idle, BubbleFraction: ss.BubbleFraction, PeakInFlight: ss.PeakInFlight})
 		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(doc)
+		return writeJSON(w, doc)
 	}
 
 	fmt.Fprintf(w, "%s schedule: %d stages, %d micro-batches", s.Kind, s.Stages, s.MicroBatches)

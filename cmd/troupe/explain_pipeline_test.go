@@ -12,12 +12,12 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// runExplainPipelineCmd runs `troupe explain pipeline args…` with every
-// flag of the sub-command back at its default first (cobra keeps flag
-// values between Execute calls in one process).
-func runExplainPipelineCmd(t *testing.T, args ...string) (string, error) {
+// runExplainCmd runs `troupe explain sub args…` with every flag of the
+// sub-command back at its default first (cobra keeps flag values between
+// Execute calls in one process).
+func runExplainCmd(t *testing.T, sub string, args ...string) (string, error) {
 	t.Helper()
-	cmd, _, err := rootCmd.Find([]string{"explain", "pipeline"})
+	cmd, _, err := rootCmd.Find([]string{"explain", sub})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +25,12 @@ func runExplainPipelineCmd(t *testing.T, args ...string) (string, error) {
 		f.Value.Set(f.DefValue)
 		f.Changed = false
 	})
-	return runRoot(t, append([]string{"explain", "pipeline"}, args...)...)
+	return runRoot(t, append([]string{"explain", sub}, args...)...)
+}
+
+func runExplainPipelineCmd(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	return runExplainCmd(t, "pipeline", args...)
 }
 
 func decodePipelineDoc(t *testing.T, out string) explainPipelineDoc {

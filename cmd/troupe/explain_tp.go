@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -226,9 +225,7 @@ func runExplainTP(w io.Writer, f explainTPFlags) error {
 		return err
 	}
 	if f.json {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(doc)
+		return writeJSON(w, doc)
 	}
 	sp := ""
 	if f.sp {

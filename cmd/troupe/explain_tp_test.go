@@ -6,21 +6,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/spf13/pflag"
 )
 
 func runExplainTPCmd(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	cmd, _, err := rootCmd.Find([]string{"explain", "tp"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		f.Value.Set(f.DefValue)
-		f.Changed = false
-	})
-	return runRoot(t, append([]string{"explain", "tp"}, args...)...)
+	return runExplainCmd(t, "tp", args...)
 }
 
 // The collectives of a block come from its own passes: four all-reduces

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -99,7 +98,7 @@ on top.`,
 					return planErr(err)
 				}
 				if asJSON {
-					return planWriteJSON(out, r)
+					return writeJSON(out, r)
 				}
 				return printPlanMemory(out, r)
 			}
@@ -123,7 +122,7 @@ on top.`,
 				return planErr(err)
 			}
 			if asJSON {
-				return planWriteJSON(out, r)
+				return writeJSON(out, r)
 			}
 			return printPlanZeRO(out, r)
 		},
@@ -219,7 +218,7 @@ bandwidth only, no per-message latency.`,
 				return planErr(err)
 			}
 			if asJSON {
-				return planWriteJSON(cmd.OutOrStdout(), r)
+				return writeJSON(cmd.OutOrStdout(), r)
 			}
 			return printPlanAllReduce(cmd.OutOrStdout(), r)
 		},
@@ -320,7 +319,7 @@ P·T. speedup = P·T / (T + (1 − F)·C), efficiency = speedup / P. With
 				r.GradBytes, r.BandwidthBytesPerS = gradBytes.v, bandwidth.v
 			}
 			if asJSON {
-				return planWriteJSON(cmd.OutOrStdout(), r)
+				return writeJSON(cmd.OutOrStdout(), r)
 			}
 			return printPlanSpeedup(cmd.OutOrStdout(), r)
 		},
@@ -377,7 +376,7 @@ func newPlanPipelineCmd() *cobra.Command {
 				return planErr(err)
 			}
 			if asJSON {
-				return planWriteJSON(cmd.OutOrStdout(), r)
+				return writeJSON(cmd.OutOrStdout(), r)
 			}
 			t := newPlanTable(cmd.OutOrStdout())
 			t.row("stages", strconv.Itoa(r.Stages))
@@ -448,7 +447,7 @@ figure to use as --bandwidth in the next plan.`,
 				return fmt.Errorf("%s: %w", metrics, err)
 			}
 			if asJSON {
-				return planWriteJSON(cmd.OutOrStdout(), struct {
+				return writeJSON(cmd.OutOrStdout(), struct {
 					File string `json:"file"`
 					plan.CheckResult
 				}{metrics, r})
@@ -570,12 +569,6 @@ func planBandwidthText(bps float64) string {
 
 func planCountText(n int64) string {
 	return fmt.Sprintf("%s (%d)", plan.FormatCount(float64(n)), n)
-}
-
-func planWriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // planUsagef is a command-line error: exit status 2.

@@ -44,7 +44,7 @@ mesh of D × P × T devices:
 				return planErr(err)
 			}
 			if asJSON {
-				return planWriteJSON(cmd.OutOrStdout(), r)
+				return writeJSON(cmd.OutOrStdout(), r)
 			}
 			t := newPlanTable(cmd.OutOrStdout())
 			t.row("model", fmt.Sprintf("GPT s %d, h %d, %d heads, %d layers, vocabulary %d: %s parameters", r.Seq, r.Hidden, r.Heads, r.Layers, r.Vocab, planCountText(r.Params)))

@@ -7,67 +7,10 @@ import (
 	"github.com/troupe-ml/troupe/kernels"
 )
 
-// The shard kernels are a vocabulary-parallel embedding's and
-// cross-entropy's per-shard parts (Megatron-LM's VocabParallelEmbedding and
-// vocab_parallel_cross_entropy). They follow the whole-row kernels: sums
-// of exps in float64, p_t − 1 in float64, rows independent.
-
-// ShardEmbedding implements kernels.Backend.
-func (be *Backend) ShardEmbedding(y, table kernels.Buffer, ids kernels.Index, lo int) {
-	ys, ts, is := F(y), F(table), I(ids)
-	if len(is) == 0 {
-		mustLenOf("ShardEmbedding", "y", len(ys), 0)
-		return
-	}
-	d := rowsOf("ShardEmbedding", "y", len(ys), len(is))
-	rows := rowsOf("ShardEmbedding", "table", len(ts), d)
-	body := func(a, b int) {
-		for i := a; i < b; i++ {
-			dst := ys[i*d : (i+1)*d]
-			if r := int(is[i]) - lo; r >= 0 && r < rows {
-				copy(dst, ts[r*d:(r+1)*d])
-			} else {
-				clear(dst)
-			}
-		}
-	}
-	if be.serial(len(ys), grainSimple) {
-		body(0, len(is))
-		return
-	}
-	parallelFor(len(is), be.threads, rowGrain(grainSimple, d), body)
-}
-
-// ShardEmbeddingBackward implements kernels.Backend. As EmbeddingBackward,
-// it splits over column ranges so that repeated ids add in id order.
-func (be *Backend) ShardEmbeddingBackward(dtable, dy kernels.Buffer, ids kernels.Index, lo int) {
-	ts, dys, is := F(dtable), F(dy), I(ids)
-	if len(is) == 0 {
-		mustLenOf("ShardEmbeddingBackward", "dy", len(dys), 0)
-		return
-	}
-	d := rowsOf("ShardEmbeddingBackward", "dy", len(dys), len(is))
-	rows := rowsOf("ShardEmbeddingBackward", "dtable", len(ts), d)
-	body := func(c0, c1 int) {
-		for i, id := range is {
-			r := int(id) - lo
-			if r < 0 || r >= rows {
-				continue
-			}
-			dst, src := ts[r*d+c0:r*d+c1], dys[i*d+c0:i*d+c1]
-			for j, v := range src {
-				dst[j] += v
-			}
-		}
-	}
-	const line = 16
-	lines := (d + line - 1) / line
-	if be.serial(len(dys), grainSimple) || lines < 2 {
-		body(0, d)
-		return
-	}
-	parallelFor(lines, be.threads, 1, func(a, b int) { body(a*line, min(b*line, d)) })
-}
+// The shard kernels are a vocabulary-parallel cross-entropy's per-shard
+// parts (Megatron-LM's vocab_parallel_cross_entropy; ShardEmbedding shares
+// Embedding's code). They follow the whole-row kernels: sums of exps in
+// float64, p_t − 1 in float64, rows independent.
 
 // shardCols checks a shard kernel's logits against its rows and valid
 // column count and returns the columns per row.

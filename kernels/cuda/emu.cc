@@ -188,8 +188,6 @@ const entry table[] = {
     K(k_gemm_tf32),
     K(k_f32_to_bf16),
     K(k_gemm_bf16),
-    K(k_shard_embedding),
-    K(k_shard_embedding_backward),
     K(k_row_max),
     K(k_shard_logit_stats),
     K(k_shard_xent),

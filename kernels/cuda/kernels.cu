@@ -298,51 +298,11 @@ extern "C" __global__ void k_check_ids(i64 n, i64 vocab, const int* ids, int* er
 	}
 }
 
-// k_embedding: y[i, :] = table[ids[i], :]; a bad id (flagged by
-// k_check_ids) gathers zeros instead of reading out of bounds.
-extern "C" __global__ void k_embedding(i64 n, i64 d, i64 vocab, float* y, const float* table, const int* ids) {
-	for (i64 k = gtid(); k < n * d; k += gstride()) {
-		i64 i = k / d, j = k % d;
-		int id = ids[i];
-		y[k] = (id >= 0 && (i64)id < vocab) ? table[(i64)id * d + j] : 0.0f;
-	}
-}
-
-// k_embedding_backward: dtable[v, j] += dy[i, j] for every i with ids[i] = v.
-// Each thread owns one (row, column) of the table and walks all ids in order,
-// staged through shared memory, so no two threads add into the same value
-// and the order of additions is that of the ids, as on the CPU: no atomics,
-// deterministic results. Grid: x over table rows, y over 128-column tiles.
-#define EB_COLS 128
-#define EB_CHUNK 1024
-extern "C" __global__ void k_embedding_backward(i64 n, i64 d, i64 vocab, float* dtable, const float* dy,
-                                                const int* ids) {
-	EMU_SHARED int sid[EB_CHUNK];
-	i64 tilesC = (d + EB_COLS - 1) / EB_COLS;
-	for (i64 tc = blockIdx.y; tc < tilesC; tc += gridDim.y) {
-		i64 j = tc * EB_COLS + threadIdx.x;
-		for (i64 v = blockIdx.x; v < vocab; v += gridDim.x) {
-			float acc = 0.0f;
-			if (j < d) acc = dtable[v * d + j];
-			for (i64 i0 = 0; i0 < n; i0 += EB_CHUNK) {
-				i64 cnt = n - i0 < EB_CHUNK ? n - i0 : EB_CHUNK;
-				for (i64 q = threadIdx.x; q < cnt; q += EB_COLS) sid[q] = ids[i0 + q];
-				__syncthreads();
-				if (j < d)
-					for (i64 q = 0; q < cnt; q++)
-						if ((i64)sid[q] == v) acc += dy[(i0 + q) * d + j];
-				__syncthreads();
-			}
-			if (j < d) dtable[v * d + j] = acc;
-		}
-	}
-}
-
-// k_shard_embedding: y[i, :] = table[ids[i] − lo, :] for ids inside the
-// shard's rows [lo, lo+rows), zeros for the others (a vocabulary-parallel
-// embedding's part).
-extern "C" __global__ void k_shard_embedding(i64 n, i64 d, i64 rows, i64 lo, float* y, const float* table,
-                                             const int* ids) {
+// k_embedding: y[i, :] = table[ids[i] − lo, :] for the ids a table of rows
+// rows starting at id lo holds, zeros for the others: the whole table (lo
+// 0, where an id outside it is a bad id that k_check_ids flags), or a
+// vocabulary-parallel shard's part of one.
+extern "C" __global__ void k_embedding(i64 n, i64 d, i64 rows, i64 lo, float* y, const float* table, const int* ids) {
 	for (i64 k = gtid(); k < n * d; k += gstride()) {
 		i64 i = k / d, j = k % d;
 		i64 r = (i64)ids[i] - lo;
@@ -350,10 +310,16 @@ extern "C" __global__ void k_shard_embedding(i64 n, i64 d, i64 rows, i64 lo, flo
 	}
 }
 
-// k_shard_embedding_backward is k_embedding_backward for a shard: table row
-// v takes the ids equal to lo+v, in id order.
-extern "C" __global__ void k_shard_embedding_backward(i64 n, i64 d, i64 rows, i64 lo, float* dtable,
-                                                      const float* dy, const int* ids) {
+// k_embedding_backward: dtable[v, j] += dy[i, j] for every i with
+// ids[i] − lo = v (ids outside the table's rows add nowhere). Each thread
+// owns one (row, column) of the table and walks all ids in order, staged
+// through shared memory, so no two threads add into the same value and the
+// order of additions is that of the ids, as on the CPU: no atomics,
+// deterministic results. Grid: x over table rows, y over 128-column tiles.
+#define EB_COLS 128
+#define EB_CHUNK 1024
+extern "C" __global__ void k_embedding_backward(i64 n, i64 d, i64 rows, i64 lo, float* dtable, const float* dy,
+                                                const int* ids) {
 	EMU_SHARED int sid[EB_CHUNK];
 	i64 tilesC = (d + EB_COLS - 1) / EB_COLS;
 	for (i64 tc = blockIdx.y; tc < tilesC; tc += gridDim.y) {

@@ -39,8 +39,6 @@ const (
 	kGemmTF32
 	kF32ToBF16
 	kGemmBF16
-	kShardEmbedding
-	kShardEmbeddingBackward
 	kRowMax
 	kShardLogitStats
 	kShardXent
@@ -53,40 +51,38 @@ var kernelSpecs = [numKernels]struct {
 	name  string
 	nargs int
 }{
-	kAxpy:                   {"k_axpy", 4},
-	kScale:                  {"k_scale", 3},
-	kAdd:                    {"k_add", 4},
-	kAddBias:                {"k_add_bias", 4},
-	kReLU:                   {"k_relu", 3},
-	kReLUBackward:           {"k_relu_backward", 4},
-	kGELU:                   {"k_gelu", 3},
-	kGELUBackward:           {"k_gelu_backward", 4},
-	kReducePartial:          {"k_reduce_partial", 4},
-	kReduceFinal:            {"k_reduce_final", 3},
-	kSumRows:                {"k_sum_rows", 4},
-	kLayerNorm:              {"k_layernorm", 9},
-	kLayerNormDx:            {"k_layernorm_dx", 8},
-	kLayerNormParams:        {"k_layernorm_params", 8},
-	kCheckIds:               {"k_check_ids", 5},
-	kEmbedding:              {"k_embedding", 6},
-	kEmbeddingBackward:      {"k_embedding_backward", 6},
-	kSoftmaxXent:            {"k_softmax_xent", 8},
-	kArgmaxCorrect:          {"k_argmax_correct", 6},
-	kCausalSoftmax:          {"k_causal_softmax", 5},
-	kSoftmaxBackward:        {"k_softmax_backward", 6},
-	kTranspose:              {"k_transpose", 16},
-	kSGD:                    {"k_sgd", 10},
-	kAdamW:                  {"k_adamw", 13},
-	kGemmF32:                {"k_gemm_f32", 17},
-	kGemmF32Big:             {"k_gemm_f32_128", 17},
-	kGemmTF32:               {"k_gemm_tf32", 17},
-	kF32ToBF16:              {"k_f32_to_bf16", 3},
-	kGemmBF16:               {"k_gemm_bf16", 11},
-	kShardEmbedding:         {"k_shard_embedding", 7},
-	kShardEmbeddingBackward: {"k_shard_embedding_backward", 7},
-	kRowMax:                 {"k_row_max", 5},
-	kShardLogitStats:        {"k_shard_logit_stats", 9},
-	kShardXent:              {"k_shard_xent", 12},
+	kAxpy:              {"k_axpy", 4},
+	kScale:             {"k_scale", 3},
+	kAdd:               {"k_add", 4},
+	kAddBias:           {"k_add_bias", 4},
+	kReLU:              {"k_relu", 3},
+	kReLUBackward:      {"k_relu_backward", 4},
+	kGELU:              {"k_gelu", 3},
+	kGELUBackward:      {"k_gelu_backward", 4},
+	kReducePartial:     {"k_reduce_partial", 4},
+	kReduceFinal:       {"k_reduce_final", 3},
+	kSumRows:           {"k_sum_rows", 4},
+	kLayerNorm:         {"k_layernorm", 9},
+	kLayerNormDx:       {"k_layernorm_dx", 8},
+	kLayerNormParams:   {"k_layernorm_params", 8},
+	kCheckIds:          {"k_check_ids", 5},
+	kEmbedding:         {"k_embedding", 7},
+	kEmbeddingBackward: {"k_embedding_backward", 7},
+	kSoftmaxXent:       {"k_softmax_xent", 8},
+	kArgmaxCorrect:     {"k_argmax_correct", 6},
+	kCausalSoftmax:     {"k_causal_softmax", 5},
+	kSoftmaxBackward:   {"k_softmax_backward", 6},
+	kTranspose:         {"k_transpose", 16},
+	kSGD:               {"k_sgd", 10},
+	kAdamW:             {"k_adamw", 13},
+	kGemmF32:           {"k_gemm_f32", 17},
+	kGemmF32Big:        {"k_gemm_f32_128", 17},
+	kGemmTF32:          {"k_gemm_tf32", 17},
+	kF32ToBF16:         {"k_f32_to_bf16", 3},
+	kGemmBF16:          {"k_gemm_bf16", 11},
+	kRowMax:            {"k_row_max", 5},
+	kShardLogitStats:   {"k_shard_logit_stats", 9},
+	kShardXent:         {"k_shard_xent", 12},
 }
 
 func (k kernel) String() string { return kernelSpecs[k].name }

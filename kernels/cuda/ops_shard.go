@@ -8,40 +8,8 @@ import (
 	"github.com/troupe-ml/troupe/kernels"
 )
 
-// The shard kernels: a vocabulary-parallel embedding's and cross-entropy's
-// per-shard parts, written as their whole-table counterparts are.
-
-// ShardEmbedding implements kernels.Backend.
-func (be *Backend) ShardEmbedding(y, table kernels.Buffer, ids kernels.Index, lo int) {
-	const op = "ShardEmbedding"
-	ys, ts, is := be.buf(op, y), be.buf(op, table), be.ids(op, ids)
-	if is.n == 0 {
-		mustLen(op, "y", ys.n, 0)
-		return
-	}
-	d := rowsOf(op, "y", ys.n, is.n)
-	rows := rowsOf(op, "table", ts.n, d)
-	be.launch1(kShardEmbedding, ys.n, argInt(is.n), argInt(d), argInt(rows), argInt(lo), ys.arg(), ts.arg(), is.arg())
-}
-
-// ShardEmbeddingBackward implements kernels.Backend: deterministic, in id
-// order, as EmbeddingBackward.
-func (be *Backend) ShardEmbeddingBackward(dtable, dy kernels.Buffer, ids kernels.Index, lo int) {
-	const op = "ShardEmbeddingBackward"
-	ts, dys, is := be.buf(op, dtable), be.buf(op, dy), be.ids(op, ids)
-	if is.n == 0 {
-		mustLen(op, "dy", dys.n, 0)
-		return
-	}
-	d := rowsOf(op, "dy", dys.n, is.n)
-	rows := rowsOf(op, "dtable", ts.n, d)
-	if d == 0 || rows == 0 {
-		return
-	}
-	grid := [3]int{min(rows, be.maxRowBlocks), min((d+embBwdCols-1)/embBwdCols, be.info.maxGridY), 1}
-	be.launch(kShardEmbeddingBackward, grid, [3]int{embBwdThreads, 1, 1},
-		argInt(is.n), argInt(d), argInt(rows), argInt(lo), ts.arg(), dys.arg(), is.arg())
-}
+// The shard kernels of a vocabulary-parallel cross-entropy, written as
+// SoftmaxCrossEntropy is (ShardEmbedding shares Embedding's kernel).
 
 // shardCols checks a shard kernel's logits against its rows and valid
 // column count and returns the columns per row.
