@@ -104,6 +104,8 @@ func (c AgentConfig) Validate() error {
 	r := c.withDefaults()
 	t := &r.Train
 	switch {
+	case t.Zero > 0:
+		return fieldErr("Train.Zero", "does not apply to agents yet: a generation cannot move sharded optimizer state")
 	case t.DP != 1 || t.Procs != 0:
 		return fieldErr("Train.DP", "and {Train.Procs} do not apply: an agent runs one worker, the job's members make the world")
 	case t.Trace != "":

@@ -119,6 +119,12 @@ type Config struct {
 	Procs int
 	// BucketMB caps a gradient bucket in MiB (PyTorch's bucket_cap_mb).
 	BucketMB float64
+	// Zero is the ZeRO stage over the data-parallel axis (0: none; 1: the
+	// optimizer state sharded, each replica updating its 1/D of every
+	// gradient bucket). ZeroGroup shards within groups of that many
+	// replicas and replicates across the groups (0: the whole
+	// data-parallel group; hybrid sharding, HSDP).
+	Zero, ZeroGroup int
 	// CheckEvery compares the replicas' parameter checksums every so many
 	// steps and fails on divergence (0: never).
 	CheckEvery int
@@ -337,6 +343,12 @@ func (c *Config) checkWorld() error {
 		return fieldErr("Procs", "must be ≥ 0")
 	case c.TP < 1 || c.TP > mesh.MaxSize:
 		return fieldErr("TP", "must be 1 to %d, got %d", mesh.MaxSize, c.TP)
+	case c.Zero < 0 || c.Zero > 1:
+		return fieldErr("Zero", "stage %d: want 0 or 1", c.Zero)
+	case c.ZeroGroup < 0 || c.ZeroGroup > 0 && c.DP%c.ZeroGroup != 0:
+		return fieldErr("ZeroGroup", "%d must divide {DP} %d (0: shard over all of it)", c.ZeroGroup, c.DP)
+	case c.ZeroGroup > 0 && c.Zero == 0:
+		return fieldErr("ZeroGroup", "applies with {Zero} ≥ 1")
 	case c.SequenceParallel && c.TP == 1:
 		return fieldErr("SequenceParallel", "splits the activations among tensor-parallel shards: it needs {TP} > 1")
 	case c.SequenceParallel && c.Model == MLP:
@@ -381,6 +393,8 @@ func (c *Config) checkOutputs() error {
 		return fieldErr("CkptEvery", "and {Keep} must be ≥ 0")
 	case (c.CkptEvery > 0 || c.Resume) && c.CkptDir == "":
 		return fieldErr("CkptDir", "is needed by {CkptEvery} and {Resume}")
+	case c.Zero > 0 && c.CkptDir != "":
+		return fieldErr("CkptDir", "cannot be used with {Zero} yet: checkpoints do not hold sharded optimizer state")
 	case c.Trace != "" && c.PP == 1:
 		return fieldErr("Trace", "records the stages of a pipeline: it needs {PP} > 1")
 	}

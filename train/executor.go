@@ -33,8 +33,11 @@ type stepStats struct {
 	// BubbleFraction the measured idle share of the pipeline schedule.
 	PeakMicro      int
 	BubbleFraction float64
-	// ParamBytes is the most parameter bytes any rank holds.
-	ParamBytes int64
+	// ParamBytes, GradHeldBytes and OptimBytes are the most parameter,
+	// gradient and optimizer-state bytes any rank holds; Sent the most
+	// bytes any rank sent in the step's collectives, by kind.
+	ParamBytes, GradHeldBytes, OptimBytes int64
+	Sent                                  worker.SentBytes
 }
 
 // groupExecutor drives the worker actors of one world (a generation)
@@ -340,6 +343,12 @@ func aggregateStep(m mesh.Mesh, dones []*workerpb.StepDone, step int, checksum b
 		st.Correct += int(d.Correct)
 		st.ComputeMs = math.Max(st.ComputeMs, d.ComputeMs)
 		st.ParamBytes = max(st.ParamBytes, d.ParamBytes)
+		st.GradHeldBytes = max(st.GradHeldBytes, d.GradHeldBytes)
+		st.OptimBytes = max(st.OptimBytes, d.OptimizerBytes)
+		st.Sent.AllReduce = max(st.Sent.AllReduce, d.SentAllReduceBytes)
+		st.Sent.ReduceScatter = max(st.Sent.ReduceScatter, d.SentReduceScatterBytes)
+		st.Sent.AllGather = max(st.Sent.AllGather, d.SentAllGatherBytes)
+		st.Sent.Broadcast = max(st.Sent.Broadcast, d.SentBroadcastBytes)
 		st.CommMs = math.Max(st.CommMs, d.CommMs)
 		if d.CommMs > 0 {
 			hidden += 1 - d.ExposedCommMs/d.CommMs

@@ -82,7 +82,7 @@ func cutStages(cfg *Config, model *nn.Model, ds data.Dataset) ([]pipeline.Range,
 func (j *job) workerSpec() *worker.Spec {
 	c := &j.cfg
 	return &worker.Spec{
-		Model: j.model, Cuts: j.cuts, TP: c.TP, SP: c.SequenceParallel, Schedule: c.PipelineSchedule, MicroBatches: c.microBatches(), Recompute: c.Recompute,
+		Model: j.model, Cuts: j.cuts, TP: c.TP, SP: c.SequenceParallel, Zero: c.Zero, ZeroGroup: c.ZeroGroup, Schedule: c.PipelineSchedule, MicroBatches: c.microBatches(), Recompute: c.Recompute,
 		Optim: c.Optim, ClipNorm: c.ClipNorm, BucketBytes: int64(c.BucketMB * (1 << 20)),
 		Seed: c.Seed, Init: c.Init, Shuffle: c.Shuffle, Train: j.train, Test: j.test, CkptDir: c.CkptDir,
 	}

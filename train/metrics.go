@@ -42,9 +42,20 @@ type StepMetrics struct {
 	// PeakActBytes is the activation pool's high-water mark in this step
 	// (stage 0's, with pipelining).
 	PeakActBytes int64 `json:"peak_activation_bytes,omitempty"`
-	// ParamBytes is the parameter bytes of the rank that holds the most
-	// (a pipeline stage, a tensor-parallel shard of one).
-	ParamBytes int64 `json:"param_bytes,omitempty"`
+	// ParamBytes, GradHeldBytes and OptimizerBytes are the parameter,
+	// gradient and optimizer-state bytes of the rank that holds the most
+	// (a pipeline stage, a tensor-parallel shard of one, a ZeRO shard of
+	// its optimizer state). GradBytes above is the whole model's gradient,
+	// what data parallelism sums per step.
+	ParamBytes     int64 `json:"param_bytes,omitempty"`
+	GradHeldBytes  int64 `json:"grad_held_bytes,omitempty"`
+	OptimizerBytes int64 `json:"optimizer_bytes,omitempty"`
+	// Sent*Bytes are the most bytes a rank sent in the step's collectives,
+	// by kind (broadcasts are the pipeline's activations and gradients).
+	SentAllReduceBytes     int64 `json:"sent_all_reduce_bytes,omitempty"`
+	SentReduceScatterBytes int64 `json:"sent_reduce_scatter_bytes,omitempty"`
+	SentAllGatherBytes     int64 `json:"sent_all_gather_bytes,omitempty"`
+	SentBroadcastBytes     int64 `json:"sent_broadcast_bytes,omitempty"`
 	// Cursor is the sampler position of the step's global batch of Batch
 	// samples (elastic jobs: the batch follows the world under linear-lr).
 	Cursor uint64 `json:"cursor"`

@@ -188,3 +188,84 @@ func TestTensorParallelCheckpointResume(t *testing.T) {
 		})
 	}
 }
+
+// ZeRO-1 over the data-parallel replicas (alone, hybrid, with
+// accumulation, pipeline stages and tensor parallelism) matches one
+// worker: losses within 1e-4 relative, final weights within 1e-4
+// absolute, with SGD momentum and AdamW; every rank holds 1/D of the
+// optimizer state (optimizer_bytes), and the step's collectives send what
+// plain data parallelism's all-reduce sends, as a reduce-scatter and an
+// all-gather.
+func TestZeroMatchesOneWorker(t *testing.T) {
+	gpt := tinyGPT()
+	gpt.NLayers, gpt.Heads, gpt.Steps, gpt.Batch = 2, 4, 8, 8
+	mlp := tinyMLP()
+	mlp.MLPSizes = []int{12, 16, 8, 3}
+	mlp.Steps, mlp.Batch = 8, 16
+	for name, base := range map[string]Config{"gpt-adamw": gpt, "mlp-sgd": mlp} {
+		refLosses, refWeights := lossesAndWeights(t, base)
+		for _, w := range []struct{ dp, group, accum, pp, tp int }{
+			{2, 0, 1, 1, 1}, {4, 0, 1, 1, 1}, {4, 2, 1, 1, 1}, {2, 0, 2, 1, 1}, {2, 0, 1, 2, 1}, {2, 0, 1, 1, 2},
+		} {
+			t.Run(fmt.Sprintf("%s/dp%d/group%d/accum%d/pp%d/tp%d", name, w.dp, w.group, w.accum, w.pp, w.tp), func(t *testing.T) {
+				cfg := base
+				cfg.DP, cfg.ZeroGroup, cfg.Accum, cfg.PP, cfg.TP, cfg.Zero, cfg.CheckEvery = w.dp, w.group, w.accum, w.pp, w.tp, 1, 1
+				if w.pp > 1 {
+					cfg.MicroBatches, cfg.Accum = 2, 1
+				}
+				got, weights := lossesAndWeights(t, cfg)
+				for i := range refLosses {
+					if math.Abs(got[i]-refLosses[i]) > 1e-4*math.Abs(refLosses[i]) {
+						t.Errorf("step %d: loss %v, one worker %v", i+1, got[i], refLosses[i])
+					}
+				}
+				for i := range refWeights {
+					if d := math.Abs(float64(weights[i] - refWeights[i])); d > 1e-4 {
+						t.Fatalf("final weight %d is %v, one worker's %v", i, weights[i], refWeights[i])
+					}
+				}
+			})
+		}
+	}
+}
+
+// ZeRO-1's memory and traffic: with D replicas each rank holds 1/D of the
+// AdamW state (up to one element per bucket where D does not divide it),
+// and a step's reduce-scatter and all-gather send exactly the bytes plain
+// data parallelism's all-reduce sends. (Without clipping: with it ZeRO
+// adds one all-reduce of a single value, the shards' norm.)
+func TestZeroMemoryAndTraffic(t *testing.T) {
+	base := tinyGPT()
+	base.NLayers, base.Heads, base.Steps, base.Batch, base.BucketMB, base.ClipNorm = 2, 4, 2, 8, 0.01, 0
+	for _, dp := range []int{2, 4} {
+		plain := base
+		plain.DP = dp
+		zero := plain
+		zero.Zero = 1
+		p, z := stepMetrics(t, plain), stepMetrics(t, zero)
+		n := p.ParamBytes / 4
+		if p.OptimizerBytes != 8*n {
+			t.Errorf("dp %d: plain data parallelism holds %d optimizer bytes, want 2 × 4 × %d", dp, p.OptimizerBytes, n)
+		}
+		lo, hi := 8*n/int64(dp), 8*(n/int64(dp)+64) // ≤ one more element per bucket (at most 64 here)
+		if z.OptimizerBytes < lo || z.OptimizerBytes > hi {
+			t.Errorf("dp %d: ZeRO-1 holds %d optimizer bytes, want 1/%d of %d (%d to %d)", dp, z.OptimizerBytes, dp, 8*n, lo, hi)
+		}
+		if p.SentAllReduceBytes == 0 || z.SentAllReduceBytes != 0 || z.SentReduceScatterBytes+z.SentAllGatherBytes != p.SentAllReduceBytes {
+			t.Errorf("dp %d: plain all-reduce sent %d bytes; ZeRO-1 sent %d in all-reduces, %d + %d in reduce-scatters and all-gathers",
+				dp, p.SentAllReduceBytes, z.SentAllReduceBytes, z.SentReduceScatterBytes, z.SentAllGatherBytes)
+		}
+		t.Logf("dp %d: optimizer %d → %d bytes per rank; %d bytes sent per step either way", dp, p.OptimizerBytes, z.OptimizerBytes, p.SentAllReduceBytes)
+	}
+}
+
+// stepMetrics runs cfg and returns its last step's metrics line.
+func stepMetrics(t *testing.T, cfg Config) StepMetrics {
+	t.Helper()
+	cfg.MetricsOut = filepath.Join(t.TempDir(), "m.jsonl")
+	if _, err := Run(context.Background(), cfg, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ms := readMetrics(t, cfg.MetricsOut)
+	return ms[len(ms)-1]
+}

@@ -196,7 +196,9 @@ func (t *trainer) metrics(seg segment, step int, cursor data.Cursor, lr, loss fl
 		Epoch:   float64(cursor+data.Cursor(seg.batch)) / float64(j.train.Len()),
 		Samples: int64(cursor) + int64(seg.batch), GradNorm: st.GradNorm,
 		DP: m.DP, PP: m.PP, TP: m.TP, Micro: j.cfg.MicroBatches, Accum: j.cfg.Accum, GradBytes: int64(4 * j.params),
-		OverlapFraction: st.Overlap, PeakActBytes: st.PeakAct, ParamBytes: st.ParamBytes, PeakMicro: st.PeakMicro, BubbleFraction: st.BubbleFraction,
+		OverlapFraction: st.Overlap, PeakActBytes: st.PeakAct, ParamBytes: st.ParamBytes, GradHeldBytes: st.GradHeldBytes, OptimizerBytes: st.OptimBytes,
+		SentAllReduceBytes: st.Sent.AllReduce, SentReduceScatterBytes: st.Sent.ReduceScatter, SentAllGatherBytes: st.Sent.AllGather,
+		SentBroadcastBytes: st.Sent.Broadcast, PeakMicro: st.PeakMicro, BubbleFraction: st.BubbleFraction,
 	}
 	if m.PP > 1 {
 		sm.FormulaBubble = pipeline.FormulaBubble(m.PP, j.cfg.MicroBatches)

@@ -340,7 +340,9 @@ func (a *shellActor) step(m *workerpb.RunStep) *workerpb.StepDone {
 	done.CommMs, done.ExposedCommMs = res.CommMs, res.ExposedMs
 	done.GradNorm, done.Checksum = res.GradNorm, res.Checksum
 	done.PeakActivationBytes, done.PeakMicroBatches = res.PeakAct, uint32(res.PeakMicro)
-	done.ParamBytes = res.ParamBytes
+	done.ParamBytes, done.GradHeldBytes, done.OptimizerBytes = res.ParamBytes, res.GradBytes, res.OptimBytes
+	done.SentAllReduceBytes, done.SentReduceScatterBytes = res.Sent.AllReduce, res.Sent.ReduceScatter
+	done.SentAllGatherBytes, done.SentBroadcastBytes = res.Sent.AllGather, res.Sent.Broadcast
 	return done
 }
 

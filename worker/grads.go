@@ -26,6 +26,10 @@ type reducer struct {
 	ctx     context.Context
 	first   time.Time
 	err     error // a hook's failure, reported after the backward pass
+	// deferred is a parameter whose bucket waits until released: with
+	// ZeRO, the tied embedding, summed with the other stage first.
+	deferred *nn.Param
+	released bool
 }
 
 func newReducer(s *stepper) (*reducer, error) {
@@ -39,13 +43,13 @@ func newReducer(s *stepper) (*reducer, error) {
 
 // start prepares a step's backward pass.
 func (r *reducer) start(ctx context.Context) {
-	r.ctx, r.err, r.handles, r.first = ctx, nil, r.handles[:0], time.Time{}
+	r.ctx, r.err, r.handles, r.first, r.released = ctx, nil, r.handles[:0], time.Time{}, false
 	r.tracker.Reset()
 }
 
 // ready is the backward pass's hook: p's gradient is final.
 func (r *reducer) ready(p *nn.Param) {
-	if r.err != nil {
+	if r.err != nil || p == r.deferred && !r.released {
 		return
 	}
 	var err error
@@ -69,7 +73,11 @@ func (r *reducer) launch(ks []int) {
 		if r.first.IsZero() {
 			r.first = time.Now()
 		}
-		r.handles = append(r.handles, r.s.dp.AllReduce(r.ctx, buf, collective.Sum))
+		if r.s.zero != nil {
+			r.handles = append(r.handles, r.s.zero.shard.ReduceScatter(r.ctx, buf, collective.Sum))
+		} else {
+			r.handles = append(r.handles, r.s.dp.AllReduce(r.ctx, buf, collective.Sum))
+		}
 	}
 }
 
@@ -100,11 +108,26 @@ func (r *reducer) abandon() { _ = collective.WaitAll(r.handles...) }
 // data-parallel buckets (started during the last backward pass), the
 // partial gradients of a sequence-parallel part over its tensor-parallel
 // group, then the tied embedding's between the first and the last stage.
+// With ZeRO the tied embedding is summed first (its bucket waited for it:
+// the stages own different chunks of it), then its bucket goes, and the
+// owned chunks are completed over the replicate group.
 func (s *stepper) sumGradients(ctx context.Context, scheduleEnd time.Time, res *StepResult) error {
 	set := s.w.model.Set
+	if s.zero != nil && s.tied != nil {
+		if err := s.sumTied(ctx, res); err != nil {
+			return err
+		}
+		s.reducer.released = true
+		s.reducer.ready(s.w.model.Tied)
+	}
 	if r := s.reducer; r != nil {
 		if err := r.finish(); err != nil {
 			return fmt.Errorf("stage %d: data-parallel gradient sum: %w", s.coord.PP, err)
+		}
+		if s.zero != nil {
+			if err := s.reduceOwned(ctx, res); err != nil {
+				return fmt.Errorf("stage %d: ZeRO gradient sum over the replicas: %w", s.coord.PP, err)
+			}
 		}
 		res.Overlap = MeasureOverlap(r.first, scheduleEnd, time.Now())
 		s.landed(set.Grads())
@@ -114,17 +137,24 @@ func (s *stepper) sumGradients(ctx context.Context, scheduleEnd time.Time, res *
 			return fmt.Errorf("stage %d: sequence-parallel gradient sum: %w", s.coord.PP, err)
 		}
 	}
-	if s.tied != nil {
-		t := s.w.model.Tied
-		buf := s.host(t.G, true)
-		start := time.Now()
-		err := s.tied.AllReduce(ctx, buf, collective.Sum).Wait()
-		res.addExposed(time.Since(start))
-		if err != nil {
-			return fmt.Errorf("stage %d: tied embedding gradient sum: %w", s.coord.PP, err)
-		}
-		s.landed(t.G)
+	if s.tied != nil && s.zero == nil {
+		return s.sumTied(ctx, res)
 	}
+	return nil
+}
+
+// sumTied sums the tied embedding's gradient between the first and the
+// last stage.
+func (s *stepper) sumTied(ctx context.Context, res *StepResult) error {
+	t := s.w.model.Tied
+	buf := s.host(t.G, true)
+	start := time.Now()
+	err := s.tied.AllReduce(ctx, buf, collective.Sum).Wait()
+	res.addExposed(time.Since(start))
+	if err != nil {
+		return fmt.Errorf("stage %d: tied embedding gradient sum: %w", s.coord.PP, err)
+	}
+	s.landed(t.G)
 	return nil
 }
 
@@ -186,14 +216,19 @@ func (s *stepper) clip(ctx context.Context, res *StepResult) (float64, error) {
 		return 0, nil
 	}
 	m, be := s.w.model, s.w.be
-	sq := be.SumSquares(m.Set.Grads())
-	if t := m.Tied; t != nil && !m.First() {
-		sq -= be.SumSquares(t.G)
-	}
-	if s.coord.TP > 0 {
-		for _, p := range m.Set.Params() {
-			if p.Split == nil {
-				sq -= be.SumSquares(p.G)
+	var sq float64
+	if s.zero != nil {
+		sq = s.ownedSquares()
+	} else {
+		sq = be.SumSquares(m.Set.Grads())
+		if t := m.Tied; t != nil && !m.First() {
+			sq -= be.SumSquares(t.G)
+		}
+		if s.coord.TP > 0 {
+			for _, p := range m.Set.Params() {
+				if p.Split == nil {
+					sq -= be.SumSquares(p.G)
+				}
 			}
 		}
 	}
@@ -209,6 +244,8 @@ func (s *stepper) clip(ctx context.Context, res *StepResult) (float64, error) {
 	}
 	norm := math.Sqrt(sq)
 	if norm > maxNorm {
+		// With ZeRO only the owned gradients are whole, but scaling all is
+		// as cheap, and the optimizer reads only those.
 		be.Scale(m.Set.Grads(), float32(maxNorm/(norm+1e-6)))
 	}
 	return norm, nil

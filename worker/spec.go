@@ -40,6 +40,11 @@ type Spec struct {
 	// BucketBytes caps a gradient bucket of the data-parallel all-reduce
 	// (≤ 0: 25 MiB, PyTorch's default).
 	BucketBytes int64
+	// Zero is the ZeRO stage over the data-parallel axis (0: none; 1:
+	// optimizer state sharded); ZeroGroup the size of its shard groups (0:
+	// the whole data-parallel group; a divisor of it: hybrid sharding,
+	// the groups replicating each other).
+	Zero, ZeroGroup int
 	// Seed initialises the weights and drives the sampler; Init, when set,
 	// is a safetensors file of initial weights (PyTorch names).
 	Seed uint64
@@ -88,6 +93,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.TP < 0 {
 		return fmt.Errorf("%w: %d tensor-parallel shards", ErrConfig, s.TP)
+	}
+	if s.Zero < 0 || s.Zero > 1 || s.ZeroGroup < 0 {
+		return fmt.Errorf("%w: ZeRO stage %d with groups of %d (stages 0 and 1 run)", ErrConfig, s.Zero, s.ZeroGroup)
 	}
 	if err := s.Model.CheckTP(s.place(0)); err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)

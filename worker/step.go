@@ -59,8 +59,11 @@ type StepResult struct {
 	// micro-batches whose activations were alive at once.
 	PeakAct   int64
 	PeakMicro int
-	// ParamBytes is the bytes of the parameters this rank holds.
-	ParamBytes int64
+	// ParamBytes, GradBytes and OptimBytes are the bytes of the
+	// parameters, gradients and optimizer state this rank holds.
+	ParamBytes, GradBytes, OptimBytes int64
+	// Sent is the bytes this rank sent in the step's collectives.
+	Sent SentBytes
 	// Computed: the forward and backward passes of every micro-batch ran
 	// (Result is then this rank's whole share of the step, also when the
 	// step failed afterwards, in its gradient sums).
@@ -145,6 +148,28 @@ type stepper struct {
 
 	reducer *reducer // nil without data parallelism
 	tp      *tpGroup // nil without tensor parallelism
+	// zero is the part's ZeRO sharding (nil without it); zeroMoved says
+	// that forming replaced the optimizer's shard.
+	zero      *zero
+	zeroMoved bool
+
+	// comm is the generation's communicator and byKey its groups by
+	// member list.
+	comm  collective.Communicator
+	byKey map[string]collective.Communicator
+	// meter counts what the groups send.
+	meter *collective.Meter
+}
+
+// SentBytes is what a rank sent in a step's collectives, by kind.
+type SentBytes struct {
+	AllReduce, ReduceScatter, AllGather, Broadcast int64
+}
+
+func sentOf(v map[collective.Kind]int64) SentBytes {
+	return SentBytes{AllReduce: 4 * (v[collective.KindAllReduce] + v[collective.KindNaiveAllReduce]),
+		ReduceScatter: 4 * v[collective.KindReduceScatter], AllGather: 4 * v[collective.KindAllGather],
+		Broadcast: 4 * v[collective.KindBroadcast]}
 }
 
 // newStepper places w (holding the model part of rank's stage) at rank of
@@ -166,9 +191,9 @@ func newStepper(w *Worker, m mesh.Mesh, rank int, comm collective.Communicator) 
 		return nil, err
 	}
 	s := &stepper{w: w, mesh: m, rank: rank, coord: c, sched: sched, cursor: cur, staging: map[kernels.Buffer][]float32{},
-		mbs: make([]micro, sched.MicroBatches)}
+		mbs: make([]micro, sched.MicroBatches), comm: comm, byKey: map[string]collective.Communicator{}, meter: collective.NewMeter()}
 	s.hostMem, _ = w.be.(kernels.HostMemory)
-	if err := s.openGroups(comm); err != nil {
+	if err := s.openGroups(); err != nil {
 		s.release()
 		return nil, err
 	}
@@ -177,31 +202,40 @@ func newStepper(w *Worker, m mesh.Mesh, rank int, comm collective.Communicator) 
 			s.release()
 			return nil, err
 		}
+		if w.spec.Zero > 0 {
+			if err := s.openZero(); err != nil {
+				s.release()
+				return nil, err
+			}
+		}
 	}
 	return s, nil
 }
 
-// openGroups creates the stage's communicator groups. A group is named by
-// its ordered member list; the same list serves every purpose that needs
-// it (with two stages the tied embedding and the norm share the
-// activation link), which is sound because both members issue their
-// operations on it in the same order.
-func (s *stepper) openGroups(comm collective.Communicator) error {
-	m, c, self := s.mesh, s.coord, s.rank
-	byKey := map[string]collective.Communicator{}
-	group := func(ranks ...int) (collective.Communicator, error) {
-		key := fmt.Sprint(ranks)
-		if g, ok := byKey[key]; ok {
-			return g, nil
-		}
-		g, err := comm.Group(ranks)
-		if err != nil {
-			return nil, fmt.Errorf("worker: group %v: %w", ranks, err)
-		}
-		byKey[key] = g
-		s.groups = append(s.groups, g)
+// group returns the communicator of the ordered member list ranks,
+// opening it on first use. A group is named by its member list; the same
+// list serves every purpose that needs it (with two stages the tied
+// embedding and the norm share the activation link), which is sound
+// because both members issue their operations on it in the same order.
+func (s *stepper) group(ranks ...int) (collective.Communicator, error) {
+	key := fmt.Sprint(ranks)
+	if g, ok := s.byKey[key]; ok {
 		return g, nil
 	}
+	g, err := s.comm.Group(ranks)
+	if err != nil {
+		return nil, fmt.Errorf("worker: group %v: %w", ranks, err)
+	}
+	g = s.meter.Wrap(g)
+	s.byKey[key] = g
+	s.groups = append(s.groups, g)
+	return g, nil
+}
+
+// openGroups creates the part's communicator groups.
+func (s *stepper) openGroups() error {
+	m, c, self := s.mesh, s.coord, s.rank
+	group := s.group
 	at := func(stage int) int { return m.Rank(mesh.Coord{PP: stage, DP: c.DP, TP: c.TP}) }
 	var err error
 	if c.PP > 0 {
@@ -320,6 +354,7 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	if s.tp != nil {
 		s.tp.reset(ctx)
 	}
+	s.meter.Take()
 	busy, err := s.runSchedule(ctx, &res, scale)
 	// Whatever happened, no operation may own a buffer after the step.
 	if derr := s.drain(); err == nil {
@@ -349,6 +384,11 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 		return res, err
 	}
 	w.opt.Step(float32(req.LR))
+	if s.zero != nil {
+		if err := s.gatherWeights(ctx, &res); err != nil {
+			return res, fmt.Errorf("stage %d: ZeRO weight gather: %w", s.coord.PP, err)
+		}
+	}
 	if err := w.be.Sync(); err != nil {
 		return res, err
 	}
@@ -358,7 +398,11 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	}
 	res.StepMs = msOf(time.Since(start))
 	res.PeakAct = w.pool.PeakBytes()
-	res.ParamBytes = 4 * int64(m.Set.Len())
+	res.ParamBytes, res.GradBytes = 4*int64(m.Set.Len()), 4*int64(m.Set.Len())
+	for _, st := range w.opt.States() {
+		res.OptimBytes += 4 * int64(st.Buf.Len())
+	}
+	res.Sent = sentOf(s.meter.Take())
 	res.PeakMicro = s.peak
 	return res, nil
 }

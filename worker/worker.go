@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"go.uber.org/zap"
 
@@ -40,7 +41,10 @@ type Worker struct {
 	built int // the part the model is built for, −1 before any
 	model *nn.Model
 	opt   optim.Optimizer
-	undo  []kernels.Buffer // Spec.KeepUndo: the state before the last step
+	// optRanges are the flat ranges a ZeRO-sharded optimizer updates (nil:
+	// the whole part).
+	optRanges []optim.Range
+	undo      []kernels.Buffer // Spec.KeepUndo: the state before the last step
 
 	pool    *nn.Pool
 	sampler *data.Sampler
@@ -123,6 +127,11 @@ func (w *Worker) Form(ctx context.Context, f Form, comm collective.Communicator)
 	if err != nil {
 		return err
 	}
+	if st.zero != nil && st.zeroMoved && plan.Restore == 0 && plan.Next.Applied > 0 {
+		st.release()
+		w.hold.Part = -1
+		return fmt.Errorf("%w: this worker's ZeRO shard of the optimizer state changed with the world; only a checkpoint can give it the new one", ErrNoState)
+	}
 	switch {
 	case plan.Restore > 0:
 		w.hold.Part = -1 // a failed restore leaves a mix
@@ -172,8 +181,27 @@ func (w *Worker) buildPart(st int) error {
 	for _, b := range w.undo {
 		w.be.Free(b)
 	}
-	w.model, w.opt, w.built, w.undo = m, opt, st, nil
+	w.model, w.opt, w.built, w.undo, w.optRanges = m, opt, st, nil, nil
 	return nil
+}
+
+// shardOptimizer makes the optimizer update only ranges (ZeRO), keeping
+// its step count; it reports whether that replaced the optimizer (and so
+// its state), which an already sharded one with the same ranges does not.
+func (w *Worker) shardOptimizer(ranges []optim.Range) (bool, error) {
+	if w.optRanges != nil && slices.Equal(w.optRanges, ranges) {
+		return false, nil
+	}
+	opt, err := optim.NewShard(w.model.Set, w.spec.Optim, ranges)
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	opt.SetSteps(w.opt.Steps())
+	for _, b := range w.undo {
+		w.be.Free(b)
+	}
+	w.opt, w.optRanges, w.undo = opt, ranges, nil
+	return true, nil
 }
 
 // restore loads the part's weights and optimizer state from the

@@ -194,15 +194,19 @@ func TestEveryWorldMatchesOneWorker(t *testing.T) {
 				recompute bool
 				T         int  // tensor-parallel shards (0: 1)
 				sp        bool // sequence parallelism
+				Z, ZG     int  // ZeRO stage and shard group
 			}{
-				{2, 1, 1, pipeline.Kind1F1B, false, 0, false}, {3, 1, 1, pipeline.Kind1F1B, false, 0, false}, {4, 1, 1, pipeline.Kind1F1B, false, 0, false},
-				{1, 1, 3, pipeline.Kind1F1B, false, 0, false}, {2, 1, 2, pipeline.Kind1F1B, false, 0, false}, {4, 1, 3, pipeline.Kind1F1B, false, 0, false},
-				{1, 2, 4, pipeline.KindGPipe, false, 0, false}, {1, 2, 4, pipeline.Kind1F1B, false, 0, false}, {1, 4, 4, pipeline.Kind1F1B, false, 0, false},
-				{1, 4, 4, pipeline.KindGPipe, true, 0, false}, {1, 2, 2, pipeline.Kind1F1B, true, 0, false}, {2, 2, 2, pipeline.Kind1F1B, false, 0, false},
-				{1, 1, 1, pipeline.Kind1F1B, false, 2, false}, {2, 1, 2, pipeline.Kind1F1B, false, 2, false}, {1, 2, 2, pipeline.Kind1F1B, false, 2, false},
-				{1, 1, 1, pipeline.Kind1F1B, false, 2, true}, {2, 2, 2, pipeline.Kind1F1B, true, 2, true},
+				{2, 1, 1, pipeline.Kind1F1B, false, 0, false, 0, 0}, {3, 1, 1, pipeline.Kind1F1B, false, 0, false, 0, 0}, {4, 1, 1, pipeline.Kind1F1B, false, 0, false, 0, 0},
+				{1, 1, 3, pipeline.Kind1F1B, false, 0, false, 0, 0}, {2, 1, 2, pipeline.Kind1F1B, false, 0, false, 0, 0}, {4, 1, 3, pipeline.Kind1F1B, false, 0, false, 0, 0},
+				{1, 2, 4, pipeline.KindGPipe, false, 0, false, 0, 0}, {1, 2, 4, pipeline.Kind1F1B, false, 0, false, 0, 0}, {1, 4, 4, pipeline.Kind1F1B, false, 0, false, 0, 0},
+				{1, 4, 4, pipeline.KindGPipe, true, 0, false, 0, 0}, {1, 2, 2, pipeline.Kind1F1B, true, 0, false, 0, 0}, {2, 2, 2, pipeline.Kind1F1B, false, 0, false, 0, 0},
+				{1, 1, 1, pipeline.Kind1F1B, false, 2, false, 0, 0}, {2, 1, 2, pipeline.Kind1F1B, false, 2, false, 0, 0}, {1, 2, 2, pipeline.Kind1F1B, false, 2, false, 0, 0},
+				{1, 1, 1, pipeline.Kind1F1B, false, 2, true, 0, 0}, {2, 2, 2, pipeline.Kind1F1B, true, 2, true, 0, 0},
+				{2, 1, 1, pipeline.Kind1F1B, false, 0, false, 1, 0}, {4, 1, 1, pipeline.Kind1F1B, false, 0, false, 1, 0},
+				{4, 1, 1, pipeline.Kind1F1B, false, 0, false, 1, 2}, {2, 1, 2, pipeline.Kind1F1B, false, 0, false, 1, 0},
+				{2, 2, 2, pipeline.Kind1F1B, false, 0, false, 1, 0}, {2, 1, 1, pipeline.Kind1F1B, false, 2, true, 1, 0},
 			} {
-				t.Run(fmt.Sprintf("%s/clip%v/dp%d/pp%d/tp%d/m%d/%s/recompute=%v/sp=%v", name, clip, tc.D, tc.P, max(1, tc.T), tc.M, tc.kind, tc.recompute, tc.sp), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%s/clip%v/dp%d/pp%d/tp%d/m%d/%s/recompute=%v/sp=%v/zero%d-%d", name, clip, tc.D, tc.P, max(1, tc.T), tc.M, tc.kind, tc.recompute, tc.sp, tc.Z, tc.ZG), func(t *testing.T) {
 					if tc.P > s.model.Units() {
 						t.Skip("more stages than units")
 					}
@@ -210,7 +214,7 @@ func TestEveryWorldMatchesOneWorker(t *testing.T) {
 						t.Skip("sequence parallelism needs the GPT")
 					}
 					spec := s.spec(t, tc.P, tc.M, tc.kind, tc.recompute, clip)
-					spec.TP, spec.SP = tc.T, tc.sp
+					spec.TP, spec.SP, spec.Zero, spec.ZeroGroup = tc.T, tc.sp, tc.Z, tc.ZG
 					got := newWorld(t, spec, tc.D).losses(t, s, steps, s.batch)
 					for i := range ref {
 						if math.Abs(got[i]-ref[i]) > 1e-4*math.Abs(ref[i]) {

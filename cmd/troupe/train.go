@@ -46,7 +46,7 @@ type trainFlags struct {
 	bucketMB                            float64
 	transport                           string
 	collTimeout, stepTimeout            time.Duration
-	pp, tp, micro                       int
+	pp, tp, micro, zero, zeroGroup      int
 	sp                                  bool
 	pipeSchedule, stageLayers, trace    string
 	partition                           string
@@ -181,6 +181,8 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.pp, "pp", d.PP, "pipeline stages (stage actors, each with a contiguous range of the model's units)")
 	fl.IntVar(&f.tp, "tp", d.TP, "tensor-parallel shards of every stage (Megatron-LM: column- and row-parallel layers, heads split, vocabulary-parallel embedding and loss)")
 	fl.BoolVar(&f.sp, "sequence-parallel", false, "with --tp: split the activations between the tensor-parallel regions along the sequence (GPT only)")
+	fl.IntVar(&f.zero, "zero", 0, "ZeRO stage over the data-parallel replicas: 1 shards the optimizer state (each replica updates 1/D of every gradient bucket)")
+	fl.IntVar(&f.zeroGroup, "zero-group", 0, "with --zero: shard within groups of this many replicas and replicate across groups (hybrid sharding; 0: all replicas)")
 	fl.IntVar(&f.micro, "micro-batches", d.MicroBatches, "micro-batches per replica and step (with --pp)")
 	fl.StringVar(&f.pipeSchedule, "schedule", d.PipelineSchedule.String(), "pipeline schedule: gpipe or 1f1b")
 	fl.BoolVar(&f.recompute, "recompute", false, "activation checkpointing: keep only each stage's input, recompute the rest in backward")
@@ -257,6 +259,8 @@ func (f *trainFlags) config(fl *pflag.FlagSet) (train.Config, error) {
 	set("step-timeout", func() { cfg.StepTimeout = f.stepTimeout })
 	set("pp", func() { cfg.PP = f.pp })
 	set("tp", func() { cfg.TP = f.tp })
+	set("zero", func() { cfg.Zero = f.zero })
+	set("zero-group", func() { cfg.ZeroGroup = f.zeroGroup })
 	set("sequence-parallel", func() { cfg.SequenceParallel = f.sp })
 	set("micro-batches", func() { cfg.MicroBatches = f.micro })
 	if fl.Changed("schedule") {

@@ -60,13 +60,24 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// State is one named optimizer buffer, flat over the parameter set, so a
-// checkpoint can store it and a resharded load can slice it.
+// State is one named optimizer buffer: flat over the parameter set, or,
+// for a sharded optimizer, over its Ranges of the set's flat buffers laid
+// end to end, so a checkpoint can store it and a resharded load can slice
+// it.
 type State struct {
 	// Name is the torch state key: momentum_buffer, exp_avg, exp_avg_sq.
 	Name string
 	Buf  kernels.Buffer
+	// Ranges are the flat ranges of the parameter set the buffer holds, in
+	// its order (nil: the whole set).
+	Ranges []Range
 }
+
+// Range is the flat element range [Lo, Hi) of a parameter set's buffers.
+type Range struct{ Lo, Hi int }
+
+// Len is the number of elements.
+func (r Range) Len() int { return r.Hi - r.Lo }
 
 // Optimizer updates a parameter set from its gradients.
 //
@@ -86,63 +97,116 @@ type Optimizer interface {
 
 // New builds the configured optimizer over s.
 func New(s *nn.ParamSet, c Config) (Optimizer, error) {
+	return NewShard(s, c, nil)
+}
+
+// NewShard builds the configured optimizer over the flat ranges of s only
+// (nil: all of s): its state buffers hold those elements, and Step updates
+// only them, reading only their gradients. It is ZeRO's optimizer-state
+// sharding: the ranks of a data-parallel group each update their own
+// ranges. Every update is element-wise, so a shard's elements get exactly
+// the whole optimizer's values. Ranges must be disjoint and inside s.
+func NewShard(s *nn.ParamSet, c Config, ranges []Range) (Optimizer, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	n := s.Len()
+	if ranges != nil {
+		n = 0
+		for i, r := range ranges {
+			if r.Lo < 0 || r.Hi > s.Len() || r.Lo > r.Hi {
+				return nil, fmt.Errorf("%w: range %d [%d, %d) outside the %d parameters", ErrConfig, i, r.Lo, r.Hi, s.Len())
+			}
+			n += r.Len()
+		}
+	}
 	be := s.Backend()
+	b := base{set: s, cfg: c, ranges: ranges}
 	switch c.Name {
 	case "sgd":
-		o := &sgd{set: s, cfg: c}
+		o := &sgd{base: b}
 		if c.Momentum != 0 {
-			o.buf = be.Alloc(s.Len())
+			o.buf = be.Alloc(n)
 		}
 		return o, nil
 	default:
-		return &adamw{set: s, cfg: c, m: be.Alloc(s.Len()), v: be.Alloc(s.Len())}, nil
+		return &adamw{base: b, m: be.Alloc(n), v: be.Alloc(n)}, nil
 	}
 }
 
+// base is what both optimizers share: the set, the ranges they update and
+// the step count.
+type base struct {
+	set    *nn.ParamSet
+	cfg    Config
+	ranges []Range
+	t      int
+}
+
+func (o *base) Steps() int     { return o.t }
+func (o *base) SetSteps(n int) { o.t = n }
+func (o *base) Config() Config { return o.cfg }
+
+// each calls f with views of the weights and gradients of every range and
+// the offset of its elements in the state buffers.
+func (o *base) each(f func(w, g kernels.Buffer, off, n int)) {
+	if o.ranges == nil {
+		f(o.set.Weights(), o.set.Grads(), 0, o.set.Len())
+		return
+	}
+	be, off := o.set.Backend(), 0
+	for _, r := range o.ranges {
+		if r.Len() > 0 {
+			f(be.View(o.set.Weights(), r.Lo, r.Len()), be.View(o.set.Grads(), r.Lo, r.Len()), off, r.Len())
+		}
+		off += r.Len()
+	}
+}
+
+// state is a state buffer's view for a range (the buffer itself for the
+// whole set).
+func (o *base) state(buf kernels.Buffer, off, n int) kernels.Buffer {
+	if buf == nil || o.ranges == nil {
+		return buf
+	}
+	return o.set.Backend().View(buf, off, n)
+}
+
 type sgd struct {
-	set *nn.ParamSet
-	cfg Config
+	base
 	buf kernels.Buffer
-	t   int
 }
 
 func (o *sgd) Step(lr float32) {
 	h := kernels.SGDHyper{LR: lr, Momentum: o.cfg.Momentum, Dampening: o.cfg.Dampening, WeightDecay: o.cfg.WeightDecay, Nesterov: o.cfg.Nesterov}
-	o.set.Backend().SGDStep(o.set.Weights(), o.set.Grads(), o.buf, h, o.t == 0)
+	be := o.set.Backend()
+	o.each(func(w, g kernels.Buffer, off, n int) { be.SGDStep(w, g, o.state(o.buf, off, n), h, o.t == 0) })
 	o.t++
 }
 
-func (o *sgd) Steps() int     { return o.t }
-func (o *sgd) SetSteps(n int) { o.t = n }
-func (o *sgd) Config() Config { return o.cfg }
 func (o *sgd) States() []State {
 	if o.buf == nil {
 		return nil
 	}
-	return []State{{Name: "momentum_buffer", Buf: o.buf}}
+	return []State{{Name: "momentum_buffer", Buf: o.buf, Ranges: o.ranges}}
 }
 
 type adamw struct {
-	set  *nn.ParamSet
-	cfg  Config
+	base
 	m, v kernels.Buffer
-	t    int
 }
 
 func (o *adamw) Step(lr float32) {
 	o.t++
 	h := kernels.AdamWHyper{LR: lr, Beta1: o.cfg.Beta1, Beta2: o.cfg.Beta2, Eps: o.cfg.Eps, WeightDecay: o.cfg.WeightDecay}
-	o.set.Backend().AdamWStep(o.set.Weights(), o.set.Grads(), o.m, o.v, h, o.t)
+	be := o.set.Backend()
+	o.each(func(w, g kernels.Buffer, off, n int) {
+		be.AdamWStep(w, g, o.state(o.m, off, n), o.state(o.v, off, n), h, o.t)
+	})
 }
 
-func (o *adamw) Steps() int     { return o.t }
-func (o *adamw) SetSteps(n int) { o.t = n }
-func (o *adamw) Config() Config { return o.cfg }
 func (o *adamw) States() []State {
-	return []State{{Name: "exp_avg", Buf: o.m}, {Name: "exp_avg_sq", Buf: o.v}}
+	return []State{{Name: "exp_avg", Buf: o.m, Ranges: o.ranges}, {Name: "exp_avg_sq", Buf: o.v, Ranges: o.ranges}}
 }
 
 // ClipGradNorm scales every gradient of s so that their global L2 norm is

@@ -656,9 +656,19 @@ type StepDone struct {
 	Mem   []*StageMem  `protobuf:"bytes,19,rep,name=mem,proto3" json:"mem,omitempty"`
 	// param_bytes is the bytes of the parameters the worker holds (a
 	// tensor-parallel shard holds 1/tp of each cut matrix).
-	ParamBytes    int64 `protobuf:"varint,20,opt,name=param_bytes,json=paramBytes,proto3" json:"param_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ParamBytes int64 `protobuf:"varint,20,opt,name=param_bytes,json=paramBytes,proto3" json:"param_bytes,omitempty"`
+	// grad_held_bytes and optimizer_bytes are the gradient and optimizer
+	// state memory the worker holds (ZeRO shards them).
+	GradHeldBytes  int64 `protobuf:"varint,21,opt,name=grad_held_bytes,json=gradHeldBytes,proto3" json:"grad_held_bytes,omitempty"`
+	OptimizerBytes int64 `protobuf:"varint,22,opt,name=optimizer_bytes,json=optimizerBytes,proto3" json:"optimizer_bytes,omitempty"`
+	// sent_*_bytes are the bytes the worker sent in the step's collectives,
+	// by kind (the ring schedules' counts, collective.SentValues).
+	SentAllReduceBytes     int64 `protobuf:"varint,23,opt,name=sent_all_reduce_bytes,json=sentAllReduceBytes,proto3" json:"sent_all_reduce_bytes,omitempty"`
+	SentReduceScatterBytes int64 `protobuf:"varint,24,opt,name=sent_reduce_scatter_bytes,json=sentReduceScatterBytes,proto3" json:"sent_reduce_scatter_bytes,omitempty"`
+	SentAllGatherBytes     int64 `protobuf:"varint,25,opt,name=sent_all_gather_bytes,json=sentAllGatherBytes,proto3" json:"sent_all_gather_bytes,omitempty"`
+	SentBroadcastBytes     int64 `protobuf:"varint,26,opt,name=sent_broadcast_bytes,json=sentBroadcastBytes,proto3" json:"sent_broadcast_bytes,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *StepDone) Reset() {
@@ -827,6 +837,48 @@ func (x *StepDone) GetMem() []*StageMem {
 func (x *StepDone) GetParamBytes() int64 {
 	if x != nil {
 		return x.ParamBytes
+	}
+	return 0
+}
+
+func (x *StepDone) GetGradHeldBytes() int64 {
+	if x != nil {
+		return x.GradHeldBytes
+	}
+	return 0
+}
+
+func (x *StepDone) GetOptimizerBytes() int64 {
+	if x != nil {
+		return x.OptimizerBytes
+	}
+	return 0
+}
+
+func (x *StepDone) GetSentAllReduceBytes() int64 {
+	if x != nil {
+		return x.SentAllReduceBytes
+	}
+	return 0
+}
+
+func (x *StepDone) GetSentReduceScatterBytes() int64 {
+	if x != nil {
+		return x.SentReduceScatterBytes
+	}
+	return 0
+}
+
+func (x *StepDone) GetSentAllGatherBytes() int64 {
+	if x != nil {
+		return x.SentAllGatherBytes
+	}
+	return 0
+}
+
+func (x *StepDone) GetSentBroadcastBytes() int64 {
+	if x != nil {
+		return x.SentBroadcastBytes
 	}
 	return 0
 }
@@ -1685,7 +1737,7 @@ const file_worker_proto_rawDesc = "" +
 	"\x05batch\x18\x05 \x01(\rR\x05batch\x12\x0e\n" +
 	"\x02lr\x18\x06 \x01(\x01R\x02lr\x12%\n" +
 	"\x0eglobal_targets\x18\a \x01(\x04R\rglobalTargets\x12\x1a\n" +
-	"\bchecksum\x18\b \x01(\bR\bchecksum\"\xa1\x05\n" +
+	"\bchecksum\x18\b \x01(\bR\bchecksum\"\xc5\a\n" +
 	"\bStepDone\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1e\n" +
@@ -1712,7 +1764,13 @@ const file_worker_proto_rawDesc = "" +
 	"\x05spans\x18\x12 \x03(\v2\x1b.troupe.worker.v1.StageSpanR\x05spans\x12,\n" +
 	"\x03mem\x18\x13 \x03(\v2\x1a.troupe.worker.v1.StageMemR\x03mem\x12\x1f\n" +
 	"\vparam_bytes\x18\x14 \x01(\x03R\n" +
-	"paramBytes\"q\n" +
+	"paramBytes\x12&\n" +
+	"\x0fgrad_held_bytes\x18\x15 \x01(\x03R\rgradHeldBytes\x12'\n" +
+	"\x0foptimizer_bytes\x18\x16 \x01(\x03R\x0eoptimizerBytes\x121\n" +
+	"\x15sent_all_reduce_bytes\x18\x17 \x01(\x03R\x12sentAllReduceBytes\x129\n" +
+	"\x19sent_reduce_scatter_bytes\x18\x18 \x01(\x03R\x16sentReduceScatterBytes\x121\n" +
+	"\x15sent_all_gather_bytes\x18\x19 \x01(\x03R\x12sentAllGatherBytes\x120\n" +
+	"\x14sent_broadcast_bytes\x18\x1a \x01(\x03R\x12sentBroadcastBytes\"q\n" +
 	"\tStageSpan\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x14\n" +
 	"\x05micro\x18\x02 \x01(\x05R\x05micro\x12\x12\n" +

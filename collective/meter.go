@@ -1,0 +1,116 @@
+package collective
+
+import (
+	"context"
+	"sync"
+)
+
+// SentValues is how many values rank sends in one operation of kind over
+// a buffer of n values in a group of size ranks, by the ring schedules of
+// this package: a reduce-scatter sends every chunk but the one the rank
+// ends up owning, an all-gather every chunk but the one it receives last,
+// an all-reduce both, and a broadcast the whole buffer from every rank but
+// the last on the ring from root. A barrier and a group of one send
+// nothing; the naive all-reduce sends (size − 1)·n from its root and n
+// from every other rank.
+func SentValues(kind Kind, n, rank, size, root int) int64 {
+	if size <= 1 {
+		return 0
+	}
+	chunk := func(c int) int {
+		lo, hi := ChunkRange(n, size, c)
+		return hi - lo
+	}
+	rs := int64(n - chunk(OwnedChunk(rank, size)))
+	ag := int64(n - chunk(mod(rank+2, size)))
+	switch kind {
+	case KindReduceScatter:
+		return rs
+	case KindAllGather:
+		return ag
+	case KindAllReduce:
+		return rs + ag
+	case KindBroadcast:
+		if mod(rank-root, size) == size-1 {
+			return 0
+		}
+		return int64(n)
+	case KindNaiveAllReduce:
+		if rank == 0 {
+			return int64(size-1) * int64(n)
+		}
+		return int64(n)
+	}
+	return 0
+}
+
+// Meter counts the values the communicators it wraps send, by operation
+// kind: what a step's metrics report as the bytes each collective moved.
+// It is safe for concurrent use.
+type Meter struct {
+	mu   sync.Mutex
+	sent map[Kind]int64
+}
+
+// NewMeter returns an empty meter.
+func NewMeter() *Meter { return &Meter{sent: map[Kind]int64{}} }
+
+// Wrap returns c with every operation it starts counted (its groups too).
+func (m *Meter) Wrap(c Communicator) Communicator { return &metered{Communicator: c, m: m} }
+
+// Take returns the values sent by kind since the last Take and resets.
+func (m *Meter) Take() map[Kind]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := m.sent
+	m.sent = map[Kind]int64{}
+	return out
+}
+
+func (m *Meter) add(kind Kind, n int64) {
+	m.mu.Lock()
+	m.sent[kind] += n
+	m.mu.Unlock()
+}
+
+type metered struct {
+	Communicator
+	m *Meter
+}
+
+func (c *metered) count(kind Kind, n, root int) {
+	c.m.add(kind, SentValues(kind, n, c.Rank(), c.Size(), root))
+}
+
+func (c *metered) AllReduce(ctx context.Context, buf []float32, op ReduceOp) *Handle {
+	c.count(KindAllReduce, len(buf), 0)
+	return c.Communicator.AllReduce(ctx, buf, op)
+}
+
+func (c *metered) ReduceScatter(ctx context.Context, buf []float32, op ReduceOp) *Handle {
+	c.count(KindReduceScatter, len(buf), 0)
+	return c.Communicator.ReduceScatter(ctx, buf, op)
+}
+
+func (c *metered) AllGather(ctx context.Context, buf []float32) *Handle {
+	c.count(KindAllGather, len(buf), 0)
+	return c.Communicator.AllGather(ctx, buf)
+}
+
+func (c *metered) Broadcast(ctx context.Context, buf []float32, root int) *Handle {
+	c.count(KindBroadcast, len(buf), root)
+	return c.Communicator.Broadcast(ctx, buf, root)
+}
+
+func (c *metered) NaiveAllReduce(ctx context.Context, buf []float32, op ReduceOp) *Handle {
+	c.count(KindNaiveAllReduce, len(buf), 0)
+	return c.Communicator.NaiveAllReduce(ctx, buf, op)
+}
+
+func (c *metered) Group(ranks []int) (Communicator, error) {
+	g, err := c.Communicator.Group(ranks)
+	if err != nil {
+		return nil, err
+	}
+	return c.m.Wrap(g), nil
+}
