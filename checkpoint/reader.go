@@ -347,6 +347,51 @@ func (c *Checkpoint) readF32Into(name string, p *nn.Param, dst []float32) error 
 	return nil
 }
 
+// readStateShard reads a ZeRO shard of optimizer state st: its flat
+// ranges of set, each parameter's elements read by block.
+func (c *Checkpoint) readStateShard(set *nn.ParamSet, st optim.State) ([]float32, error) {
+	out := make([]float32, st.Buf.Len())
+	off := 0
+	for _, r := range st.Ranges {
+		for _, p := range set.Params() {
+			lo, hi := max(r.Lo, p.Offset), min(r.Hi, p.Offset+p.Size())
+			if lo >= hi {
+				continue
+			}
+			if err := c.readParamElems(OptimName(st.Name, p.Name), p, lo-p.Offset, hi-p.Offset, out[off+lo-r.Lo:off+hi-r.Lo]); err != nil {
+				return nil, err
+			}
+		}
+		off += r.Len()
+	}
+	return out, nil
+}
+
+// readParamElems fills dst with the elements [lo, hi) of the part of F32
+// tensor name that p holds (row-major in p's shape), read by block; the
+// padding of a tensor-parallel shard reads as zeros.
+func (c *Checkpoint) readParamElems(name string, p *nn.Param, lo, hi int, dst []float32) error {
+	t, ok := c.Manifest.Lookup(name)
+	if !ok {
+		return fmt.Errorf("%w: checkpoint has no tensor %q", ErrMismatch, name)
+	}
+	whole := p.Shape
+	if p.Split != nil {
+		whole = p.Split.Full
+	}
+	if t.DType != safetensors.F32 || !slices.Equal(t.Shape, whole) {
+		return fmt.Errorf("%w: %q is %v %v in the checkpoint, the model wants F32 %v", ErrMismatch, name, t.DType, t.Shape, whole)
+	}
+	clear(dst)
+	for _, pl := range elementBlocks(p.Shape, p.Split, lo, hi) {
+		n := int(boxVolume(pl.Size))
+		if err := c.readF32Box(t, pl.Off, pl.Size, dst[pl.At:pl.At+n]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // readF32Box reads a block of F32 tensor t into dst.
 func (c *Checkpoint) readF32Box(t *TensorEntry, off, size []int, dst []float32) error {
 	if littleEndian {
@@ -390,6 +435,14 @@ func (c *Checkpoint) Restore(set *nn.ParamSet, opt optim.Optimizer) error {
 				ErrMismatch, mo.Name, mo.States, opt.Config().Name, names)
 		}
 		for _, st := range opt.States() {
+			if st.Ranges != nil {
+				b, err := c.readStateShard(set, st)
+				if err != nil {
+					return err
+				}
+				states = append(states, b)
+				continue
+			}
 			b := make([]float32, set.Len())
 			for _, p := range set.Params() {
 				if err := c.readF32Into(OptimName(st.Name, p.Name), p, b[p.Offset:p.Offset+p.Size()]); err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/safetensors"
@@ -23,6 +24,17 @@ type Tensor struct {
 	TPRank int
 	Split  *nn.Split
 	Data   []byte
+	// A ZeRO shard of optimizer state: Elems are the element ranges of the
+	// part's tensor (row-major, Split's shape) that Data holds, one after
+	// the other, and data-parallel rank Owner writes them (Owned). Without
+	// Owned a tensor's rows are split among the part's data-parallel
+	// ranks (Partition).
+	Owned bool
+	Owner int
+	Elems []optim.Range
+	// SpecOnly lists the tensor without data: another rank writes it (a
+	// ZeRO shard that a shard group other than the first also holds).
+	SpecOnly bool
 }
 
 // localShape is the shape of t's data.
@@ -51,6 +63,17 @@ type Snapshot struct {
 type bufKey struct {
 	stage, tp int
 	state     string // "" for the weights
+}
+
+// PartOptions says what a rank adds of its model part to a snapshot.
+type PartOptions struct {
+	// Weights adds the parameters (one replica of the part does; the
+	// others list them only).
+	Weights bool
+	// Owner is the data-parallel rank that writes this rank's ZeRO shard
+	// of the optimizer state; −1 lists it only (another shard group's
+	// copy of the shard is written). Unsharded state goes with Weights.
+	Owner int
 }
 
 // Reset empties the snapshot for the next save and keeps its buffers.
@@ -104,34 +127,57 @@ func (s *Snapshot) AddModel(stage int, set *nn.ParamSet, opt optim.Optimizer) er
 // tensor once, under the first stage. Restore loads it into every stage
 // that has it, by name.
 func (s *Snapshot) AddStage(stage int, m *nn.Model, opt optim.Optimizer) error {
+	return s.AddPart(stage, m, opt, PartOptions{Weights: true})
+}
+
+// AddPart is AddStage for one rank of a part's data-parallel group (its
+// weights, or its ZeRO shard of the optimizer state, as o says).
+func (s *Snapshot) AddPart(stage int, m *nn.Model, opt optim.Optimizer, o PartOptions) error {
 	skip := ""
 	if m.Tied != nil && !m.First() {
 		skip = m.Tied.Name
 	}
-	return s.addParams(bufKey{stage: stage, tp: m.TP.Rank}, m.Set, opt, skip)
+	return s.addParamsAs(bufKey{stage: stage, tp: m.TP.Rank}, m.Set, opt, skip, o)
 }
 
 func (s *Snapshot) addParams(k bufKey, set *nn.ParamSet, opt optim.Optimizer, skip string) error {
+	return s.addParamsAs(k, set, opt, skip, PartOptions{Weights: true})
+}
+
+func (s *Snapshot) addParamsAs(k bufKey, set *nn.ParamSet, opt optim.Optimizer, skip string, o PartOptions) error {
 	stage := k.stage
 	be := set.Backend()
-	w := s.buffer(k, set.Len())
-	be.Download(w, set.Weights())
 	var params []*nn.Param
 	for _, p := range set.Params() {
 		if p.Name != skip {
 			params = append(params, p)
 		}
 	}
-	tensor := func(name string, p *nn.Param, data []float32) Tensor {
-		t := Tensor{TensorSpec: TensorSpec{Name: name, DType: safetensors.F32, Shape: slices.Clone(p.Shape), Stage: stage},
-			TPRank: k.tp, Data: f32Bytes(data[p.Offset : p.Offset+p.Size()])}
+	spec := func(name string, p *nn.Param) Tensor {
+		t := Tensor{TensorSpec: TensorSpec{Name: name, DType: safetensors.F32, Shape: slices.Clone(p.Shape), Stage: stage}, TPRank: k.tp}
 		if p.Split != nil {
 			t.Shape, t.Split = slices.Clone(p.Split.Full), p.Split
 		}
 		return t
 	}
+	tensor := func(name string, p *nn.Param, data []float32) Tensor {
+		t := spec(name, p)
+		t.Data = f32Bytes(data[p.Offset : p.Offset+p.Size()])
+		return t
+	}
+	var w []float32
+	if o.Weights {
+		w = s.buffer(k, set.Len())
+		be.Download(w, set.Weights())
+	}
 	for _, p := range params {
-		s.Add(tensor(p.Name, p, w))
+		if o.Weights {
+			s.Add(tensor(p.Name, p, w))
+		} else {
+			t := spec(p.Name, p)
+			t.SpecOnly = true
+			s.Add(t)
+		}
 	}
 	if opt == nil {
 		return nil
@@ -143,14 +189,74 @@ func (s *Snapshot) addParams(k bufKey, set *nn.ParamSet, opt optim.Optimizer, sk
 	}
 	s.Meta.Optimizer = st
 	for _, ost := range opt.States() {
+		if ost.Ranges != nil {
+			if err := s.addStateShard(be, k, params, ost, o.Owner, spec); err != nil {
+				return err
+			}
+			continue
+		}
 		if ost.Buf.Len() != set.Len() {
 			return fmt.Errorf("%w: optimizer state %s has %d elements, the parameters %d", ErrSnapshot, ost.Name, ost.Buf.Len(), set.Len())
+		}
+		if !o.Weights {
+			for _, p := range params {
+				t := spec(OptimName(ost.Name, p.Name), p)
+				t.SpecOnly = true
+				s.Add(t)
+			}
+			continue
 		}
 		b := s.buffer(bufKey{stage, k.tp, ost.Name}, set.Len())
 		be.Download(b, ost.Buf)
 		for _, p := range params {
 			s.Add(tensor(OptimName(ost.Name, p.Name), p, b))
 		}
+	}
+	return nil
+}
+
+// addStateShard adds a ZeRO shard of optimizer state (ost holds the flat
+// ranges ost.Ranges of the part): per parameter, the element ranges it
+// holds of it, written by data-parallel rank owner (−1: listed only).
+func (s *Snapshot) addStateShard(be kernels.Backend, k bufKey, params []*nn.Param, ost optim.State, owner int, spec func(string, *nn.Param) Tensor) error {
+	n := 0
+	for _, r := range ost.Ranges {
+		n += r.Len()
+	}
+	if ost.Buf.Len() != n {
+		return fmt.Errorf("%w: optimizer state %s holds %d elements, its ranges %d", ErrSnapshot, ost.Name, ost.Buf.Len(), n)
+	}
+	var b []float32
+	if owner >= 0 {
+		b = s.buffer(bufKey{k.stage, k.tp, ost.Name}, n)
+		be.Download(b, ost.Buf)
+	}
+	for _, p := range params {
+		t := spec(OptimName(ost.Name, p.Name), p)
+		if owner < 0 || p.Split == nil && k.tp > 0 {
+			// Another rank writes it: another shard group's copy, or a
+			// parameter every tensor-parallel shard holds whole (shard 0's
+			// owners write it).
+			t.SpecOnly = true
+			s.Add(t)
+			continue
+		}
+		t.Owned, t.Owner = true, owner
+		var data []float32
+		off := 0
+		for _, r := range ost.Ranges {
+			lo, hi := max(r.Lo, p.Offset), min(r.Hi, p.Offset+p.Size())
+			if lo < hi {
+				t.Elems = append(t.Elems, optim.Range{Lo: lo - p.Offset, Hi: hi - p.Offset})
+				data = append(data, b[off+lo-r.Lo:off+hi-r.Lo]...)
+			}
+			off += r.Len()
+		}
+		t.Data = f32Bytes(data)
+		if t.Data == nil {
+			t.Data = []byte{}
+		}
+		s.Add(t)
 	}
 	return nil
 }
@@ -179,6 +285,22 @@ func (s *Snapshot) validate() error {
 			return fmt.Errorf("%w: tensor %q: only dimension 0 may be padded, not %d", ErrSnapshot, t.Name, t.Split.Dim)
 		}
 		b, _ := TensorSpec{DType: t.DType, Shape: t.localShape()}.Bytes()
+		switch {
+		case t.SpecOnly:
+			continue
+		case t.Owned:
+			if t.Owner < 0 || t.Owner >= m.World.DP {
+				return fmt.Errorf("%w: tensor %q: owner %d outside %d data-parallel ranks", ErrSnapshot, t.Name, t.Owner, m.World.DP)
+			}
+			n := int64(0)
+			for _, e := range t.Elems {
+				if e.Lo < 0 || e.Lo > e.Hi || int64(e.Hi)*int64(t.DType.Size()) > b {
+					return fmt.Errorf("%w: tensor %q: elements [%d, %d) outside %v", ErrSnapshot, t.Name, e.Lo, e.Hi, t.localShape())
+				}
+				n += int64(e.Len())
+			}
+			b = n * int64(t.DType.Size())
+		}
 		if int64(len(t.Data)) != b {
 			return fmt.Errorf("%w: tensor %q has %d bytes of data, %v × %v needs %d", ErrSnapshot, t.Name, len(t.Data), t.DType, t.localShape(), b)
 		}
@@ -260,7 +382,11 @@ func (s *Snapshot) shard(stage, dpRank, tpRank int) (RankShard, error) {
 	var cut, whole []Tensor
 	for _, t := range s.Tensors {
 		switch {
-		case t.Stage != stage || t.TPRank != tpRank:
+		case t.Stage != stage || t.TPRank != tpRank || t.SpecOnly:
+		case t.Owned:
+			if t.Owner == dpRank {
+				r.Slices = append(r.Slices, ownedSlices(t, index[t.Name])...)
+			}
 		case t.Split != nil:
 			cut = append(cut, t)
 		default:
@@ -305,6 +431,21 @@ func (s *Snapshot) shard(stage, dpRank, tpRank int) (RankShard, error) {
 		}
 	}
 	return r, nil
+}
+
+// ownedSlices places a ZeRO shard's element ranges in the whole tensor.
+func ownedSlices(t Tensor, tensor int) []ShardSlice {
+	es := t.DType.Size()
+	var out []ShardSlice
+	at := 0
+	for _, e := range t.Elems {
+		for _, pl := range elementBlocks(t.localShape(), t.Split, e.Lo, e.Hi) {
+			n := int(boxVolume(pl.Size))
+			out = append(out, ShardSlice{Tensor: tensor, Offsets: pl.Off, Sizes: pl.Size, Data: t.Data[(at+pl.At)*es : (at+pl.At+n)*es]})
+		}
+		at += e.Len()
+	}
+	return out
 }
 
 // localSlice is a block of the whole tensor with the rows of the shard's

@@ -259,3 +259,135 @@ func tpManifest(t testing.TB) []byte {
 	}
 	return b
 }
+
+// shardedPart is part (lo, hi, place) of st with an optimizer that holds
+// only ranges of its flat buffers (a ZeRO shard), filled from st.
+func (st tpState) shardedPart(t testing.TB, lo, hi int, place nn.TP, ranges []optim.Range) (*nn.Model, optim.Optimizer) {
+	t.Helper()
+	m, full := st.part(t, lo, hi, place)
+	opt, err := optim.NewShard(m.Set, optim.DefaultConfig("adamw"), ranges)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := m.Set.Backend()
+	for i, s := range opt.States() {
+		whole := make([]float32, m.Set.Len())
+		be.Download(whole, full.States()[i].Buf)
+		var mine []float32
+		for _, r := range ranges {
+			mine = append(mine, whole[r.Lo:r.Hi]...)
+		}
+		be.Upload(s.Buf, mine)
+	}
+	opt.SetSteps(5)
+	return m, opt
+}
+
+// zeroRanges cuts n elements into buckets of about 37 and gives shard z of
+// S its chunk of each, as a ZeRO reduce-scatter does.
+func zeroRanges(n, S, z int) []optim.Range {
+	var out []optim.Range
+	for b := 0; b < n; b += 37 {
+		e := min(b+37, n)
+		lo, hi := b+(e-b)*z/S, b+(e-b)*(z+1)/S
+		if lo < hi {
+			out = append(out, optim.Range{Lo: lo, Hi: hi})
+		}
+	}
+	return out
+}
+
+// ZeRO shards of optimizer state are written by their owners, each as
+// blocks of the whole tensors (ranges cut rows anywhere), and restore into
+// any other layout bit for bit: 4 shards (of 2 tensor-parallel shards
+// each) into one whole optimizer, into 2 shards, and into another tp.
+func TestZeroStateCheckpointsReshard(t *testing.T) {
+	st := newTPState(t)
+	units := tpGPT.Units()
+	for _, tc := range []struct {
+		name         string
+		dp, tp       int
+		loadS, loadT int
+	}{{"zero4→whole", 4, 1, 1, 1}, {"zero4×tp2→zero2", 4, 2, 2, 1}, {"zero2→zero3×tp2", 2, 1, 3, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			fsys := NewMemFS()
+			snap := &Snapshot{Meta: Meta{Step: 9, World: World{DP: tc.dp, PP: 1, TP: tc.tp}}}
+			for tr := range tc.tp {
+				place := nn.TP{Rank: tr, Size: tc.tp}
+				if tc.tp == 1 {
+					place = nn.NoTP
+				}
+				for d := range tc.dp {
+					m, _ := st.part(t, 0, units, place)
+					m2, opt := st.shardedPart(t, 0, units, place, zeroRanges(m.Set.Len(), tc.dp, d))
+					if err := snap.AddPart(0, m2, opt, PartOptions{Weights: d == 0, Owner: d}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if _, err := Save(fsys, "ckpt", snap, 0); err != nil {
+				t.Fatal(err)
+			}
+			ck, err := OpenLatest(fsys, "ckpt")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ck.Close()
+			if err := ck.Verify(); err != nil {
+				t.Fatal(err)
+			}
+			for tr := range tc.loadT {
+				place := nn.TP{Rank: tr, Size: tc.loadT}
+				if tc.loadT == 1 {
+					place = nn.NoTP
+				}
+				for z := range tc.loadS {
+					m, err := nn.BuildShard(cpu(t), tpGPT, 2, 0, units, place)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var ranges []optim.Range
+					if tc.loadS > 1 {
+						ranges = zeroRanges(m.Set.Len(), tc.loadS, z)
+					}
+					opt, err := optim.NewShard(m.Set, optim.DefaultConfig("adamw"), ranges)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := ck.Restore(m.Set, opt); err != nil {
+						t.Fatal(err)
+					}
+					want, wantOpt := st.part(t, 0, units, place)
+					if ranges != nil {
+						want, wantOpt = st.shardedPart(t, 0, units, place, ranges)
+					}
+					for i, s := range opt.States() {
+						got, exp := make([]float32, s.Buf.Len()), make([]float32, s.Buf.Len())
+						m.Set.Backend().Download(got, s.Buf)
+						want.Set.Backend().Download(exp, wantOpt.States()[i].Buf)
+						for j := range got {
+							if math.Float32bits(got[j]) != math.Float32bits(exp[j]) {
+								t.Fatalf("tp %d shard %d: %s element %d is %v, want %v", tr, z, s.Name, j, got[j], exp[j])
+							}
+						}
+					}
+					if !slicesEqual(m.Set.HostWeights(), want.Set.HostWeights()) {
+						t.Fatalf("tp %d shard %d: weights differ", tr, z)
+					}
+				}
+			}
+		})
+	}
+}
+
+func slicesEqual(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}

@@ -75,3 +75,48 @@ func runLossesAndWeights(t *testing.T, args []string, whole *nn.Model) ([]float6
 	}
 	return l, m.Set.HostWeights()
 }
+
+// TestZeroWorlds: ZeRO-1 as worker processes (--procs 2 --zero 1, and with
+// --tp 2) gives one worker's losses and final weights; its checkpoint,
+// each process writing its shard of the optimizer state, resumes in one
+// worker with the uninterrupted run's losses.
+func TestZeroWorlds(t *testing.T) {
+	gpt, err := nn.NewGPT(cpu.New(1), nn.GPTConfig{Vocab: 65, Context: 16, DModel: 32, Layers: 2, Heads: 4}, 11)
+	gptInit := writeInit(t, gpt, err)
+	base := []string{"train", "--model", "gpt", "--d-model", "32", "--n-layers", "2", "--n-heads", "4", "--context", "16",
+		"--data", "synthetic-tokens", "--init", gptInit, "--batch", "16", "--steps", "12", "--threads", "2",
+		"--lr-schedule", "constant"} // the first half of the run below stops at step 6 with the same rates
+	ref, refW := runLossesAndWeights(t, append([]string{}, base...), gpt)
+	for _, w := range [][]string{{"--procs", "2", "--zero", "1"}, {"--procs", "4", "--tp", "2", "--zero", "1", "--check-every", "1"}} {
+		t.Run(strings.Join(w, " "), func(t *testing.T) {
+			got, gotW := runLossesAndWeights(t, append(append([]string{}, base...), w...), gpt)
+			for i := range ref {
+				if math.Abs(got[i]-ref[i]) > 1e-4*math.Abs(ref[i]) {
+					t.Errorf("step %d: loss %.7f, one worker %.7f", i+1, got[i], ref[i])
+				}
+			}
+			for i := range refW {
+				if d := math.Abs(float64(gotW[i] - refW[i])); d > 1e-4 {
+					t.Fatalf("final weight %d: %v, one worker's %v", i, gotW[i], refW[i])
+				}
+			}
+		})
+	}
+	ckpt := t.TempDir()
+	args := append(append([]string{}, base...), "--procs", "2", "--zero", "1", "--ckpt-dir", ckpt, "--ckpt-every", "6")
+	for i, a := range args {
+		if a == "12" {
+			args[i] = "6"
+		}
+	}
+	runLosses(t, args)
+	resumed := runLosses(t, append(append([]string{}, base...), "--ckpt-dir", ckpt, "--resume"))
+	if len(resumed) != 6 {
+		t.Fatalf("resumed run logged %d steps, want steps 7-12", len(resumed))
+	}
+	for i, l := range resumed {
+		if want := ref[6+i]; math.Abs(l-want) > 1e-4*math.Abs(want) {
+			t.Errorf("step %d after resuming a ZeRO checkpoint in one worker: loss %.7f, uninterrupted %.7f", 7+i, l, want)
+		}
+	}
+}

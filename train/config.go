@@ -393,8 +393,6 @@ func (c *Config) checkOutputs() error {
 		return fieldErr("CkptEvery", "and {Keep} must be ≥ 0")
 	case (c.CkptEvery > 0 || c.Resume) && c.CkptDir == "":
 		return fieldErr("CkptDir", "is needed by {CkptEvery} and {Resume}")
-	case c.Zero > 0 && c.CkptDir != "":
-		return fieldErr("CkptDir", "cannot be used with {Zero} yet: checkpoints do not hold sharded optimizer state")
 	case c.Trace != "" && c.PP == 1:
 		return fieldErr("Trace", "records the stages of a pipeline: it needs {PP} > 1")
 	}

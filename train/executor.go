@@ -290,7 +290,9 @@ func (e *groupExecutor) Save(ctx context.Context, meta checkpoint.Meta) (time.Du
 	meta.World = checkpoint.World{DP: e.mesh.DP, PP: e.mesh.PP, TP: e.mesh.TP}
 	if e.local {
 		return e.ckpt.saveAsync(meta, func(s *checkpoint.Snapshot) error {
-			for _, r := range e.evalRanks() {
+			// Every rank is asked; each adds what it writes (replica 0 the
+			// weights, ZeRO shards their optimizer state).
+			for r := range e.mesh.Size() {
 				p := e.peers[r]
 				msgs := make([]any, e.size)
 				msgs[p] = &worker.CaptureRequest{Peer: uint32(p), Snap: s}

@@ -137,22 +137,27 @@ func TestTensorParallelParamBytes(t *testing.T) {
 	}
 }
 
-// A tensor-parallel run's checkpoint holds its shards' blocks of the whole
-// tensors; it resumes bit for bit into the same world, and into other
-// worlds (tp 2 → 1, tp 1 → 4, pp 2 × tp 2 → dp 4, tp 2 → pp 2 × tp 2) with
-// the losses of the run that never changed world within 1e-4 relative.
-func TestTensorParallelCheckpointResume(t *testing.T) {
+// A sharded run's checkpoint holds its shards' blocks of the whole tensors
+// (tensor-parallel shards, ZeRO shards of the optimizer state); it resumes
+// bit for bit into the same world, and into other worlds (tp 2 → 1, tp 1
+// → 4, pp 2 × tp 2 → dp 4, tp 2 → pp 2 × tp 2, ZeRO dp 4 → one worker,
+// ZeRO dp 2 × tp 2 → ZeRO dp 4, one worker → ZeRO dp 2 × pp 2) with the
+// losses of the run that never changed world within 1e-4 relative.
+func TestShardedCheckpointResume(t *testing.T) {
 	base := tinyGPT()
 	base.NLayers, base.Heads, base.Steps, base.Batch = 2, 4, 8, 8
 	ref := losses(t, base)
-	type world struct{ dp, pp, tp int }
+	type world struct{ dp, pp, tp, zero int }
 	for _, tc := range []struct{ from, to world }{
-		{world{1, 1, 2}, world{1, 1, 2}}, {world{1, 1, 2}, world{1, 1, 1}}, {world{1, 1, 1}, world{1, 1, 4}},
-		{world{1, 2, 2}, world{4, 1, 1}}, {world{1, 1, 2}, world{1, 2, 2}},
+		{world{1, 1, 2, 0}, world{1, 1, 2, 0}}, {world{1, 1, 2, 0}, world{1, 1, 1, 0}}, {world{1, 1, 1, 0}, world{1, 1, 4, 0}},
+		{world{1, 2, 2, 0}, world{4, 1, 1, 0}}, {world{1, 1, 2, 0}, world{1, 2, 2, 0}},
+		// ZeRO-1: every rank writes its shard of the optimizer state.
+		{world{2, 1, 1, 1}, world{2, 1, 1, 1}}, {world{4, 1, 1, 1}, world{1, 1, 1, 0}}, {world{2, 1, 2, 1}, world{4, 1, 1, 1}},
+		{world{1, 1, 1, 0}, world{2, 2, 1, 1}},
 	} {
 		t.Run(fmt.Sprintf("%v→%v", tc.from, tc.to), func(t *testing.T) {
 			set := func(c *Config, w world) {
-				c.DP, c.PP, c.TP, c.MicroBatches = w.dp, w.pp, w.tp, 1
+				c.DP, c.PP, c.TP, c.Zero, c.MicroBatches = w.dp, w.pp, w.tp, w.zero, 1
 				if w.pp > 1 {
 					c.MicroBatches = 2
 				}

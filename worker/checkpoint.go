@@ -7,15 +7,35 @@ import (
 	"github.com/troupe-ml/troupe/checkpoint"
 )
 
-// Capture adds the part the worker holds (a stage, or a tensor-parallel
-// shard of one: weights and optimizer state) to snap, for a checkpoint
-// written from this process.
+// Capture adds what this worker contributes to a checkpoint written from
+// this process: replica 0 of its part (a stage, or a tensor-parallel shard
+// of one) adds the weights and the optimizer state; with ZeRO each rank of
+// the first shard group adds its shard of the optimizer state. Other ranks
+// add nothing. Call it on every rank.
 func (w *Worker) Capture(snap *checkpoint.Snapshot) error {
 	st, err := w.heldStage()
 	if err != nil {
 		return err
 	}
-	return snap.AddStage(st, w.model, w.opt)
+	o, ok := w.partOptions(false)
+	if !ok {
+		return nil
+	}
+	return snap.AddPart(st, w.model, w.opt, o)
+}
+
+// partOptions says what this rank writes of its part: with every, each
+// data-parallel rank adds the weights (they are partitioned among the
+// part's ranks), else replica 0 does; the ZeRO shard of the optimizer
+// state goes with the rank that holds it in the first shard group. ok is
+// false when the rank adds nothing.
+func (w *Worker) partOptions(every bool) (o checkpoint.PartOptions, ok bool) {
+	d := w.st.coord.DP
+	o = checkpoint.PartOptions{Weights: every || d == 0, Owner: -1}
+	if z := w.st.zero; z != nil && d < z.S {
+		o.Owner = d
+	}
+	return o, o.Weights || o.Owner >= 0
 }
 
 // heldStage is the pipeline stage of the part the worker holds, for a
@@ -40,7 +60,8 @@ func (w *Worker) SaveShard(meta checkpoint.Meta, dir, tmp string) (int64, error)
 		return 0, fmt.Errorf("%w: a checkpoint of a %v world from a worker of a %v world", ErrConfig, meta.World, w.mesh)
 	}
 	snap := &checkpoint.Snapshot{Meta: meta}
-	if err := snap.AddStage(st, w.model, w.opt); err != nil {
+	o, _ := w.partOptions(true)
+	if err := snap.AddPart(st, w.model, w.opt, o); err != nil {
 		return 0, err
 	}
 	shard, err := snap.Shard(st, w.st.coord.DP, w.st.coord.TP)
