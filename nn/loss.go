@@ -34,7 +34,17 @@ func Forward(c *Ctx, layers []Layer, x Act) Act {
 
 // Backward runs layers' backward passes in reverse order.
 func Backward(c *Ctx, layers []Layer, dy Act) Act {
+	return BackwardWith(c, layers, dy, nil)
+}
+
+// BackwardWith is Backward calling before(i), when given, before layer
+// i's backward pass: where a caller gives the layer's parameters the
+// gradient buffers it accumulates into (ZeRO-2 binds them per bucket).
+func BackwardWith(c *Ctx, layers []Layer, dy Act, before func(i int)) Act {
 	for i := len(layers) - 1; i >= 0; i-- {
+		if before != nil {
+			before(i)
+		}
 		dy = layers[i].Backward(c, dy)
 	}
 	return dy

@@ -133,8 +133,27 @@ func (s *ParamSet) Weights() kernels.Buffer { return s.w }
 // Grads is the flat gradient buffer.
 func (s *ParamSet) Grads() kernels.Buffer { return s.g }
 
-// ZeroGrads clears every gradient.
-func (s *ParamSet) ZeroGrads() { s.be.Fill(s.g, 0) }
+// ZeroGrads clears every gradient (of the flat buffer; none after
+// ReleaseGrads).
+func (s *ParamSet) ZeroGrads() {
+	if s.g != nil {
+		s.be.Fill(s.g, 0)
+	}
+}
+
+// ReleaseGrads frees the flat gradient buffer and leaves every Param.G
+// nil: the owner binds gradient buffers itself (ZeRO-2 keeps only a
+// bucket's while it is reduced). Grads returns nil afterwards.
+func (s *ParamSet) ReleaseGrads() {
+	if s.g == nil {
+		return
+	}
+	s.be.Free(s.g)
+	s.g = nil
+	for _, p := range s.params {
+		p.G = nil
+	}
+}
 
 // HostWeights downloads every weight into one host slice (flat order).
 func (s *ParamSet) HostWeights() []float32 {

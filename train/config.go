@@ -121,7 +121,8 @@ type Config struct {
 	BucketMB float64
 	// Zero is the ZeRO stage over the data-parallel axis (0: none; 1: the
 	// optimizer state sharded, each replica updating its 1/D of every
-	// gradient bucket). ZeroGroup shards within groups of that many
+	// gradient bucket; 2: the gradients too, each bucket's freed once
+	// reduced, every micro-batch). ZeroGroup shards within groups of that many
 	// replicas and replicates across the groups (0: the whole
 	// data-parallel group; hybrid sharding, HSDP).
 	Zero, ZeroGroup int
@@ -343,8 +344,8 @@ func (c *Config) checkWorld() error {
 		return fieldErr("Procs", "must be ≥ 0")
 	case c.TP < 1 || c.TP > mesh.MaxSize:
 		return fieldErr("TP", "must be 1 to %d, got %d", mesh.MaxSize, c.TP)
-	case c.Zero < 0 || c.Zero > 1:
-		return fieldErr("Zero", "stage %d: want 0 or 1", c.Zero)
+	case c.Zero < 0 || c.Zero > 2:
+		return fieldErr("Zero", "stage %d: want 0, 1 or 2", c.Zero)
 	case c.ZeroGroup < 0 || c.ZeroGroup > 0 && c.DP%c.ZeroGroup != 0:
 		return fieldErr("ZeroGroup", "%d must divide {DP} %d (0: shard over all of it)", c.ZeroGroup, c.DP)
 	case c.ZeroGroup > 0 && c.Zero == 0:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/troupe-ml/troupe/kernels/cpu"
 	"github.com/troupe-ml/troupe/nn"
+	"github.com/troupe-ml/troupe/worker"
 )
 
 // Tensor-parallel runs (alone, with data parallelism, with pipeline
@@ -153,7 +154,7 @@ func TestShardedCheckpointResume(t *testing.T) {
 		{world{1, 2, 2, 0}, world{4, 1, 1, 0}}, {world{1, 1, 2, 0}, world{1, 2, 2, 0}},
 		// ZeRO-1: every rank writes its shard of the optimizer state.
 		{world{2, 1, 1, 1}, world{2, 1, 1, 1}}, {world{4, 1, 1, 1}, world{1, 1, 1, 0}}, {world{2, 1, 2, 1}, world{4, 1, 1, 1}},
-		{world{1, 1, 1, 0}, world{2, 2, 1, 1}},
+		{world{1, 1, 1, 0}, world{2, 2, 1, 1}}, {world{2, 1, 1, 2}, world{2, 1, 1, 2}}, {world{4, 1, 1, 2}, world{2, 1, 1, 1}},
 	} {
 		t.Run(fmt.Sprintf("%v→%v", tc.from, tc.to), func(t *testing.T) {
 			set := func(c *Config, w world) {
@@ -209,12 +210,13 @@ func TestZeroMatchesOneWorker(t *testing.T) {
 	mlp.Steps, mlp.Batch = 8, 16
 	for name, base := range map[string]Config{"gpt-adamw": gpt, "mlp-sgd": mlp} {
 		refLosses, refWeights := lossesAndWeights(t, base)
-		for _, w := range []struct{ dp, group, accum, pp, tp int }{
-			{2, 0, 1, 1, 1}, {4, 0, 1, 1, 1}, {4, 2, 1, 1, 1}, {2, 0, 2, 1, 1}, {2, 0, 1, 2, 1}, {2, 0, 1, 1, 2},
+		for _, w := range []struct{ zero, dp, group, accum, pp, tp int }{
+			{1, 2, 0, 1, 1, 1}, {1, 4, 0, 1, 1, 1}, {1, 4, 2, 1, 1, 1}, {1, 2, 0, 2, 1, 1}, {1, 2, 0, 1, 2, 1}, {1, 2, 0, 1, 1, 2},
+			{2, 2, 0, 1, 1, 1}, {2, 4, 2, 1, 1, 1}, {2, 2, 0, 2, 1, 1}, {2, 2, 0, 1, 2, 1}, {2, 2, 0, 1, 1, 2},
 		} {
-			t.Run(fmt.Sprintf("%s/dp%d/group%d/accum%d/pp%d/tp%d", name, w.dp, w.group, w.accum, w.pp, w.tp), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/zero%d/dp%d/group%d/accum%d/pp%d/tp%d", name, w.zero, w.dp, w.group, w.accum, w.pp, w.tp), func(t *testing.T) {
 				cfg := base
-				cfg.DP, cfg.ZeroGroup, cfg.Accum, cfg.PP, cfg.TP, cfg.Zero, cfg.CheckEvery = w.dp, w.group, w.accum, w.pp, w.tp, 1, 1
+				cfg.DP, cfg.ZeroGroup, cfg.Accum, cfg.PP, cfg.TP, cfg.Zero, cfg.CheckEvery = w.dp, w.group, w.accum, w.pp, w.tp, w.zero, 1
 				if w.pp > 1 {
 					cfg.MicroBatches, cfg.Accum = 2, 1
 				}
@@ -241,7 +243,7 @@ func TestZeroMatchesOneWorker(t *testing.T) {
 // adds one all-reduce of a single value, the shards' norm.)
 func TestZeroMemoryAndTraffic(t *testing.T) {
 	base := tinyGPT()
-	base.NLayers, base.Heads, base.Steps, base.Batch, base.BucketMB, base.ClipNorm = 2, 4, 2, 8, 0.01, 0
+	base.DModel, base.NLayers, base.Heads, base.Steps, base.Batch, base.BucketMB, base.ClipNorm = 32, 4, 4, 2, 8, 0.01, 0
 	for _, dp := range []int{2, 4} {
 		plain := base
 		plain.DP = dp
@@ -261,6 +263,22 @@ func TestZeroMemoryAndTraffic(t *testing.T) {
 				dp, p.SentAllReduceBytes, z.SentAllReduceBytes, z.SentReduceScatterBytes, z.SentAllGatherBytes)
 		}
 		t.Logf("dp %d: optimizer %d → %d bytes per rank; %d bytes sent per step either way", dp, p.OptimizerBytes, z.OptimizerBytes, p.SentAllReduceBytes)
+		// ZeRO-2 holds its owned gradients and the buckets in flight (at
+		// most three: two reducing, one filling, and one owned chunk being
+		// added) instead of all of them, and sends what ZeRO-1 sends with
+		// one micro-batch.
+		zero.Zero, zero.BucketMB = 2, 0.002
+		z2 := stepMetrics(t, zero)
+		zero.BucketMB = base.BucketMB
+		biggest := largestBucket(t, zero)
+		bound := 4*(n/int64(dp)+int64(n)/int64(dp)/10) + 4*4*biggest // owned (+10 % for uneven chunks), 3 buckets and a chunk
+		if z2.GradHeldBytes >= p.GradHeldBytes || z2.GradHeldBytes > bound {
+			t.Errorf("dp %d: ZeRO-2 holds %d gradient bytes; plain data parallelism %d, the bound %d", dp, z2.GradHeldBytes, p.GradHeldBytes, bound)
+		}
+		if z2.SentReduceScatterBytes+z2.SentAllGatherBytes != p.SentAllReduceBytes {
+			t.Errorf("dp %d: ZeRO-2 sends %d + %d, plain data parallelism %d", dp, z2.SentReduceScatterBytes, z2.SentAllGatherBytes, p.SentAllReduceBytes)
+		}
+		t.Logf("dp %d: gradients %d → %d bytes held per rank (ZeRO-2)", dp, p.GradHeldBytes, z2.GradHeldBytes)
 	}
 }
 
@@ -273,4 +291,24 @@ func stepMetrics(t *testing.T, cfg Config) StepMetrics {
 	}
 	ms := readMetrics(t, cfg.MetricsOut)
 	return ms[len(ms)-1]
+}
+
+// largestBucket is the most values one gradient bucket of cfg's model
+// holds.
+func largestBucket(t *testing.T, cfg Config) int64 {
+	t.Helper()
+	_, train, _ := openForTest(t, &cfg)
+	m, err := BuildModel(&cfg, cpu.New(1), train)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := worker.NewPlan(m.Set, int64(cfg.BucketMB*(1<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var most int64
+	for _, b := range plan.Buckets {
+		most = max(most, int64(b.Len()))
+	}
+	return most
 }

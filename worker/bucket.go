@@ -62,15 +62,16 @@ func NewPlan(s *nn.ParamSet, capBytes int64) (*Plan, error) {
 //
 // A Tracker is owned by one goroutine.
 type Tracker struct {
-	plan    *Plan
-	pending []int  // parameters not yet ready, per bucket
-	seen    []bool // parameter ready in this pass
-	next    int    // next bucket to start
+	plan     *Plan
+	pending  []int  // parameters not yet ready, per bucket
+	seen     []bool // parameter ready in this pass
+	next     int    // next bucket to start
+	deferred int    // a bucket the order skips (−1: none)
 }
 
 // NewTracker returns a tracker ready for a first pass.
 func NewTracker(p *Plan) *Tracker {
-	t := &Tracker{plan: p, pending: make([]int, len(p.Buckets)), seen: make([]bool, p.params)}
+	t := &Tracker{plan: p, pending: make([]int, len(p.Buckets)), seen: make([]bool, p.params), deferred: -1}
 	t.Reset()
 	return t
 }
@@ -97,12 +98,22 @@ func (t *Tracker) Ready(p *nn.Param, dst []int) ([]int, error) {
 	}
 	t.seen[i] = true
 	t.pending[t.plan.bucket[i]]--
-	for t.next < len(t.pending) && t.pending[t.next] == 0 {
-		dst = append(dst, t.next)
+	for t.next < len(t.pending) && (t.pending[t.next] == 0 || t.next == t.deferred) {
+		if t.next != t.deferred {
+			dst = append(dst, t.next)
+		}
 		t.next++
 	}
 	return dst, nil
 }
+
+// Defer takes bucket k out of the order: Ready never returns it, and the
+// buckets after it start without waiting for it (its owner starts it
+// later, on every rank at the same point). −1 defers none.
+func (t *Tracker) Defer(k int) { t.deferred = k }
+
+// BucketOf is the bucket holding p's gradient.
+func (p *Plan) BucketOf(q *nn.Param) int { return p.bucket[p.index[q]] }
 
 // Done reports whether every bucket has started.
 func (t *Tracker) Done() bool { return t.next == len(t.pending) }

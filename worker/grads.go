@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/nn"
 )
@@ -15,21 +16,23 @@ import (
 // buckets, each started as soon as the last backward pass has made its
 // gradients final (PyTorch DDP's Reducer, without its threads): the
 // communication of the late layers' buckets overlaps the backward pass of
-// the early ones.
+// the early ones. With ZeRO it reduce-scatters them over the shard group
+// instead (ZeRO-2: after every micro-batch's backward pass, into the
+// bucket buffers zeroGrads binds).
 type reducer struct {
 	s       *stepper
 	plan    *Plan
 	tracker *Tracker
-	grads   []float32 // the host view of the gradient buffer (or staging)
+	grads   []float32 // the host view of the gradient buffer (or staging); nil with ZeRO-2
 	handles []*collective.Handle
 	started []int
 	ctx     context.Context
 	first   time.Time
 	err     error // a hook's failure, reported after the backward pass
-	// deferred is a parameter whose bucket waits until released: with
-	// ZeRO, the tied embedding, summed with the other stage first.
-	deferred *nn.Param
-	released bool
+	// deferred is a bucket that waits until released (−1: none): with
+	// ZeRO, the tied embedding's, summed with the other stage first (the
+	// stages own different chunks of it).
+	deferred int
 }
 
 func newReducer(s *stepper) (*reducer, error) {
@@ -38,18 +41,19 @@ func newReducer(s *stepper) (*reducer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &reducer{s: s, plan: plan, tracker: NewTracker(plan), grads: s.host(set.Grads(), false)}, nil
+	return &reducer{s: s, plan: plan, tracker: NewTracker(plan), grads: s.host(set.Grads(), false), deferred: -1}, nil
 }
 
-// start prepares a step's backward pass.
+// start prepares a backward pass whose gradients are reduced.
 func (r *reducer) start(ctx context.Context) {
-	r.ctx, r.err, r.handles, r.first, r.released = ctx, nil, r.handles[:0], time.Time{}, false
+	r.ctx, r.err, r.handles, r.first = ctx, nil, r.handles[:0], time.Time{}
 	r.tracker.Reset()
+	r.tracker.Defer(r.deferred)
 }
 
 // ready is the backward pass's hook: p's gradient is final.
 func (r *reducer) ready(p *nn.Param) {
-	if r.err != nil || p == r.deferred && !r.released {
+	if r.err != nil {
 		return
 	}
 	var err error
@@ -60,8 +64,17 @@ func (r *reducer) ready(p *nn.Param) {
 	r.launch(r.started)
 }
 
-// launch starts the all-reduce of buckets ks.
+// launch starts the reduction of buckets ks.
 func (r *reducer) launch(ks []int) {
+	if r.first.IsZero() && len(ks) > 0 {
+		r.first = time.Now()
+	}
+	if z := r.s.zero; z != nil && z.g2 != nil {
+		for _, k := range ks {
+			z.g2.launch(r.ctx, k)
+		}
+		return
+	}
 	be := r.s.w.be
 	grads := r.s.w.model.Set.Grads()
 	for _, k := range ks {
@@ -69,9 +82,6 @@ func (r *reducer) launch(ks []int) {
 		buf := r.grads[b.Lo:b.Hi]
 		if r.s.hostMem == nil {
 			be.Download(buf, be.View(grads, b.Lo, b.Len()))
-		}
-		if r.first.IsZero() {
-			r.first = time.Now()
 		}
 		if r.s.zero != nil {
 			r.handles = append(r.handles, r.s.zero.shard.ReduceScatter(r.ctx, buf, collective.Sum))
@@ -81,10 +91,17 @@ func (r *reducer) launch(ks []int) {
 	}
 }
 
-// finish launches the buckets no hook started (a replica whose last
+// release starts the deferred bucket.
+func (r *reducer) release() {
+	if r.deferred >= 0 && r.err == nil {
+		r.launch([]int{r.deferred})
+	}
+}
+
+// launchRest starts the buckets no hook started (a replica whose last
 // micro-batch was empty makes no gradients final: it sends its zeros, or
-// what earlier micro-batches accumulated) and waits for every bucket.
-func (r *reducer) finish() error {
+// what earlier micro-batches accumulated).
+func (r *reducer) launchRest() {
 	for i, p := range r.s.w.model.Set.Params() {
 		if r.tracker.Done() {
 			break
@@ -93,16 +110,30 @@ func (r *reducer) finish() error {
 			r.ready(p)
 		}
 	}
+}
+
+// finish launches the buckets no hook started and waits for every bucket.
+func (r *reducer) finish() error {
+	r.launchRest()
 	if r.err != nil {
 		r.abandon()
 		return r.err
 	}
+	if z := r.s.zero; z != nil && z.g2 != nil {
+		return z.g2.retire(true)
+	}
 	return collective.WaitAll(r.handles...)
 }
 
-// abandon waits for the all-reduces already started, so that no operation
-// still owns the gradient buffer when the step returns its error.
-func (r *reducer) abandon() { _ = collective.WaitAll(r.handles...) }
+// abandon waits for the reductions already started, so that no operation
+// still owns a gradient buffer when the step returns its error.
+func (r *reducer) abandon() {
+	if z := r.s.zero; z != nil && z.g2 != nil {
+		_ = z.g2.retire(true)
+		return
+	}
+	_ = collective.WaitAll(r.handles...)
+}
 
 // sumGradients completes the gradient sums after the schedule ended: the
 // data-parallel buckets (started during the last backward pass), the
@@ -117,8 +148,7 @@ func (s *stepper) sumGradients(ctx context.Context, scheduleEnd time.Time, res *
 		if err := s.sumTied(ctx, res); err != nil {
 			return err
 		}
-		s.reducer.released = true
-		s.reducer.ready(s.w.model.Tied)
+		s.reducer.release()
 	}
 	if r := s.reducer; r != nil {
 		if err := r.finish(); err != nil {
@@ -130,7 +160,9 @@ func (s *stepper) sumGradients(ctx context.Context, scheduleEnd time.Time, res *
 			}
 		}
 		res.Overlap = MeasureOverlap(r.first, scheduleEnd, time.Now())
-		s.landed(set.Grads())
+		if set.Grads() != nil {
+			s.landed(set.Grads())
+		}
 	}
 	if s.tp != nil && s.w.spec.SP {
 		if err := s.sumPartialGrads(ctx, res); err != nil {
@@ -161,25 +193,32 @@ func (s *stepper) sumTied(ctx context.Context, res *StepResult) error {
 // sumPartialGrads all-reduces, over the tensor-parallel group, the
 // gradients that a sequence-parallel shard computed from its rows only
 // (nn.Param.PartialGrad: LayerNorms, row-parallel biases, positions), in
-// one operation; afterwards every shard holds their whole gradients.
+// one operation; afterwards every shard holds their whole gradients. With
+// ZeRO only the owned parts are summed (the shards of a stage have the
+// same layout, so they own the same elements of these parameters).
 func (s *stepper) sumPartialGrads(ctx context.Context, res *StepResult) error {
 	be := s.w.be
-	var ps []*nn.Param
+	var parts []kernels.Buffer
 	n := 0
 	for _, p := range s.w.model.Set.Params() {
-		if p.PartialGrad {
-			ps = append(ps, p)
-			n += p.Size()
+		if !p.PartialGrad {
+			continue
 		}
+		if s.zero != nil {
+			s.ownedViews(p, func(g kernels.Buffer) { parts = append(parts, g); n += g.Len() })
+			continue
+		}
+		parts = append(parts, p.G)
+		n += p.Size()
 	}
 	if n == 0 {
 		return nil
 	}
 	s.partial = grow(s.partial, n)
 	off := 0
-	for _, p := range ps {
-		be.Download(s.partial[off:off+p.Size()], p.G)
-		off += p.Size()
+	for _, g := range parts {
+		be.Download(s.partial[off:off+g.Len()], g)
+		off += g.Len()
 	}
 	start := time.Now()
 	err := s.tp.comm.AllReduce(ctx, s.partial, collective.Sum).Wait()
@@ -188,9 +227,9 @@ func (s *stepper) sumPartialGrads(ctx context.Context, res *StepResult) error {
 		return err
 	}
 	off = 0
-	for _, p := range ps {
-		be.Upload(p.G, s.partial[off:off+p.Size()])
-		off += p.Size()
+	for _, g := range parts {
+		be.Upload(g, s.partial[off:off+g.Len()])
+		off += g.Len()
 	}
 	return nil
 }
@@ -245,8 +284,13 @@ func (s *stepper) clip(ctx context.Context, res *StepResult) (float64, error) {
 	norm := math.Sqrt(sq)
 	if norm > maxNorm {
 		// With ZeRO only the owned gradients are whole, but scaling all is
-		// as cheap, and the optimizer reads only those.
-		be.Scale(m.Set.Grads(), float32(maxNorm/(norm+1e-6)))
+		// as cheap, and the optimizer reads only those (ZeRO-2 holds only
+		// those).
+		g := m.Set.Grads()
+		if g2 := s.zeroGrads(); g2 != nil {
+			g = g2.owned
+		}
+		be.Scale(g, float32(maxNorm/(norm+1e-6)))
 	}
 	return norm, nil
 }

@@ -351,6 +351,9 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	if s.reducer != nil {
 		s.reducer.start(ctx)
 	}
+	if g2 := s.zeroGrads(); g2 != nil {
+		g2.start()
+	}
 	if s.tp != nil {
 		s.tp.reset(ctx)
 	}
@@ -399,6 +402,9 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	res.StepMs = msOf(time.Since(start))
 	res.PeakAct = w.pool.PeakBytes()
 	res.ParamBytes, res.GradBytes = 4*int64(m.Set.Len()), 4*int64(m.Set.Len())
+	if g2 := s.zeroGrads(); g2 != nil {
+		res.GradBytes = g2.heldBytes()
+	}
 	for _, st := range w.opt.States() {
 		res.OptimBytes += 4 * int64(st.Buf.Len())
 	}
@@ -550,7 +556,7 @@ func (s *stepper) run(ctx context.Context, op pipeline.Op, res *StepResult, scal
 		s.recompute(k)
 		return s.tpErr()
 	case pipeline.Backward:
-		return s.backward(k)
+		return s.backward(ctx, k)
 	case pipeline.SendGrad:
 		s.mbs[k].sendDx = s.gradOut.Broadcast(ctx, s.host(s.mbs[k].dx.X, true), 0)
 	default:
@@ -645,7 +651,7 @@ func (s *stepper) recompute(k int) {
 // to the previous stage. The last micro-batch's pass makes every gradient
 // final: with data parallelism its buckets are all-reduced while it goes
 // on.
-func (s *stepper) backward(k int) error {
+func (s *stepper) backward(ctx context.Context, k int) error {
 	mb := &s.mbs[k]
 	w, m := s.w, s.w.model
 	dy := mb.grad
@@ -656,10 +662,23 @@ func (s *stepper) backward(k int) error {
 	}
 	mb.out, mb.grad = nn.Act{}, nn.Act{}
 	c := s.ctxFor(&mb.tape)
-	if s.reducer != nil && k == len(s.mbs)-1 {
+	var bind func(i int)
+	g2 := s.zeroGrads()
+	switch {
+	case g2 != nil:
+		// ZeRO-2 reduces every micro-batch's gradients, bucket by bucket.
+		s.reducer.start(ctx)
+		c.OnGradReady = s.reducer.ready
+		bind = func(i int) { g2.bind(m.Layers[i]) }
+	case s.reducer != nil && k == len(s.mbs)-1:
 		c.OnGradReady = s.reducer.ready
 	}
-	mb.dx = nn.Backward(c, m.Layers, dy)
+	mb.dx = nn.BackwardWith(c, m.Layers, dy, bind)
+	if g2 != nil {
+		if err := g2.endMicro(); err != nil {
+			return err
+		}
+	}
 	if err := s.tpErr(); err != nil {
 		return err
 	}

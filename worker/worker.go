@@ -189,10 +189,17 @@ func (w *Worker) buildPart(st int) error {
 // its step count; it reports whether that replaced the optimizer (and so
 // its state), which an already sharded one with the same ranges does not.
 func (w *Worker) shardOptimizer(ranges []optim.Range) (bool, error) {
-	if w.optRanges != nil && slices.Equal(w.optRanges, ranges) {
+	return w.shardOptimizerWith(ranges, nil)
+}
+
+// shardOptimizerWith is shardOptimizer with the ranges' gradients read
+// from grads (ZeRO-2); it always replaces the optimizer, whose gradient
+// buffer is new.
+func (w *Worker) shardOptimizerWith(ranges []optim.Range, grads kernels.Buffer) (bool, error) {
+	if grads == nil && w.optRanges != nil && slices.Equal(w.optRanges, ranges) {
 		return false, nil
 	}
-	opt, err := optim.NewShard(w.model.Set, w.spec.Optim, ranges)
+	opt, err := optim.NewShardWith(w.model.Set, w.spec.Optim, ranges, grads)
 	if err != nil {
 		return false, fmt.Errorf("%w: %v", ErrConfig, err)
 	}

@@ -205,6 +205,9 @@ func TestEveryWorldMatchesOneWorker(t *testing.T) {
 				{2, 1, 1, pipeline.Kind1F1B, false, 0, false, 1, 0}, {4, 1, 1, pipeline.Kind1F1B, false, 0, false, 1, 0},
 				{4, 1, 1, pipeline.Kind1F1B, false, 0, false, 1, 2}, {2, 1, 2, pipeline.Kind1F1B, false, 0, false, 1, 0},
 				{2, 2, 2, pipeline.Kind1F1B, false, 0, false, 1, 0}, {2, 1, 1, pipeline.Kind1F1B, false, 2, true, 1, 0},
+				{2, 1, 1, pipeline.Kind1F1B, false, 0, false, 2, 0}, {4, 1, 1, pipeline.Kind1F1B, false, 0, false, 2, 2},
+				{2, 1, 3, pipeline.Kind1F1B, false, 0, false, 2, 0}, {2, 2, 2, pipeline.Kind1F1B, false, 0, false, 2, 0},
+				{2, 1, 1, pipeline.Kind1F1B, false, 2, true, 2, 0},
 			} {
 				t.Run(fmt.Sprintf("%s/clip%v/dp%d/pp%d/tp%d/m%d/%s/recompute=%v/sp=%v/zero%d-%d", name, clip, tc.D, tc.P, max(1, tc.T), tc.M, tc.kind, tc.recompute, tc.sp, tc.Z, tc.ZG), func(t *testing.T) {
 					if tc.P > s.model.Units() {

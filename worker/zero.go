@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/mesh"
+	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
 )
 
@@ -37,6 +39,8 @@ type zero struct {
 	// owned is this rank's chunk of every bucket, in bucket order; sorted
 	// is the same ranges in flat order, the optimizer's.
 	owned, sorted []optim.Range
+	// g2 is ZeRO-2's gradient memory (nil at stage 1).
+	g2 *zeroGrads
 }
 
 // zeroGroups returns, for rank of m, the ranks of its shard group and of
@@ -92,7 +96,7 @@ func (s *stepper) openZero() error {
 	zr.sorted = sortedRanges(zr.owned)
 	s.zero = zr
 	if s.tied != nil {
-		s.reducer.deferred = s.w.model.Tied
+		s.reducer.deferred = s.reducer.plan.BucketOf(s.w.model.Tied)
 	}
 	if spec.ClipNorm > 0 {
 		// The global norm sums the owned gradients of every part of the
@@ -106,6 +110,9 @@ func (s *stepper) openZero() error {
 			return err
 		}
 		s.norm = make([]float32, 1)
+	}
+	if spec.Zero >= 2 {
+		return s.openZeroGrads()
 	}
 	s.zeroMoved, err = s.w.shardOptimizer(zr.sorted)
 	return err
@@ -127,23 +134,58 @@ func sortedRanges(rs []optim.Range) []optim.Range {
 	return out
 }
 
+// zeroGrads is ZeRO-2's gradient memory (nil otherwise).
+func (s *stepper) zeroGrads() *zeroGrads {
+	if s.zero == nil {
+		return nil
+	}
+	return s.zero.g2
+}
+
 // reduceOwned completes the owned chunks after the shard group's
 // reduce-scatter: with several shard groups, the owned chunk of every
-// bucket is all-reduced over the replicate group.
+// bucket is all-reduced over the replicate group (ZeRO-2: the owned
+// gradients, one operation).
 func (s *stepper) reduceOwned(ctx context.Context, res *StepResult) error {
 	zr := s.zero
 	if zr.replicate == nil {
 		return nil
 	}
-	grads := s.reducer.grads
 	start := time.Now()
-	var hs []*collective.Handle
-	for _, r := range zr.owned {
-		hs = append(hs, zr.replicate.AllReduce(ctx, grads[r.Lo:r.Hi], collective.Sum))
+	var err error
+	if g2 := zr.g2; g2 != nil {
+		v := s.host(g2.owned, true)
+		if err = zr.replicate.AllReduce(ctx, v, collective.Sum).Wait(); err == nil {
+			s.landed(g2.owned)
+		}
+	} else {
+		var hs []*collective.Handle
+		for _, r := range zr.owned {
+			hs = append(hs, zr.replicate.AllReduce(ctx, s.reducer.grads[r.Lo:r.Hi], collective.Sum))
+		}
+		err = collective.WaitAll(hs...)
 	}
-	err := collective.WaitAll(hs...)
 	res.addExposed(time.Since(start))
 	return err
+}
+
+// ownedViews calls f with the part of p's gradient this rank owns, by
+// owned range: views of the owned gradient buffer with ZeRO-2, of the set's
+// gradients at stage 1.
+func (s *stepper) ownedViews(p *nn.Param, f func(g kernels.Buffer)) {
+	be, set := s.w.be, s.w.model.Set
+	off := 0
+	for _, r := range s.zero.sorted {
+		lo, hi := max(r.Lo, p.Offset), min(r.Hi, p.Offset+p.Size())
+		if lo < hi {
+			if g2 := s.zero.g2; g2 != nil {
+				f(be.View(g2.owned, off+lo-r.Lo, hi-lo))
+			} else {
+				f(be.View(set.Grads(), lo, hi-lo))
+			}
+		}
+		off += r.Len()
+	}
 }
 
 // ownedSquares is the sum of squares of the gradients this rank owns that
@@ -157,12 +199,7 @@ func (s *stepper) ownedSquares() float64 {
 		if p == m.Tied && !m.First() || s.coord.TP > 0 && p.Split == nil {
 			continue
 		}
-		for _, r := range s.zero.sorted {
-			lo, hi := max(r.Lo, p.Offset), min(r.Hi, p.Offset+p.Size())
-			if lo < hi {
-				sq += be.SumSquares(be.View(m.Set.Grads(), lo, hi-lo))
-			}
-		}
+		s.ownedViews(p, func(g kernels.Buffer) { sq += be.SumSquares(g) })
 	}
 	return sq
 }
@@ -188,3 +225,164 @@ func (s *stepper) gatherWeights(ctx context.Context, res *StepResult) error {
 	}
 	return nil
 }
+
+// zeroGrads is ZeRO-2's gradient memory: the part's flat gradient buffer
+// is gone; a bucket's gradients live in a pooled buffer from the backward
+// pass that first needs them until its reduce-scatter completes, and only
+// the owned chunks stay, summed over the step's micro-batches in owned.
+// Every micro-batch's backward pass reduces its buckets (ZeRO-2 trades
+// that communication, M times plain data parallelism's with M
+// micro-batches, for the memory), except a deferred bucket, which keeps its
+// gradients until the step's end.
+type zeroGrads struct {
+	s    *stepper
+	pool *nn.Pool
+	// bufs, host and inflight are per bucket: its gradients while bound,
+	// the host values the reduce-scatter runs on, and that operation.
+	bufs     []kernels.Buffer
+	host     [][]float32
+	inflight []*collective.Handle
+	// owned holds the owned chunks end to end in flat order (the
+	// optimizer's gradient buffer); at is each bucket's chunk's offset.
+	owned kernels.Buffer
+	at    []int
+	err   error
+	// queue is the buckets in flight, oldest first: at most maxInFlight
+	// (the oldest is waited for), which bounds the gradient memory.
+	queue []int
+}
+
+// maxInFlight is how many buckets' reductions ZeRO-2 lets run while the
+// backward pass goes on, as DeepSpeed bounds its reduce buckets.
+const maxInFlight = 2
+
+// openZeroGrads sets ZeRO-2 up: the set's flat gradient buffer released,
+// the owned gradient buffer, and the optimizer reading it.
+func (s *stepper) openZeroGrads() error {
+	zr, set, be := s.zero, s.w.model.Set, s.w.be
+	plan := s.reducer.plan
+	g := &zeroGrads{s: s, pool: nn.NewPool(be), bufs: make([]kernels.Buffer, len(plan.Buckets)),
+		host: make([][]float32, len(plan.Buckets)), inflight: make([]*collective.Handle, len(plan.Buckets)), at: make([]int, len(plan.Buckets))}
+	n := 0
+	for _, r := range zr.sorted {
+		for k, o := range zr.owned {
+			if o == r {
+				g.at[k] = n
+			}
+		}
+		n += r.Len()
+	}
+	set.ReleaseGrads()
+	s.reducer.grads = nil
+	g.owned = be.Alloc(max(n, 1))
+	if n == 0 {
+		g.owned = be.View(g.owned, 0, 0)
+	}
+	zr.g2 = g
+	var err error
+	s.zeroMoved, err = s.w.shardOptimizerWith(zr.sorted, g.owned)
+	return err
+}
+
+// start clears the owned gradients for a step.
+func (g *zeroGrads) start() {
+	g.err = nil
+	g.s.w.be.Fill(g.owned, 0)
+}
+
+// bind gives the parameters of layer l gradient buffers: their buckets',
+// allocated zeroed the first time a backward pass needs one.
+func (g *zeroGrads) bind(l nn.Layer) {
+	plan, set := g.s.reducer.plan, g.s.w.model.Set
+	for _, p := range l.Params() {
+		k := plan.BucketOf(p)
+		if g.bufs[k] != nil {
+			continue
+		}
+		b := plan.Buckets[k]
+		g.bufs[k] = g.pool.GetZero(b.Len())
+		for _, q := range set.Params()[b.FirstParam:b.EndParam] {
+			q.G = g.s.w.be.View(g.bufs[k], q.Offset-b.Lo, q.Size())
+		}
+	}
+}
+
+// launch reduce-scatters bucket k over the shard group.
+func (g *zeroGrads) launch(ctx context.Context, k int) {
+	be, plan := g.s.w.be, g.s.reducer.plan
+	b := plan.Buckets[k]
+	if g.bufs[k] == nil { // no pass touched it: its zeros
+		g.bufs[k] = g.pool.GetZero(b.Len())
+	}
+	if g.s.hostMem != nil {
+		g.host[k] = g.s.hostMem.HostSlice(g.bufs[k])
+	} else {
+		g.host[k] = grow(g.host[k], b.Len())
+		be.Download(g.host[k], g.bufs[k])
+	}
+	g.inflight[k] = g.s.zero.shard.ReduceScatter(ctx, g.host[k], collective.Sum)
+	g.queue = append(g.queue, k)
+	for len(g.queue) > maxInFlight {
+		g.take(g.queue[0])
+	}
+	g.retire(false)
+}
+
+// retire takes the reductions that completed (all of them, waiting, with
+// wait). It returns the first failure.
+func (g *zeroGrads) retire(wait bool) error {
+	for _, k := range slices.Clone(g.queue) {
+		if !wait {
+			select {
+			case <-g.inflight[k].Done():
+			default:
+				continue
+			}
+		}
+		g.take(k)
+	}
+	return g.err
+}
+
+// take waits for bucket k's reduction: its owned chunk is added to owned,
+// its buffer freed and its parameters unbound.
+func (g *zeroGrads) take(k int) {
+	be, plan, set := g.s.w.be, g.s.reducer.plan, g.s.w.model.Set
+	h := g.inflight[k]
+	g.inflight[k] = nil
+	g.queue = slices.DeleteFunc(g.queue, func(q int) bool { return q == k })
+	b := plan.Buckets[k]
+	if err := h.Wait(); err != nil {
+		if g.err == nil {
+			g.err = err
+		}
+	} else {
+		o := g.s.zero.owned[k]
+		chunk := g.host[k][o.Lo-b.Lo : o.Hi-b.Lo]
+		tmp := g.pool.Get(len(chunk))
+		be.Upload(tmp, chunk)
+		dst := be.View(g.owned, g.at[k], len(chunk))
+		be.Add(dst, dst, tmp)
+		g.pool.Put(tmp)
+	}
+	for _, q := range set.Params()[b.FirstParam:b.EndParam] {
+		q.G = nil
+	}
+	g.pool.Put(g.bufs[k])
+	g.bufs[k], g.host[k] = nil, g.host[k][:0]
+}
+
+// endMicro ends a micro-batch's backward pass: every bucket but the
+// deferred one is reduced into owned and freed.
+func (g *zeroGrads) endMicro() error {
+	r := g.s.reducer
+	r.launchRest()
+	if r.err != nil {
+		return r.err
+	}
+	return g.retire(true)
+}
+
+// heldBytes is the gradient memory at its step's peak: the pooled bucket
+// buffers and the owned chunks.
+func (g *zeroGrads) heldBytes() int64 { return g.pool.PeakBytes() + 4*int64(g.owned.Len()) }

@@ -107,6 +107,13 @@ func New(s *nn.ParamSet, c Config) (Optimizer, error) {
 // ranges. Every update is element-wise, so a shard's elements get exactly
 // the whole optimizer's values. Ranges must be disjoint and inside s.
 func NewShard(s *nn.ParamSet, c Config, ranges []Range) (Optimizer, error) {
+	return NewShardWith(s, c, ranges, nil)
+}
+
+// NewShardWith is NewShard reading the gradients of its ranges from
+// grads, where they lie end to end as the state buffers hold them, instead
+// of from the set's gradient buffer (ZeRO-2 keeps only those).
+func NewShardWith(s *nn.ParamSet, c Config, ranges []Range, grads kernels.Buffer) (Optimizer, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -120,8 +127,11 @@ func NewShard(s *nn.ParamSet, c Config, ranges []Range) (Optimizer, error) {
 			n += r.Len()
 		}
 	}
+	if grads != nil && (ranges == nil || grads.Len() != n) {
+		return nil, fmt.Errorf("%w: a gradient buffer of %d values for ranges of %d", ErrConfig, grads.Len(), n)
+	}
 	be := s.Backend()
-	b := base{set: s, cfg: c, ranges: ranges}
+	b := base{set: s, cfg: c, ranges: ranges, grads: grads}
 	switch c.Name {
 	case "sgd":
 		o := &sgd{base: b}
@@ -140,6 +150,7 @@ type base struct {
 	set    *nn.ParamSet
 	cfg    Config
 	ranges []Range
+	grads  kernels.Buffer // the ranges' gradients end to end (nil: the set's)
 	t      int
 }
 
@@ -157,7 +168,13 @@ func (o *base) each(f func(w, g kernels.Buffer, off, n int)) {
 	be, off := o.set.Backend(), 0
 	for _, r := range o.ranges {
 		if r.Len() > 0 {
-			f(be.View(o.set.Weights(), r.Lo, r.Len()), be.View(o.set.Grads(), r.Lo, r.Len()), off, r.Len())
+			g := o.grads
+			if g == nil {
+				g = be.View(o.set.Grads(), r.Lo, r.Len())
+			} else {
+				g = be.View(g, off, r.Len())
+			}
+			f(be.View(o.set.Weights(), r.Lo, r.Len()), g, off, r.Len())
 		}
 		off += r.Len()
 	}
