@@ -74,6 +74,10 @@ type PartOptions struct {
 	// of the optimizer state; −1 lists it only (another shard group's
 	// copy of the shard is written). Unsharded state goes with Weights.
 	Owner int
+	// OwnedWeights, with ZeRO-3, are the part's weights this rank holds:
+	// Buf the flat ranges Ranges end to end. They are written as the
+	// optimizer state's shard is (by Owner); Weights must be false.
+	OwnedWeights *optim.State
 }
 
 // Reset empties the snapshot for the next save and keeps its buffers.
@@ -170,13 +174,22 @@ func (s *Snapshot) addParamsAs(k bufKey, set *nn.ParamSet, opt optim.Optimizer, 
 		w = s.buffer(k, set.Len())
 		be.Download(w, set.Weights())
 	}
-	for _, p := range params {
-		if o.Weights {
-			s.Add(tensor(p.Name, p, w))
-		} else {
-			t := spec(p.Name, p)
-			t.SpecOnly = true
-			s.Add(t)
+	switch {
+	case o.OwnedWeights != nil:
+		ow := *o.OwnedWeights
+		ow.Name = ""
+		if err := s.addStateShard(be, k, params, ow, o.Owner, spec); err != nil {
+			return err
+		}
+	default:
+		for _, p := range params {
+			if o.Weights {
+				s.Add(tensor(p.Name, p, w))
+			} else {
+				t := spec(p.Name, p)
+				t.SpecOnly = true
+				s.Add(t)
+			}
 		}
 	}
 	if opt == nil {
@@ -232,7 +245,11 @@ func (s *Snapshot) addStateShard(be kernels.Backend, k bufKey, params []*nn.Para
 		be.Download(b, ost.Buf)
 	}
 	for _, p := range params {
-		t := spec(OptimName(ost.Name, p.Name), p)
+		name := p.Name // the weights themselves (ZeRO-3)
+		if ost.Name != "" {
+			name = OptimName(ost.Name, p.Name)
+		}
+		t := spec(name, p)
 		if owner < 0 || p.Split == nil && k.tp > 0 {
 			// Another rank writes it: another shard group's copy, or a
 			// parameter every tensor-parallel shard holds whole (shard 0's

@@ -88,7 +88,8 @@ func TestZeroWorlds(t *testing.T) {
 		"--lr-schedule", "constant"} // the first half of the run below stops at step 6 with the same rates
 	ref, refW := runLossesAndWeights(t, append([]string{}, base...), gpt)
 	for _, w := range [][]string{{"--procs", "2", "--zero", "1"}, {"--procs", "4", "--tp", "2", "--zero", "1", "--check-every", "1"},
-		{"--procs", "2", "--zero", "2", "--accum", "2"}} {
+		{"--procs", "2", "--zero", "2", "--accum", "2"}, {"--procs", "2", "--zero", "3", "--check-every", "1"},
+		{"--procs", "4", "--zero", "3", "--pp", "2", "--micro-batches", "2"}} {
 		t.Run(strings.Join(w, " "), func(t *testing.T) {
 			got, gotW := runLossesAndWeights(t, append(append([]string{}, base...), w...), gpt)
 			for i := range ref {

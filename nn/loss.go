@@ -26,26 +26,50 @@ func CrossEntropy(c *Ctx, logits Act, targets kernels.Index, gradScale float32) 
 
 // Forward runs layers in order.
 func Forward(c *Ctx, layers []Layer, x Act) Act {
-	for _, l := range layers {
+	return ForwardWith(c, layers, x, Hooks{})
+}
+
+// Hooks run around each layer i of a pass, when given: where a caller
+// makes the layer's parameters present before it runs and lets them go
+// after (ZeRO-3 gathers each layer's weights and frees them; ZeRO-2 binds
+// its gradient buffers).
+type Hooks struct {
+	Before, After func(i int)
+}
+
+func (h Hooks) before(i int) {
+	if h.Before != nil {
+		h.Before(i)
+	}
+}
+
+func (h Hooks) after(i int) {
+	if h.After != nil {
+		h.After(i)
+	}
+}
+
+// ForwardWith is Forward with hooks around each layer.
+func ForwardWith(c *Ctx, layers []Layer, x Act, h Hooks) Act {
+	for i, l := range layers {
+		h.before(i)
 		x = l.Forward(c, x)
+		h.after(i)
 	}
 	return x
 }
 
 // Backward runs layers' backward passes in reverse order.
 func Backward(c *Ctx, layers []Layer, dy Act) Act {
-	return BackwardWith(c, layers, dy, nil)
+	return BackwardWith(c, layers, dy, Hooks{})
 }
 
-// BackwardWith is Backward calling before(i), when given, before layer
-// i's backward pass: where a caller gives the layer's parameters the
-// gradient buffers it accumulates into (ZeRO-2 binds them per bucket).
-func BackwardWith(c *Ctx, layers []Layer, dy Act, before func(i int)) Act {
+// BackwardWith is Backward with hooks around each layer.
+func BackwardWith(c *Ctx, layers []Layer, dy Act, h Hooks) Act {
 	for i := len(layers) - 1; i >= 0; i-- {
-		if before != nil {
-			before(i)
-		}
+		h.before(i)
 		dy = layers[i].Backward(c, dy)
+		h.after(i)
 	}
 	return dy
 }

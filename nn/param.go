@@ -141,6 +141,20 @@ func (s *ParamSet) ZeroGrads() {
 	}
 }
 
+// ReleaseWeights frees the flat weight buffer and leaves every Param.W
+// nil: the owner binds weights itself (ZeRO-3 gathers a layer's for its
+// passes). Weights returns nil afterwards.
+func (s *ParamSet) ReleaseWeights() {
+	if s.w == nil {
+		return
+	}
+	s.be.Free(s.w)
+	s.w = nil
+	for _, p := range s.params {
+		p.W = nil
+	}
+}
+
 // ReleaseGrads frees the flat gradient buffer and leaves every Param.G
 // nil: the owner binds gradient buffers itself (ZeRO-2 keeps only a
 // bucket's while it is reduced). Grads returns nil afterwards.

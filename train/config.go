@@ -122,7 +122,8 @@ type Config struct {
 	// Zero is the ZeRO stage over the data-parallel axis (0: none; 1: the
 	// optimizer state sharded, each replica updating its 1/D of every
 	// gradient bucket; 2: the gradients too, each bucket's freed once
-	// reduced, every micro-batch). ZeroGroup shards within groups of that many
+	// reduced, every micro-batch; 3: the weights too, each layer's
+	// gathered for its passes and freed after). ZeroGroup shards within groups of that many
 	// replicas and replicates across the groups (0: the whole
 	// data-parallel group; hybrid sharding, HSDP).
 	Zero, ZeroGroup int
@@ -344,8 +345,10 @@ func (c *Config) checkWorld() error {
 		return fieldErr("Procs", "must be ≥ 0")
 	case c.TP < 1 || c.TP > mesh.MaxSize:
 		return fieldErr("TP", "must be 1 to %d, got %d", mesh.MaxSize, c.TP)
-	case c.Zero < 0 || c.Zero > 2:
-		return fieldErr("Zero", "stage %d: want 0, 1 or 2", c.Zero)
+	case c.Zero < 0 || c.Zero > 3:
+		return fieldErr("Zero", "stage %d: want 0, 1, 2 or 3", c.Zero)
+	case c.Zero == 3 && c.Batch/c.DP < c.microBatches():
+		return fieldErr("Batch", "%d over {DP} %d leaves %d rows a replica, fewer than its %d micro-batches: ZeRO-3's gathers need every replica to run each one", c.Batch, c.DP, c.Batch/c.DP, c.microBatches())
 	case c.ZeroGroup < 0 || c.ZeroGroup > 0 && c.DP%c.ZeroGroup != 0:
 		return fieldErr("ZeroGroup", "%d must divide {DP} %d (0: shard over all of it)", c.ZeroGroup, c.DP)
 	case c.ZeroGroup > 0 && c.Zero == 0:

@@ -64,6 +64,10 @@ type groupExecutor struct {
 	trace *tracer
 	// parts says how a replica's parts make the whole model (Weights).
 	parts partsLayout
+	// zeroShards is the ZeRO-3 shard group's size (0 below stage 3): its
+	// ranks hold a shard of the weights each, so they evaluate and gather
+	// the weights together, and replicas compare shard by shard.
+	zeroShards int
 	// stop ends what the launcher started, after the group.
 	stop func() error
 }
@@ -131,10 +135,26 @@ func (e *groupExecutor) evalRanks() []int {
 	return out
 }
 
-// onEvalRanks makes a request for each eval rank.
+// passRanks are the ranks that run an evaluation or a weight gather
+// together: the eval ranks, and with ZeRO-3 the rest of their shard
+// groups (each holds a shard of the weights; only replica 0 reports).
+func (e *groupExecutor) passRanks() []int {
+	if e.zeroShards <= 1 {
+		return e.evalRanks()
+	}
+	var out []int
+	for r := range e.mesh.Size() {
+		if e.mesh.Coord(r).DP < e.zeroShards {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// onEvalRanks makes a request for each rank of passRanks.
 func (e *groupExecutor) onEvalRanks(mk func(peer uint32) any) []any {
 	msgs := make([]any, e.size)
-	for _, r := range e.evalRanks() {
+	for _, r := range e.passRanks() {
 		p := e.peers[r]
 		msgs[p] = mk(uint32(p))
 	}
@@ -163,7 +183,7 @@ func (e *groupExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 	for r, p := range e.peers {
 		dones[r] = replies[p].(*workerpb.StepDone)
 	}
-	st, err := aggregateStep(e.mesh, dones, req.Step, req.Checksum)
+	st, err := aggregateStep(e.mesh, e.zeroShards, dones, req.Step, req.Checksum)
 	if err != nil {
 		return st, err
 	}
@@ -336,7 +356,7 @@ func (e *groupExecutor) Close() error {
 // communication hidden, stage 0's memory and gradient norm, the measured
 // bubble of a pipeline, and (when checksum) the check that the replicas
 // of each stage hold the same bits.
-func aggregateStep(m mesh.Mesh, dones []*workerpb.StepDone, step int, checksum bool) (stepStats, error) {
+func aggregateStep(m mesh.Mesh, zeroShards int, dones []*workerpb.StepDone, step int, checksum bool) (stepStats, error) {
 	var st stepStats
 	var hidden float64
 	for _, d := range dones {
@@ -364,7 +384,7 @@ func aggregateStep(m mesh.Mesh, dones []*workerpb.StepDone, step int, checksum b
 		st.BubbleFraction, st.BubbleMs = measuredBubble(m, dones)
 	}
 	if checksum {
-		if err := checkReplicas(m, step+1, func(r int) uint64 { return dones[r].Checksum }); err != nil {
+		if err := checkReplicas(m, zeroShards, step+1, func(r int) uint64 { return dones[r].Checksum }); err != nil {
 			return st, err
 		}
 	}
@@ -388,13 +408,16 @@ func (e *DivergedError) Error() string {
 func (e *DivergedError) Unwrap() error { return ErrDiverged }
 
 // checkReplicas compares the checksum of every model part's replicas (a
-// stage's, or a stage's shard's) and names the first rank that differs
-// from the part's most common value.
-func checkReplicas(m mesh.Mesh, step int, sum func(rank int) uint64) error {
-	for part := range m.Parts() {
-		ranks := make([]int, m.DP)
-		for d := range ranks {
-			ranks[d] = m.PartRank(part, d)
+// stage's, or a stage's shard's; with ZeRO-3 shard groups of zeroShards
+// replicas, those holding the same shard) and names the first rank that
+// differs from the most common value.
+func checkReplicas(m mesh.Mesh, zeroShards, step int, sum func(rank int) uint64) error {
+	S := max(1, zeroShards)
+	for g := range m.Parts() * S {
+		part, z := g/S, g%S
+		var ranks []int
+		for d := z; d < m.DP; d += S {
+			ranks = append(ranks, m.PartRank(part, d))
 		}
 		count := map[uint64]int{}
 		for _, r := range ranks {

@@ -88,6 +88,17 @@ func (j *job) workerSpec() *worker.Spec {
 	}
 }
 
+// zeroShards is the ZeRO-3 shard group's size, 0 below stage 3.
+func (j *job) zeroShards() int {
+	if j.cfg.Zero < 3 {
+		return 0
+	}
+	if j.cfg.ZeroGroup > 0 {
+		return j.cfg.ZeroGroup
+	}
+	return j.cfg.DP
+}
+
 // place is tensor-parallel shard rank's place.
 func (j *job) place(rank int) nn.TP {
 	return nn.TP{Rank: rank, Size: j.cfg.TP, SP: j.cfg.SequenceParallel}

@@ -430,7 +430,7 @@ func (c *leaderCore) end(err error) {
 // the members.
 func (c *leaderCore) checkReplicas(replies []any, sum func(any) uint64, step int) error {
 	l := c.lay
-	err := checkReplicas(l.Mesh, step, func(r int) uint64 { return sum(replies[l.Members[r]]) })
+	err := checkReplicas(l.Mesh, 0, step, func(r int) uint64 { return sum(replies[l.Members[r]]) })
 	return c.nameMembers(err)
 }
 

@@ -155,6 +155,8 @@ func TestShardedCheckpointResume(t *testing.T) {
 		// ZeRO-1: every rank writes its shard of the optimizer state.
 		{world{2, 1, 1, 1}, world{2, 1, 1, 1}}, {world{4, 1, 1, 1}, world{1, 1, 1, 0}}, {world{2, 1, 2, 1}, world{4, 1, 1, 1}},
 		{world{1, 1, 1, 0}, world{2, 2, 1, 1}}, {world{2, 1, 1, 2}, world{2, 1, 1, 2}}, {world{4, 1, 1, 2}, world{2, 1, 1, 1}},
+		{world{2, 1, 1, 3}, world{2, 1, 1, 3}}, {world{4, 1, 1, 3}, world{2, 1, 1, 1}}, {world{4, 1, 1, 3}, world{1, 1, 1, 0}},
+		{world{1, 1, 2, 0}, world{2, 1, 2, 3}},
 	} {
 		t.Run(fmt.Sprintf("%v→%v", tc.from, tc.to), func(t *testing.T) {
 			set := func(c *Config, w world) {
@@ -213,6 +215,7 @@ func TestZeroMatchesOneWorker(t *testing.T) {
 		for _, w := range []struct{ zero, dp, group, accum, pp, tp int }{
 			{1, 2, 0, 1, 1, 1}, {1, 4, 0, 1, 1, 1}, {1, 4, 2, 1, 1, 1}, {1, 2, 0, 2, 1, 1}, {1, 2, 0, 1, 2, 1}, {1, 2, 0, 1, 1, 2},
 			{2, 2, 0, 1, 1, 1}, {2, 4, 2, 1, 1, 1}, {2, 2, 0, 2, 1, 1}, {2, 2, 0, 1, 2, 1}, {2, 2, 0, 1, 1, 2},
+			{3, 2, 0, 1, 1, 1}, {3, 4, 0, 1, 1, 1}, {3, 4, 2, 1, 1, 1}, {3, 2, 0, 2, 1, 1}, {3, 2, 0, 1, 2, 1}, {3, 2, 0, 1, 1, 2},
 		} {
 			t.Run(fmt.Sprintf("%s/zero%d/dp%d/group%d/accum%d/pp%d/tp%d", name, w.zero, w.dp, w.group, w.accum, w.pp, w.tp), func(t *testing.T) {
 				cfg := base
@@ -279,7 +282,46 @@ func TestZeroMemoryAndTraffic(t *testing.T) {
 			t.Errorf("dp %d: ZeRO-2 sends %d + %d, plain data parallelism %d", dp, z2.SentReduceScatterBytes, z2.SentAllGatherBytes, p.SentAllReduceBytes)
 		}
 		t.Logf("dp %d: gradients %d → %d bytes held per rank (ZeRO-2)", dp, p.GradHeldBytes, z2.GradHeldBytes)
+		// ZeRO-3 holds its owned weights and the layers being gathered
+		// (the largest layer at most three times: computing, prefetched,
+		// and a shared one), and sends 1.5 times plain data parallelism's
+		// bytes: an all-gather forward and one backward, a reduce-scatter;
+		// a little more here because the tied embedding's layer is gathered
+		// for the LM head too (2.6 % of this small model's parameters).
+		zero.Zero = 3
+		z3 := stepMetrics(t, zero)
+		layer := largestLayer(t, zero)
+		wbound := 4*(n/int64(dp)+n/int64(dp)/10) + 3*4*layer
+		if z3.ParamBytes >= p.ParamBytes || z3.ParamBytes > wbound {
+			t.Errorf("dp %d: ZeRO-3 holds %d weight bytes; plain data parallelism %d, the bound %d", dp, z3.ParamBytes, p.ParamBytes, wbound)
+		}
+		sent := float64(z3.SentAllGatherBytes + z3.SentReduceScatterBytes)
+		if r := sent / float64(p.SentAllReduceBytes); z3.SentAllReduceBytes != 0 || r < 1.5 || r > 1.53 {
+			t.Errorf("dp %d: ZeRO-3 sent %d + %d + %d bytes, %.3f times plain data parallelism's %d", dp, z3.SentAllReduceBytes,
+				z3.SentAllGatherBytes, z3.SentReduceScatterBytes, r, p.SentAllReduceBytes)
+		}
+		t.Logf("dp %d: weights %d → %d bytes held per rank (ZeRO-3), %.3f× the bytes sent", dp, p.ParamBytes, z3.ParamBytes, sent/float64(p.SentAllReduceBytes))
 	}
+}
+
+// largestLayer is the most parameter values one layer of cfg's model
+// holds.
+func largestLayer(t *testing.T, cfg Config) int64 {
+	t.Helper()
+	_, train, _ := openForTest(t, &cfg)
+	m, err := BuildModel(&cfg, cpu.New(1), train)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var most int64
+	for _, l := range m.Layers {
+		var n int64
+		for _, p := range l.Params() {
+			n += int64(p.Size())
+		}
+		most = max(most, n)
+	}
+	return most
 }
 
 // stepMetrics runs cfg and returns its last step's metrics line.

@@ -364,7 +364,13 @@ func (a *shellActor) weights(m *workerpb.WeightsRequest) *workerpb.Weights {
 	if m.Generation != a.w.Generation() || a.w.Holding().Part < 0 {
 		return &workerpb.Weights{Peer: m.Peer, Failure: workerpb.FailureOf(fmt.Errorf("%w: no stage in generation %d", ErrStale, m.Generation))}
 	}
-	return &workerpb.Weights{Peer: m.Peer, Data: FloatBytes(a.w.Weights())}
+	ctx, end := a.shell.begin()
+	defer end()
+	data, err := a.w.Weights(ctx)
+	if err != nil {
+		return &workerpb.Weights{Peer: m.Peer, Failure: workerpb.FailureOf(err)}
+	}
+	return &workerpb.Weights{Peer: m.Peer, Data: FloatBytes(data)}
 }
 
 func (a *shellActor) saveShard(m *workerpb.SaveShard) *workerpb.ShardSaved {

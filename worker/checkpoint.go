@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/nn/optim"
 )
 
 // Capture adds what this worker contributes to a checkpoint written from
@@ -34,6 +35,10 @@ func (w *Worker) partOptions(every bool) (o checkpoint.PartOptions, ok bool) {
 	o = checkpoint.PartOptions{Weights: every || d == 0, Owner: -1}
 	if z := w.st.zero; z != nil && d < z.S {
 		o.Owner = d
+	}
+	if g := w.zeroWeights(); g != nil && w.model.Set.Weights() == nil {
+		// ZeRO-3: the weights are sharded like the optimizer state.
+		o.Weights, o.OwnedWeights = false, &optim.State{Buf: g.owned, Ranges: w.st.zero.sorted}
 	}
 	return o, o.Weights || o.Owner >= 0
 }

@@ -44,8 +44,11 @@ func (w *Worker) Evaluate(ctx context.Context, lo, hi int) (Result, int, error) 
 	if s.tp != nil {
 		s.tp.reset(ctx)
 	}
-	y := nn.Forward(c, m.Layers, x)
-	if err := s.tpErr(); err != nil {
+	y, err := s.pass(ctx, func() nn.Act { return nn.ForwardWith(c, m.Layers, x, s.forwardHooks()) })
+	if err == nil {
+		err = s.tpErr()
+	}
+	if err != nil {
 		w.pool.Put(y.X)
 		return Result{}, 0, err
 	}
@@ -64,8 +67,11 @@ func (w *Worker) Evaluate(ctx context.Context, lo, hi int) (Result, int, error) 
 		return Result{}, 0, err
 	}
 	res.Targets = targetCount(&w.batch, 0, hi-lo, m.Context)
-	if !s.reports() {
-		res = Result{} // shard 0 reports the loss every shard computed
+	if !s.reports() || s.coord.DP != 0 {
+		// Shard 0 of replica 0 reports the loss every shard computed (with
+		// ZeRO-3 the first shard group's replicas run the evaluation
+		// together).
+		res = Result{}
 	}
 	return res, hi - lo, w.be.Sync()
 }

@@ -38,6 +38,9 @@ type reducer struct {
 func newReducer(s *stepper) (*reducer, error) {
 	set := s.w.model.Set
 	plan, err := NewPlan(set, s.w.spec.BucketBytes)
+	if s.w.spec.Zero >= 3 {
+		plan, err = NewUnitPlan(s.w.model) // ZeRO-3 gathers layer by layer
+	}
 	if err != nil {
 		return nil, err
 	}

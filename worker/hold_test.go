@@ -190,7 +190,11 @@ func TestFormFromCheckpoint(t *testing.T) {
 		if err := w.Capture(snap); err != nil {
 			t.Fatal(err)
 		}
-		whole = append(whole, w.Weights()...)
+		ws, err := w.Weights(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole = append(whole, ws...)
 	}
 	if _, err := checkpoint.Save(checkpoint.OSFS{}, dir, snap, 0); err != nil {
 		t.Fatal(err)
@@ -206,7 +210,7 @@ func TestFormFromCheckpoint(t *testing.T) {
 	if err := w.Form(context.Background(), Form{Generation: 1, Mesh: m, Step: 2, Source: Source{Kind: FromCheckpoint, Step: 2}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(w.Weights(), whole) {
+	if ws, _ := w.Weights(context.Background()); !slices.Equal(ws, whole) {
 		t.Fatal("the restored weights differ from the stages' weights")
 	}
 	if err := w.Form(context.Background(), Form{Generation: 2, Mesh: m, Step: 9, Source: Source{Kind: FromCheckpoint, Step: 9}}, nil); err == nil {

@@ -41,7 +41,7 @@ type Spec struct {
 	// (≤ 0: 25 MiB, PyTorch's default).
 	BucketBytes int64
 	// Zero is the ZeRO stage over the data-parallel axis (0: none; 1:
-	// optimizer state sharded; 2: gradients too); ZeroGroup the size of its shard groups (0:
+	// optimizer state sharded; 2: gradients too; 3: weights too); ZeroGroup the size of its shard groups (0:
 	// the whole data-parallel group; a divisor of it: hybrid sharding,
 	// the groups replicating each other).
 	Zero, ZeroGroup int
@@ -94,8 +94,8 @@ func (s *Spec) Validate() error {
 	if s.TP < 0 {
 		return fmt.Errorf("%w: %d tensor-parallel shards", ErrConfig, s.TP)
 	}
-	if s.Zero < 0 || s.Zero > 2 || s.ZeroGroup < 0 {
-		return fmt.Errorf("%w: ZeRO stage %d with groups of %d (stages 0 to 2 run)", ErrConfig, s.Zero, s.ZeroGroup)
+	if s.Zero < 0 || s.Zero > 3 || s.ZeroGroup < 0 {
+		return fmt.Errorf("%w: ZeRO stage %d with groups of %d (stages 0 to 3)", ErrConfig, s.Zero, s.ZeroGroup)
 	}
 	if err := s.Model.CheckTP(s.place(0)); err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)

@@ -330,7 +330,9 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	M := s.sched.MicroBatches
 	lo, hi := data.Split(req.Batch, s.mesh.DP, s.coord.DP)
 	rows := hi - lo
-	if s.mesh.PP > 1 && rows < M {
+	if (s.mesh.PP > 1 || s.zeroWeights() != nil) && rows < M {
+		// Pipelines, and ZeRO-3's gathers, need every rank to run every
+		// micro-batch.
 		return res, fmt.Errorf("%w: %d rows for replica %d cannot make %d micro-batches", ErrConfig, rows, s.coord.DP, M)
 	}
 	if rows > 0 && (m.First() || m.Last()) {
@@ -353,6 +355,10 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	}
 	if g2 := s.zeroGrads(); g2 != nil {
 		g2.start()
+		g2.pool.ResetPeak()
+	}
+	if g3 := s.zeroWeights(); g3 != nil {
+		g3.pool.ResetPeak()
 	}
 	if s.tp != nil {
 		s.tp.reset(ctx)
@@ -387,7 +393,7 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 		return res, err
 	}
 	w.opt.Step(float32(req.LR))
-	if s.zero != nil {
+	if s.zero != nil && s.zero.g3 == nil {
 		if err := s.gatherWeights(ctx, &res); err != nil {
 			return res, fmt.Errorf("stage %d: ZeRO weight gather: %w", s.coord.PP, err)
 		}
@@ -397,13 +403,16 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	}
 	res.GradNorm = norm
 	if req.Checksum {
-		res.Checksum = Checksum(m.Set.HostWeights())
+		res.Checksum = s.checksum()
 	}
 	res.StepMs = msOf(time.Since(start))
 	res.PeakAct = w.pool.PeakBytes()
 	res.ParamBytes, res.GradBytes = 4*int64(m.Set.Len()), 4*int64(m.Set.Len())
 	if g2 := s.zeroGrads(); g2 != nil {
 		res.GradBytes = g2.heldBytes()
+	}
+	if g3 := s.zeroWeights(); g3 != nil {
+		res.ParamBytes = g3.heldBytes()
 	}
 	for _, st := range w.opt.States() {
 		res.OptimBytes += 4 * int64(st.Buf.Len())
@@ -546,14 +555,18 @@ func (s *stepper) run(ctx context.Context, op pipeline.Op, res *StepResult, scal
 	case pipeline.RecvAct:
 		return s.recvAct(ctx, k)
 	case pipeline.Forward:
-		s.forward(k, res, scale)
+		if err := s.forward(ctx, k, res, scale); err != nil {
+			return err
+		}
 		return s.tpErr()
 	case pipeline.SendAct:
 		s.mbs[k].sendAct = s.actOut.Broadcast(ctx, s.host(s.mbs[k].out.X, true), 0)
 	case pipeline.RecvGrad:
 		return s.recvGrad(ctx, k)
 	case pipeline.Recompute:
-		s.recompute(k)
+		if err := s.recompute(ctx, k); err != nil {
+			return err
+		}
 		return s.tpErr()
 	case pipeline.Backward:
 		return s.backward(ctx, k)
@@ -582,7 +595,7 @@ func (s *stepper) recvAct(ctx context.Context, k int) error {
 // forward runs micro-batch k through the stage: its output goes to the
 // next stage, or, on the last, the loss and its gradient. With recompute
 // only the stage's input is kept for the backward pass.
-func (s *stepper) forward(k int, res *StepResult, scale float32) {
+func (s *stepper) forward(ctx context.Context, k int, res *StepResult, scale float32) error {
 	mb := &s.mbs[k]
 	w, m := s.w, s.w.model
 	x := s.input(k, &w.batch)
@@ -596,7 +609,7 @@ func (s *stepper) forward(k int, res *StepResult, scale float32) {
 		tape = &s.scratch
 	}
 	c := s.ctxFor(tape)
-	y := nn.Forward(c, m.Layers, x)
+	y, err := s.pass(ctx, func() nn.Act { return nn.ForwardWith(c, m.Layers, x, s.forwardHooks()) })
 	if m.Last() {
 		tgt := s.targets(k, &w.batch)
 		if w.spec.Model.MLP != nil && s.reports() {
@@ -614,6 +627,19 @@ func (s *stepper) forward(k int, res *StepResult, scale float32) {
 	if recompute {
 		s.scratch.Clear(w.pool)
 	}
+	return err
+}
+
+// pass runs one forward or backward pass f; with ZeRO-3 it is a pass of
+// weight gathers too, whose failure is the pass's error.
+func (s *stepper) pass(ctx context.Context, f func() nn.Act) (nn.Act, error) {
+	g3 := s.zeroWeights()
+	if g3 == nil {
+		return f(), nil
+	}
+	g3.begin(ctx)
+	a := f()
+	return a, g3.end()
 }
 
 // recvGrad receives the gradient of micro-batch k's output from the next
@@ -633,7 +659,7 @@ func (s *stepper) recvGrad(ctx context.Context, k int) error {
 // recompute rebuilds micro-batch k's tape from its kept input. The output
 // was sent (or the loss gradient taken) by the forward; the recomputation
 // only rebuilds the tape.
-func (s *stepper) recompute(k int) {
+func (s *stepper) recompute(ctx context.Context, k int) error {
 	mb := &s.mbs[k]
 	m := s.w.model
 	var x nn.Act
@@ -643,8 +669,10 @@ func (s *stepper) recompute(k int) {
 	} else {
 		x = s.input(k, &s.w.batch)
 	}
-	y := nn.Forward(s.ctxFor(&mb.tape), m.Layers, x)
+	c := s.ctxFor(&mb.tape)
+	y, err := s.pass(ctx, func() nn.Act { return nn.ForwardWith(c, m.Layers, x, s.forwardHooks()) })
 	s.w.pool.Put(y.X)
+	return err
 }
 
 // backward runs micro-batch k's backward pass; its input's gradient goes
@@ -662,18 +690,20 @@ func (s *stepper) backward(ctx context.Context, k int) error {
 	}
 	mb.out, mb.grad = nn.Act{}, nn.Act{}
 	c := s.ctxFor(&mb.tape)
-	var bind func(i int)
 	g2 := s.zeroGrads()
 	switch {
 	case g2 != nil:
 		// ZeRO-2 reduces every micro-batch's gradients, bucket by bucket.
 		s.reducer.start(ctx)
 		c.OnGradReady = s.reducer.ready
-		bind = func(i int) { g2.bind(m.Layers[i]) }
 	case s.reducer != nil && k == len(s.mbs)-1:
 		c.OnGradReady = s.reducer.ready
 	}
-	mb.dx = nn.BackwardWith(c, m.Layers, dy, bind)
+	var err error
+	mb.dx, err = s.pass(ctx, func() nn.Act { return nn.BackwardWith(c, m.Layers, dy, s.backwardHooks()) })
+	if err != nil {
+		return err
+	}
 	if g2 != nil {
 		if err := g2.endMicro(); err != nil {
 			return err

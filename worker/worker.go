@@ -189,17 +189,17 @@ func (w *Worker) buildPart(st int) error {
 // its step count; it reports whether that replaced the optimizer (and so
 // its state), which an already sharded one with the same ranges does not.
 func (w *Worker) shardOptimizer(ranges []optim.Range) (bool, error) {
-	return w.shardOptimizerWith(ranges, nil)
+	return w.shardOptimizerWith(ranges, nil, nil)
 }
 
 // shardOptimizerWith is shardOptimizer with the ranges' gradients read
-// from grads (ZeRO-2); it always replaces the optimizer, whose gradient
-// buffer is new.
-func (w *Worker) shardOptimizerWith(ranges []optim.Range, grads kernels.Buffer) (bool, error) {
-	if grads == nil && w.optRanges != nil && slices.Equal(w.optRanges, ranges) {
+// from grads (ZeRO-2) and their weights updated in weights (ZeRO-3); with
+// either it always replaces the optimizer, whose buffers are new.
+func (w *Worker) shardOptimizerWith(ranges []optim.Range, grads, weights kernels.Buffer) (bool, error) {
+	if grads == nil && weights == nil && w.optRanges != nil && slices.Equal(w.optRanges, ranges) {
 		return false, nil
 	}
-	opt, err := optim.NewShardWith(w.model.Set, w.spec.Optim, ranges, grads)
+	opt, err := optim.NewShardWith(w.model.Set, w.spec.Optim, ranges, grads, weights)
 	if err != nil {
 		return false, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -235,21 +235,44 @@ func (w *Worker) State() (*nn.Model, optim.Optimizer) { return w.model, w.opt }
 // stage keeps (the first stage reports it), so that without tensor
 // parallelism the stages' weights in order concatenate to the whole
 // model's.
-func (w *Worker) Weights() []float32 {
+// With ZeRO-3 the ranks of the part's shard group gather them together:
+// each of them must be asked.
+func (w *Worker) Weights(ctx context.Context) ([]float32, error) {
 	if w.model == nil {
-		return nil
+		return nil, nil
 	}
-	flat := w.model.Set.HostWeights()
+	var flat []float32
+	if g := w.zeroWeights(); g != nil {
+		var err error
+		if flat, err = g.gatherAll(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		flat = w.model.Set.HostWeights()
+	}
 	if t := w.model.Tied; t != nil && !w.model.First() {
 		flat = flat[:t.Offset]
 	}
-	return flat
+	return flat, nil
 }
 
-// Checksum is the hash of every parameter the worker holds (0: none).
+// zeroWeights is the ZeRO-3 weight memory of the worker's generation (nil
+// without).
+func (w *Worker) zeroWeights() *zeroWeights {
+	if w.st == nil {
+		return nil
+	}
+	return w.st.zeroWeights()
+}
+
+// Checksum is the hash of every parameter the worker holds (0: none);
+// with ZeRO-3, of the weights it owns.
 func (w *Worker) Checksum() uint64 {
 	if w.model == nil || w.hold.Part < 0 {
 		return 0
+	}
+	if w.st != nil {
+		return w.st.checksum()
 	}
 	return Checksum(w.model.Set.HostWeights())
 }

@@ -39,8 +39,10 @@ type zero struct {
 	// owned is this rank's chunk of every bucket, in bucket order; sorted
 	// is the same ranges in flat order, the optimizer's.
 	owned, sorted []optim.Range
-	// g2 is ZeRO-2's gradient memory (nil at stage 1).
+	// g2 is ZeRO-2's gradient memory (nil at stage 1), g3 ZeRO-3's weight
+	// memory (nil below stage 3).
 	g2 *zeroGrads
+	g3 *zeroWeights
 }
 
 // zeroGroups returns, for rank of m, the ranks of its shard group and of
@@ -111,10 +113,19 @@ func (s *stepper) openZero() error {
 		}
 		s.norm = make([]float32, 1)
 	}
-	if spec.Zero >= 2 {
-		return s.openZeroGrads()
+	if spec.Zero < 2 {
+		s.zeroMoved, err = s.w.shardOptimizer(zr.sorted)
+		return err
 	}
-	s.zeroMoved, err = s.w.shardOptimizer(zr.sorted)
+	s.openZeroGrads()
+	var weights kernels.Buffer
+	if spec.Zero >= 3 {
+		if err := s.openZeroWeights(); err != nil {
+			return err
+		}
+		weights = zr.g3.owned
+	}
+	s.zeroMoved, err = s.w.shardOptimizerWith(zr.sorted, zr.g2.owned, weights)
 	return err
 }
 
@@ -256,9 +267,9 @@ type zeroGrads struct {
 // backward pass goes on, as DeepSpeed bounds its reduce buckets.
 const maxInFlight = 2
 
-// openZeroGrads sets ZeRO-2 up: the set's flat gradient buffer released,
-// the owned gradient buffer, and the optimizer reading it.
-func (s *stepper) openZeroGrads() error {
+// openZeroGrads sets ZeRO-2 up: the set's flat gradient buffer released
+// and the owned gradient buffer.
+func (s *stepper) openZeroGrads() {
 	zr, set, be := s.zero, s.w.model.Set, s.w.be
 	plan := s.reducer.plan
 	g := &zeroGrads{s: s, pool: nn.NewPool(be), bufs: make([]kernels.Buffer, len(plan.Buckets)),
@@ -279,9 +290,6 @@ func (s *stepper) openZeroGrads() error {
 		g.owned = be.View(g.owned, 0, 0)
 	}
 	zr.g2 = g
-	var err error
-	s.zeroMoved, err = s.w.shardOptimizerWith(zr.sorted, g.owned)
-	return err
 }
 
 // start clears the owned gradients for a step.

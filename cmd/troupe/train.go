@@ -181,7 +181,7 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.pp, "pp", d.PP, "pipeline stages (stage actors, each with a contiguous range of the model's units)")
 	fl.IntVar(&f.tp, "tp", d.TP, "tensor-parallel shards of every stage (Megatron-LM: column- and row-parallel layers, heads split, vocabulary-parallel embedding and loss)")
 	fl.BoolVar(&f.sp, "sequence-parallel", false, "with --tp: split the activations between the tensor-parallel regions along the sequence (GPT only)")
-	fl.IntVar(&f.zero, "zero", 0, "ZeRO stage over the data-parallel replicas: 1 shards the optimizer state (each replica updates 1/D of every gradient bucket), 2 the gradients too")
+	fl.IntVar(&f.zero, "zero", 0, "ZeRO stage over the data-parallel replicas: 1 shards the optimizer state (each replica updates 1/D of every gradient bucket), 2 the gradients too, 3 the weights too (each layer's gathered for its passes)")
 	fl.IntVar(&f.zeroGroup, "zero-group", 0, "with --zero: shard within groups of this many replicas and replicate across groups (hybrid sharding; 0: all replicas)")
 	fl.IntVar(&f.micro, "micro-batches", d.MicroBatches, "micro-batches per replica and step (with --pp)")
 	fl.StringVar(&f.pipeSchedule, "schedule", d.PipelineSchedule.String(), "pipeline schedule: gpipe or 1f1b")

@@ -107,13 +107,14 @@ func New(s *nn.ParamSet, c Config) (Optimizer, error) {
 // ranges. Every update is element-wise, so a shard's elements get exactly
 // the whole optimizer's values. Ranges must be disjoint and inside s.
 func NewShard(s *nn.ParamSet, c Config, ranges []Range) (Optimizer, error) {
-	return NewShardWith(s, c, ranges, nil)
+	return NewShardWith(s, c, ranges, nil, nil)
 }
 
-// NewShardWith is NewShard reading the gradients of its ranges from
-// grads, where they lie end to end as the state buffers hold them, instead
-// of from the set's gradient buffer (ZeRO-2 keeps only those).
-func NewShardWith(s *nn.ParamSet, c Config, ranges []Range, grads kernels.Buffer) (Optimizer, error) {
+// NewShardWith is NewShard reading the gradients of its ranges from grads
+// and updating their weights in weights, where they lie end to end as the
+// state buffers hold them, instead of in the set's buffers (ZeRO-2 keeps
+// only those gradients, ZeRO-3 those weights too); nil takes the set's.
+func NewShardWith(s *nn.ParamSet, c Config, ranges []Range, grads, weights kernels.Buffer) (Optimizer, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -127,11 +128,13 @@ func NewShardWith(s *nn.ParamSet, c Config, ranges []Range, grads kernels.Buffer
 			n += r.Len()
 		}
 	}
-	if grads != nil && (ranges == nil || grads.Len() != n) {
-		return nil, fmt.Errorf("%w: a gradient buffer of %d values for ranges of %d", ErrConfig, grads.Len(), n)
+	for _, b := range []kernels.Buffer{grads, weights} {
+		if b != nil && (ranges == nil || b.Len() != n) {
+			return nil, fmt.Errorf("%w: a buffer of %d values for ranges of %d", ErrConfig, b.Len(), n)
+		}
 	}
 	be := s.Backend()
-	b := base{set: s, cfg: c, ranges: ranges, grads: grads}
+	b := base{set: s, cfg: c, ranges: ranges, grads: grads, weights: weights}
 	switch c.Name {
 	case "sgd":
 		o := &sgd{base: b}
@@ -151,7 +154,9 @@ type base struct {
 	cfg    Config
 	ranges []Range
 	grads  kernels.Buffer // the ranges' gradients end to end (nil: the set's)
-	t      int
+	// weights holds the ranges' weights end to end (nil: the set's).
+	weights kernels.Buffer
+	t       int
 }
 
 func (o *base) Steps() int     { return o.t }
@@ -168,13 +173,18 @@ func (o *base) each(f func(w, g kernels.Buffer, off, n int)) {
 	be, off := o.set.Backend(), 0
 	for _, r := range o.ranges {
 		if r.Len() > 0 {
-			g := o.grads
+			g, w := o.grads, o.weights
 			if g == nil {
 				g = be.View(o.set.Grads(), r.Lo, r.Len())
 			} else {
 				g = be.View(g, off, r.Len())
 			}
-			f(be.View(o.set.Weights(), r.Lo, r.Len()), g, off, r.Len())
+			if w == nil {
+				w = be.View(o.set.Weights(), r.Lo, r.Len())
+			} else {
+				w = be.View(w, off, r.Len())
+			}
+			f(w, g, off, r.Len())
 		}
 		off += r.Len()
 	}
