@@ -107,6 +107,9 @@ type ZeROConfig struct {
 	// K is the optimizer bytes per parameter; DefaultOptimizerBytesPerParam
 	// (12) for mixed-precision Adam.
 	K float64
+	// WeightBytes and GradBytes are the bytes of a weight and a gradient
+	// (0: 2, the paper's fp16; 4 for fp32 training such as troupe's).
+	WeightBytes, GradBytes float64
 	// DeviceMem is one device's memory M in bytes; zero means not given and
 	// the result carries no verdict.
 	DeviceMem int64
@@ -131,6 +134,9 @@ func (c ZeROConfig) Validate() error {
 	}
 	if !(c.K >= 0) || math.IsInf(c.K, 0) {
 		return fmt.Errorf("%w: optimizer bytes per parameter K %v must be finite and not negative", ErrInvalidConfig, c.K)
+	}
+	if !(c.WeightBytes >= 0) || !(c.GradBytes >= 0) || math.IsInf(c.WeightBytes+c.GradBytes, 0) {
+		return fmt.Errorf("%w: weight and gradient bytes %v, %v must be finite and not negative", ErrInvalidConfig, c.WeightBytes, c.GradBytes)
 	}
 	if c.DeviceMem < 0 {
 		return fmt.Errorf("%w: device memory %d must not be negative", ErrInvalidConfig, c.DeviceMem)
@@ -184,14 +190,21 @@ func ZeRO(cfg ZeROConfig) (ZeROResult, error) {
 	if cfg.Stage >= 3 {
 		weightParams = shard
 	}
+	wb, gb := cfg.WeightBytes, cfg.GradBytes
+	if wb == 0 {
+		wb = weightBytesPerParam
+	}
+	if gb == 0 {
+		gb = gradientBytesPerParam
+	}
 	r := ZeROResult{
 		Params:         cfg.Params,
 		Stage:          cfg.Stage,
 		DP:             cfg.DP,
 		K:              cfg.K,
-		BytesPerParam:  weightBytesPerParam + gradientBytesPerParam + cfg.K,
-		WeightBytes:    weightBytesPerParam * weightParams,
-		GradientBytes:  gradientBytesPerParam * gradParams,
+		BytesPerParam:  wb + gb + cfg.K,
+		WeightBytes:    wb * weightParams,
+		GradientBytes:  gb * gradParams,
 		OptimizerBytes: math.Ceil(cfg.K * optParams),
 	}
 	r.TotalBytes = math.Ceil(r.BytesPerParam * n)

@@ -37,6 +37,7 @@ type stepStats struct {
 	// gradient and optimizer-state bytes any rank holds; Sent the most
 	// bytes any rank sent in the step's collectives, by kind.
 	ParamBytes, GradHeldBytes, OptimBytes int64
+	PeakParamBytes, PeakGradBytes         int64
 	Sent                                  worker.SentBytes
 }
 
@@ -367,6 +368,8 @@ func aggregateStep(m mesh.Mesh, zeroShards int, dones []*workerpb.StepDone, step
 		st.ParamBytes = max(st.ParamBytes, d.ParamBytes)
 		st.GradHeldBytes = max(st.GradHeldBytes, d.GradHeldBytes)
 		st.OptimBytes = max(st.OptimBytes, d.OptimizerBytes)
+		st.PeakParamBytes = max(st.PeakParamBytes, d.PeakParamBytes)
+		st.PeakGradBytes = max(st.PeakGradBytes, d.PeakGradBytes)
 		st.Sent.AllReduce = max(st.Sent.AllReduce, d.SentAllReduceBytes)
 		st.Sent.ReduceScatter = max(st.Sent.ReduceScatter, d.SentReduceScatterBytes)
 		st.Sent.AllGather = max(st.Sent.AllGather, d.SentAllGatherBytes)

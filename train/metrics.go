@@ -50,6 +50,11 @@ type StepMetrics struct {
 	ParamBytes     int64 `json:"param_bytes,omitempty"`
 	GradHeldBytes  int64 `json:"grad_held_bytes,omitempty"`
 	OptimizerBytes int64 `json:"optimizer_bytes,omitempty"`
+	// PeakParamBytes and PeakGradBytes are the most parameter and gradient
+	// bytes a rank held during the step (the three above are held between
+	// steps): ZeRO-3's gathered layers and ZeRO-2's buckets in flight.
+	PeakParamBytes int64 `json:"peak_param_bytes,omitempty"`
+	PeakGradBytes  int64 `json:"peak_grad_bytes,omitempty"`
 	// Sent*Bytes are the most bytes a rank sent in the step's collectives,
 	// by kind (broadcasts are the pipeline's activations and gradients).
 	SentAllReduceBytes     int64 `json:"sent_all_reduce_bytes,omitempty"`

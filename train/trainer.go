@@ -197,6 +197,7 @@ func (t *trainer) metrics(seg segment, step int, cursor data.Cursor, lr, loss fl
 		Samples: int64(cursor) + int64(seg.batch), GradNorm: st.GradNorm,
 		DP: m.DP, PP: m.PP, TP: m.TP, Micro: j.cfg.MicroBatches, Accum: j.cfg.Accum, GradBytes: int64(4 * j.params),
 		OverlapFraction: st.Overlap, PeakActBytes: st.PeakAct, ParamBytes: st.ParamBytes, GradHeldBytes: st.GradHeldBytes, OptimizerBytes: st.OptimBytes,
+		PeakParamBytes: st.PeakParamBytes, PeakGradBytes: st.PeakGradBytes,
 		SentAllReduceBytes: st.Sent.AllReduce, SentReduceScatterBytes: st.Sent.ReduceScatter, SentAllGatherBytes: st.Sent.AllGather,
 		SentBroadcastBytes: st.Sent.Broadcast, PeakMicro: st.PeakMicro, BubbleFraction: st.BubbleFraction,
 	}

@@ -341,6 +341,7 @@ func (a *shellActor) step(m *workerpb.RunStep) *workerpb.StepDone {
 	done.GradNorm, done.Checksum = res.GradNorm, res.Checksum
 	done.PeakActivationBytes, done.PeakMicroBatches = res.PeakAct, uint32(res.PeakMicro)
 	done.ParamBytes, done.GradHeldBytes, done.OptimizerBytes = res.ParamBytes, res.GradBytes, res.OptimBytes
+	done.PeakParamBytes, done.PeakGradBytes = res.PeakParamBytes, res.PeakGradBytes
 	done.SentAllReduceBytes, done.SentReduceScatterBytes = res.Sent.AllReduce, res.Sent.ReduceScatter
 	done.SentAllGatherBytes, done.SentBroadcastBytes = res.Sent.AllGather, res.Sent.Broadcast
 	return done

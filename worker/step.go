@@ -60,8 +60,12 @@ type StepResult struct {
 	PeakAct   int64
 	PeakMicro int
 	// ParamBytes, GradBytes and OptimBytes are the bytes of the
-	// parameters, gradients and optimizer state this rank holds.
+	// parameters, gradients and optimizer state this rank holds between
+	// steps; PeakParamBytes and PeakGradBytes the most parameter and
+	// gradient bytes it held during the step (ZeRO's gathered layers and
+	// buckets in flight included).
 	ParamBytes, GradBytes, OptimBytes int64
+	PeakParamBytes, PeakGradBytes     int64
 	// Sent is the bytes this rank sent in the step's collectives.
 	Sent SentBytes
 	// Computed: the forward and backward passes of every micro-batch ran
@@ -408,11 +412,12 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	res.StepMs = msOf(time.Since(start))
 	res.PeakAct = w.pool.PeakBytes()
 	res.ParamBytes, res.GradBytes = 4*int64(m.Set.Len()), 4*int64(m.Set.Len())
+	res.PeakParamBytes, res.PeakGradBytes = res.ParamBytes, res.GradBytes
 	if g2 := s.zeroGrads(); g2 != nil {
-		res.GradBytes = g2.heldBytes()
+		res.GradBytes, res.PeakGradBytes = 4*int64(g2.owned.Len()), g2.heldBytes()
 	}
 	if g3 := s.zeroWeights(); g3 != nil {
-		res.ParamBytes = g3.heldBytes()
+		res.ParamBytes, res.PeakParamBytes = 4*int64(g3.owned.Len()), g3.heldBytes()
 	}
 	for _, st := range w.opt.States() {
 		res.OptimBytes += 4 * int64(st.Buf.Len())

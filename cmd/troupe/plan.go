@@ -59,6 +59,8 @@ func newPlanMemoryCmd() *cobra.Command {
 		bytesPerParam float64
 		dp, zero      int
 		k             float64
+		weightBytes   float64
+		gradBytes     float64
 		asJSON        bool
 	)
 	cmd := &cobra.Command{
@@ -85,7 +87,7 @@ on top.`,
 			}
 			out := cmd.OutOrStdout()
 			if !f.Changed("zero") {
-				for _, name := range []string{"dp", "k"} {
+				for _, name := range []string{"dp", "k", "weight-bytes", "grad-bytes"} {
 					if f.Changed(name) {
 						return planUsagef("--%s applies only with --zero (use --zero 0 for plain data parallelism)", name)
 					}
@@ -117,7 +119,10 @@ on top.`,
 			if !(k >= 0) || math.IsInf(k, 0) {
 				return planUsagef("--k %v must be finite and not negative", k)
 			}
-			r, err := plan.ZeRO(plan.ZeROConfig{Params: params.v, Stage: zero, DP: dp, K: k, DeviceMem: deviceMem.v})
+			if !(weightBytes > 0) || !(gradBytes > 0) || math.IsInf(weightBytes+gradBytes, 0) {
+				return planUsagef("--weight-bytes %v and --grad-bytes %v must be positive and finite", weightBytes, gradBytes)
+			}
+			r, err := plan.ZeRO(plan.ZeROConfig{Params: params.v, Stage: zero, DP: dp, K: k, WeightBytes: weightBytes, GradBytes: gradBytes, DeviceMem: deviceMem.v})
 			if err != nil {
 				return planErr(err)
 			}
@@ -134,6 +139,8 @@ on top.`,
 	f.IntVar(&dp, "dp", 0, "data-parallel devices D to shard over (with --zero)")
 	f.IntVar(&zero, "zero", 0, "ZeRO stage 0, 1, 2 or 3")
 	f.Float64Var(&k, "k", plan.DefaultOptimizerBytesPerParam, "optimizer bytes per parameter K (with --zero; 12 = Adam's fp32 master, momentum, variance)")
+	f.Float64Var(&weightBytes, "weight-bytes", 2, "bytes of a weight (with --zero; 2 = fp16 as in the paper, 4 = fp32 as troupe trains)")
+	f.Float64Var(&gradBytes, "grad-bytes", 2, "bytes of a gradient (with --zero; 2 = fp16, 4 = fp32)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd
 }
@@ -163,7 +170,8 @@ func printPlanZeRO(w io.Writer, r plan.ZeROResult) error {
 	t.row("parameters", planCountText(r.Params))
 	t.row("ZeRO stage", fmt.Sprintf("%d over %d data-parallel devices: %s", r.Stage, r.DP, planZeROStageText[r.Stage]))
 	k := strconv.FormatFloat(r.K, 'f', -1, 64)
-	t.row("bytes per parameter", fmt.Sprintf("%s (2 weight + 2 gradient + %s optimizer)", strconv.FormatFloat(r.BytesPerParam, 'f', -1, 64), k))
+	wg := r.BytesPerParam - r.K
+	t.row("bytes per parameter", fmt.Sprintf("%s (%s weight and gradient + %s optimizer)", strconv.FormatFloat(r.BytesPerParam, 'f', -1, 64), strconv.FormatFloat(wg, 'f', -1, 64), k))
 	t.row("all states, once", planBytesText(r.TotalBytes))
 	t.row("weights", planBytesText(r.WeightBytes)+" per device")
 	t.row("gradients", planBytesText(r.GradientBytes)+" per device")

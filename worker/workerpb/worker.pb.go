@@ -667,8 +667,13 @@ type StepDone struct {
 	SentReduceScatterBytes int64 `protobuf:"varint,24,opt,name=sent_reduce_scatter_bytes,json=sentReduceScatterBytes,proto3" json:"sent_reduce_scatter_bytes,omitempty"`
 	SentAllGatherBytes     int64 `protobuf:"varint,25,opt,name=sent_all_gather_bytes,json=sentAllGatherBytes,proto3" json:"sent_all_gather_bytes,omitempty"`
 	SentBroadcastBytes     int64 `protobuf:"varint,26,opt,name=sent_broadcast_bytes,json=sentBroadcastBytes,proto3" json:"sent_broadcast_bytes,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// peak_param_bytes and peak_grad_bytes are the most parameter and
+	// gradient bytes the worker held during the step (the others are held
+	// between steps).
+	PeakParamBytes int64 `protobuf:"varint,27,opt,name=peak_param_bytes,json=peakParamBytes,proto3" json:"peak_param_bytes,omitempty"`
+	PeakGradBytes  int64 `protobuf:"varint,28,opt,name=peak_grad_bytes,json=peakGradBytes,proto3" json:"peak_grad_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StepDone) Reset() {
@@ -879,6 +884,20 @@ func (x *StepDone) GetSentAllGatherBytes() int64 {
 func (x *StepDone) GetSentBroadcastBytes() int64 {
 	if x != nil {
 		return x.SentBroadcastBytes
+	}
+	return 0
+}
+
+func (x *StepDone) GetPeakParamBytes() int64 {
+	if x != nil {
+		return x.PeakParamBytes
+	}
+	return 0
+}
+
+func (x *StepDone) GetPeakGradBytes() int64 {
+	if x != nil {
+		return x.PeakGradBytes
 	}
 	return 0
 }
@@ -1737,7 +1756,7 @@ const file_worker_proto_rawDesc = "" +
 	"\x05batch\x18\x05 \x01(\rR\x05batch\x12\x0e\n" +
 	"\x02lr\x18\x06 \x01(\x01R\x02lr\x12%\n" +
 	"\x0eglobal_targets\x18\a \x01(\x04R\rglobalTargets\x12\x1a\n" +
-	"\bchecksum\x18\b \x01(\bR\bchecksum\"\xc5\a\n" +
+	"\bchecksum\x18\b \x01(\bR\bchecksum\"\x97\b\n" +
 	"\bStepDone\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1e\n" +
@@ -1770,7 +1789,9 @@ const file_worker_proto_rawDesc = "" +
 	"\x15sent_all_reduce_bytes\x18\x17 \x01(\x03R\x12sentAllReduceBytes\x129\n" +
 	"\x19sent_reduce_scatter_bytes\x18\x18 \x01(\x03R\x16sentReduceScatterBytes\x121\n" +
 	"\x15sent_all_gather_bytes\x18\x19 \x01(\x03R\x12sentAllGatherBytes\x120\n" +
-	"\x14sent_broadcast_bytes\x18\x1a \x01(\x03R\x12sentBroadcastBytes\"q\n" +
+	"\x14sent_broadcast_bytes\x18\x1a \x01(\x03R\x12sentBroadcastBytes\x12(\n" +
+	"\x10peak_param_bytes\x18\x1b \x01(\x03R\x0epeakParamBytes\x12&\n" +
+	"\x0fpeak_grad_bytes\x18\x1c \x01(\x03R\rpeakGradBytes\"q\n" +
 	"\tStageSpan\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x14\n" +
 	"\x05micro\x18\x02 \x01(\x05R\x05micro\x12\x12\n" +
