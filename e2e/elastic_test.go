@@ -197,6 +197,7 @@ type agentSummary struct {
 	Step     int    `json:"step"`
 	Stage    int    `json:"stage"`
 	Shard    int    `json:"shard"`
+	Zero     int    `json:"zero_shard"`
 	Checksum string `json:"checksum"`
 	Left     bool   `json:"left"`
 }
@@ -477,7 +478,7 @@ func TestElasticLinearLR(t *testing.T) {
 // hold the same bits.
 func checkReplicas(t *testing.T, sums []agentSummary) {
 	t.Helper()
-	byPart := map[[2]int]string{}
+	byPart := map[[3]int]string{}
 	for _, s := range sums {
 		if s.Step != elasticSteps || s.Left {
 			t.Errorf("agent %s ended at step %d (left %v); want step %d", s.Name, s.Step, s.Left, elasticSteps)
@@ -485,9 +486,9 @@ func checkReplicas(t *testing.T, sums []agentSummary) {
 		if s.Stage < 0 {
 			continue // on standby at the end
 		}
-		part := [2]int{s.Stage, s.Shard}
+		part := [3]int{s.Stage, s.Shard, s.Zero}
 		if want, ok := byPart[part]; ok && s.Checksum != want {
-			t.Errorf("agent %s (stage %d, shard %d) has checksum %s, another replica of it %s", s.Name, s.Stage, s.Shard, s.Checksum, want)
+			t.Errorf("agent %s (stage %d, shard %d, ZeRO-3 shard %d) has checksum %s, another replica of it %s", s.Name, s.Stage, s.Shard, s.Zero, s.Checksum, want)
 		}
 		byPart[part] = s.Checksum
 	}

@@ -183,3 +183,25 @@ func (m Mesh) Part(rank int) int {
 func (m Mesh) PartRank(part, dp int) int {
 	return m.Rank(Coord{PP: part / m.TP, DP: dp, TP: part % m.TP})
 }
+
+// ZeRO shard groups cut the data-parallel axis into groups of s
+// consecutive replicas; replica dp holds shard dp mod s of its part's
+// sharded state, and the ranks holding the same shard of the same part
+// (one per shard group) are each other's replicas. A slot names such a
+// shard: part·s + shard. With s ≤ 1 nothing is sharded and a slot is a
+// part.
+
+// Slots is the number of slots under shard groups of s: Parts()·s.
+func (m Mesh) Slots(s int) int { return m.Parts() * max(1, s) }
+
+// Slot is the slot rank holds under shard groups of s.
+func (m Mesh) Slot(rank, s int) int {
+	s = max(1, s)
+	return m.Part(rank)*s + m.Coord(rank).DP%s
+}
+
+// SlotRank is the rank that holds slot in shard group g (groups of s).
+func (m Mesh) SlotRank(slot, g, s int) int {
+	s = max(1, s)
+	return m.PartRank(slot/s, g*s+slot%s)
+}

@@ -99,3 +99,32 @@ func sortedKeys(s map[int]bool) []int {
 	slices.Sort(out)
 	return out
 }
+
+// Slots under ZeRO shard groups: every rank holds one slot, each slot is
+// held once per shard group, and a slot's holders are one part's replicas
+// at the same place in their groups.
+func TestSlots(t *testing.T) {
+	for _, tc := range []struct {
+		m Mesh
+		s int
+	}{{Mesh{DP: 4, PP: 1, TP: 1}, 2}, {Mesh{DP: 4, PP: 2, TP: 1}, 4}, {Mesh{DP: 6, PP: 2, TP: 2}, 3}, {Mesh{DP: 2, PP: 2, TP: 1}, 1}, {Mesh{DP: 3, PP: 1, TP: 2}, 0}} {
+		s := max(1, tc.s)
+		m := tc.m
+		holders := make([][]int, m.Slots(tc.s))
+		for r := range m.Size() {
+			sl := m.Slot(r, tc.s)
+			holders[sl] = append(holders[sl], r)
+		}
+		for sl, rs := range holders {
+			if len(rs) != m.DP/s {
+				t.Fatalf("%v, groups of %d: slot %d held by %v, want one rank per group", m, s, sl, rs)
+			}
+			for g, r := range rs {
+				c := m.Coord(r)
+				if m.SlotRank(sl, g, tc.s) != r || m.Part(r) != sl/s || c.DP != g*s+sl%s {
+					t.Fatalf("%v, groups of %d: slot %d's holder in group %d is rank %d (%+v), SlotRank says %d", m, s, sl, g, r, c, m.SlotRank(sl, g, tc.s))
+				}
+			}
+		}
+	}
+}

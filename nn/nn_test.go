@@ -327,3 +327,34 @@ func TestPoolReturnsEverything(t *testing.T) {
 		t.Fatal("peak activation memory not recorded")
 	}
 }
+
+// Released weights come back as a zeroed flat buffer that every parameter
+// views again; a set that has its weights keeps them.
+func TestParamSetReleaseAndAllocWeights(t *testing.T) {
+	be := cpu.New(1)
+	s := nn.NewParamSet(be, 3)
+	a := s.Add("a", []int{2, 3}, nn.Const(1))
+	b := s.Add("b", []int{4}, nn.Const(1))
+	s.Finalize()
+	s.AllocWeights() // has them: nothing changes
+	if w := s.HostWeights(); w[0] != 1 || w[6] != 1 {
+		t.Fatal("AllocWeights on a set that has its weights cleared them")
+	}
+	s.ReleaseWeights()
+	if s.Weights() != nil || a.W != nil || b.W != nil {
+		t.Fatal("released weights are still bound")
+	}
+	s.AllocWeights()
+	if s.Weights() == nil || a.W == nil || b.W == nil {
+		t.Fatal("AllocWeights left a parameter without weights")
+	}
+	for i, v := range s.HostWeights() {
+		if v != 0 {
+			t.Fatalf("weight %d is %v after AllocWeights, want 0", i, v)
+		}
+	}
+	be.Upload(b.W, []float32{1, 2, 3, 4})
+	if w := s.HostWeights(); w[6] != 1 || w[9] != 4 {
+		t.Fatalf("parameter b does not view the flat buffer at its offset: %v", w)
+	}
+}

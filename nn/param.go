@@ -155,6 +155,20 @@ func (s *ParamSet) ReleaseWeights() {
 	}
 }
 
+// AllocWeights gives the set a flat weight buffer again after
+// ReleaseWeights, every Param.W a view of it, its values zero until
+// filled (a restore, a transfer). It does nothing while the set has one.
+func (s *ParamSet) AllocWeights() {
+	if s.w != nil {
+		return
+	}
+	s.w = s.be.Alloc(s.n)
+	s.be.Fill(s.w, 0)
+	for _, p := range s.params {
+		p.W = s.be.View(s.w, p.Offset, p.Size())
+	}
+}
+
 // ReleaseGrads frees the flat gradient buffer and leaves every Param.G
 // nil: the owner binds gradient buffers itself (ZeRO-2 keeps only a
 // bucket's while it is reduced). Grads returns nil afterwards.

@@ -94,7 +94,11 @@ func (c AgentConfig) withDefaults() AgentConfig {
 // Validate reports the first setting that cannot work, as a *FieldError
 // (Train's fields as Train.Field); it changes nothing.
 func (c AgentConfig) Validate() error {
-	if err := c.Train.Validate(); err != nil {
+	t := c.Train
+	if t.DP == 1 && t.ZeroGroup > 1 {
+		t.DP = t.ZeroGroup // the world is the members; the checks see one shard group
+	}
+	if err := t.Validate(); err != nil {
 		var fe *FieldError
 		if errors.As(err, &fe) {
 			return &FieldError{Field: "Train." + fe.Field, Msg: fieldRef.ReplaceAllString(fe.Msg, "{Train.$1}")}
@@ -102,10 +106,9 @@ func (c AgentConfig) Validate() error {
 		return err
 	}
 	r := c.withDefaults()
-	t := &r.Train
-	switch {
-	case t.Zero > 0:
-		return fieldErr("Train.Zero", "does not apply to agents yet: a generation cannot move sharded optimizer state")
+	switch t := &r.Train; {
+	case t.Zero > 0 && t.ZeroGroup < 2:
+		return fieldErr("Train.ZeroGroup", "is needed with {Train.Zero} on agents (2 or more): the shard group keeps its size as members come and go, and the world is a multiple of it; members beyond that wait on standby")
 	case t.DP != 1 || t.Procs != 0:
 		return fieldErr("Train.DP", "and {Train.Procs} do not apply: an agent runs one worker, the job's members make the world")
 	case t.Trace != "":
@@ -144,8 +147,12 @@ type AgentSummary struct {
 	// Stage is the pipeline stage the agent held at the end (0 without
 	// pipelining, -1 on standby) and Shard its tensor-parallel shard of
 	// it: checksums compare within a (stage, shard).
-	Stage      int    `json:"stage"`
-	Shard      int    `json:"shard,omitempty"`
+	Stage int `json:"stage"`
+	Shard int `json:"shard,omitempty"`
+	// ZeroShard is, with ZeRO-3, the agent's shard of the stage's weights
+	// in its shard group: checksums then compare within a (stage, shard,
+	// zero_shard).
+	ZeroShard  int    `json:"zero_shard,omitempty"`
 	Generation uint64 `json:"generation"`
 	Checksum   string `json:"checksum"`
 	// Led counts the generations this agent led.
@@ -181,7 +188,7 @@ func RunAgent(ctx context.Context, ac AgentConfig, o Options) (*AgentSummary, er
 		return nil, err
 	}
 	ac = ac.withDefaults()
-	j, err := openJob(ac.Train)
+	j, err := openValidJob(ac.Train)
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +299,9 @@ func (a *agent) start(ctx context.Context) error {
 		return fieldErr("Train.Device", "%s: %v", cfg.Device, err)
 	}
 	spec := a.j.workerSpec()
-	spec.KeepUndo = cfg.PP*cfg.TP > 1 // a torn step (some parts updated, others not) can then be undone
+	// A torn step (some parts or ZeRO shards updated, others not) can then
+	// be undone.
+	spec.KeepUndo = cfg.PP*cfg.TP > 1 || cfg.Zero > 0
 	w, err := worker.New(spec, a.be, worker.WithLogger(a.log))
 	if err != nil {
 		return err
@@ -317,7 +326,7 @@ func (a *agent) start(ctx context.Context) error {
 	if ac.Key != "" {
 		key, _ = elastic.ParseKey(ac.Key)
 	}
-	a.core = newLeaderCore(leaderConfig{Stages: cfg.PP, Shards: cfg.TP, MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR,
+	a.core = newLeaderCore(leaderConfig{Stages: cfg.PP, Shards: cfg.TP, ZeroGroup: a.j.zeroGroup(cfg.DP), ZeroShards: a.j.zeroShards(), MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR,
 		Resume: cfg.Resume, Target: a.j.steps, LostStageTimeout: ac.LostStageTimeout, RetryDelay: 3 * time.Second}, time.Now())
 	if a.o.Progress != nil {
 		a.bar = newProgress(a.o.Progress, a.j.steps)
@@ -466,7 +475,7 @@ func (a *agent) commit(w elastic.World) {
 			a.log.Error("leading a generation", zap.Uint64("generation", w.Gen), zap.Error(err))
 			lead = false
 		} else {
-			ex.ckpt, ex.parts = a.ckpt, a.j.partsLayout()
+			ex.ckpt, ex.parts, ex.zeroShards = a.ckpt, a.j.partsLayout(), a.j.zeroShards()
 			ex.learnControls(pids)
 			a.gen = newGeneration(w, ex, pids)
 		}
@@ -709,6 +718,9 @@ func (a *agent) summary() *AgentSummary {
 	if st.Rank >= 0 {
 		tp := max(1, a.j.cfg.TP)
 		sum.Stage, sum.Shard = int(st.HeldPart)/tp, int(st.HeldPart)%tp
+		if a.j.zeroShards() > 0 {
+			sum.ZeroShard = int(st.HeldZeroShard)
+		}
 	}
 	return sum
 }

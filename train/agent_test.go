@@ -16,6 +16,11 @@ func TestAgentConfigValidate(t *testing.T) {
 	if err := ac.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	zero := base()
+	zero.Train.Zero, zero.Train.ZeroGroup = 3, 2
+	if err := zero.Validate(); err != nil {
+		t.Fatalf("ZeRO-3 in shard groups of 2: %v", err)
+	}
 	if ac.LostStageTimeout != 0 || ac.Rescale != "" {
 		t.Fatal("Validate changed the configuration")
 	}
@@ -33,6 +38,8 @@ func TestAgentConfigValidate(t *testing.T) {
 		"Train.DP":         func(c *AgentConfig) { c.Train.DP = 2 },
 		"Train.Trace":      func(c *AgentConfig) { c.Train.PP, c.Train.MicroBatches, c.Train.Trace = 2, 2, "t.json" },
 		"Train.Batch":      func(c *AgentConfig) { c.Train.Batch = -1 },
+		"Train.ZeroGroup":  func(c *AgentConfig) { c.Train.Zero = 2 },
+		"Train.Zero":       func(c *AgentConfig) { c.Train.Zero, c.Train.ZeroGroup = 4, 2 },
 	} {
 		ac := base()
 		mut(&ac)

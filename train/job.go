@@ -30,6 +30,12 @@ func openJob(cfg Config) (*job, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	return openValidJob(cfg)
+}
+
+// openValidJob is openJob for a configuration validated already (an
+// agent's, validated as one shard group: AgentConfig.Validate).
+func openValidJob(cfg Config) (*job, error) {
 	cfg = cfg.withDefaults()
 	j := &job{cfg: cfg, steps: cfg.Steps}
 	var err error
@@ -88,15 +94,25 @@ func (j *job) workerSpec() *worker.Spec {
 	}
 }
 
-// zeroShards is the ZeRO-3 shard group's size, 0 below stage 3.
+// zeroGroup is the ZeRO shard group's size in a world of dp replicas (0:
+// no ZeRO).
+func (j *job) zeroGroup(dp int) int {
+	switch {
+	case j.cfg.Zero == 0:
+		return 0
+	case j.cfg.ZeroGroup > 0:
+		return j.cfg.ZeroGroup
+	}
+	return dp
+}
+
+// zeroShards is the ZeRO-3 shard group's size, 0 below stage 3: the
+// replicas whose weight checksums differ (each hashes its own shard).
 func (j *job) zeroShards() int {
 	if j.cfg.Zero < 3 {
 		return 0
 	}
-	if j.cfg.ZeroGroup > 0 {
-		return j.cfg.ZeroGroup
-	}
-	return j.cfg.DP
+	return j.zeroGroup(j.cfg.DP)
 }
 
 // place is tensor-parallel shard rank's place.

@@ -10,11 +10,14 @@ import (
 )
 
 // layout places an elastic generation's members on a mesh of D replicas ×
-// P stages × T tensor-parallel shards and says where each model part's
-// state comes from (a part is a stage's shard, mesh.Mesh.Part). planLayout
-// computes it from what the members hold: a pure function.
+// P stages × T tensor-parallel shards and says where each slot's state
+// comes from: a slot is a model part (a stage's shard, mesh.Mesh.Part),
+// or with ZeRO one shard of a part's sharded state (mesh.Mesh.Slot).
+// planLayout computes it from what the members hold: a pure function.
 type layout struct {
 	Mesh mesh.Mesh
+	// ZeroGroup is the ZeRO shard group size (0: no ZeRO).
+	ZeroGroup int
 	// Rank is each member's mesh rank, −1 for a member without a slot
 	// (standby: more members than D × P × T); Members is each rank's
 	// member.
@@ -22,81 +25,91 @@ type layout struct {
 	// Step and Cursor are where training continues.
 	Step   int
 	Cursor data.Cursor
-	// Source is where the parts' state comes from: the seed (nothing
-	// trained yet), the replicas (Roots, by part), or, for Lost parts,
+	// Source is where the slots' state comes from: the seed (nothing
+	// trained yet), the replicas (Roots, by slot), or, for Lost slots,
 	// nowhere yet: the caller picks a checkpoint or waits.
 	Source worker.Source
 	// RollBack lists the members that first go back one step (a torn step
 	// undone).
 	RollBack []bool
-	// Lost lists the parts that no member holds at Step.
+	// Lost lists the slots that no member holds at Step.
 	Lost []int
 }
 
 // planLayout places the members with states on pp stages of tp shards
-// each, at most maxReplicas replicas (0: no limit). Members keep the part
-// they hold where they can, so that the state of every part is found on a
-// survivor: first the members holding a part at the newest step, then
-// other holders of it, then everyone else in member order; members beyond
-// D × P × T wait as standby. A torn step is undone first (undoTornStep).
-// It fails with ErrWorldTooSmall when there are fewer members than parts.
-func planLayout(states []worker.Holding, pp, tp, maxReplicas int) (layout, error) {
+// each, at most maxReplicas replicas (0: no limit), cut into ZeRO shard
+// groups of zeroGroup replicas (0: no ZeRO; the replicas are then a
+// multiple of it). Members keep the slot they hold where they can, so that
+// the state of every slot is found on a survivor: first the members
+// holding a slot at the newest step, then other holders of it, then
+// everyone else in member order; members beyond the mesh wait as standby.
+// A torn step is undone first (undoTornStep). It fails with
+// ErrWorldTooSmall when there are too few members for one replica (one
+// shard group with ZeRO).
+func planLayout(states []worker.Holding, pp, tp, zeroGroup, maxReplicas int) (layout, error) {
+	S := max(1, zeroGroup)
 	n, p := len(states), pp*tp
 	d := n / p
 	if maxReplicas > 0 {
 		d = min(d, maxReplicas)
 	}
+	d -= d % S
 	if d == 0 {
+		what := fmt.Sprintf("%d pipeline stages", pp)
 		if tp > 1 {
-			return layout{}, fmt.Errorf("%w: %d members cannot hold %d pipeline stages of %d tensor-parallel shards", ErrWorldTooSmall, n, pp, tp)
+			what = fmt.Sprintf("%d pipeline stages of %d tensor-parallel shards", pp, tp)
 		}
-		return layout{}, fmt.Errorf("%w: %d members cannot hold %d pipeline stages", ErrWorldTooSmall, n, pp)
+		if zeroGroup > 0 {
+			what = fmt.Sprintf("%d replicas (a ZeRO shard group) of %s", S, what)
+		}
+		return layout{}, fmt.Errorf("%w: %d members cannot hold %s", ErrWorldTooSmall, n, what)
 	}
 	m, err := mesh.New(d, pp, tp)
 	if err != nil {
 		return layout{}, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	states, back := undoTornStep(states, p)
-	l := layout{Mesh: m, Rank: make([]int, n), Members: make([]int, m.Size()), RollBack: back}
+	ns := m.Slots(zeroGroup)
+	states, back := undoTornStep(states, zeroGroup, ns)
+	l := layout{Mesh: m, ZeroGroup: zeroGroup, Rank: make([]int, n), Members: make([]int, m.Size()), RollBack: back}
 	newest := -1
 	for i, s := range states {
 		if s.Applied > l.Step || newest < 0 {
 			l.Step, l.Cursor, newest = s.Applied, s.Cursor, i
 		}
 	}
-	part := make([]int, n)
+	slot := make([]int, n)
 	for i := range states {
-		l.Rank[i], part[i] = -1, -1
+		l.Rank[i], slot[i] = -1, -1
 	}
-	slots := make([][]int, p)
+	holders := make([][]int, ns)
 	place := func(i, s int) {
-		part[i] = s
-		slots[s] = append(slots[s], i)
+		slot[i] = s
+		holders[s] = append(holders[s], i)
 	}
 	current := func(i int) bool { return states[i].Applied == l.Step }
-	// Holders of a part at the newest step, then other holders.
+	// Holders of a slot at the newest step, then other holders.
 	for _, fresh := range []bool{true, false} {
 		for i, s := range states {
-			if part[i] < 0 && s.Part >= 0 && s.Part < p && current(i) == fresh && len(slots[s.Part]) < d {
-				place(i, s.Part)
+			if h := s.Slot(zeroGroup); slot[i] < 0 && h >= 0 && h < ns && current(i) == fresh && len(holders[h]) < d/S {
+				place(i, h)
 			}
 		}
 	}
-	// Everyone else fills the remaining slots, part by part.
+	// Everyone else fills the remaining slots, slot by slot.
 	for i := range states {
-		for s := 0; s < p && part[i] < 0; s++ {
-			if len(slots[s]) < d {
+		for s := 0; s < ns && slot[i] < 0; s++ {
+			if len(holders[s]) < d/S {
 				place(i, s)
 			}
 		}
 	}
-	roots := make([]int, p)
-	for s := range p {
+	roots := make([]int, ns)
+	for s := range ns {
 		roots[s] = -1
-		for r, i := range slots[s] {
-			rank := m.PartRank(s, r)
+		for g, i := range holders[s] {
+			rank := m.SlotRank(s, g, zeroGroup)
 			l.Rank[i], l.Members[rank] = rank, i
-			if roots[s] < 0 && states[i].Part == s && current(i) {
+			if roots[s] < 0 && states[i].Slot(zeroGroup) == s && current(i) {
 				roots[s] = rank
 			}
 		}
@@ -122,16 +135,17 @@ func (l layout) Part(i int) int {
 	return l.Mesh.Part(l.Rank[i])
 }
 
-// undoTornStep undoes a torn step over p model parts. The stages of a
-// pipeline apply a step's update each on its own, so a member that dies
-// between them leaves some parts at step k and another only at k − 1,
-// with no survivor holding that part at k. When every part has a holder
-// at k − 1 or one that can roll back to it, the members at k go back to
-// k − 1: they come out as at k − 1 (marked in back), and a member at k
-// that cannot go back comes out holding nothing, to take its part's state
-// from a root. Otherwise, or when no step is torn, states come back as
-// they are.
-func undoTornStep(states []worker.Holding, p int) (_ []worker.Holding, back []bool) {
+// undoTornStep undoes a torn step over ns slots (ZeRO shard groups of
+// zeroGroup, see planLayout). The stages of a pipeline apply a step's
+// update each on its own, and so do the shards of a ZeRO group, so a
+// member that dies between them leaves some slots at step k and another
+// only at k − 1, with no survivor holding that slot at k. When every slot
+// has a holder at k − 1 or one that can roll back to it, the members at k
+// go back to k − 1: they come out as at k − 1 (marked in back), and a
+// member at k that cannot go back comes out holding nothing, to take its
+// slot's state from a root. Otherwise, or when no step is torn, states
+// come back as they are.
+func undoTornStep(states []worker.Holding, zeroGroup, ns int) (_ []worker.Holding, back []bool) {
 	back = make([]bool, len(states))
 	newest := 0
 	for _, s := range states {
@@ -140,22 +154,23 @@ func undoTornStep(states []worker.Holding, p int) (_ []worker.Holding, back []bo
 	if newest == 0 {
 		return states, back
 	}
-	atNewest, atPrev := make([]bool, p), make([]bool, p)
+	atNewest, atPrev := make([]bool, ns), make([]bool, ns)
 	var prevCursor data.Cursor
 	for _, s := range states {
-		if s.Part < 0 || s.Part >= p {
+		h := s.Slot(zeroGroup)
+		if h < 0 || h >= ns {
 			continue
 		}
 		switch s.Applied {
 		case newest:
-			atNewest[s.Part] = true
-			atPrev[s.Part] = atPrev[s.Part] || s.Undo
+			atNewest[h] = true
+			atPrev[h] = atPrev[h] || s.Undo
 		case newest - 1:
-			atPrev[s.Part] = true
+			atPrev[h] = true
 		}
 	}
 	torn := false
-	for s := range p {
+	for s := range ns {
 		if !atPrev[s] {
 			return states, back
 		}

@@ -42,7 +42,7 @@ func TestPlanLayout(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := planLayout(tc.states, tc.p, max(1, tc.tp), tc.maxD)
+			l, err := planLayout(tc.states, tc.p, max(1, tc.tp), 0, tc.maxD)
 			if tc.err != nil {
 				if !errors.Is(err, tc.err) {
 					t.Fatalf("err %v, layout %+v; want %v", err, l, tc.err)
@@ -80,7 +80,7 @@ func TestPlanLayoutUndoesATornStep(t *testing.T) {
 	}
 	behind := worker.Holding{Applied: 304, Cursor: 304 * 48, Part: 1, Undo: true}
 
-	l, err := planLayout([]worker.Holding{ahead(true), ahead(true), behind}, 2, 1, 0)
+	l, err := planLayout([]worker.Holding{ahead(true), ahead(true), behind}, 2, 1, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestPlanLayoutUndoesATornStep(t *testing.T) {
 	}
 
 	// One stage-0 holder cannot go back: it holds nothing, the other is root.
-	l, err = planLayout([]worker.Holding{ahead(false), ahead(true), behind, {Applied: 304, Cursor: 304 * 48, Part: 1}}, 2, 1, 0)
+	l, err = planLayout([]worker.Holding{ahead(false), ahead(true), behind, {Applied: 304, Cursor: 304 * 48, Part: 1}}, 2, 1, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestPlanLayoutUndoesATornStep(t *testing.T) {
 	}
 
 	// No stage-0 holder can go back: the step stays torn.
-	l, err = planLayout([]worker.Holding{ahead(false), ahead(false), behind}, 2, 1, 0)
+	l, err = planLayout([]worker.Holding{ahead(false), ahead(false), behind}, 2, 1, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,11 +109,71 @@ func TestPlanLayoutUndoesATornStep(t *testing.T) {
 	}
 
 	// Every stage at the newest step: nothing to undo, even where members could.
-	l, err = planLayout([]worker.Holding{ahead(true), behind, {Applied: 305, Part: 1, Undo: true}}, 2, 1, 0)
+	l, err = planLayout([]worker.Holding{ahead(true), behind, {Applied: 305, Part: 1, Undo: true}}, 2, 1, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if l.Step != 305 || l.Lost != nil || slices.Contains(l.RollBack, true) {
 		t.Fatalf("layout %+v; want step 305 from survivors, nothing rolled back", l)
+	}
+}
+
+// With ZeRO the slots are the shards of every part's sharded state: a
+// member keeps its shard, the ranks holding the same shard in the other
+// shard groups take it from a survivor, and the data-parallel size is a
+// multiple of the shard group, the members beyond it on standby.
+func TestPlanLayoutZero(t *testing.T) {
+	z := func(applied, part, shard, group int) worker.Holding {
+		return worker.Holding{Applied: applied, Part: part, ZeroShard: shard, ZeroGroup: group}
+	}
+	fresh := worker.Holding{Part: -1}
+	cases := []struct {
+		name         string
+		states       []worker.Holding
+		pp, group    int
+		dp           int
+		ranks, roots []int
+		lost         []int
+		rollBack     []bool
+		step         int
+	}{
+		{"dp4 S2, shard 1 lost: its replica serves it, the extra member waits",
+			[]worker.Holding{z(10, 0, 0, 2), z(10, 0, 1, 2), z(10, 0, 0, 2)}, 1, 2, 2, []int{0, 1, -1}, []int{0, 1}, nil, nil, 10},
+		{"dp4 S2, shard 0 lost",
+			[]worker.Holding{z(10, 0, 1, 2), z(10, 0, 0, 2), z(10, 0, 1, 2)}, 1, 2, 2, []int{1, 0, -1}, []int{0, 1}, nil, nil, 10},
+		{"dp2 S2 grows to dp4: the newcomers take each shard from its holder",
+			[]worker.Holding{z(10, 0, 0, 2), z(10, 0, 1, 2), fresh, fresh}, 1, 2, 4, []int{0, 1, 2, 3}, []int{0, 1}, nil, nil, 10},
+		{"S = the whole group: a shard lost with its only holder",
+			[]worker.Holding{z(10, 0, 0, 4), z(10, 0, 1, 4), z(10, 0, 3, 4), fresh}, 1, 4, 4, []int{0, 1, 3, 2}, []int{0, 1, -1, 3}, []int{2}, nil, 10},
+		{"state sharded for another group size holds no slot",
+			[]worker.Holding{z(10, 0, 0, 4), z(10, 0, 1, 4)}, 1, 2, 2, []int{0, 1}, []int{-1, -1}, []int{0, 1}, nil, 10},
+		{"pp2 × S2: every member keeps its stage's shard",
+			[]worker.Holding{z(7, 1, 1, 2), z(7, 0, 0, 2), z(7, 1, 0, 2), z(7, 0, 1, 2)}, 2, 2, 2, []int{3, 0, 2, 1}, []int{0, 1, 2, 3}, nil, nil, 7},
+		{"torn ZeRO step: the shard-0 holders applied 305, shard 1's survivor did not",
+			[]worker.Holding{{Applied: 305, Part: 0, ZeroGroup: 2, Undo: true}, {Applied: 304, Part: 0, ZeroShard: 1, ZeroGroup: 2, Undo: true}, {Applied: 305, Part: 0, ZeroGroup: 2, Undo: true}},
+			1, 2, 2, []int{0, 1, -1}, []int{0, 1}, nil, []bool{true, false, true}, 304},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := planLayout(tc.states, tc.pp, 1, tc.group, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Mesh.DP != tc.dp || !slices.Equal(l.Rank, tc.ranks) || !slices.Equal(l.Source.Roots, tc.roots) ||
+				!slices.Equal(l.Lost, tc.lost) || l.Step != tc.step || l.Source.Kind != worker.FromReplica {
+				t.Fatalf("layout %+v; want dp %d ranks %v roots %v lost %v at step %d", l, tc.dp, tc.ranks, tc.roots, tc.lost, tc.step)
+			}
+			if tc.rollBack != nil && !slices.Equal(l.RollBack, tc.rollBack) {
+				t.Fatalf("roll back %v; want %v", l.RollBack, tc.rollBack)
+			}
+			for s, r := range l.Source.Roots {
+				if r >= 0 && l.Mesh.Slot(r, tc.group) != s {
+					t.Fatalf("slot %d's root %d holds slot %d", s, r, l.Mesh.Slot(r, tc.group))
+				}
+			}
+		})
+	}
+	if _, err := planLayout([]worker.Holding{z(10, 0, 0, 2)}, 1, 1, 2, 0); !errors.Is(err, ErrWorldTooSmall) {
+		t.Fatalf("one member for shard groups of 2: %v; want ErrWorldTooSmall", err)
 	}
 }

@@ -47,6 +47,10 @@ type leaderConfig struct {
 	// each stage (0: 1); MicroBatches each replica's micro-batches
 	// (pipelines need a row per micro-batch).
 	Stages, Shards, MicroBatches int
+	// ZeroGroup is the ZeRO shard group size (0: no ZeRO), ZeroShards the
+	// same at stage 3 (0 below): replicas of a ZeRO-3 shard group hold
+	// different weights, compared shard by shard.
+	ZeroGroup, ZeroShards int
 	// Batch is the global batch (under LinearLR: the first world's).
 	Batch    int
 	LinearLR bool
@@ -207,7 +211,7 @@ func (c *leaderCore) replies(gen uint64, ph leaderPhase, replies []any, err erro
 		for i, r := range replies {
 			st := r.(*workerpb.Status)
 			c.states[i] = worker.Holding{Part: int(st.HeldPart), Applied: int(st.Applied), Cursor: data.Cursor(st.Cursor),
-				Undo: st.CanRollBack, World0: int(st.World0)}
+				Undo: st.CanRollBack, World0: int(st.World0), ZeroGroup: int(st.HeldZeroGroup), ZeroShard: int(st.HeldZeroShard)}
 			c.world0 = max(c.world0, int(st.World0))
 		}
 		c.plan()
@@ -237,7 +241,7 @@ func (c *leaderCore) plan() {
 	if c.cfg.Stages > 1 && (!c.cfg.LinearLR || c.world0 == 0) {
 		maxD = max(1, c.cfg.Batch/c.cfg.MicroBatches) // a row for every micro-batch of every replica
 	}
-	l, err := planLayout(c.states, c.cfg.Stages, max(1, c.cfg.Shards), maxD)
+	l, err := planLayout(c.states, c.cfg.Stages, max(1, c.cfg.Shards), c.cfg.ZeroGroup, maxD)
 	if err != nil {
 		if errors.Is(err, ErrWorldTooSmall) && c.nothingTrained() {
 			c.wait(fmt.Sprintf("%v; waiting for more members", err))
@@ -273,7 +277,7 @@ func (c *leaderCore) plan() {
 	}
 	c.call(func(i int) any {
 		f := &workerpb.Form{Peer: uint32(i), Generation: c.world.Gen, Rank: -1, Step: uint64(l.Step), Cursor: uint64(l.Cursor),
-			RollBack: l.RollBack[i], World0: uint32(c.world0)}
+			RollBack: l.RollBack[i], World0: uint32(c.world0), ZeroGroup: uint32(l.ZeroGroup)}
 		if r := l.Rank[i]; r >= 0 {
 			f.Dp, f.Pp, f.Tp, f.Rank, f.Addrs = uint32(l.Mesh.DP), uint32(l.Mesh.PP), uint32(l.Mesh.TP), int32(r), addrs
 			f.Source, f.CheckpointStep = uint32(l.Source.Kind), uint64(l.Source.Step)
@@ -315,7 +319,7 @@ func (c *leaderCore) stageLost(l layout, cause error) {
 	}
 	waited := c.now.Sub(c.lostSince)
 	what := fmt.Sprintf("%s: no member holds its state at step %d, and the latest checkpoint cannot restore it (%v)",
-		partNames(l.Mesh, l.Lost), l.Step, cause)
+		slotNames(l.Mesh, l.ZeroGroup, l.Lost), l.Step, cause)
 	if waited < c.cfg.LostStageTimeout {
 		c.fail(failure.Wrapf(failure.Stale, "generation %d: %s; waiting for a member that holds it", c.world.Gen, what))
 		return
@@ -323,15 +327,23 @@ func (c *leaderCore) stageLost(l layout, cause error) {
 	c.end(fmt.Errorf("%w: %s; no member holding it came back within %s (--lost-stage-timeout)", ErrStageLost, what, waited.Round(time.Millisecond)))
 }
 
-// partNames names model parts: pipeline stages, or stages' shards with
-// tensor parallelism.
-func partNames(m mesh.Mesh, parts []int) string {
-	if m.TP == 1 {
-		return "pipeline stage " + joinInts(parts)
+// slotNames names slots (layout.Lost): pipeline stages, stages'
+// tensor-parallel shards, and with ZeRO their ZeRO shards.
+func slotNames(m mesh.Mesh, zeroGroup int, slots []int) string {
+	if m.TP == 1 && zeroGroup == 0 {
+		return "pipeline stage " + joinInts(slots)
 	}
-	names := make([]string, len(parts))
-	for i, p := range parts {
-		names[i] = fmt.Sprintf("stage %d's tensor-parallel shard %d", p/m.TP, p%m.TP)
+	S := max(1, zeroGroup)
+	names := make([]string, len(slots))
+	for i, s := range slots {
+		p := s / S
+		names[i] = fmt.Sprintf("stage %d", p/m.TP)
+		if m.TP > 1 {
+			names[i] = fmt.Sprintf("stage %d's tensor-parallel shard %d", p/m.TP, p%m.TP)
+		}
+		if zeroGroup > 0 {
+			names[i] += fmt.Sprintf("'s ZeRO shard %d of %d", s%S, S)
+		}
 	}
 	return strings.Join(names, ", ")
 }
@@ -430,7 +442,7 @@ func (c *leaderCore) end(err error) {
 // the members.
 func (c *leaderCore) checkReplicas(replies []any, sum func(any) uint64, step int) error {
 	l := c.lay
-	err := checkReplicas(l.Mesh, 0, step, func(r int) uint64 { return sum(replies[l.Members[r]]) })
+	err := checkReplicas(l.Mesh, c.cfg.ZeroShards, step, func(r int) uint64 { return sum(replies[l.Members[r]]) })
 	return c.nameMembers(err)
 }
 

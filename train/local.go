@@ -126,7 +126,7 @@ func spawnLocal(sys *actors.System, j *job, m mesh.Mesh, comms []collective.Comm
 func firstForm(j *job, m mesh.Mesh, from int, cursor data.Cursor, addrs []string) func(r int, p uint32) *workerpb.Form {
 	return func(r int, p uint32) *workerpb.Form {
 		f := &workerpb.Form{Peer: p, Dp: uint32(m.DP), Pp: uint32(m.PP), Tp: uint32(m.TP), Rank: int32(r), Addrs: addrs,
-			Step: uint64(from), Cursor: uint64(cursor), World0: uint32(m.DP)}
+			Step: uint64(from), Cursor: uint64(cursor), World0: uint32(m.DP), ZeroGroup: uint32(j.zeroGroup(m.DP))}
 		if from > 0 {
 			f.Source, f.CheckpointStep = uint32(worker.FromCheckpoint), uint64(from)
 		}

@@ -177,7 +177,8 @@ func (a *shellActor) Receive(c actor.Context) {
 	case *workerpb.StatusRequest:
 		h := a.w.Holding()
 		st := &workerpb.Status{Peer: m.Peer, Name: a.cfg.Node, HeldPart: int32(h.Part), Applied: uint64(h.Applied),
-			Cursor: uint64(h.Cursor), CanRollBack: h.Undo, World0: uint32(h.World0), Rank: int32(a.w.Rank())}
+			Cursor: uint64(h.Cursor), CanRollBack: h.Undo, World0: uint32(h.World0), Rank: int32(a.w.Rank()),
+			HeldZeroGroup: uint32(h.ZeroGroup), HeldZeroShard: uint32(h.ZeroShard)}
 		last := a.w.Last()
 		st.LastStep, st.LastComputed = int64(last.Step), last.Computed
 		st.LastLossSum, st.LastTargets, st.LastCorrect = last.LossSum, uint64(last.Targets), uint64(last.Correct)
@@ -280,12 +281,12 @@ func (a *shellActor) form(m *workerpb.Form) *workerpb.Formed {
 // FormOf checks a Form from the wire and returns it as the worker takes it.
 func FormOf(m *workerpb.Form) (Form, error) {
 	f := Form{Generation: m.Generation, Rank: int(m.Rank), Step: int(m.Step), Cursor: data.Cursor(m.Cursor), RollBack: m.RollBack,
-		World0: int(m.World0), Source: Source{Kind: SourceKind(m.Source), Step: int(m.CheckpointStep)}}
+		World0: int(m.World0), ZeroGroup: int(m.ZeroGroup), Source: Source{Kind: SourceKind(m.Source), Step: int(m.CheckpointStep)}}
 	if m.Rank < 0 {
 		f.Rank = -1
 		return f, nil
 	}
-	if m.Dp > mesh.MaxSize || m.Pp > mesh.MaxSize || m.Tp > mesh.MaxSize || m.Step > math.MaxInt32 || m.CheckpointStep > math.MaxInt32 {
+	if m.Dp > mesh.MaxSize || m.Pp > mesh.MaxSize || m.Tp > mesh.MaxSize || m.ZeroGroup > mesh.MaxSize || m.Step > math.MaxInt32 || m.CheckpointStep > math.MaxInt32 {
 		return f, fmt.Errorf("%w: form out of range: %v", ErrConfig, m)
 	}
 	var err error
@@ -299,12 +300,14 @@ func FormOf(m *workerpb.Form) (Form, error) {
 		return f, fmt.Errorf("%w: %d addresses for a %v world", ErrConfig, len(m.Addrs), f.Mesh)
 	case f.Source.Kind > FromCheckpoint:
 		return f, fmt.Errorf("%w: unknown state source %d", ErrConfig, m.Source)
-	case f.Source.Kind == FromReplica && len(m.Roots) != f.Mesh.Parts():
-		return f, fmt.Errorf("%w: %d roots for %d model parts", ErrConfig, len(m.Roots), f.Mesh.Parts())
+	case f.ZeroGroup > 0 && f.Mesh.DP%f.ZeroGroup != 0:
+		return f, fmt.Errorf("%w: ZeRO shard groups of %d in a %v world", ErrConfig, f.ZeroGroup, f.Mesh)
+	case f.Source.Kind == FromReplica && len(m.Roots) != f.Mesh.Slots(f.ZeroGroup):
+		return f, fmt.Errorf("%w: %d roots for %d slots of a %v world (ZeRO groups of %d)", ErrConfig, len(m.Roots), f.Mesh.Slots(f.ZeroGroup), f.Mesh, f.ZeroGroup)
 	}
-	for part, r := range m.Roots {
-		if r < 0 || int(r) >= f.Mesh.Size() || f.Mesh.Part(int(r)) != part {
-			return f, fmt.Errorf("%w: part %d's root %d is not a rank holding that part in a %v world", ErrConfig, part, r, f.Mesh)
+	for slot, r := range m.Roots {
+		if r < 0 || int(r) >= f.Mesh.Size() || f.Mesh.Slot(int(r), f.ZeroGroup) != slot {
+			return f, fmt.Errorf("%w: slot %d's root %d is not a rank holding that slot in a %v world (ZeRO groups of %d)", ErrConfig, slot, r, f.Mesh, f.ZeroGroup)
 		}
 		f.Source.Roots = append(f.Source.Roots, int(r))
 	}

@@ -44,7 +44,11 @@ func newReducer(s *stepper) (*reducer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &reducer{s: s, plan: plan, tracker: NewTracker(plan), grads: s.host(set.Grads(), false), deferred: -1}, nil
+	r := &reducer{s: s, plan: plan, tracker: NewTracker(plan), deferred: -1}
+	if g := set.Grads(); g != nil { // none once ZeRO-2 released it (a generation before)
+		r.grads = s.host(g, false)
+	}
+	return r, nil
 }
 
 // start prepares a backward pass whose gradients are reduced.
@@ -298,13 +302,21 @@ func (s *stepper) clip(ctx context.Context, res *StepResult) (float64, error) {
 	return norm, nil
 }
 
-// broadcastState gives every rank of the stage's data-parallel group the
-// weights and optimizer state of mesh rank root.
+// broadcastState gives every rank of the part's data-parallel group the
+// weights and optimizer state of mesh rank root; with ZeRO, every rank of
+// root's replicate group (the same shard in each shard group) root's
+// shard of them.
 func (s *stepper) broadcastState(ctx context.Context, root int) error {
-	if s.dp == nil {
+	comm, group := s.dp, s.mesh.Group(mesh.DP, s.rank)
+	if zr := s.zero; zr != nil {
+		comm, group = zr.replicate, zr.repRanks
+	}
+	if comm == nil {
+		if root != s.rank {
+			return fmt.Errorf("%w: root %d is not rank %d, which has no replica", ErrConfig, root, s.rank)
+		}
 		return nil
 	}
-	group := s.mesh.Group(mesh.DP, s.rank)
 	at := -1
 	for i, r := range group {
 		if r == root {
@@ -312,13 +324,13 @@ func (s *stepper) broadcastState(ctx context.Context, root int) error {
 		}
 	}
 	if at < 0 {
-		return fmt.Errorf("%w: root %d is not in the data-parallel group %v of rank %d", ErrConfig, root, group, s.rank)
+		return fmt.Errorf("%w: root %d is not in the replica group %v of rank %d", ErrConfig, root, group, s.rank)
 	}
 	be := s.w.be
 	for _, b := range s.w.stateBufs() {
 		host := make([]float32, b.Len())
 		be.Download(host, b)
-		if err := s.dp.Broadcast(ctx, host, at).Wait(); err != nil {
+		if err := comm.Broadcast(ctx, host, at).Wait(); err != nil {
 			return fmt.Errorf("state of stage %d from rank %d: %w", s.coord.PP, root, err)
 		}
 		be.Upload(b, host)

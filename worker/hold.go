@@ -24,6 +24,20 @@ type Holding struct {
 	// World0 is the data-parallel size of the job's first generation (the
 	// linear learning-rate scaling rule's reference), 0 before any.
 	World0 int
+	// ZeroGroup is the ZeRO shard group size the state is sharded for (0:
+	// not sharded) and ZeroShard the worker's shard in its group: with
+	// ZeRO it holds that shard of the part's optimizer state (and of its
+	// weights, at stage 3), mesh.Mesh.Slot.
+	ZeroGroup, ZeroShard int
+}
+
+// Slot is the slot of the state held under shard groups of s (−1: none
+// held, or sharded otherwise): Part without ZeRO, see mesh.Mesh.Slot.
+func (h Holding) Slot(s int) int {
+	if h.Part < 0 || h.ZeroGroup != s {
+		return -1
+	}
+	return h.Part*max(1, s) + h.ZeroShard
 }
 
 // NoHolding is a worker that holds nothing yet.
@@ -60,7 +74,9 @@ func (k SourceKind) String() string {
 type Source struct {
 	Kind SourceKind
 	// Roots is, for FromReplica, the mesh rank whose state each model
-	// part takes, by part (mesh.Mesh.Part).
+	// part takes, by part (mesh.Mesh.Part); with ZeRO, whose state each
+	// shard of a part takes, by slot (mesh.Mesh.Slot): the ranks holding
+	// the same shard in the other shard groups take it.
 	Roots []int
 	// Step is, for FromCheckpoint, the checkpoint's step.
 	Step int
@@ -82,6 +98,8 @@ type Form struct {
 	RollBack bool
 	// World0 is the job's first generation's data-parallel size.
 	World0 int
+	// ZeroGroup is the ZeRO shard group size (0: no ZeRO).
+	ZeroGroup int
 }
 
 // Standby reports whether the form gives the worker no slot.
@@ -134,7 +152,10 @@ func (h Holding) Plan(f Form, built int) (FormPlan, error) {
 	if err := f.Mesh.Validate(); err != nil || f.Rank >= f.Mesh.Size() {
 		return p, fmt.Errorf("%w: rank %d of a %v world", ErrConfig, f.Rank, f.Mesh)
 	}
-	st := f.Mesh.Part(f.Rank)
+	if f.ZeroGroup < 0 || f.ZeroGroup > 0 && f.Mesh.DP%f.ZeroGroup != 0 {
+		return p, fmt.Errorf("%w: ZeRO shard groups of %d in a %v world", ErrConfig, f.ZeroGroup, f.Mesh)
+	}
+	st, slot := f.Mesh.Part(f.Rank), f.Mesh.Slot(f.Rank, f.ZeroGroup)
 	if built != st || f.Source.Kind == FromSeed {
 		p.Build = st
 		h.Part = -1
@@ -146,16 +167,25 @@ func (h Holding) Plan(f Form, built int) (FormPlan, error) {
 		}
 		p.Restore = f.Source.Step
 	case FromReplica:
-		if st >= len(f.Source.Roots) {
-			return p, fmt.Errorf("%w: no root for part %d", ErrConfig, st)
+		if len(f.Source.Roots) != f.Mesh.Slots(f.ZeroGroup) {
+			return p, fmt.Errorf("%w: %d roots for %d slots", ErrConfig, len(f.Source.Roots), f.Mesh.Slots(f.ZeroGroup))
 		}
-		p.Root = f.Source.Roots[st]
-		if p.Root == f.Rank && (h.Part != st || h.Applied != f.Step) {
-			return p, fmt.Errorf("%w: asked to serve part %d at step %d, but this worker holds part %d at step %d",
-				ErrNoState, st, f.Step, h.Part, h.Applied)
+		p.Root = f.Source.Roots[slot]
+		if p.Root == f.Rank && (h.Slot(f.ZeroGroup) != slot || h.Applied != f.Step) {
+			return p, fmt.Errorf("%w: asked to serve %s at step %d, but this worker holds %s at step %d",
+				ErrNoState, slotName(st, slot, f.ZeroGroup), f.Step, slotName(h.Part, h.Slot(h.ZeroGroup), h.ZeroGroup), h.Applied)
 		}
 	}
 	h.Part, h.Applied, h.Cursor = st, f.Step, f.Cursor
+	h.ZeroGroup, h.ZeroShard = f.ZeroGroup, slot-st*max(1, f.ZeroGroup)
 	p.Next = h
 	return p, nil
+}
+
+// slotName names a slot for errors: the part, and its ZeRO shard.
+func slotName(part, slot, zeroGroup int) string {
+	if zeroGroup == 0 || part < 0 {
+		return fmt.Sprintf("part %d", part)
+	}
+	return fmt.Sprintf("part %d's ZeRO shard %d of %d", part, slot-part*zeroGroup, zeroGroup)
 }

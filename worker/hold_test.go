@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -24,6 +26,14 @@ func TestHoldingPlan(t *testing.T) {
 	seed := Source{Kind: FromSeed}
 	roots := Source{Kind: FromReplica, Roots: []int{0, 3}}
 	ckpt := Source{Kind: FromCheckpoint, Step: 4}
+	dp4, _ := mesh.Of(4, 1)
+	zat := func(rank int, src Source, step int) Form {
+		return Form{Generation: 3, Mesh: dp4, Rank: rank, Step: step, Cursor: data.Cursor(8 * step), Source: src, World0: 2, ZeroGroup: 2}
+	}
+	zroots := Source{Kind: FromReplica, Roots: []int{0, 1}}
+	zheld := func(stage, shard, applied int) Holding {
+		return Holding{Part: stage, Applied: applied, Cursor: data.Cursor(8 * applied), World0: 2, ZeroGroup: 2, ZeroShard: shard}
+	}
 	held := func(stage, applied int) Holding {
 		return Holding{Part: stage, Applied: applied, Cursor: data.Cursor(8 * applied), World0: 2}
 	}
@@ -56,6 +66,20 @@ func TestHoldingPlan(t *testing.T) {
 			FormPlan{}, ErrNoState},
 		{"a root that does not hold its stage", held(0, 5), 0, at(0, roots, 7), FormPlan{}, ErrNoState},
 		{"a rank outside the mesh", NoHolding, -1, at(4, seed, 0), FormPlan{}, ErrConfig},
+		// ZeRO shard groups of 2 in dp4: rank r holds shard r%2, the roots
+		// are by slot (stage·2 + shard).
+		{"a ZeRO shard's root serves it", zheld(0, 1, 7), 0, zat(1, zroots, 7),
+			FormPlan{Build: -1, Root: 1, Next: zheld(0, 1, 7)}, nil},
+		{"a replica of a ZeRO shard takes it from the root", NoHolding, -1, zat(3, zroots, 7),
+			FormPlan{Build: 0, Root: 1, Next: zheld(0, 1, 7)}, nil},
+		{"a member moved to the other shard takes it", zheld(0, 0, 7), 0, zat(3, zroots, 7),
+			FormPlan{Build: -1, Root: 1, Next: zheld(0, 1, 7)}, nil},
+		{"a root holding the other shard", zheld(0, 0, 7), 0, zat(1, zroots, 7), FormPlan{}, ErrNoState},
+		{"a root holding the shard for another group size", Holding{Part: 0, Applied: 7, Cursor: 56, World0: 2, ZeroGroup: 4, ZeroShard: 1}, 0,
+			zat(1, zroots, 7), FormPlan{}, ErrNoState},
+		{"roots by part under ZeRO", NoHolding, -1, zat(1, Source{Kind: FromReplica, Roots: []int{0}}, 7), FormPlan{}, ErrConfig},
+		{"a shard group that does not divide the replicas", NoHolding, -1,
+			Form{Generation: 3, Mesh: dp4, Rank: 1, Step: 7, Source: seed, ZeroGroup: 3}, FormPlan{}, ErrConfig},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -217,5 +241,87 @@ func TestFormFromCheckpoint(t *testing.T) {
 		t.Fatal("a restore from a missing checkpoint succeeded")
 	} else if h := w.Holding(); h.Part != -1 {
 		t.Fatalf("after a failed restore the worker claims %+v", h)
+	}
+}
+
+// formAll forms workers[r] at rank r of a generation over a fresh
+// in-memory network (f's Rank set for each), all at once.
+func formAll(t *testing.T, f Form, workers []*Worker) *collective.MemNetwork {
+	t.Helper()
+	net := collective.NewMemNetwork(len(workers))
+	comms, err := net.Start(collective.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(net.Close)
+	errs := make([]error, len(workers))
+	var wg sync.WaitGroup
+	for r, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f := f
+			f.Rank = r
+			errs[r] = w.Form(context.Background(), f, comms[r])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return net
+}
+
+// ZeRO under elastic worlds: dp4 in shard groups of 2 loses rank 0. In
+// the next dp4 world one survivor keeps its shard, one moves to the other
+// shard and takes it from that shard's holder, and a newcomer takes its
+// shard from a replica; then the world shrinks to dp2 on the survivors'
+// shards as they are. Every generation's state is the replicas' bit for
+// bit, and the losses are one worker's over all the steps (within 1e-4
+// relative: float32 sums in another order, as for every world).
+func TestZeroReformsFromShardReplicas(t *testing.T) {
+	s := gptSetup(t)
+	spec := s.spec(t, 1, 1, pipeline.Kind1F1B, false, 0)
+	ref := newWorld(t, spec, 1).losses(t, s, 7, s.batch)
+	for _, stage := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("zero%d", stage), func(t *testing.T) {
+			zs := *spec
+			zs.Zero, zs.ZeroGroup, zs.KeepUndo = stage, 2, true
+			wd := newWorld(t, &zs, 4)
+			got := wd.losses(t, s, 2, s.batch)
+			a, b, c, d := wd.workers[0], wd.workers[1], wd.workers[2], wd.workers[3]
+			a.Close()
+			newcomer, err := New(&zs, cpu.New(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(newcomer.Close)
+			dp4, _ := mesh.Of(4, 1)
+			// Ranks 0 and 2 hold shard 0, ranks 1 and 3 shard 1: b moves
+			// to shard 0 (root c at rank 2), the newcomer takes shard 1
+			// from d at rank 1.
+			f := Form{Generation: 2, Mesh: dp4, Step: 2, Cursor: data.Cursor(2 * s.batch), ZeroGroup: 2,
+				Source: Source{Kind: FromReplica, Roots: []int{2, 1}}}
+			members := []*Worker{b, d, c, newcomer}
+			wd = &world{gen: 2, mesh: dp4, workers: members, net: formAll(t, f, members)}
+			if !sameState(stateOf(b), stateOf(c)) || !sameState(stateOf(newcomer), stateOf(d)) {
+				t.Fatal("a member's shard differs from its root's after the generation formed")
+			}
+			if h := b.Holding(); h.ZeroShard != 0 || h.ZeroGroup != 2 || h.Applied != 2 {
+				t.Fatalf("the member that moved holds %+v, want shard 0 of 2 at step 2", h)
+			}
+			got = append(got, wd.losses(t, s, 5, s.batch)...)
+			dp2, _ := mesh.Of(2, 1)
+			f = Form{Generation: 3, Mesh: dp2, Step: 5, Cursor: data.Cursor(5 * s.batch), ZeroGroup: 2,
+				Source: Source{Kind: FromReplica, Roots: []int{0, 1}}}
+			members = []*Worker{c, newcomer}
+			wd = &world{gen: 3, mesh: dp2, workers: members, net: formAll(t, f, members)}
+			got = append(got, wd.losses(t, s, 7, s.batch)...)
+			for i := range ref {
+				if math.Abs(got[i]-ref[i]) > 1e-4*math.Abs(ref[i]) {
+					t.Errorf("step %d: loss %v, one worker %v", i+1, got[i], ref[i])
+				}
+			}
+		})
 	}
 }

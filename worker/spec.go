@@ -5,6 +5,7 @@ import (
 
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/pipeline"
@@ -41,9 +42,10 @@ type Spec struct {
 	// (≤ 0: 25 MiB, PyTorch's default).
 	BucketBytes int64
 	// Zero is the ZeRO stage over the data-parallel axis (0: none; 1:
-	// optimizer state sharded; 2: gradients too; 3: weights too); ZeroGroup the size of its shard groups (0:
-	// the whole data-parallel group; a divisor of it: hybrid sharding,
-	// the groups replicating each other).
+	// optimizer state sharded; 2: gradients too; 3: weights too);
+	// ZeroGroup the size of its shard groups (0: the whole data-parallel
+	// group; a divisor of it: hybrid sharding, the groups replicating each
+	// other).
 	Zero, ZeroGroup int
 	// Seed initialises the weights and drives the sampler; Init, when set,
 	// is a safetensors file of initial weights (PyTorch names).
@@ -59,8 +61,22 @@ type Spec struct {
 	CkptDir string
 	// KeepUndo keeps a copy of the stage's state from before each step, so
 	// that a step some stages applied and others did not (a torn pipeline
-	// step) can be undone: elastic pipelines set it.
+	// step) can be undone: elastic pipelines set it. With it, a step that
+	// fails after this worker's update (a ZeRO weight gather that a lost
+	// peer broke) is undone at once; without it, such a worker holds
+	// nothing afterwards.
 	KeepUndo bool
+}
+
+// ZeroGroupIn is the ZeRO shard group size in world m (0: no ZeRO).
+func (s *Spec) ZeroGroupIn(m mesh.Mesh) int {
+	switch {
+	case s.Zero == 0:
+		return 0
+	case s.ZeroGroup > 0:
+		return s.ZeroGroup
+	}
+	return m.DP
 }
 
 // Stages is the number of pipeline stages.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/kernels"
@@ -98,12 +100,33 @@ func (w *Worker) Step(ctx context.Context, req StepRequest) (StepResult, error) 
 	res, err := w.st.step(ctx, req)
 	w.last = LastStep{Step: req.Step, Result: res.Result, Computed: res.Computed}
 	if err != nil {
+		if w.st.updated {
+			w.undoFailedStep(req.Step, err)
+		}
 		w.hold.Undo = false
 		return res, err
 	}
 	w.hold.Undo, w.hold.UndoCursor = w.spec.KeepUndo, w.hold.Cursor
 	w.hold.Applied, w.hold.Cursor = req.Step+1, req.Cursor+data.Cursor(req.Batch)
 	return res, nil
+}
+
+// undoFailedStep answers a step that failed after this worker's update (a
+// ZeRO weight gather that a lost peer broke, leaving the owned chunks
+// updated and the others not): the state goes back to the copy from
+// before the step (Spec.KeepUndo), or, without one, the worker holds
+// nothing, its state being torn.
+func (w *Worker) undoFailedStep(step int, cause error) {
+	if w.spec.KeepUndo && w.undo != nil {
+		for i, b := range w.stateBufs() {
+			w.be.Copy(b, w.undo[i])
+		}
+		w.opt.SetSteps(w.hold.Applied)
+		w.log.Warn("a step that failed after its update is undone", zap.Int("step", step+1), zap.Error(cause))
+		return
+	}
+	w.hold = Holding{Part: -1, World0: w.hold.World0}
+	w.log.Warn("a step failed after its update: this worker's state is torn and dropped", zap.Int("step", step+1), zap.Error(cause))
 }
 
 // micro is one micro-batch's state on this stage.
@@ -156,6 +179,8 @@ type stepper struct {
 	// that forming replaced the optimizer's shard.
 	zero      *zero
 	zeroMoved bool
+	// updated says that the step in flight applied this worker's update.
+	updated bool
 
 	// comm is the generation's communicator and byKey its groups by
 	// member list.
@@ -330,6 +355,7 @@ func (s *stepper) landed(b kernels.Buffer) {
 func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error) {
 	var res StepResult
 	start := time.Now()
+	s.updated = false
 	w, m := s.w, s.w.model
 	M := s.sched.MicroBatches
 	lo, hi := data.Split(req.Batch, s.mesh.DP, s.coord.DP)
@@ -397,6 +423,7 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 		return res, err
 	}
 	w.opt.Step(float32(req.LR))
+	s.updated = true
 	if s.zero != nil && s.zero.g3 == nil {
 		if err := s.gatherWeights(ctx, &res); err != nil {
 			return res, fmt.Errorf("stage %d: ZeRO weight gather: %w", s.coord.PP, err)
@@ -407,7 +434,7 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	}
 	res.GradNorm = norm
 	if req.Checksum {
-		res.Checksum = s.checksum()
+		res.Checksum = w.Checksum()
 	}
 	res.StepMs = msOf(time.Since(start))
 	res.PeakAct = w.pool.PeakBytes()

@@ -42,9 +42,14 @@ type Worker struct {
 	model *nn.Model
 	opt   optim.Optimizer
 	// optRanges are the flat ranges a ZeRO-sharded optimizer updates (nil:
-	// the whole part).
-	optRanges []optim.Range
-	undo      []kernels.Buffer // Spec.KeepUndo: the state before the last step
+	// the whole part); zgrads and zweights, the buffers it reads their
+	// gradients from (ZeRO-2) and updates their weights in (ZeRO-3), the
+	// owned chunks end to end (nil below those stages). They live as long
+	// as the optimizer, so that a worker formed again for the same shard
+	// keeps its state.
+	optRanges        []optim.Range
+	zgrads, zweights kernels.Buffer
+	undo             []kernels.Buffer // Spec.KeepUndo: the state before the last step
 
 	pool    *nn.Pool
 	sampler *data.Sampler
@@ -99,6 +104,9 @@ func (w *Worker) Backend() kernels.Backend { return w.be }
 func (w *Worker) Form(ctx context.Context, f Form, comm collective.Communicator) error {
 	w.leave()
 	w.comm = comm
+	if want := w.spec.ZeroGroupIn(f.Mesh); !f.Standby() && f.ZeroGroup != want {
+		return fmt.Errorf("%w: a form for ZeRO shard groups of %d, this worker's are %d", ErrConfig, f.ZeroGroup, want)
+	}
 	plan, err := w.hold.Plan(f, w.built)
 	if err != nil {
 		return err
@@ -127,14 +135,15 @@ func (w *Worker) Form(ctx context.Context, f Form, comm collective.Communicator)
 	if err != nil {
 		return err
 	}
-	if st.zero != nil && st.zeroMoved && plan.Restore == 0 && plan.Next.Applied > 0 {
+	if st.zeroMoved && plan.Restore == 0 && (plan.Root < 0 || plan.Root == f.Rank) && plan.Next.Applied > 0 {
 		st.release()
 		w.hold.Part = -1
-		return fmt.Errorf("%w: this worker's ZeRO shard of the optimizer state changed with the world; only a checkpoint can give it the new one", ErrNoState)
+		return fmt.Errorf("%w: this worker's ZeRO shard changed with the world and no replica of the new one is named; only a checkpoint can give it", ErrNoState)
 	}
 	switch {
 	case plan.Restore > 0:
 		w.hold.Part = -1 // a failed restore leaves a mix
+		w.model.Set.AllocWeights() // ZeRO-3: settled weights are restored whole, then settled again
 		if err := w.restore(plan.Restore); err != nil {
 			st.release()
 			return err
@@ -178,37 +187,98 @@ func (w *Worker) buildPart(st int) error {
 	if err != nil {
 		return err
 	}
-	for _, b := range w.undo {
-		w.be.Free(b)
-	}
-	w.model, w.opt, w.built, w.undo, w.optRanges = m, opt, st, nil, nil
+	w.dropUndo()
+	w.freeShard()
+	w.model, w.opt, w.built = m, opt, st
 	return nil
 }
 
-// shardOptimizer makes the optimizer update only ranges (ZeRO), keeping
-// its step count; it reports whether that replaced the optimizer (and so
-// its state), which an already sharded one with the same ranges does not.
-func (w *Worker) shardOptimizer(ranges []optim.Range) (bool, error) {
-	return w.shardOptimizerWith(ranges, nil, nil)
-}
-
-// shardOptimizerWith is shardOptimizer with the ranges' gradients read
-// from grads (ZeRO-2) and their weights updated in weights (ZeRO-3); with
-// either it always replaces the optimizer, whose buffers are new.
-func (w *Worker) shardOptimizerWith(ranges []optim.Range, grads, weights kernels.Buffer) (bool, error) {
-	if grads == nil && weights == nil && w.optRanges != nil && slices.Equal(w.optRanges, ranges) {
+// shardOptimizer makes the optimizer update only ranges (ZeRO stage
+// stage), keeping its step count: at stage 2 it reads their gradients from
+// zgrads, at stage 3 updates their weights in zweights. It reports whether
+// that replaced the optimizer (and so its state), which one already
+// sharded for the same ranges does not. A replaced ZeRO-3 shard leaves the
+// part's flat weights present again (their values lost) for a restore or a
+// transfer to fill.
+func (w *Worker) shardOptimizer(ranges []optim.Range, stage int) (bool, error) {
+	if w.optRanges != nil && slices.Equal(w.optRanges, ranges) {
 		return false, nil
+	}
+	n := 0
+	for _, r := range ranges {
+		n += r.Len()
+	}
+	var grads, weights kernels.Buffer
+	if stage >= 2 {
+		grads = w.allocShard(n)
+	}
+	if stage >= 3 {
+		weights = w.allocShard(n)
 	}
 	opt, err := optim.NewShardWith(w.model.Set, w.spec.Optim, ranges, grads, weights)
 	if err != nil {
+		for _, b := range []kernels.Buffer{grads, weights} {
+			if b != nil {
+				w.be.Free(b)
+			}
+		}
 		return false, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	opt.SetSteps(w.opt.Steps())
+	w.dropUndo()
+	w.freeShard()
+	w.opt, w.optRanges, w.zgrads, w.zweights = opt, ranges, grads, weights
+	if set := w.model.Set; stage >= 3 && set.Weights() == nil {
+		set.AllocWeights()
+	}
+	return true, nil
+}
+
+// allocShard allocates a shard buffer of n elements (an empty view for 0).
+func (w *Worker) allocShard(n int) kernels.Buffer {
+	b := w.be.Alloc(max(n, 1))
+	if n == 0 {
+		b = w.be.View(b, 0, 0)
+	}
+	return b
+}
+
+// freeShard frees the ZeRO shard buffers (the optimizer using them is
+// being replaced).
+func (w *Worker) freeShard() {
+	for _, b := range []kernels.Buffer{w.zgrads, w.zweights} {
+		if b != nil {
+			w.be.Free(b)
+		}
+	}
+	w.optRanges, w.zgrads, w.zweights = nil, nil, nil
+}
+
+// dropUndo frees the copy of the state from before the last step.
+func (w *Worker) dropUndo() {
 	for _, b := range w.undo {
 		w.be.Free(b)
 	}
-	w.opt, w.optRanges, w.undo = opt, ranges, nil
-	return true, nil
+	w.undo = nil
+	w.hold.Undo = false
+}
+
+// settle moves a ZeRO-3 part's weights into its owned shard, once the
+// part's flat weights were filled (built from the seed, restored,
+// re-made when the shard moved): only the owned chunks are kept, and the
+// flat buffer is freed. The state is then in one place: stateBufs, a
+// checksum and the passes read the shard.
+func (w *Worker) settle() {
+	set, be := w.model.Set, w.be
+	if w.zweights == nil || set.Weights() == nil {
+		return
+	}
+	off := 0
+	for _, r := range w.optRanges {
+		be.Copy(be.View(w.zweights, off, r.Len()), be.View(set.Weights(), r.Lo, r.Len()))
+		off += r.Len()
+	}
+	set.ReleaseWeights()
 }
 
 // restore loads the part's weights and optimizer state from the
@@ -266,21 +336,30 @@ func (w *Worker) zeroWeights() *zeroWeights {
 }
 
 // Checksum is the hash of every parameter the worker holds (0: none);
-// with ZeRO-3, of the weights it owns.
+// with ZeRO-3, of the weights it owns (equal on the replicas of its shard
+// in the other shard groups).
 func (w *Worker) Checksum() uint64 {
 	if w.model == nil || w.hold.Part < 0 {
 		return 0
 	}
-	if w.st != nil {
-		return w.st.checksum()
+	w.settle()
+	if w.zweights != nil {
+		h := make([]float32, w.zweights.Len())
+		w.be.Download(h, w.zweights)
+		return Checksum(h)
 	}
 	return Checksum(w.model.Set.HostWeights())
 }
 
 // stateBufs are the buffers of the part's training state: its weights
-// and its optimizer's state.
+// (with ZeRO-3 its owned shard of them, settled first) and its
+// optimizer's state.
 func (w *Worker) stateBufs() []kernels.Buffer {
+	w.settle()
 	bufs := []kernels.Buffer{w.model.Set.Weights()}
+	if w.zweights != nil {
+		bufs[0] = w.zweights
+	}
 	for _, st := range w.opt.States() {
 		bufs = append(bufs, st.Buf)
 	}
@@ -291,10 +370,8 @@ func (w *Worker) stateBufs() []kernels.Buffer {
 // once per part.
 func (w *Worker) keepUndo() {
 	bufs := w.stateBufs()
-	if len(w.undo) != len(bufs) {
-		for _, b := range w.undo {
-			w.be.Free(b)
-		}
+	if !sameLens(w.undo, bufs) {
+		w.dropUndo()
 		w.undo = make([]kernels.Buffer, len(bufs))
 		for i, b := range bufs {
 			w.undo[i] = w.be.Alloc(b.Len())
@@ -312,4 +389,16 @@ func (w *Worker) rollBack() {
 		w.be.Copy(b, w.undo[i])
 	}
 	w.log.Info("torn step undone", zap.Int("from_step", w.hold.Applied), zap.Int("to_step", w.hold.Applied-1))
+}
+
+func sameLens(a, b []kernels.Buffer) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Len() != b[i].Len() {
+			return false
+		}
+	}
+	return true
 }

@@ -118,7 +118,7 @@ func newWrappedWorld(t *testing.T, spec *Spec, D int, wrap func(rank int, c coll
 				comm = wrap(r, comm)
 			}
 		}
-		if err := w.Form(context.Background(), Form{Generation: 1, Mesh: m, Rank: r}, comm); err != nil {
+		if err := w.Form(context.Background(), Form{Generation: 1, Mesh: m, Rank: r, ZeroGroup: spec.ZeroGroupIn(m)}, comm); err != nil {
 			t.Fatal(err)
 		}
 		wd.workers[r] = w

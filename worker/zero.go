@@ -34,8 +34,10 @@ type zero struct {
 	// S is the shard group's size, z this rank's shard in it.
 	S, z int
 	// shard is the shard group; replicate the ranks holding the same
-	// shard in the other shard groups (nil with one shard group).
+	// shard in the other shard groups, repRanks (nil with one shard
+	// group).
 	shard, replicate collective.Communicator
+	repRanks         []int
 	// owned is this rank's chunk of every bucket, in bucket order; sorted
 	// is the same ranges in flat order, the optimizer's.
 	owned, sorted []optim.Range
@@ -76,15 +78,12 @@ func ownedRanges(plan *Plan, S, z int) []optim.Range {
 // says whether that replaced it). It needs the reducer's bucket plan.
 func (s *stepper) openZero() error {
 	spec, m := s.w.spec, s.mesh
-	S := spec.ZeroGroup
-	if S == 0 {
-		S = m.DP
-	}
+	S := spec.ZeroGroupIn(m)
 	if m.DP%S != 0 {
 		return fmt.Errorf("%w: ZeRO shard groups of %d cannot cut %d data-parallel replicas", ErrConfig, S, m.DP)
 	}
 	shardRanks, repRanks, z := zeroGroups(m, s.rank, S)
-	zr := &zero{stage: spec.Zero, S: S, z: z}
+	zr := &zero{stage: spec.Zero, S: S, z: z, repRanks: repRanks}
 	var err error
 	if zr.shard, err = s.group(shardRanks...); err != nil {
 		return err
@@ -113,20 +112,16 @@ func (s *stepper) openZero() error {
 		}
 		s.norm = make([]float32, 1)
 	}
-	if spec.Zero < 2 {
-		s.zeroMoved, err = s.w.shardOptimizer(zr.sorted)
+	if s.zeroMoved, err = s.w.shardOptimizer(zr.sorted, spec.Zero); err != nil {
 		return err
 	}
-	s.openZeroGrads()
-	var weights kernels.Buffer
-	if spec.Zero >= 3 {
-		if err := s.openZeroWeights(); err != nil {
-			return err
-		}
-		weights = zr.g3.owned
+	if spec.Zero >= 2 {
+		s.openZeroGrads()
 	}
-	s.zeroMoved, err = s.w.shardOptimizerWith(zr.sorted, zr.g2.owned, weights)
-	return err
+	if spec.Zero >= 3 {
+		s.openZeroWeights()
+	}
+	return nil
 }
 
 // sortedRanges is rs in flat order, without empty ranges.
@@ -267,8 +262,8 @@ type zeroGrads struct {
 // backward pass goes on, as DeepSpeed bounds its reduce buckets.
 const maxInFlight = 2
 
-// openZeroGrads sets ZeRO-2 up: the set's flat gradient buffer released
-// and the owned gradient buffer.
+// openZeroGrads sets ZeRO-2 up: the set's flat gradient buffer released,
+// the owned gradients in the worker's shard buffer.
 func (s *stepper) openZeroGrads() {
 	zr, set, be := s.zero, s.w.model.Set, s.w.be
 	plan := s.reducer.plan
@@ -285,10 +280,7 @@ func (s *stepper) openZeroGrads() {
 	}
 	set.ReleaseGrads()
 	s.reducer.grads = nil
-	g.owned = be.Alloc(max(n, 1))
-	if n == 0 {
-		g.owned = be.View(g.owned, 0, 0)
-	}
+	g.owned = s.w.zgrads
 	zr.g2 = g
 }
 

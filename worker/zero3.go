@@ -94,17 +94,14 @@ type zeroWeights struct {
 	err    error
 }
 
-// openZeroWeights sets ZeRO-3 up. The set's weights are moved into the
-// owned buffer at the first pass (settle): a restore from a checkpoint
-// writes them after forming.
-func (s *stepper) openZeroWeights() error {
+// openZeroWeights sets ZeRO-3 up, the owned weights in the worker's shard
+// buffer. The set's flat weights, while present (built from the seed, a
+// restore from a checkpoint writes them after forming), are moved into it
+// at the first pass (Worker.settle).
+func (s *stepper) openZeroWeights() {
 	plan := s.reducer.plan
-	n := s.zero.g2.owned.Len()
-	g := &zeroWeights{s: s, pool: nn.NewPool(s.w.be), owned: s.w.be.Alloc(max(n, 1)), bufs: make([]kernels.Buffer, len(plan.Buckets)),
+	g := &zeroWeights{s: s, pool: nn.NewPool(s.w.be), owned: s.w.zweights, bufs: make([]kernels.Buffer, len(plan.Buckets)),
 		host: make([][]float32, len(plan.Buckets)), inflight: make([]*collective.Handle, len(plan.Buckets)), refs: make([]int, len(plan.Buckets))}
-	if n == 0 {
-		g.owned = s.w.be.View(g.owned, 0, 0)
-	}
 	m := s.w.model
 	g.layers = make([][]int, len(m.Layers))
 	g.held = make([]bool, len(m.Layers))
@@ -117,7 +114,6 @@ func (s *stepper) openZeroWeights() error {
 		}
 	}
 	s.zero.g3 = g
-	return nil
 }
 
 func containsInt(v []int, x int) bool {
@@ -129,24 +125,9 @@ func containsInt(v []int, x int) bool {
 	return false
 }
 
-// settle moves the set's flat weights into the owned buffer and frees
-// them, once: after forming (and a restore), before the first pass.
-func (g *zeroWeights) settle() {
-	set, be := g.s.w.model.Set, g.s.w.be
-	if set.Weights() == nil {
-		return
-	}
-	off := 0
-	for _, r := range g.s.zero.sorted {
-		be.Copy(be.View(g.owned, off, r.Len()), be.View(set.Weights(), r.Lo, r.Len()))
-		off += r.Len()
-	}
-	set.ReleaseWeights()
-}
-
 // begin starts a pass (a forward, a backward, an evaluation) under ctx.
 func (g *zeroWeights) begin(ctx context.Context) {
-	g.settle()
+	g.s.w.settle()
 	g.ctx = ctx
 	clear(g.held)
 }
@@ -287,18 +268,6 @@ func (s *stepper) zeroWeights() *zeroWeights {
 // heldBytes is the weight memory at its step's peak: the owned chunks and
 // the gathered buckets.
 func (g *zeroWeights) heldBytes() int64 { return g.pool.PeakBytes() + 4*int64(g.owned.Len()) }
-
-// checksum is the hash of the part's weights: with ZeRO-3 of this rank's
-// owned weights (equal on the replicas of its shard in other shard
-// groups), else of all of them.
-func (s *stepper) checksum() uint64 {
-	if g := s.zeroWeights(); g != nil && s.w.model.Set.Weights() == nil {
-		h := make([]float32, g.owned.Len())
-		s.w.be.Download(h, g.owned)
-		return Checksum(h)
-	}
-	return Checksum(s.w.model.Set.HostWeights())
-}
 
 // gatherAll returns the part's whole weights on the host (every bucket
 // gathered in turn): for the final weights and checksums of ZeRO-3.

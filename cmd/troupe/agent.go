@@ -33,11 +33,11 @@ without it cannot join. At the end each agent prints a JSON summary (step, check
   scripts/local-cluster.sh 3    # a 3-node cluster on loopback`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := f.config(cmd.Flags())
+			cfg, err := f.build(cmd.Flags())
 			if err != nil {
 				return err
 			}
-			ac.Train = cfg
+			ac.Train = cfg // validated as an agent's below
 			if join != "" {
 				ac.Join = strings.Split(join, ",")
 			}

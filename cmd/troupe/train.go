@@ -195,9 +195,21 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.resume, "resume", false, "continue from the latest checkpoint in --ckpt-dir (--steps counts from the start of training)")
 }
 
-// config builds the run's configuration: the model's defaults, then every
-// flag the user set.
+// config builds the run's configuration (build) and validates it.
 func (f *trainFlags) config(fl *pflag.FlagSet) (train.Config, error) {
+	cfg, err := f.build(fl)
+	if err != nil {
+		return cfg, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("%w: %w", errUsage, inFlags(err))
+	}
+	return cfg, nil
+}
+
+// build is the run's configuration, not validated: the model's defaults,
+// then every flag the user set.
+func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 	cfg := train.DefaultConfig()
 	switch strings.ToLower(f.model) {
 	case "gpt":
@@ -276,9 +288,6 @@ func (f *trainFlags) config(fl *pflag.FlagSet) (train.Config, error) {
 	set("trace", func() { cfg.Trace = f.trace })
 	cfg.CkptDir, cfg.CkptEvery, cfg.Resume = f.ckptDir, f.ckptEvery, f.resume
 	set("keep", func() { cfg.Keep = f.keep })
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("%w: %w", errUsage, inFlags(err))
-	}
 	return cfg, nil
 }
 

@@ -167,11 +167,17 @@ type Status struct {
 	// micro-batches ran, and last_loss_sum, last_targets and last_correct
 	// are what they gave (a step that failed in its gradient sums on this
 	// worker may have completed on another replica).
-	LastStep      int64   `protobuf:"varint,11,opt,name=last_step,json=lastStep,proto3" json:"last_step,omitempty"`
-	LastComputed  bool    `protobuf:"varint,12,opt,name=last_computed,json=lastComputed,proto3" json:"last_computed,omitempty"`
-	LastLossSum   float64 `protobuf:"fixed64,13,opt,name=last_loss_sum,json=lastLossSum,proto3" json:"last_loss_sum,omitempty"`
-	LastTargets   uint64  `protobuf:"varint,14,opt,name=last_targets,json=lastTargets,proto3" json:"last_targets,omitempty"`
-	LastCorrect   uint64  `protobuf:"varint,15,opt,name=last_correct,json=lastCorrect,proto3" json:"last_correct,omitempty"`
+	LastStep     int64   `protobuf:"varint,11,opt,name=last_step,json=lastStep,proto3" json:"last_step,omitempty"`
+	LastComputed bool    `protobuf:"varint,12,opt,name=last_computed,json=lastComputed,proto3" json:"last_computed,omitempty"`
+	LastLossSum  float64 `protobuf:"fixed64,13,opt,name=last_loss_sum,json=lastLossSum,proto3" json:"last_loss_sum,omitempty"`
+	LastTargets  uint64  `protobuf:"varint,14,opt,name=last_targets,json=lastTargets,proto3" json:"last_targets,omitempty"`
+	LastCorrect  uint64  `protobuf:"varint,15,opt,name=last_correct,json=lastCorrect,proto3" json:"last_correct,omitempty"`
+	// held_zero_group is the ZeRO shard group size the held state is
+	// sharded for (0: not sharded) and held_zero_shard the worker's shard in
+	// its group: with ZeRO it holds only that shard of the part's optimizer
+	// state (and weights, at stage 3).
+	HeldZeroGroup uint32 `protobuf:"varint,16,opt,name=held_zero_group,json=heldZeroGroup,proto3" json:"held_zero_group,omitempty"`
+	HeldZeroShard uint32 `protobuf:"varint,17,opt,name=held_zero_shard,json=heldZeroShard,proto3" json:"held_zero_shard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -311,6 +317,20 @@ func (x *Status) GetLastCorrect() uint64 {
 	return 0
 }
 
+func (x *Status) GetHeldZeroGroup() uint32 {
+	if x != nil {
+		return x.HeldZeroGroup
+	}
+	return 0
+}
+
+func (x *Status) GetHeldZeroShard() uint32 {
+	if x != nil {
+		return x.HeldZeroShard
+	}
+	return 0
+}
+
 // Form places a worker in a generation (see worker.Form): its rank in a
 // dp × pp × tp mesh (-1: standby), the actor systems of every rank (for
 // the collectives between processes), where training continues and where
@@ -326,15 +346,18 @@ type Form struct {
 	Addrs      []string               `protobuf:"bytes,7,rep,name=addrs,proto3" json:"addrs,omitempty"`
 	Step       uint64                 `protobuf:"varint,8,opt,name=step,proto3" json:"step,omitempty"`
 	Cursor     uint64                 `protobuf:"varint,9,opt,name=cursor,proto3" json:"cursor,omitempty"`
-	// source is a worker.SourceKind: 0 seed, 1 replica (roots by stage), 2
+	// source is a worker.SourceKind: 0 seed, 1 replica (roots by part), 2
 	// checkpoint (checkpoint_step).
 	Source         uint32  `protobuf:"varint,10,opt,name=source,proto3" json:"source,omitempty"`
 	Roots          []int32 `protobuf:"varint,11,rep,packed,name=roots,proto3" json:"roots,omitempty"`
 	CheckpointStep uint64  `protobuf:"varint,12,opt,name=checkpoint_step,json=checkpointStep,proto3" json:"checkpoint_step,omitempty"`
 	RollBack       bool    `protobuf:"varint,13,opt,name=roll_back,json=rollBack,proto3" json:"roll_back,omitempty"`
 	World0         uint32  `protobuf:"varint,14,opt,name=world0,proto3" json:"world0,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// zero_group is the ZeRO shard group size (0: no ZeRO); with it, roots
+	// are by slot (part*zero_group + shard, see mesh.Mesh.Slot).
+	ZeroGroup     uint32 `protobuf:"varint,15,opt,name=zero_group,json=zeroGroup,proto3" json:"zero_group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Form) Reset() {
@@ -461,6 +484,13 @@ func (x *Form) GetRollBack() bool {
 func (x *Form) GetWorld0() uint32 {
 	if x != nil {
 		return x.World0
+	}
+	return 0
+}
+
+func (x *Form) GetZeroGroup() uint32 {
+	if x != nil {
+		return x.ZeroGroup
 	}
 	return 0
 }
@@ -1706,7 +1736,7 @@ const file_worker_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"?\n" +
 	"\rStatusRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1a\n" +
-	"\bchecksum\x18\x02 \x01(\bR\bchecksum\"\xcc\x03\n" +
+	"\bchecksum\x18\x02 \x01(\bR\bchecksum\"\x9c\x04\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x12\n" +
@@ -1723,7 +1753,9 @@ const file_worker_proto_rawDesc = "" +
 	"\rlast_computed\x18\f \x01(\bR\flastComputed\x12\"\n" +
 	"\rlast_loss_sum\x18\r \x01(\x01R\vlastLossSum\x12!\n" +
 	"\flast_targets\x18\x0e \x01(\x04R\vlastTargets\x12!\n" +
-	"\flast_correct\x18\x0f \x01(\x04R\vlastCorrect\"\xcc\x02\n" +
+	"\flast_correct\x18\x0f \x01(\x04R\vlastCorrect\x12&\n" +
+	"\x0fheld_zero_group\x18\x10 \x01(\rR\rheldZeroGroup\x12&\n" +
+	"\x0fheld_zero_shard\x18\x11 \x01(\rR\rheldZeroShard\"\xeb\x02\n" +
 	"\x04Form\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1e\n" +
 	"\n" +
@@ -1741,7 +1773,9 @@ const file_worker_proto_rawDesc = "" +
 	"\x05roots\x18\v \x03(\x05R\x05roots\x12'\n" +
 	"\x0fcheckpoint_step\x18\f \x01(\x04R\x0echeckpointStep\x12\x1b\n" +
 	"\troll_back\x18\r \x01(\bR\brollBack\x12\x16\n" +
-	"\x06world0\x18\x0e \x01(\rR\x06world0\"m\n" +
+	"\x06world0\x18\x0e \x01(\rR\x06world0\x12\x1d\n" +
+	"\n" +
+	"zero_group\x18\x0f \x01(\rR\tzeroGroup\"m\n" +
 	"\x06Formed\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1a\n" +
