@@ -142,7 +142,7 @@ func (w *Worker) Form(ctx context.Context, f Form, comm collective.Communicator)
 	}
 	switch {
 	case plan.Restore > 0:
-		w.hold.Part = -1 // a failed restore leaves a mix
+		w.hold.Part = -1           // a failed restore leaves a mix
 		w.model.Set.AllocWeights() // ZeRO-3: settled weights are restored whole, then settled again
 		if err := w.restore(plan.Restore); err != nil {
 			st.release()
