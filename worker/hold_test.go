@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/troupe-ml/troupe/checkpoint"
@@ -321,6 +322,68 @@ func TestZeroReformsFromShardReplicas(t *testing.T) {
 				if math.Abs(got[i]-ref[i]) > 1e-4*math.Abs(ref[i]) {
 					t.Errorf("step %d: loss %v, one worker %v", i+1, got[i], ref[i])
 				}
+			}
+		})
+	}
+}
+
+// killOnGather is a communicator that calls kill when armed and an
+// all-gather starts: under ZeRO-1 that is the gather of the weights after
+// the update, so the step fails with some shards updated.
+type killOnGather struct {
+	collective.Communicator
+	kill  func()
+	armed *atomic.Bool
+}
+
+func (c *killOnGather) AllGather(ctx context.Context, buf []float32) *collective.Handle {
+	if c.armed.Load() {
+		c.kill()
+	}
+	return c.Communicator.AllGather(ctx, buf)
+}
+
+func (c *killOnGather) Group(ranks []int) (collective.Communicator, error) {
+	g, err := c.Communicator.Group(ranks)
+	if err != nil {
+		return nil, err
+	}
+	return &killOnGather{Communicator: g, kill: c.kill, armed: c.armed}, nil
+}
+
+// A ZeRO step that fails after its update (the weights' gather loses rank
+// 1) is undone from the copy kept before it (Spec.KeepUndo, as agents
+// keep): the state and the step count are as before the step, bit for
+// bit. Without a copy the worker drops its torn state and holds nothing.
+func TestZeroStepFailingAfterItsUpdateIsUndone(t *testing.T) {
+	s := gptSetup(t)
+	for _, keep := range []bool{true, false} {
+		t.Run(fmt.Sprintf("keep-undo=%v", keep), func(t *testing.T) {
+			spec := s.spec(t, 1, 1, pipeline.Kind1F1B, false, 0)
+			spec.Zero, spec.KeepUndo = 1, keep
+			var armed atomic.Bool
+			var wd *world
+			kill := func() { wd.net.Kill(1, true) }
+			wd = newWrappedWorld(t, spec, 2, func(_ int, c collective.Communicator) collective.Communicator {
+				return &killOnGather{Communicator: c, kill: kill, armed: &armed}
+			})
+			wd.losses(t, s, 1, s.batch)
+			w := wd.workers[0]
+			before := stateOf(w)
+			armed.Store(true)
+			_, errs := wd.step(s, 1, s.batch)
+			if errs[0] == nil {
+				t.Fatal("the step whose weight gather lost a peer succeeded")
+			}
+			h := w.Holding()
+			if !keep {
+				if h.Part != -1 {
+					t.Fatalf("without an undo copy the worker holds %+v, want nothing", h)
+				}
+				return
+			}
+			if h.Applied != 1 || !sameState(before, stateOf(w)) {
+				t.Fatalf("after the failed step the worker holds %+v; want step 1 with the state from before it (error %v)", h, errs[0])
 			}
 		})
 	}
