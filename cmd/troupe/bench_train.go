@@ -32,6 +32,21 @@ type benchTrainResult struct {
 	// per worker): 1 is perfect scaling.
 	Efficiency float64 `json:"scaling_efficiency"`
 	FinalLoss  float64 `json:"final_loss"`
+	// ZeRO is the world's ZeRO stage (0: none).
+	ZeRO int `json:"zero,omitempty"`
+	// The most bytes a rank held of weights, gradients and optimizer
+	// state between steps and at its peak within one (train.StepMetrics),
+	// and of activations, over the timed steps.
+	ParamBytes     int64 `json:"param_bytes"`
+	GradHeldBytes  int64 `json:"grad_held_bytes"`
+	OptimizerBytes int64 `json:"optimizer_bytes"`
+	PeakParamBytes int64 `json:"peak_param_bytes"`
+	PeakGradBytes  int64 `json:"peak_grad_bytes"`
+	PeakActBytes   int64 `json:"peak_activation_bytes"`
+	// The bytes a rank sent per step, by collective kind (median).
+	SentAllReduceBytes     int64 `json:"sent_all_reduce_bytes"`
+	SentReduceScatterBytes int64 `json:"sent_reduce_scatter_bytes"`
+	SentAllGatherBytes     int64 `json:"sent_all_gather_bytes"`
 }
 
 func newBenchTrainCmd() *cobra.Command {
@@ -61,6 +76,9 @@ func newBenchTrainCmd() *cobra.Command {
 					return err
 				}
 				cfg.DP, cfg.TP, cfg.Procs = bw.dp, bw.tp, bw.procs
+				if bw.zero >= 0 {
+					cfg.Zero = bw.zero
+				}
 				n := bw.workers()
 				cfg.Save, cfg.EvalEvery, cfg.EvalBatches = "", 0, 1
 				dir, err := os.MkdirTemp("", "troupe-bench-train-")
@@ -78,7 +96,7 @@ func newBenchTrainCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				r.World, r.Workers, r.Procs, r.FinalLoss = w, n, cfg.Procs, sum.FinalLoss
+				r.World, r.Workers, r.Procs, r.FinalLoss, r.ZeRO = w, n, cfg.Procs, sum.FinalLoss, cfg.Zero
 				if sum.TokensPerS > 0 {
 					r.TokensPerS = r.SamplesPerS * sum.TokensPerS / sum.SamplesPerS
 				}
@@ -92,16 +110,17 @@ func newBenchTrainCmd() *cobra.Command {
 				return json.NewEncoder(os.Stdout).Encode(map[string]any{"model": base.Model, "batch": base.Batch, "results": results})
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintln(tw, "world\tsamples/s\ttokens/s\tstep ms\tcompute ms\tcomm ms\thidden\tefficiency\t")
+			fmt.Fprintln(tw, "world\tsamples/s\ttokens/s\tstep ms\tcompute ms\tcomm ms\thidden\tefficiency\tstate MiB\tpeak MiB\tsent MiB\t")
 			for _, r := range results {
-				fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.0f%%\t%.2f\t\n", r.World, r.SamplesPerS, r.TokensPerS,
-					r.StepMsMed, r.ComputeMs, r.CommMs, 100*r.Hidden, r.Efficiency)
+				fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.0f%%\t%.2f\t%.2f\t%.2f\t%.2f\t\n", r.World, r.SamplesPerS, r.TokensPerS,
+					r.StepMsMed, r.ComputeMs, r.CommMs, 100*r.Hidden, r.Efficiency, mib(r.ParamBytes+r.GradHeldBytes+r.OptimizerBytes),
+					mib(r.PeakParamBytes+r.PeakGradBytes+r.OptimizerBytes), mib(r.SentAllReduceBytes+r.SentReduceScatterBytes+r.SentAllGatherBytes))
 			}
 			return tw.Flush()
 		},
 	}
 	f.register(cmd.Flags())
-	cmd.Flags().StringVar(&worlds, "worlds", "dp1,dp2", "comma-separated worlds: dpN (N replicas as worker actors in this process), tpN (N tensor-parallel shards), procsN (N worker processes), combined with x: dp2xtp2, procs2xtp2")
+	cmd.Flags().StringVar(&worlds, "worlds", "dp1,dp2", "comma-separated worlds: dpN (N replicas as worker actors in this process), tpN (N tensor-parallel shards), procsN (N worker processes), zeroS (ZeRO stage S, else --zero's), combined with x: dp2xtp2, procs2xtp2, dp4xzero3")
 	cmd.Flags().IntVar(&warmup, "warmup-steps", 5, "steps left out of the timing")
 	return cmd
 }
@@ -110,7 +129,7 @@ func init() { benchCmd.AddCommand(newBenchTrainCmd()) }
 
 // benchWorld is one --worlds entry: dp replicas of tp shards, as worker
 // actors of this process or as procs worker processes.
-type benchWorld struct{ dp, tp, procs int }
+type benchWorld struct{ dp, tp, procs, zero int }
 
 func (w benchWorld) workers() int {
 	if w.procs > 0 {
@@ -119,20 +138,21 @@ func (w benchWorld) workers() int {
 	return w.dp * w.tp
 }
 
-// parseWorld reads dpN, tpN and procsN joined by x (dp2xtp2, procs4xtp2).
+// parseWorld reads dpN, tpN, procsN and zeroS joined by x (dp2xtp2,
+// procs4xtp2, dp4xzero3); zero is −1 without zeroS.
 func parseWorld(s string) (benchWorld, error) {
-	w := benchWorld{dp: 1, tp: 1}
-	bad := fmt.Errorf("%w: --worlds entry %q: want dpN, tpN or procsN (N ≥ 1), joined by x (dp2xtp2)", errUsage, s)
+	w := benchWorld{dp: 1, tp: 1, zero: -1}
+	bad := fmt.Errorf("%w: --worlds entry %q: want dpN, tpN or procsN (N ≥ 1) and zeroS (S 0 to 3), joined by x (dp2xtp2, dp4xzero3)", errUsage, s)
 	seen := map[string]bool{}
 	for _, part := range strings.Split(s, "x") {
 		ok := false
-		for _, kind := range []string{"procs", "dp", "tp"} {
+		for _, kind := range []string{"procs", "dp", "tp", "zero"} {
 			rest, found := strings.CutPrefix(part, kind)
 			if !found {
 				continue
 			}
 			n, err := strconv.Atoi(rest)
-			if err != nil || n < 1 || seen[kind] {
+			if err != nil || n < 1 && kind != "zero" || n < 0 || n > 3 && kind == "zero" || seen[kind] {
 				return w, bad
 			}
 			seen[kind], ok = true, true
@@ -143,6 +163,8 @@ func parseWorld(s string) (benchWorld, error) {
 				w.dp = n
 			case "tp":
 				w.tp = n
+			case "zero":
+				w.zero = n
 			}
 			break
 		}
@@ -163,6 +185,8 @@ func timedResult(path string, warmup, batch int) (benchTrainResult, error) {
 	defer f.Close()
 	var steps, compute, comm []float64
 	var hidden float64
+	var r benchTrainResult
+	var ar, rs, ag []float64
 	sc := bufio.NewScanner(f)
 	for i := 0; sc.Scan(); i++ {
 		if i < warmup {
@@ -174,6 +198,9 @@ func timedResult(path string, warmup, batch int) (benchTrainResult, error) {
 		}
 		steps, compute, comm = append(steps, m.StepMs), append(compute, m.ComputeMs), append(comm, m.CommMs)
 		hidden += m.OverlapFraction
+		r.ParamBytes, r.GradHeldBytes, r.OptimizerBytes = max(r.ParamBytes, m.ParamBytes), max(r.GradHeldBytes, m.GradHeldBytes), max(r.OptimizerBytes, m.OptimizerBytes)
+		r.PeakParamBytes, r.PeakGradBytes, r.PeakActBytes = max(r.PeakParamBytes, m.PeakParamBytes), max(r.PeakGradBytes, m.PeakGradBytes), max(r.PeakActBytes, m.PeakActBytes)
+		ar, rs, ag = append(ar, float64(m.SentAllReduceBytes)), append(rs, float64(m.SentReduceScatterBytes)), append(ag, float64(m.SentAllGatherBytes))
 	}
 	if len(steps) == 0 {
 		return benchTrainResult{}, fmt.Errorf("no timed steps in %s", path)
@@ -182,10 +209,10 @@ func timedResult(path string, warmup, batch int) (benchTrainResult, error) {
 	for _, s := range steps {
 		total += s
 	}
-	return benchTrainResult{
-		Steps: len(steps), SamplesPerS: float64(batch*len(steps)) / (total / 1e3),
-		StepMsMed: medianOf(steps), ComputeMs: medianOf(compute), CommMs: medianOf(comm), Hidden: hidden / float64(len(steps)),
-	}, nil
+	r.Steps, r.SamplesPerS = len(steps), float64(batch*len(steps))/(total/1e3)
+	r.StepMsMed, r.ComputeMs, r.CommMs, r.Hidden = medianOf(steps), medianOf(compute), medianOf(comm), hidden/float64(len(steps))
+	r.SentAllReduceBytes, r.SentReduceScatterBytes, r.SentAllGatherBytes = int64(medianOf(ar)), int64(medianOf(rs)), int64(medianOf(ag))
+	return r, nil
 }
 
 func medianOf(xs []float64) float64 {
@@ -193,3 +220,5 @@ func medianOf(xs []float64) float64 {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
