@@ -32,8 +32,10 @@ type benchTrainResult struct {
 	// per worker): 1 is perfect scaling.
 	Efficiency float64 `json:"scaling_efficiency"`
 	FinalLoss  float64 `json:"final_loss"`
-	// ZeRO is the world's ZeRO stage (0: none).
-	ZeRO int `json:"zero,omitempty"`
+	// ZeRO is the world's ZeRO stage (0: none); Params the model's
+	// parameter count.
+	ZeRO   int `json:"zero,omitempty"`
+	Params int `json:"params"`
 	// The most bytes a rank held of weights, gradients and optimizer
 	// state between steps and at its peak within one (train.StepMetrics),
 	// and of activations, over the timed steps.
@@ -96,7 +98,7 @@ func newBenchTrainCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				r.World, r.Workers, r.Procs, r.FinalLoss, r.ZeRO = w, n, cfg.Procs, sum.FinalLoss, cfg.Zero
+				r.World, r.Workers, r.Procs, r.FinalLoss, r.ZeRO, r.Params = w, n, cfg.Procs, sum.FinalLoss, cfg.Zero, sum.Params
 				if sum.TokensPerS > 0 {
 					r.TokensPerS = r.SamplesPerS * sum.TokensPerS / sum.SamplesPerS
 				}
