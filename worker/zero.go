@@ -291,9 +291,11 @@ func (g *zeroGrads) start() {
 }
 
 // bind gives the parameters of layer l gradient buffers: their buckets',
-// allocated zeroed the first time a backward pass needs one.
+// allocated zeroed the first time a backward pass needs one. The buckets
+// whose reductions completed meanwhile are freed first.
 func (g *zeroGrads) bind(l nn.Layer) {
 	plan, set := g.s.reducer.plan, g.s.w.model.Set
+	g.retire(false)
 	for _, p := range l.Params() {
 		k := plan.BucketOf(p)
 		if g.bufs[k] != nil {

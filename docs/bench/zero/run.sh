@@ -6,9 +6,9 @@
 #           plain data parallelism and ZeRO 1/2/3 on the same worlds, with PyTorch DDP and DDP +
 #           ZeroRedundancyOptimizer beside them; ROUNDS rounds, the worlds alternated in each.
 #   memory: per-rank weight, gradient and optimizer bytes at dp 1, 2, 4 and every ZeRO stage
-#           (1 MiB buckets), beside troupe plan memory for the same parameter count.
-#   budget: the largest GPT (4 layers, d_model on a ladder) whose model states fit BUDGET_MIB
-#           (default 16) per worker at dp 4, for every ZeRO stage.
+#           (0.25 MiB buckets), beside troupe plan memory for the same parameter count.
+#   budget: the largest GPT (12 layers, 4 heads, d_model on a ladder) whose model states at their
+#           peak in the step fit BUDGET_MIB (default 32) per worker at dp 4, for every ZeRO stage.
 set -euo pipefail
 troupe=$1 anchors=$2 out=$3
 shift 3
@@ -30,7 +30,7 @@ for part in $parts; do
   memory)
     for d in 1 2 4; do
       for s in 0 1 2 3; do
-        res=$("$troupe" bench train --steps 3 --warmup-steps 1 --threads 1 --bucket-mb 1 --json --log-level warn --worlds "dp${d}xzero$s")
+        res=$("$troupe" bench train --steps 3 --warmup-steps 1 --threads 1 --bucket-mb 0.25 --json --log-level warn --worlds "dp${d}xzero$s")
         n=$(echo "$res" | jq '.results[0].params')
         plan=$("$troupe" plan memory --params "$n" --dp "$d" --zero "$s" --k 8 --weight-bytes 4 --grad-bytes 4 --json)
         echo "{\"part\": \"memory\", \"dp\": $d, \"zero\": $s, \"out\": $res, \"plan\": $plan}" >> "$out"
@@ -38,11 +38,11 @@ for part in $parts; do
     done ;;
   budget)
     for s in 0 1 2 3; do
-      for dm in 128 160 192 224 256 288 320 352; do
-        res=$("$troupe" bench train --d-model "$dm" --steps 3 --warmup-steps 1 --threads 1 --bucket-mb 1 --json --log-level warn --worlds "dp4xzero$s")
+      for dm in 96 128 160 192 224 256 288; do
+        res=$("$troupe" bench train --n-layers 12 --d-model "$dm" --steps 3 --warmup-steps 1 --threads 1 --bucket-mb 0.25 --json --log-level warn --worlds "dp4xzero$s")
         echo "{\"part\": \"budget\", \"zero\": $s, \"d_model\": $dm, \"out\": $res}" >> "$out"
         peak=$(echo "$res" | jq '.results[0] | .peak_param_bytes + .peak_grad_bytes + .optimizer_bytes')
-        [ "$peak" -gt $(( ${BUDGET_MIB:-16} << 20 )) ] && break
+        [ "$peak" -gt $(( ${BUDGET_MIB:-32} << 20 )) ] && break
       done
     done ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
