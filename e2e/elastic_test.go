@@ -353,6 +353,42 @@ func TestElasticGracefulLeave(t *testing.T) {
 	c.check(c.finish("n1", "n2"), ref)
 }
 
+// checkReplay asserts what a job that rolled back to a checkpoint must
+// show: the named agents finish with bit-identical replicas, a generation
+// took its state from the checkpoint, every step was logged, and the steps
+// trained again after the restore repeated their losses bit for bit (the
+// same state and data).
+func (c *cluster) checkReplay(names ...string) {
+	c.t.Helper()
+	checkReplicas(c.t, c.finish(names...))
+	logs := ""
+	for _, n := range names {
+		logs += c.agents[n].stderr.String()
+	}
+	if !strings.Contains(logs, `"state_from":"checkpoint step`) {
+		c.dump()
+		c.t.Fatal("no generation took its state from the checkpoint")
+	}
+	first := map[int]float64{}
+	redone := 0
+	for _, r := range c.steps() {
+		if l, ok := first[r.Step]; ok {
+			redone++
+			if l != r.Loss {
+				c.t.Errorf("step %d trained again after the restore: loss %v, first %v", r.Step, r.Loss, l)
+			}
+			continue
+		}
+		first[r.Step] = r.Loss
+	}
+	for s := 1; s <= elasticSteps; s++ {
+		if _, ok := first[s]; !ok {
+			c.t.Fatalf("step %d never logged", s)
+		}
+	}
+	c.t.Logf("%d steps since the checkpoint trained again, with the same losses", redone)
+}
+
 // (3) kill -9 of one agent mid-step: the rest abort, re-form and continue.
 func TestElasticKill(t *testing.T) {
 	ref := faultFree(t)
@@ -537,21 +573,7 @@ func TestElasticLostShardFromCheckpoint(t *testing.T) {
 	c.start(2)
 	c.waitGeneration(formed.Generation+1, 350)
 	c.agents["n2"].cmd.Process.Kill()
-	sums := c.finish("n1", "n3")
-	checkReplicas(t, sums)
-	if logs := c.agents["n1"].stderr.String() + c.agents["n3"].stderr.String(); !strings.Contains(logs, `"state_from":"checkpoint step`) {
-		t.Fatal("no generation took its state from the checkpoint")
-	}
-	first := map[int]float64{}
-	for _, r := range c.steps() {
-		if l, ok := first[r.Step]; ok && l != r.Loss {
-			t.Errorf("step %d trained again after the restore: loss %v, first %v", r.Step, r.Loss, l)
-		}
-		first[r.Step] = r.Loss
-	}
-	if len(first) != elasticSteps {
-		t.Fatalf("%d distinct steps logged, want %d", len(first), elasticSteps)
-	}
+	c.checkReplay("n1", "n3")
 }
 
 // A lost pipeline stage: with one replica of two stages and a standby, the
@@ -573,30 +595,7 @@ func TestElasticLostStageFromCheckpoint(t *testing.T) {
 	// commits.
 	c.waitGeneration(formed.Generation+1, 350)
 	c.agents["n2"].cmd.Process.Kill() // the only holder of stage 1
-	sums := c.finish("n1", "n3")
-	checkReplicas(t, sums)
-	logs := c.agents["n1"].stderr.String() + c.agents["n3"].stderr.String()
-	if !strings.Contains(logs, `"state_from":"checkpoint step`) {
-		t.Fatal("no generation took its state from the checkpoint")
-	}
-	first := map[int]float64{}
-	redone := 0
-	for _, r := range c.steps() {
-		if l, ok := first[r.Step]; ok {
-			redone++
-			if l != r.Loss {
-				t.Errorf("step %d trained again after the restore: loss %v, first %v", r.Step, r.Loss, l)
-			}
-			continue
-		}
-		first[r.Step] = r.Loss
-	}
-	for s := 1; s <= elasticSteps; s++ {
-		if _, ok := first[s]; !ok {
-			t.Fatalf("step %d never logged", s)
-		}
-	}
-	t.Logf("%d steps since the checkpoint trained again, with the same losses", redone)
+	c.checkReplay("n1", "n3")
 }
 
 // A pipeline stage lost with every holder and no checkpoint to restore it

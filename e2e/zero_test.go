@@ -64,30 +64,5 @@ func zeroShardFromCheckpoint(t *testing.T, stage string) {
 	c.start(4) // standby: the world stays one shard group of four
 	c.waitGeneration(formed.Generation+1, 350)
 	c.agents["n2"].cmd.Process.Kill() // the only holder of its shard
-	sums := c.finish("n1", "n3", "n4", "n5")
-	checkReplicas(t, sums)
-	logs := ""
-	for _, n := range []string{"n1", "n3", "n4", "n5"} {
-		logs += c.agents[n].stderr.String()
-	}
-	if !strings.Contains(logs, `"state_from":"checkpoint step`) {
-		c.dump()
-		t.Fatal("no generation took its state from the checkpoint")
-	}
-	first := map[int]float64{}
-	redone := 0
-	for _, r := range c.steps() {
-		if l, ok := first[r.Step]; ok {
-			redone++
-			if l != r.Loss {
-				t.Errorf("step %d trained again after the restore: loss %v, first %v", r.Step, r.Loss, l)
-			}
-			continue
-		}
-		first[r.Step] = r.Loss
-	}
-	if len(first) != elasticSteps {
-		t.Fatalf("%d distinct steps logged, want %d", len(first), elasticSteps)
-	}
-	t.Logf("%d steps since the checkpoint trained again, with the same losses", redone)
+	c.checkReplay("n1", "n3", "n4", "n5")
 }

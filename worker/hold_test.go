@@ -129,28 +129,8 @@ func TestFormFromReplica(t *testing.T) {
 	}
 	defer newcomer.Close()
 	m, _ := mesh.Of(2, 1)
-	net := collective.NewMemNetwork(2)
-	comms, err := net.Start(collective.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer net.Close()
 	f := Form{Generation: 2, Mesh: m, Step: 3, Cursor: data.Cursor(3 * s.batch), Source: Source{Kind: FromReplica, Roots: []int{0}}}
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r, w := range []*Worker{veteran, newcomer} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f := f
-			f.Rank = r
-			errs[r] = w.Form(context.Background(), f, comms[r])
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+	net := formAll(t, f, []*Worker{veteran, newcomer})
 	if !sameState(stateOf(veteran), stateOf(newcomer)) {
 		t.Fatal("the newcomer's state differs from the root's")
 	}
