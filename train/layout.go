@@ -42,7 +42,8 @@ type layout struct {
 // multiple of it). Members keep the slot they hold where they can, so that
 // the state of every slot is found on a survivor: first the members
 // holding a slot at the newest step, then other holders of it, then
-// everyone else in member order; members beyond the mesh wait as standby.
+// everyone else in member order, in rank order of the places left;
+// members beyond the mesh wait as standby.
 // A torn step is undone first (undoTornStep). It fails with
 // ErrWorldTooSmall when there are too few members for one replica (one
 // shard group with ZeRO).
@@ -95,13 +96,22 @@ func planLayout(states []worker.Holding, pp, tp, zeroGroup, maxReplicas int) (la
 			}
 		}
 	}
-	// Everyone else fills the remaining slots, slot by slot.
-	for i := range states {
-		for s := 0; s < ns && slot[i] < 0; s++ {
-			if len(holders[s]) < d/S {
-				place(i, s)
-			}
+	// Everyone else, in member order, fills the free places in rank order
+	// (a slot's places are taken in shard-group order: its holders above
+	// are groups 0, 1, …).
+	next := 0
+	for r := range m.Size() {
+		s := m.Slot(r, zeroGroup)
+		if m.Coord(r).DP/S != len(holders[s]) {
+			continue
 		}
+		for next < n && slot[next] >= 0 {
+			next++
+		}
+		if next == n {
+			break
+		}
+		place(next, s)
 	}
 	roots := make([]int, ns)
 	for s := range ns {

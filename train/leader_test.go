@@ -29,7 +29,7 @@ import (
 // simulated members answer the leader's calls with what worker.Holding.Plan
 // makes of them. Commands:
 //
-//	config stages=P micro=M batch=B target=T [lost-timeout=D] [retry=D] [linear-lr] [resume]
+//	config stages=P micro=M batch=B target=T [zero=S] [lost-timeout=D] [retry=D] [linear-lr] [resume]
 //	start n1 n2 ...      new members, holding nothing
 //	commit n1 n2 ...     a world of these members (in rank order) commits
 //	deliver [only=n1,n2] the leader's pending call reaches every live member
@@ -184,7 +184,11 @@ func (s *leaderSim) exec(line string) error {
 			if m.ended != "" {
 				status = m.ended
 			}
-			fmt.Fprintf(&s.out, "%s: stage %d step %d cursor %d undo %v rank %d (%s)\n", n, m.h.Part, m.h.Applied, m.h.Cursor, m.h.Undo, m.rank, status)
+			shard := ""
+			if s.cfg.ZeroGroup > 0 && m.h.Part >= 0 {
+				shard = fmt.Sprintf(" shard %d", m.h.ZeroShard)
+			}
+			fmt.Fprintf(&s.out, "%s: stage %d%s step %d cursor %d undo %v rank %d (%s)\n", n, m.h.Part, shard, m.h.Applied, m.h.Cursor, m.h.Undo, m.rank, status)
 		}
 	default:
 		return fmt.Errorf("unknown command %q", f[0])
@@ -193,7 +197,7 @@ func (s *leaderSim) exec(line string) error {
 }
 
 func (s *leaderSim) config(args map[string]string, pos []string) error {
-	for key, dst := range map[string]*int{"stages": &s.cfg.Stages, "micro": &s.cfg.MicroBatches, "batch": &s.cfg.Batch, "target": &s.cfg.Target} {
+	for key, dst := range map[string]*int{"stages": &s.cfg.Stages, "micro": &s.cfg.MicroBatches, "batch": &s.cfg.Batch, "target": &s.cfg.Target, "zero": &s.cfg.ZeroGroup} {
 		if v, ok := args[key]; ok {
 			n, err := strconv.Atoi(v)
 			if err != nil {
@@ -214,6 +218,9 @@ func (s *leaderSim) config(args map[string]string, pos []string) error {
 	s.cfg.LinearLR, s.cfg.Resume = slices.Contains(pos, "linear-lr"), slices.Contains(pos, "resume")
 	fmt.Fprintf(&s.out, "%d stages, %d micro-batches, batch %d, target %d, lost-stage timeout %s, retry %s, linear-lr %v, resume %v\n",
 		s.cfg.Stages, s.cfg.MicroBatches, s.cfg.Batch, s.cfg.Target, s.cfg.LostStageTimeout, s.cfg.RetryDelay, s.cfg.LinearLR, s.cfg.Resume)
+	if s.cfg.ZeroGroup > 0 {
+		fmt.Fprintf(&s.out, "ZeRO shard groups of %d\n", s.cfg.ZeroGroup)
+	}
 	return nil
 }
 
@@ -301,7 +308,8 @@ func (s *leaderSim) describeCall(c *leaderCall) string {
 			p := fmt.Sprintf("%s rank %d", name, m.Rank)
 			switch worker.SourceKind(m.Source) {
 			case worker.FromReplica:
-				p += fmt.Sprintf(" root %d", m.Roots[int(m.Rank)/int(m.Dp)])
+				mm, _ := mesh.New(int(m.Dp), int(m.Pp), max(1, int(m.Tp)))
+				p += fmt.Sprintf(" root %d", m.Roots[mm.Slot(int(m.Rank), int(m.ZeroGroup))])
 			case worker.FromCheckpoint:
 				p += fmt.Sprintf(" checkpoint %d", m.CheckpointStep)
 			}
@@ -415,7 +423,8 @@ func (s *leaderSim) answer(m *simMember, msg any) (any, error) {
 	switch r := msg.(type) {
 	case *workerpb.StatusRequest:
 		return &workerpb.Status{HeldPart: int32(m.h.Part), Applied: uint64(m.h.Applied), Cursor: uint64(m.h.Cursor),
-			CanRollBack: m.h.Undo, World0: uint32(m.h.World0), Checksum: m.checksum()}, nil
+			CanRollBack: m.h.Undo, World0: uint32(m.h.World0), Checksum: m.checksum(),
+			HeldZeroGroup: uint32(m.h.ZeroGroup), HeldZeroShard: uint32(m.h.ZeroShard)}, nil
 	case *workerpb.Form:
 		return s.form(m, r)
 	case *workerpb.Finish:
@@ -514,7 +523,7 @@ func (s *leaderSim) runTrain(args map[string]string) error {
 			if last && slices.Contains(torn, m.name) {
 				continue
 			}
-			m.undo, m.h.Undo, m.h.UndoCursor = m.version, s.cfg.Stages > 1, m.h.Cursor
+			m.undo, m.h.Undo, m.h.UndoCursor = m.version, s.cfg.Stages > 1 || s.cfg.ZeroGroup > 0, m.h.Cursor
 			m.h.Applied++
 			m.h.Cursor += data.Cursor(o.Batch)
 			m.version++
