@@ -358,3 +358,23 @@ func TestParamSetReleaseAndAllocWeights(t *testing.T) {
 		t.Fatalf("parameter b does not view the flat buffer at its offset: %v", w)
 	}
 }
+
+// A dropped buffer leaves the live count like a returned one, but is not
+// kept for reuse: the next Get of its length allocates anew.
+func TestPoolDrop(t *testing.T) {
+	p := nn.NewPool(cpu.New(1))
+	a := p.Get(8)
+	p.Drop(a)
+	if p.LiveBytes() != 0 || p.PeakBytes() != 32 {
+		t.Fatalf("after a drop: live %d, peak %d bytes; want 0 and 32", p.LiveBytes(), p.PeakBytes())
+	}
+	b := p.Get(8)
+	if cpu.F(b)[:1][0] = 7; cpu.F(a)[0] == 7 {
+		t.Fatal("Get after Drop handed the dropped buffer out again")
+	}
+	p.Put(b)
+	if c := p.Get(8); cpu.F(c)[0] != 7 {
+		t.Fatal("a returned buffer was not reused")
+	}
+	p.Drop(nil)
+}

@@ -52,6 +52,18 @@ func (p *Pool) Put(b kernels.Buffer) {
 	p.free[n] = append(p.free[n], b)
 }
 
+// Drop returns a buffer obtained from Get to the backend instead of
+// keeping it for reuse: for buffers of many lengths that must not stay
+// reserved between uses (ZeRO-2's gradient buckets). A nil buffer is
+// ignored.
+func (p *Pool) Drop(b kernels.Buffer) {
+	if b == nil {
+		return
+	}
+	p.live -= int64(b.Len())
+	p.be.Free(b)
+}
+
 // LiveBytes is the memory handed out and not yet returned.
 func (p *Pool) LiveBytes() int64 { return 4 * p.live }
 

@@ -365,13 +365,18 @@ func (g *zeroGrads) take(k int) {
 		be.Upload(tmp, chunk)
 		dst := be.View(g.owned, g.at[k], len(chunk))
 		be.Add(dst, dst, tmp)
-		g.pool.Put(tmp)
+		g.pool.Drop(tmp)
 	}
 	for _, q := range set.Params()[b.FirstParam:b.EndParam] {
 		q.G = nil
 	}
-	g.pool.Put(g.bufs[k])
-	g.bufs[k], g.host[k] = nil, g.host[k][:0]
+	g.pool.Drop(g.bufs[k]) // buckets differ in length: a cache of each would hold the whole gradient
+	g.bufs[k] = nil
+	if g.s.hostMem != nil {
+		g.host[k] = nil // a view of the dropped buffer
+	} else {
+		g.host[k] = g.host[k][:0] // the staging copy, kept for the next micro-batch
+	}
 }
 
 // endMicro ends a micro-batch's backward pass: every bucket but the
