@@ -475,7 +475,7 @@ func (a *agent) commit(w elastic.World) {
 			a.log.Error("leading a generation", zap.Uint64("generation", w.Gen), zap.Error(err))
 			lead = false
 		} else {
-			ex.ckpt, ex.parts, ex.zeroShards = a.ckpt, a.j.partsLayout(), a.j.zeroShards()
+			ex.ckpt, ex.parts, ex.zeroShards, ex.adopt = a.ckpt, a.j.partsLayout(), a.j.zeroShards(), true
 			ex.learnControls(pids)
 			a.gen = newGeneration(w, ex, pids)
 		}

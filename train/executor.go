@@ -69,6 +69,9 @@ type groupExecutor struct {
 	// ranks hold a shard of the weights each, so they evaluate and gather
 	// the weights together, and replicas compare shard by shard.
 	zeroShards int
+	// adopt: a failed step may still count, for a next generation that
+	// continues from a replica that applied it (elastic jobs: salvage).
+	adopt bool
 	// stop ends what the launcher started, after the group.
 	stop func() error
 }
@@ -178,7 +181,7 @@ func (e *groupExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 		// The others must not wait in a collective for a rank that left
 		// the step; the step may still have completed on some replicas.
 		e.abort("the step failed on another rank: " + err.Error())
-		return e.salvage(req, err)
+		return e.salvage(ctx, req, err)
 	}
 	dones := make([]*workerpb.StepDone, e.mesh.Size())
 	for r, p := range e.peers {
@@ -210,18 +213,25 @@ type adoptedError struct {
 func (e *adoptedError) Error() string { return e.Err.Error() }
 func (e *adoptedError) Unwrap() error { return e.Err }
 
-// salvage looks at a failed step. When a replica is one part (no
+// salvageTimeout bounds salvage's question: a live worker answers it
+// within milliseconds of the abort, and a silent one (a hung host, a
+// stopped process) must not hold the job that already knows the step
+// failed.
+const salvageTimeout = 2 * time.Second
+
+// salvage looks at a failed step of an elastic job (adopt; a run without
+// a next generation ends with the failure). When a replica is one part (no
 // pipeline, no tensor parallelism) a replica that completed the gradient
 // all-reduce applied the step, and the next generation takes every
 // replica's state from the most advanced: when one did and every rank ran
 // its passes, the step counts, and its metrics are known (an
 // *adoptedError). A step torn between parts is undone instead, so it
 // never counts.
-func (e *groupExecutor) salvage(req worker.StepRequest, cause error) (stepStats, error) {
-	if e.mesh.Parts() != 1 {
+func (e *groupExecutor) salvage(ctx context.Context, req worker.StepRequest, cause error) (stepStats, error) {
+	if !e.adopt || e.mesh.Parts() != 1 {
 		return stepStats{}, cause
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, salvageTimeout)
 	defer cancel()
 	replies, err := e.group.Call(ctx, e.byRank(func(_ int, p uint32) any { return &workerpb.StatusRequest{Peer: p} }))
 	if err != nil {

@@ -171,13 +171,18 @@ func launch(argv, env []string, n int, group *actors.Group, wg *sync.WaitGroup) 
 	return children, nil
 }
 
-// stopChildren closes the workers' stdin (they exit on EOF), waits a few
-// seconds, kills what is left and waits for every waiter goroutine.
+// stopGrace is how long the workers have to exit once their stdin
+// closed: a live one exits at once (any checkpoint write completed before
+// the run ended); one that does not is hung or stopped, and is killed.
+const stopGrace = 3 * time.Second
+
+// stopChildren closes the workers' stdin (they exit on EOF), waits up to
+// stopGrace, kills what is left and waits for every waiter goroutine.
 func stopChildren(children []*child, wg *sync.WaitGroup) {
 	for _, c := range children {
 		c.stdin.Close()
 	}
-	deadline := time.After(5 * time.Second)
+	deadline := time.After(stopGrace)
 	for _, c := range children {
 		select {
 		case <-c.done:

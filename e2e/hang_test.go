@@ -1,0 +1,99 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// workerProcess finds the worker process of rank rank among parent's
+// children (by the rank its parent put in its environment).
+func workerProcess(t *testing.T, parent, rank int) int {
+	t.Helper()
+	want := []byte("TROUPE_WORKER_RANK=" + strconv.Itoa(rank) + "\x00")
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		stat, err := os.ReadFile(filepath.Join(d, "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces, so split after it.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(parent) {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join(d, "environ"))
+		if err == nil && (bytes.HasPrefix(env, want) || bytes.Contains(env, append([]byte{0}, want...))) {
+			pid, _ := strconv.Atoi(filepath.Base(d))
+			return pid
+		}
+	}
+	t.Fatalf("no worker process of rank %d under %d", rank, parent)
+	return 0
+}
+
+// A hung worker process (SIGSTOP: no connection reset, nothing more from
+// it) in a --procs 2 job with --collective-timeout 3s: the job exits
+// non-zero within 10 s of the stop (the collective timeout, then a
+// bounded grace for the workers to exit), its error naming the silent
+// rank and the operation.
+func TestProcsHungWorkerEndsTheJob(t *testing.T) {
+	metrics := filepath.Join(t.TempDir(), "m.jsonl")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, troupeBin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp",
+		"--steps", "1000000", "--threads", "1", "--procs", "2", "--collective-timeout", "3s", "--metrics-out", metrics, "--log-format", "json")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var stopped int
+	t.Cleanup(func() {
+		if stopped != 0 {
+			syscall.Kill(stopped, syscall.SIGCONT)
+			syscall.Kill(stopped, syscall.SIGKILL)
+		}
+		cmd.Process.Kill()
+	})
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if b, _ := os.ReadFile(metrics); bytes.Count(b, []byte("\n")) >= 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 20 steps within a minute:\n%s", stderr.String())
+		}
+	}
+	stopped = workerProcess(t, cmd.Process.Pid, 1)
+	if err := syscall.Kill(stopped, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the job still runs 10 s after rank 1 stopped:\n%s", stderr.String())
+	}
+	t.Logf("the job exited %.1f s after rank 1 stopped: %v", time.Since(at).Seconds(), err)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("exit %v, want a non-zero exit", err)
+	}
+	last := lastLine(stderr.String())
+	for _, want := range []string{"rank 1", "AllReduce"} {
+		if !strings.Contains(last, want) {
+			t.Errorf("the job's last error does not name %q: %s", want, last)
+		}
+	}
+}
