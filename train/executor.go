@@ -231,7 +231,9 @@ func (e *groupExecutor) salvage(ctx context.Context, req worker.StepRequest, cau
 	if !e.adopt || e.mesh.Parts() != 1 {
 		return stepStats{}, cause
 	}
-	ctx, cancel := context.WithTimeout(ctx, salvageTimeout)
+	// Not cancelled with the step: a superseded generation's step is
+	// salvaged too, for the next one to report.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), salvageTimeout)
 	defer cancel()
 	replies, err := e.group.Call(ctx, e.byRank(func(_ int, p uint32) any { return &workerpb.StatusRequest{Peer: p} }))
 	if err != nil {
