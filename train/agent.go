@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/troupe-ml/troupe/actors"
@@ -230,6 +232,7 @@ type agent struct {
 	gate  *nodeGate
 	node  *elastic.Node
 	notes *mailbox
+	prom  *promRun
 
 	core *leaderCore
 	gen  *generation // the generation this node leads (nil: none)
@@ -320,6 +323,10 @@ func (a *agent) start(ctx context.Context) error {
 	if a.ckpt, err = newCheckpointer(cfg, a.log); err != nil {
 		return err
 	}
+	if a.prom, err = openProm(cfg, a.o, prometheus.Labels{"node": ac.Name}, a.log); err != nil {
+		return err
+	}
+	a.ckpt.setObserver(a.prom.m())
 	quorum := ac.Quorum
 	timings, _ := elastic.ParseTimings(ac.Timings)
 	var key []byte
@@ -365,6 +372,7 @@ func (a *agent) close() {
 	if a.ckpt != nil {
 		a.ckpt.close()
 	}
+	a.prom.close()
 	if a.sys != nil {
 		a.sys.Close()
 	}
@@ -677,7 +685,12 @@ func (a *agent) broadcast(g *generation, m *workerpb.Progress) {
 func (a *agent) progress(p *workerpb.Progress) bool {
 	if len(p.World) > 0 {
 		var w WorldInfo
-		if json.Unmarshal(p.World, &w) == nil && a.o.OnWorld != nil {
+		if json.Unmarshal(p.World, &w) != nil {
+			return false
+		}
+		a.prom.m().observeWorld(w)
+		a.prom.setReady(slices.Contains(w.Members, a.ac.Name))
+		if a.o.OnWorld != nil {
 			a.o.OnWorld(w)
 		}
 		return false
@@ -686,6 +699,7 @@ func (a *agent) progress(p *workerpb.Progress) bool {
 	if json.Unmarshal(p.Metrics, &m) != nil {
 		return false
 	}
+	a.prom.m().observeStep(m)
 	if a.o.OnStep != nil {
 		a.o.OnStep(m)
 	}

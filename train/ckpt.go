@@ -28,6 +28,16 @@ type checkpointer struct {
 	conf  json.RawMessage
 	log   *zap.Logger
 	saver *checkpoint.AsyncSaver // made by the first asynchronous save
+	// prom records every write (nil: none).
+	prom *promMetrics
+}
+
+// setObserver has every checkpoint write recorded in p (c may be nil: no
+// checkpoints).
+func (c *checkpointer) setObserver(p *promMetrics) {
+	if c != nil {
+		c.prom = p
+	}
 }
 
 // newCheckpointer is nil when cfg has no checkpoint directory.
@@ -56,6 +66,7 @@ func (c *checkpointer) saveAsync(meta checkpoint.Meta, capture func(*checkpoint.
 		var err error
 		c.saver, err = checkpoint.NewAsyncSaver(c.fsys, checkpoint.SaverConfig{Dir: c.dir, Keep: c.keep},
 			checkpoint.WithOnWritten(func(r checkpoint.WriteResult) {
+				c.prom.observeCheckpoint(r.Bytes, r.Duration, r.Err)
 				if r.Err != nil {
 					c.log.Error("checkpoint write failed", zap.Int64("step", r.Step), zap.Error(r.Err))
 					return
@@ -102,6 +113,7 @@ func (c *checkpointer) saveShards(meta checkpoint.Meta, write func(meta []byte, 
 	}
 	n, err := write(mj, tmp)
 	if err != nil {
+		c.prom.observeCheckpoint(0, 0, err)
 		return time.Since(start), fmt.Errorf("train: checkpoint at step %d: %w", meta.Step, err)
 	}
 	parts, err := checkpoint.ReadParts(c.fsys, filepath.Join(c.dir, tmp))
@@ -113,9 +125,11 @@ func (c *checkpointer) saveShards(meta checkpoint.Meta, write func(meta []byte, 
 		return time.Since(start), err
 	}
 	if err := checkpoint.Commit(c.fsys, c.dir, tmp, m, checkpoint.CommitOptions{Keep: c.keep}); err != nil && !errors.Is(err, checkpoint.ErrPrune) {
+		c.prom.observeCheckpoint(0, 0, err)
 		return time.Since(start), err
 	}
 	pause := time.Since(start)
+	c.prom.observeCheckpoint(n, pause, nil)
 	c.log.Info("checkpoint written", zap.Int64("step", meta.Step), zap.Int64("bytes", n),
 		zap.Float64("write_gb_per_s", float64(n)/pause.Seconds()/1e9))
 	return pause, nil

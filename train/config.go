@@ -2,6 +2,7 @@ package train
 
 import (
 	"math"
+	"net"
 	"strings"
 	"time"
 
@@ -98,6 +99,10 @@ type Config struct {
 	Save string
 	// MetricsOut writes one JSON object per step to this file.
 	MetricsOut string
+	// MetricsAddr serves Prometheus metrics (/metrics), /healthz and
+	// /readyz on this HOST:PORT (":0" picks a port; the log says which).
+	// Worker processes serve none: their parent reports the steps.
+	MetricsAddr string
 	// EvalEvery evaluates on held-out data every so many steps (0: at the
 	// end only); EvalBatches bounds each evaluation (0: the whole test set).
 	EvalEvery, EvalBatches int
@@ -399,6 +404,11 @@ func (c *Config) checkOutputs() error {
 		return fieldErr("CkptDir", "is needed by {CkptEvery} and {Resume}")
 	case c.Trace != "" && c.PP == 1:
 		return fieldErr("Trace", "records the stages of a pipeline: it needs {PP} > 1")
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			return fieldErr("MetricsAddr", "%q: want HOST:PORT (%v)", c.MetricsAddr, err)
+		}
 	}
 	return nil
 }

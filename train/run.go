@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/troupe-ml/troupe/data"
@@ -63,6 +64,11 @@ type Options struct {
 	// chaos experiments use it to stop at a chosen step. An elastic agent
 	// leaves its job after that step.
 	StopAfter int
+	// Registerer, when set, also gets the run's Prometheus metrics (a
+	// service embedding troupe serves them with its own; they are
+	// unregistered when Run or RunAgent returns). Config.MetricsAddr
+	// serves them on their own.
+	Registerer prometheus.Registerer
 	// WorkerCommand is the command that runs one worker process of a
 	// Config.Procs world: a program that calls RunWorkerProcess (troupe's
 	// own is `troupe __worker`). It is needed, and used, only with Procs.
@@ -124,10 +130,16 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	prom, err := openProm(&cfg, o, nil, log)
+	if err != nil {
+		return nil, err
+	}
+	defer prom.close()
 	ckpt, err := newCheckpointer(&cfg, log)
 	if err != nil {
 		return nil, err
 	}
+	ckpt.setObserver(prom.m())
 	defer ckpt.close()
 	var ex *groupExecutor
 	if cfg.Procs > 0 {
@@ -161,6 +173,9 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	out.prom = prom.m()
+	prom.m().setWorld(0, m.Size(), 0)
+	prom.setReady(true)
 	defer out.close()
 	t.observe, t.logSteps = out.observe, o.Progress == nil
 	sum, err := t.run(ctx, segment{ex: ex, from: from, cursor: cursor, batch: cfg.Batch, lrScale: 1})
@@ -247,6 +262,7 @@ type runOutputs struct {
 	metrics *metricsWriter
 	onStep  func(StepMetrics)
 	bar     *progress
+	prom    *promMetrics
 }
 
 func newRunOutputs(cfg *Config, o Options, steps int) (*runOutputs, error) {
@@ -269,6 +285,7 @@ func (o *runOutputs) observe(m StepMetrics) error {
 			return err
 		}
 	}
+	o.prom.observeStep(m)
 	if o.onStep != nil {
 		o.onStep(m)
 	}

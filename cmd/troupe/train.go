@@ -37,7 +37,7 @@ type trainFlags struct {
 	nesterov                            bool
 	warmup                              int
 	seed                                uint64
-	init, save, metricsOut              string
+	init, save, metricsOut, metricsAddr string
 	evalEvery, evalBatches, logEvery    int
 	device                              string
 	threads                             int
@@ -165,6 +165,7 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.init, "init", "", "load initial weights from this safetensors file (PyTorch state_dict names)")
 	fl.StringVar(&f.save, "save", "", "write the final weights to this safetensors file")
 	fl.StringVar(&f.metricsOut, "metrics-out", "", "write one JSON object per step to this file")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (/metrics), /healthz and /readyz on HOST:PORT")
 	fl.IntVar(&f.evalEvery, "eval-every", 0, "evaluate on held-out data every N steps (0: at the end only)")
 	fl.IntVar(&f.evalBatches, "eval-batches", 0, "batches per evaluation (0: the whole held-out set)")
 	fl.IntVar(&f.logEvery, "log-every", d.LogEvery, "log a progress line every N steps when stderr is not a terminal")
@@ -259,7 +260,7 @@ func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 	set("eps", func() { cfg.Optim.Eps = float32(f.eps) })
 	set("clip", func() { cfg.ClipNorm = f.clip })
 	set("seed", func() { cfg.Seed = f.seed })
-	cfg.Init, cfg.Save, cfg.MetricsOut = f.init, f.save, f.metricsOut
+	cfg.Init, cfg.Save, cfg.MetricsOut, cfg.MetricsAddr = f.init, f.save, f.metricsOut, f.metricsAddr
 	cfg.EvalEvery, cfg.EvalBatches, cfg.LogEvery = f.evalEvery, f.evalBatches, f.logEvery
 	cfg.Device, cfg.Threads = f.device, f.threads
 	set("dp", func() { cfg.DP = f.dp })

@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// scrape reads url's body (an empty string while nothing answers).
+func scrape(url string) (int, string) {
+	res, err := http.Get(url)
+	if err != nil {
+		return 0, ""
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// sample is the value of the first sample of name (with its labels, if
+// any) in a Prometheus text exposition, or -1.
+func sample(body, name string) float64 {
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `(\{[^}]*\})? (\S+)$`).FindStringSubmatch(body)
+	if m == nil {
+		return -1
+	}
+	v, err := strconv.ParseFloat(m[2], 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+// waitMetrics scrapes url until ok accepts the body, for up to a minute.
+func waitMetrics(t *testing.T, url string, ok func(string) bool) string {
+	t.Helper()
+	var body string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if code, b := scrape(url); code == http.StatusOK {
+			if body = b; ok(b) {
+				return b
+			}
+		}
+	}
+	t.Fatalf("%s never showed what was waited for; last scrape:\n%s", url, body)
+	return ""
+}
+
+// promtoolCheck runs promtool check metrics on a scrape when the machine
+// has it (.ci/run installs Debian's prometheus package).
+func promtoolCheck(t *testing.T, body string) {
+	t.Helper()
+	if _, err := exec.LookPath("promtool"); err != nil {
+		t.Log("promtool not installed: the exposition's lint is skipped (apt-get install prometheus)")
+		return
+	}
+	cmd := exec.Command("promtool", "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+// troupe train --metrics-addr serves Prometheus metrics while it trains:
+// /readyz answers, the step and checkpoint counters move between scrapes,
+// the exposition passes promtool's lint, and an interrupt stops the run
+// and the server.
+func TestTrainServesPrometheusMetrics(t *testing.T) {
+	addr := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, troupeBin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp",
+		"--steps", "1000000", "--threads", "1", "--dp", "2", "--metrics-addr", addr, "--ckpt-dir", filepath.Join(t.TempDir(), "ckpt"),
+		"--ckpt-every", "50", "--log-format", "json")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	url := "http://" + addr
+	first := waitMetrics(t, url+"/metrics", func(b string) bool { return sample(b, "troupe_steps_total") >= 10 })
+	later := waitMetrics(t, url+"/metrics", func(b string) bool {
+		return sample(b, "troupe_steps_total") > sample(first, "troupe_steps_total") && sample(b, "troupe_checkpoints_total") >= 1
+	})
+	for _, name := range []string{"troupe_samples_total", "troupe_step_duration_seconds_count", `troupe_collective_sent_bytes_total{kind="all_reduce"}`} {
+		if !(sample(later, name) > sample(first, name)) {
+			t.Errorf("%s did not grow between scrapes: %v then %v", name, sample(first, name), sample(later, name))
+		}
+	}
+	if v := sample(later, "troupe_world_size"); v != 2 {
+		t.Errorf("troupe_world_size %v, want 2", v)
+	}
+	if code, _ := scrape(url + "/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz while training: %d", code)
+	}
+	promtoolCheck(t, later)
+	cmd.Process.Signal(os.Interrupt)
+	if err := cmd.Wait(); err == nil {
+		t.Log("interrupted run exited 0")
+	}
+	if code, _ := scrape(url + "/healthz"); code != 0 {
+		t.Errorf("the metrics server still answers after the run ended (%d)", code)
+	}
+}
+
+// Every agent serves the job's metrics under its node label: its world
+// (the generation, two members), the steps, and /readyz once it holds a
+// place.
+func TestAgentServesPrometheusMetrics(t *testing.T) {
+	c := newCluster(t, 2, 2)
+	c.extra = []string{"--steps", "1000000"}
+	addrs := []string{freePort(t), freePort(t)}
+	for i, a := range addrs {
+		c.startWith(i, "--metrics-addr", a)
+	}
+	c.waitWorld(2, 0)
+	for i, a := range addrs {
+		body := waitMetrics(t, "http://"+a+"/metrics", func(b string) bool { return sample(b, "troupe_steps_total") >= 5 })
+		if !strings.Contains(body, `troupe_world_size{node="n`+strconv.Itoa(i+1)+`"} 2`) || sample(body, "troupe_generation") < 1 {
+			t.Errorf("agent n%d's metrics lack its world:\n%s", i+1, body)
+		}
+		if code, _ := scrape("http://" + a + "/readyz"); code != http.StatusOK {
+			t.Errorf("agent n%d /readyz: %d", i+1, code)
+		}
+		promtoolCheck(t, body)
+	}
+	for _, a := range c.agents {
+		a.cmd.Process.Signal(syscall.SIGTERM)
+	}
+}

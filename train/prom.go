@@ -1,0 +1,345 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+)
+
+// promMetrics are a run's Prometheus metrics, named by Prometheus's
+// conventions (the troupe_ prefix, base units, _total counters): what the
+// step loop reports of every step (StepMetrics), of every generation
+// (WorldInfo) and of every checkpoint write. A nil *promMetrics records
+// nothing. Every method may be called from any goroutine.
+type promMetrics struct {
+	steps, samples, tokens           prometheus.Counter
+	step, lastStep                   prometheus.Gauge
+	stepSeconds                      prometheus.Histogram
+	samplesPerS, tokensPerS          prometheus.Gauge
+	loss, evalLoss, lr               prometheus.Gauge
+	compute, comm, bubble            prometheus.Counter
+	sent                             *prometheus.CounterVec
+	paramBytes, gradBytes, optBytes  prometheus.Gauge
+	actBytes                         prometheus.Gauge
+	generation, worldSize, standby   prometheus.Gauge
+	resumeSeconds                    prometheus.Histogram
+	ckptPause, ckptWrite             prometheus.Histogram
+	ckptBytes, ckptWrites, ckptFails prometheus.Counter
+}
+
+// newPromMetrics registers a run's metrics on reg, each with labels (the
+// agent's node name; none for troupe train).
+func newPromMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*promMetrics, error) {
+	f := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: "troupe", Name: name, Help: help, ConstLabels: labels}
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts(f(name, help)))
+	}
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts(f(name, help)))
+	}
+	hist := func(name, help string, buckets []float64) prometheus.Histogram {
+		o := f(name, help)
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: o.Namespace, Name: o.Name, Help: o.Help, ConstLabels: labels, Buckets: buckets})
+	}
+	seconds := prometheus.ExponentialBuckets(0.001, 2, 17) // 1 ms to 65 s
+	p := &promMetrics{
+		steps:         counter("steps_total", "Optimizer steps completed."),
+		samples:       counter("samples_total", "Training samples consumed by completed steps."),
+		tokens:        counter("tokens_total", "Training tokens consumed by completed steps (GPT)."),
+		step:          gauge("step", "The last completed step."),
+		lastStep:      gauge("last_step_timestamp_seconds", "Unix time the last step completed (alert on a stall)."),
+		stepSeconds:   hist("step_duration_seconds", "Wall time of a step.", seconds),
+		samplesPerS:   gauge("samples_per_second", "Training throughput of the last step."),
+		tokensPerS:    gauge("tokens_per_second", "Training throughput of the last step, in tokens (GPT)."),
+		loss:          gauge("loss", "Mean training loss of the last step."),
+		evalLoss:      gauge("eval_loss", "The last held-out loss."),
+		lr:            gauge("learning_rate", "Learning rate of the last step."),
+		compute:       counter("compute_seconds_total", "Time the slowest rank computed, summed over steps."),
+		comm:          counter("communication_seconds_total", "Time the slowest rank spent in collectives, summed over steps."),
+		bubble:        counter("pipeline_bubble_seconds_total", "Idle time per pipeline stage, summed over steps."),
+		sent:          prometheus.NewCounterVec(prometheus.CounterOpts(f("collective_sent_bytes_total", "Bytes the busiest rank sent in collectives, by kind.")), []string{"kind"}),
+		paramBytes:    gauge("param_bytes", "Parameter bytes the fullest rank holds between steps."),
+		gradBytes:     gauge("gradient_bytes", "Gradient bytes the fullest rank holds between steps."),
+		optBytes:      gauge("optimizer_bytes", "Optimizer-state bytes the fullest rank holds."),
+		actBytes:      gauge("activation_peak_bytes", "Activation bytes at the peak of the last step (stage 0)."),
+		generation:    gauge("generation", "The elastic generation the job trains in (0: not elastic)."),
+		worldSize:     gauge("world_size", "Members that hold a place in the world (dp × pp × tp)."),
+		standby:       gauge("standby_members", "Members waiting without a place."),
+		resumeSeconds: hist("resume_duration_seconds", "Time from a generation's commit to its first completed step.", seconds),
+		ckptPause:     hist("checkpoint_pause_seconds", "Time the step loop paused for a checkpoint.", seconds),
+		ckptWrite:     hist("checkpoint_write_duration_seconds", "Time to write and commit a checkpoint.", seconds),
+		ckptBytes:     counter("checkpoint_written_bytes_total", "Bytes of checkpoint files written."),
+		ckptWrites:    counter("checkpoints_total", "Checkpoints written and committed."),
+		ckptFails:     counter("checkpoint_failures_total", "Checkpoint writes that failed."),
+	}
+	for _, c := range []prometheus.Collector{p.steps, p.samples, p.tokens, p.step, p.lastStep, p.stepSeconds, p.samplesPerS, p.tokensPerS,
+		p.loss, p.evalLoss, p.lr, p.compute, p.comm, p.bubble, p.sent, p.paramBytes, p.gradBytes, p.optBytes, p.actBytes,
+		p.generation, p.worldSize, p.standby, p.resumeSeconds, p.ckptPause, p.ckptWrite, p.ckptBytes, p.ckptWrites, p.ckptFails} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("train: registering the Prometheus metrics: %w", err)
+		}
+	}
+	for _, k := range sentKinds {
+		p.sent.WithLabelValues(k) // present from the start, at 0
+	}
+	return p, nil
+}
+
+var sentKinds = []string{"all_reduce", "reduce_scatter", "all_gather", "broadcast"}
+
+// observeStep records a completed step.
+func (p *promMetrics) observeStep(m StepMetrics) {
+	if p == nil {
+		return
+	}
+	p.steps.Inc()
+	p.samples.Add(float64(m.Batch))
+	if m.TokensPerS > 0 && m.SamplesPerS > 0 {
+		p.tokens.Add(float64(m.Batch) * m.TokensPerS / m.SamplesPerS)
+	}
+	p.step.Set(float64(m.Step))
+	p.lastStep.SetToCurrentTime()
+	p.stepSeconds.Observe(m.StepMs / 1e3)
+	p.samplesPerS.Set(m.SamplesPerS)
+	p.tokensPerS.Set(m.TokensPerS)
+	p.loss.Set(m.Loss)
+	if m.EvalLoss > 0 {
+		p.evalLoss.Set(m.EvalLoss)
+	}
+	p.lr.Set(m.LR)
+	p.compute.Add(m.ComputeMs / 1e3)
+	p.comm.Add(m.CommMs / 1e3)
+	p.bubble.Add(m.BubbleMs / 1e3)
+	for i, b := range []int64{m.SentAllReduceBytes, m.SentReduceScatterBytes, m.SentAllGatherBytes, m.SentBroadcastBytes} {
+		p.sent.WithLabelValues(sentKinds[i]).Add(float64(b))
+	}
+	p.paramBytes.Set(float64(m.ParamBytes))
+	p.gradBytes.Set(float64(m.GradHeldBytes))
+	p.optBytes.Set(float64(m.OptimizerBytes))
+	p.actBytes.Set(float64(m.PeakActBytes))
+	p.generation.Set(float64(m.Generation))
+	if m.ResumeMs > 0 {
+		p.resumeSeconds.Observe(m.ResumeMs / 1e3)
+	}
+	if m.CkptPauseMs > 0 {
+		p.ckptPause.Observe(m.CkptPauseMs / 1e3)
+	}
+}
+
+// observeWorld records a generation formed.
+func (p *promMetrics) observeWorld(w WorldInfo) {
+	p.setWorld(w.Generation, len(w.Members), len(w.Standby))
+}
+
+// setWorld records the world: its generation, members with a place, and
+// members on standby.
+func (p *promMetrics) setWorld(gen uint64, members, standby int) {
+	if p == nil {
+		return
+	}
+	p.generation.Set(float64(gen))
+	p.worldSize.Set(float64(members))
+	p.standby.Set(float64(standby))
+}
+
+// observeCheckpoint records a checkpoint write: its bytes and time, or
+// its failure.
+func (p *promMetrics) observeCheckpoint(bytes int64, d time.Duration, err error) {
+	if p == nil {
+		return
+	}
+	if err != nil {
+		p.ckptFails.Inc()
+		return
+	}
+	p.ckptWrites.Inc()
+	p.ckptBytes.Add(float64(bytes))
+	p.ckptWrite.Observe(d.Seconds())
+}
+
+// metricsServer serves /metrics (Prometheus), /healthz (the process
+// answers) and /readyz (it trains: 503 until then) on Config.MetricsAddr.
+type metricsServer struct {
+	srv   *http.Server
+	addr  string // where it listens
+	ready atomic.Bool
+	done  chan struct{}
+}
+
+// serveMetrics listens on addr at once (a bad address fails the run
+// before it starts) and serves g there until close.
+func serveMetrics(addr string, g prometheus.Gatherer, log *zap.Logger) (*metricsServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fieldErr("MetricsAddr", "%q: %v", addr, err)
+	}
+	s := &metricsServer{addr: ln.Addr().String(), done: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(log)}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "not training yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", zap.Error(err))
+		}
+	}()
+	log.Info("serving metrics", zap.String("addr", s.addr), zap.Strings("paths", []string{"/metrics", "/healthz", "/readyz"}))
+	return s, nil
+}
+
+// setReady says whether the run trains now (/readyz).
+func (s *metricsServer) setReady(ready bool) {
+	if s != nil {
+		s.ready.Store(ready)
+	}
+}
+
+// close stops the server (a scrape in flight gets up to a second) and
+// waits for its goroutine.
+func (s *metricsServer) close() {
+	if s == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		s.srv.Close()
+	}
+	<-s.done
+}
+
+// promRun is a run's metrics and where they are served.
+type promRun struct {
+	metrics *promMetrics
+	srv     *metricsServer
+	reg     prometheus.Registerer // Options.Registerer, unregistered at close
+	cs      []prometheus.Collector
+}
+
+// openProm makes a run's metrics when anything wants them
+// (Config.MetricsAddr, Options.Registerer; else a nil *promRun records
+// nothing): registered on a registry of their own, with the Go runtime's
+// and the process's, served on MetricsAddr, and on Options.Registerer.
+func openProm(cfg *Config, o Options, labels prometheus.Labels, log *zap.Logger) (*promRun, error) {
+	if cfg.MetricsAddr == "" && o.Registerer == nil {
+		return nil, nil
+	}
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, err
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, err
+	}
+	tee := &teeRegisterer{regs: []prometheus.Registerer{reg}}
+	if o.Registerer != nil {
+		tee.regs = append(tee.regs, o.Registerer)
+	}
+	m, err := newPromMetrics(tee, labels)
+	if err != nil {
+		tee.unregisterAll(o.Registerer)
+		return nil, err
+	}
+	p := &promRun{metrics: m, reg: o.Registerer, cs: tee.added}
+	if cfg.MetricsAddr != "" {
+		if p.srv, err = serveMetrics(cfg.MetricsAddr, reg, log); err != nil {
+			p.close()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// setReady says whether the run trains now (/readyz).
+func (p *promRun) setReady(ready bool) {
+	if p != nil {
+		p.srv.setReady(ready)
+	}
+}
+
+// close stops serving and unregisters the metrics from
+// Options.Registerer.
+func (p *promRun) close() {
+	if p == nil {
+		return
+	}
+	p.srv.close()
+	if p.reg != nil {
+		for _, c := range p.cs {
+			p.reg.Unregister(c)
+		}
+	}
+}
+
+// teeRegisterer registers every collector on all of regs (our own
+// registry and an embedder's), remembering what it added.
+type teeRegisterer struct {
+	regs  []prometheus.Registerer
+	added []prometheus.Collector
+}
+
+func (t *teeRegisterer) Register(c prometheus.Collector) error {
+	for i, r := range t.regs {
+		if err := r.Register(c); err != nil {
+			for _, done := range t.regs[:i] {
+				done.Unregister(c)
+			}
+			return err
+		}
+	}
+	t.added = append(t.added, c)
+	return nil
+}
+
+func (t *teeRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := t.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (t *teeRegisterer) Unregister(c prometheus.Collector) bool {
+	ok := true
+	for _, r := range t.regs {
+		ok = r.Unregister(c) && ok
+	}
+	return ok
+}
+
+// unregisterAll takes what t added off the embedder's registry.
+func (t *teeRegisterer) unregisterAll(r prometheus.Registerer) {
+	if r == nil {
+		return
+	}
+	for _, c := range t.added {
+		r.Unregister(c)
+	}
+}
+
+// m is the run's metrics (nil: none).
+func (p *promRun) m() *promMetrics {
+	if p == nil {
+		return nil
+	}
+	return p.metrics
+}

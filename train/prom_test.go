@@ -1,0 +1,142 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+)
+
+// gathered is every troupe_ metric family on reg, by name.
+func gathered(t *testing.T, reg prometheus.Gatherer) map[string]*dto.MetricFamily {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*dto.MetricFamily{}
+	for _, f := range fams {
+		if strings.HasPrefix(f.GetName(), "troupe_") {
+			out[f.GetName()] = f
+		}
+	}
+	return out
+}
+
+// value is the single sample of a counter or gauge family (the sum over
+// its label values for a vector).
+func value(f *dto.MetricFamily) float64 {
+	var v float64
+	for _, m := range f.GetMetric() {
+		v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return v
+}
+
+// A run's metrics on an embedder's registry (Options.Registerer): read at
+// every step, with their types, the step counters moving with the steps
+// and the throughput, loss and memory gauges set; unregistered when Run
+// returns, so that the next run registers again.
+func TestPrometheusMetricsOfARun(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Steps, cfg.DP = 4, 2
+	reg := prometheus.NewRegistry()
+	want := map[string]dto.MetricType{
+		"troupe_steps_total": dto.MetricType_COUNTER, "troupe_samples_total": dto.MetricType_COUNTER, "troupe_tokens_total": dto.MetricType_COUNTER,
+		"troupe_step": dto.MetricType_GAUGE, "troupe_last_step_timestamp_seconds": dto.MetricType_GAUGE,
+		"troupe_step_duration_seconds": dto.MetricType_HISTOGRAM, "troupe_tokens_per_second": dto.MetricType_GAUGE,
+		"troupe_loss": dto.MetricType_GAUGE, "troupe_learning_rate": dto.MetricType_GAUGE,
+		"troupe_compute_seconds_total": dto.MetricType_COUNTER, "troupe_communication_seconds_total": dto.MetricType_COUNTER,
+		"troupe_collective_sent_bytes_total": dto.MetricType_COUNTER, "troupe_param_bytes": dto.MetricType_GAUGE,
+		"troupe_world_size": dto.MetricType_GAUGE, "troupe_checkpoint_write_duration_seconds": dto.MetricType_HISTOGRAM,
+	}
+	seen := 0
+	for _, run := range []int{1, 2} {
+		seen = 0
+		_, err := Run(context.Background(), cfg, Options{Registerer: reg, OnStep: func(m StepMetrics) {
+			fams := gathered(t, reg)
+			for name, typ := range want {
+				if f := fams[name]; f == nil || f.GetType() != typ {
+					t.Fatalf("run %d step %d: %s is %v, want a %v", run, m.Step, name, f, typ)
+				}
+			}
+			if got := value(fams["troupe_steps_total"]); got != float64(m.Step) {
+				t.Errorf("run %d step %d: troupe_steps_total %v", run, m.Step, got)
+			}
+			if got := value(fams["troupe_samples_total"]); got != float64(m.Step*cfg.Batch) {
+				t.Errorf("run %d step %d: troupe_samples_total %v, want %d", run, m.Step, got, m.Step*cfg.Batch)
+			}
+			if value(fams["troupe_loss"]) != m.Loss || value(fams["troupe_world_size"]) != 2 || value(fams["troupe_param_bytes"]) <= 0 ||
+				value(fams["troupe_collective_sent_bytes_total"]) <= 0 || fams["troupe_step_duration_seconds"].GetMetric()[0].GetHistogram().GetSampleCount() != uint64(m.Step) {
+				t.Errorf("run %d step %d: loss %v (want %v), world %v, param bytes %v, sent %v", run, m.Step, value(fams["troupe_loss"]), m.Loss,
+					value(fams["troupe_world_size"]), value(fams["troupe_param_bytes"]), value(fams["troupe_collective_sent_bytes_total"]))
+			}
+			seen++
+		}})
+		if err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		if seen != cfg.Steps {
+			t.Fatalf("run %d: %d steps observed", run, seen)
+		}
+		if left := gathered(t, reg); len(left) != 0 {
+			t.Fatalf("run %d left %d troupe metrics registered", run, len(left))
+		}
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// The metrics server answers /healthz at once, /readyz only once the run
+// trains, and /metrics in Prometheus's text format; a taken address fails
+// naming the field; closing it ends its goroutine (goleak).
+func TestMetricsServer(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := newPromMetrics(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.observeStep(StepMetrics{Step: 1, Batch: 8, Loss: 2.5, StepMs: 12})
+	s, err := serveMetrics("127.0.0.1:0", reg, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	base := "http://" + s.addr
+	if code, _ := get(t, base+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz: %d", code)
+	}
+	if code, _ := get(t, base+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz before training: %d, want 503", code)
+	}
+	s.setReady(true)
+	if code, _ := get(t, base+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz while training: %d", code)
+	}
+	code, body := get(t, base+"/metrics")
+	for _, want := range []string{"# TYPE troupe_steps_total counter", "troupe_steps_total 1", "troupe_loss 2.5", `troupe_collective_sent_bytes_total{kind="all_gather"} 0`,
+		"# TYPE troupe_step_duration_seconds histogram", "troupe_step_duration_seconds_count 1"} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Fatalf("/metrics (%d) lacks %q:\n%s", code, want, body)
+		}
+	}
+	var fe *FieldError
+	if _, err := serveMetrics(s.addr, reg, zap.NewNop()); err == nil || !errors.As(err, &fe) || fe.Field != "MetricsAddr" {
+		t.Fatalf("serving on a taken address: %v, want a MetricsAddr error", err)
+	}
+}
