@@ -99,6 +99,10 @@ type Config struct {
 	Save string
 	// MetricsOut writes one JSON object per step to this file.
 	MetricsOut string
+	// StragglerThreshold logs a warning naming the replica whose compute
+	// in a step passed the median of its part's replicas by more than this
+	// (0: never; the lag is in the metrics either way).
+	StragglerThreshold time.Duration
 	// MetricsAddr serves Prometheus metrics (/metrics), /healthz and
 	// /readyz on this HOST:PORT (":0" picks a port; the log says which).
 	// Worker processes serve none: their parent reports the steps.
@@ -189,7 +193,7 @@ func DefaultConfig() Config {
 		Optim: optim.DefaultConfig("adamw"), LR: 1e-3, Schedule: Cosine, Warmup: 20, MinLRFactor: 0.1, ClipNorm: 1,
 		Seed: 1, LogEvery: 10, Device: "cpu", Keep: 3,
 		DP: 1, BucketMB: 25, Transport: actors.TransportTCP, PP: 1, TP: 1, MicroBatches: 1, PipelineSchedule: pipeline.Kind1F1B,
-		Partition: ByParams, CollectiveTimeout: 30 * time.Second, StepTimeout: 10 * time.Minute,
+		Partition: ByParams, CollectiveTimeout: 30 * time.Second, StepTimeout: 10 * time.Minute, StragglerThreshold: 500 * time.Millisecond,
 	}
 }
 
@@ -404,6 +408,9 @@ func (c *Config) checkOutputs() error {
 		return fieldErr("CkptDir", "is needed by {CkptEvery} and {Resume}")
 	case c.Trace != "" && c.PP == 1:
 		return fieldErr("Trace", "records the stages of a pipeline: it needs {PP} > 1")
+	}
+	if c.StragglerThreshold < 0 {
+		return fieldErr("StragglerThreshold", "%s is negative", c.StragglerThreshold)
 	}
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {

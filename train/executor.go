@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -39,6 +40,11 @@ type stepStats struct {
 	ParamBytes, GradHeldBytes, OptimBytes int64
 	PeakParamBytes, PeakGradBytes         int64
 	Sent                                  worker.SentBytes
+	// StragglerRank is the replica that computed longest beside the
+	// others of its model part, StragglerLagMs by how much it passed their
+	// median (−1 and 0: no part has two replicas).
+	StragglerRank  int
+	StragglerLagMs float64
 }
 
 // groupExecutor drives the worker actors of one world (a generation)
@@ -52,6 +58,8 @@ type groupExecutor struct {
 	log   *zap.Logger
 	mesh  mesh.Mesh
 	gen   uint64
+	// peerName names a group peer (logs).
+	peerName func(int) string
 	// peers maps mesh ranks to group peers; size is the group's size (an
 	// elastic generation's group also holds its standby members).
 	peers []int
@@ -83,7 +91,18 @@ func newGroupExecutor(sys *actors.System, name string, pids []*actor.PID, peerNa
 	if err != nil {
 		return nil, err
 	}
-	return &groupExecutor{sys: sys, group: g, log: log, mesh: m, gen: gen, peers: peers, size: len(pids)}, nil
+	return &groupExecutor{sys: sys, group: g, log: log, mesh: m, gen: gen, peers: peers, size: len(pids), peerName: peerName}, nil
+}
+
+// RankName names mesh rank r's worker (its member, in an elastic job).
+func (e *groupExecutor) RankName(r int) string {
+	if r < 0 || r >= len(e.peers) {
+		return fmt.Sprintf("rank %d", r)
+	}
+	if n := e.peerName(e.peers[r]); n != fmt.Sprintf("rank %d", r) {
+		return fmt.Sprintf("%s (rank %d)", n, r)
+	}
+	return fmt.Sprintf("rank %d", r)
 }
 
 // rankName names a peer of Run's worlds, where peers are ranks.
@@ -398,12 +417,40 @@ func aggregateStep(m mesh.Mesh, zeroShards int, dones []*workerpb.StepDone, step
 	if m.PP > 1 {
 		st.BubbleFraction, st.BubbleMs = measuredBubble(m, dones)
 	}
+	st.StragglerRank, st.StragglerLagMs = straggler(m, func(r int) float64 { return dones[r].ComputeMs })
 	if checksum {
 		if err := checkReplicas(m, zeroShards, step+1, func(r int) uint64 { return dones[r].Checksum }); err != nil {
 			return st, err
 		}
 	}
 	return st, nil
+}
+
+// straggler finds the replica that computed longest beside the other
+// replicas of its model part (the same work on the same number of rows,
+// give or take one), and by how much it passed their lower median: −1 and
+// 0 when no part has two replicas. Pipeline stages and tensor-parallel
+// shards are not compared with each other: they do different work.
+func straggler(m mesh.Mesh, compute func(rank int) float64) (rank int, lagMs float64) {
+	rank = -1
+	if m.DP < 2 {
+		return rank, 0
+	}
+	ts := make([]float64, m.DP)
+	for p := range m.Parts() {
+		for d := range m.DP {
+			ts[d] = compute(m.PartRank(p, d))
+		}
+		sorted := slices.Clone(ts)
+		slices.Sort(sorted)
+		med := sorted[(len(sorted)-1)/2]
+		for d, t := range ts {
+			if lag := t - med; lag > lagMs {
+				rank, lagMs = m.PartRank(p, d), lag
+			}
+		}
+	}
+	return rank, lagMs
 }
 
 // DivergedError names a rank whose parameters differ from the other

@@ -1,7 +1,12 @@
 package train
 
 import (
+	"fmt"
 	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/kernels/cpu"
@@ -22,6 +27,8 @@ type job struct {
 	// describe names the model; params counts its parameters.
 	describe string
 	params   int
+	// straggler is a test's slow worker (envStraggler; nil: none).
+	straggler *worker.Straggler
 }
 
 // openJob validates cfg, opens the data and cuts the model into cfg.PP
@@ -56,7 +63,29 @@ func openValidJob(cfg Config) (*job, error) {
 	if j.cuts, err = cutStages(&j.cfg, whole, j.train); err != nil {
 		return nil, err
 	}
+	if j.straggler, err = testStraggler(); err != nil {
+		return nil, err
+	}
 	return j, nil
+}
+
+// envStraggler names a test's slow worker: RANK:DELAY (worker.Straggler),
+// inherited by worker processes and read by agents alike.
+const envStraggler = "TROUPE_TEST_STRAGGLER"
+
+// testStraggler reads envStraggler (nil when unset).
+func testStraggler() (*worker.Straggler, error) {
+	v := os.Getenv(envStraggler)
+	if v == "" {
+		return nil, nil
+	}
+	r, d, ok := strings.Cut(v, ":")
+	rank, err := strconv.Atoi(r)
+	delay, derr := time.ParseDuration(d)
+	if !ok || err != nil || derr != nil || rank < 0 || delay <= 0 {
+		return nil, fmt.Errorf("%w: %s=%q: want RANK:DELAY, e.g. 1:50ms", ErrConfig, envStraggler, v)
+	}
+	return &worker.Straggler{Rank: rank, Delay: delay}, nil
 }
 
 // cutStages cuts model into cfg.PP stages: as StageLayers says, or
@@ -90,7 +119,7 @@ func (j *job) workerSpec() *worker.Spec {
 	return &worker.Spec{
 		Model: j.model, Cuts: j.cuts, TP: c.TP, SP: c.SequenceParallel, Zero: c.Zero, ZeroGroup: c.ZeroGroup, Schedule: c.PipelineSchedule, MicroBatches: c.microBatches(), Recompute: c.Recompute,
 		Optim: c.Optim, ClipNorm: c.ClipNorm, BucketBytes: int64(c.BucketMB * (1 << 20)),
-		Seed: c.Seed, Init: c.Init, Shuffle: c.Shuffle, Train: j.train, Test: j.test, CkptDir: c.CkptDir,
+		Seed: c.Seed, Init: c.Init, Shuffle: c.Shuffle, Train: j.train, Test: j.test, CkptDir: c.CkptDir, Straggler: j.straggler,
 	}
 }
 

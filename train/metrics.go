@@ -61,6 +61,11 @@ type StepMetrics struct {
 	SentReduceScatterBytes int64 `json:"sent_reduce_scatter_bytes,omitempty"`
 	SentAllGatherBytes     int64 `json:"sent_all_gather_bytes,omitempty"`
 	SentBroadcastBytes     int64 `json:"sent_broadcast_bytes,omitempty"`
+	// StragglerRank is the replica that computed longest beside the other
+	// replicas of its model part and StragglerLagMs how much longer than
+	// their median (−1 and 0 without replicas to compare).
+	StragglerRank  int     `json:"straggler_rank"`
+	StragglerLagMs float64 `json:"straggler_lag_ms"`
 	// Cursor is the sampler position of the step's global batch of Batch
 	// samples (elastic jobs: the batch follows the world under linear-lr).
 	Cursor uint64 `json:"cursor"`

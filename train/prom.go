@@ -31,6 +31,7 @@ type promMetrics struct {
 	paramBytes, gradBytes, optBytes  prometheus.Gauge
 	actBytes                         prometheus.Gauge
 	generation, worldSize, standby   prometheus.Gauge
+	stragglerLag, stragglerRank      prometheus.Gauge
 	resumeSeconds                    prometheus.Histogram
 	ckptPause, ckptWrite             prometheus.Histogram
 	ckptBytes, ckptWrites, ckptFails prometheus.Counter
@@ -76,6 +77,8 @@ func newPromMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*promM
 		generation:    gauge("generation", "The elastic generation the job trains in (0: not elastic)."),
 		worldSize:     gauge("world_size", "Members that hold a place in the world (dp × pp × tp)."),
 		standby:       gauge("standby_members", "Members waiting without a place."),
+		stragglerLag:  gauge("straggler_lag_seconds", "How much longer the slowest replica computed in the last step than its part's median replica."),
+		stragglerRank: gauge("straggler_rank", "The mesh rank of that replica (-1: no replicas to compare)."),
 		resumeSeconds: hist("resume_duration_seconds", "Time from a generation's commit to its first completed step.", seconds),
 		ckptPause:     hist("checkpoint_pause_seconds", "Time the step loop paused for a checkpoint.", seconds),
 		ckptWrite:     hist("checkpoint_write_duration_seconds", "Time to write and commit a checkpoint.", seconds),
@@ -85,7 +88,7 @@ func newPromMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*promM
 	}
 	for _, c := range []prometheus.Collector{p.steps, p.samples, p.tokens, p.step, p.lastStep, p.stepSeconds, p.samplesPerS, p.tokensPerS,
 		p.loss, p.evalLoss, p.lr, p.compute, p.comm, p.bubble, p.sent, p.paramBytes, p.gradBytes, p.optBytes, p.actBytes,
-		p.generation, p.worldSize, p.standby, p.resumeSeconds, p.ckptPause, p.ckptWrite, p.ckptBytes, p.ckptWrites, p.ckptFails} {
+		p.generation, p.worldSize, p.standby, p.stragglerLag, p.stragglerRank, p.resumeSeconds, p.ckptPause, p.ckptWrite, p.ckptBytes, p.ckptWrites, p.ckptFails} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("train: registering the Prometheus metrics: %w", err)
 		}
@@ -129,6 +132,8 @@ func (p *promMetrics) observeStep(m StepMetrics) {
 	p.optBytes.Set(float64(m.OptimizerBytes))
 	p.actBytes.Set(float64(m.PeakActBytes))
 	p.generation.Set(float64(m.Generation))
+	p.stragglerLag.Set(m.StragglerLagMs / 1e3)
+	p.stragglerRank.Set(float64(m.StragglerRank))
 	if m.ResumeMs > 0 {
 		p.resumeSeconds.Observe(m.ResumeMs / 1e3)
 	}

@@ -7,10 +7,14 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/troupe-ml/troupe/mesh"
 )
 
 // gathered is every troupe_ metric family on reg, by name.
@@ -138,5 +142,63 @@ func TestMetricsServer(t *testing.T) {
 	var fe *FieldError
 	if _, err := serveMetrics(s.addr, reg, zap.NewNop()); err == nil || !errors.As(err, &fe) || fe.Field != "MetricsAddr" {
 		t.Fatalf("serving on a taken address: %v, want a MetricsAddr error", err)
+	}
+}
+
+// The straggler of a step is the replica that computed longest beside the
+// others of its model part; stages and shards, which do different work,
+// are not compared with each other.
+func TestStragglerOfAStep(t *testing.T) {
+	dp4, _ := mesh.New(4, 1, 1)
+	dp2pp2, _ := mesh.New(2, 2, 1)
+	one, _ := mesh.New(1, 2, 1)
+	for _, tc := range []struct {
+		name    string
+		m       mesh.Mesh
+		compute []float64 // by rank
+		rank    int
+		lag     float64
+	}{
+		{"one slow replica of four", dp4, []float64{10, 11, 30, 10}, 2, 20},
+		{"replicas level", dp4, []float64{10, 10, 10, 10}, -1, 0},
+		{"stages differ, their replicas agree", dp2pp2, []float64{10, 10, 50, 50}, -1, 0},
+		{"a slow replica of the light stage", dp2pp2, []float64{10, 25, 50, 50}, 1, 15},
+		{"no replicas", one, []float64{10, 50}, -1, 0},
+	} {
+		rank, lag := straggler(tc.m, func(r int) float64 { return tc.compute[r] })
+		if rank != tc.rank || lag != tc.lag {
+			t.Errorf("%s: straggler rank %d lag %v, want rank %d lag %v", tc.name, rank, lag, tc.rank, tc.lag)
+		}
+	}
+}
+
+// A replica made slow (TROUPE_TEST_STRAGGLER: rank 1 computes 40 ms
+// longer every step) is named in the metrics of every step and in a
+// warning once its lag passes --straggler-threshold.
+func TestStragglerIsNamed(t *testing.T) {
+	t.Setenv(envStraggler, "1:40ms")
+	cfg := tinyMLP()
+	cfg.Steps, cfg.DP, cfg.StragglerThreshold = 5, 2, 20*time.Millisecond
+	core, logs := observer.New(zap.WarnLevel)
+	var named []int
+	_, err := Run(context.Background(), cfg, Options{Logger: zap.New(core), OnStep: func(m StepMetrics) {
+		if m.StragglerRank != 1 || m.StragglerLagMs < 40 {
+			t.Errorf("step %d: straggler rank %d lag %.1f ms, want rank 1 at least 40 ms behind", m.Step, m.StragglerRank, m.StragglerLagMs)
+		}
+		named = append(named, m.Step)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	warned := logs.FilterMessage("straggler").All()
+	if len(named) != cfg.Steps || len(warned) != cfg.Steps {
+		t.Fatalf("%d steps observed, %d straggler warnings; want %d of each", len(named), len(warned), cfg.Steps)
+	}
+	if r := warned[0].ContextMap()["rank"]; r != "rank 1" {
+		t.Errorf("the warning names %v, want rank 1", r)
+	}
+	t.Setenv(envStraggler, "one:40ms")
+	if _, err := Run(context.Background(), cfg, Options{}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), envStraggler) {
+		t.Errorf("a malformed %s: %v", envStraggler, err)
 	}
 }

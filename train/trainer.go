@@ -44,6 +44,8 @@ type executor interface {
 	// Save writes a checkpoint of the state after meta.Step and returns
 	// how long training paused for it.
 	Save(ctx context.Context, meta checkpoint.Meta) (time.Duration, error)
+	// RankName names mesh rank r's worker (logs).
+	RankName(r int) string
 }
 
 // trainer is the one step loop of troupe. It owns a run's policy: the
@@ -148,6 +150,10 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 		if err := t.afterStep(ctx, seg, &m, sampler, cursor, sum); err != nil {
 			return sum, err
 		}
+		if th := cfg.StragglerThreshold; th > 0 && m.StragglerLagMs > ms(th) {
+			t.log.Warn("straggler", zap.Int("step", m.Step), zap.String("rank", seg.ex.RankName(m.StragglerRank)),
+				zap.Float64("lag_ms", m.StragglerLagMs), zap.Float64("compute_ms", m.ComputeMs), zap.Duration("threshold", th))
+		}
 		if t.logSteps && ((step+1)%cfg.LogEvery == 0 || step == seg.from || last) {
 			t.log.Info("step", zap.Uint64("generation", m.Generation), zap.Int("step", step+1), zap.Int("of", j.steps),
 				zap.Float64("loss", loss), zap.Float64("lr", lr), zap.Float64("step_ms", m.StepMs), zap.Float64("samples_per_s", m.SamplesPerS),
@@ -200,6 +206,7 @@ func (t *trainer) metrics(seg segment, step int, cursor data.Cursor, lr, loss fl
 		PeakParamBytes: st.PeakParamBytes, PeakGradBytes: st.PeakGradBytes,
 		SentAllReduceBytes: st.Sent.AllReduce, SentReduceScatterBytes: st.Sent.ReduceScatter, SentAllGatherBytes: st.Sent.AllGather,
 		SentBroadcastBytes: st.Sent.Broadcast, PeakMicro: st.PeakMicro, BubbleFraction: st.BubbleFraction,
+		StragglerRank: st.StragglerRank, StragglerLagMs: st.StragglerLagMs,
 	}
 	if m.PP > 1 {
 		sm.FormulaBubble = pipeline.FormulaBubble(m.PP, j.cfg.MicroBatches)

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/kernels"
@@ -66,6 +67,10 @@ type Spec struct {
 	// peer broke) is undone at once; without it, such a worker holds
 	// nothing afterwards.
 	KeepUndo bool
+	// Straggler, when set, makes the worker at its mesh rank compute
+	// Delay longer every step: a slow replica for tests of straggler
+	// detection (troupe sets it from TROUPE_TEST_STRAGGLER=RANK:DELAY).
+	Straggler *Straggler
 }
 
 // ZeroGroupIn is the ZeRO shard group size in world m (0: no ZeRO).
@@ -163,4 +168,19 @@ func (s *Spec) buildPart(be kernels.Backend, part int) (*nn.Model, optim.Optimiz
 		return nil, nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	return m, opt, nil
+}
+
+// Straggler is a test's slow worker: the one at Rank computes Delay
+// longer every step.
+type Straggler struct {
+	Rank  int
+	Delay time.Duration
+}
+
+// delayAt is how much longer the worker at rank computes every step.
+func (s *Spec) delayAt(rank int) time.Duration {
+	if s.Straggler == nil || s.Straggler.Rank != rank {
+		return 0
+	}
+	return s.Straggler.Delay
 }

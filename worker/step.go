@@ -394,7 +394,25 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 		s.tp.reset(ctx)
 	}
 	s.meter.Take()
-	busy, err := s.runSchedule(ctx, &res, scale)
+	var busy time.Duration
+	var err error
+	if d := w.spec.delayAt(s.rank); d > 0 {
+		// A test's straggler: computing longer, its peers waiting for it
+		// in the step's collectives.
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+			busy = d
+		case <-ctx.Done():
+			t.Stop()
+			err = context.Cause(ctx)
+		}
+	}
+	if err == nil {
+		var b time.Duration
+		b, err = s.runSchedule(ctx, &res, scale)
+		busy += b
+	}
 	// Whatever happened, no operation may own a buffer after the step.
 	if derr := s.drain(); err == nil {
 		err = derr

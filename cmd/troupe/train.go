@@ -45,7 +45,7 @@ type trainFlags struct {
 	dp, procs, checkEvery               int
 	bucketMB                            float64
 	transport                           string
-	collTimeout, stepTimeout            time.Duration
+	collTimeout, stepTimeout, straggler time.Duration
 	pp, tp, micro, zero, zeroGroup      int
 	sp                                  bool
 	pipeSchedule, stageLayers, trace    string
@@ -179,6 +179,7 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.transport, "transport", string(d.Transport), "gradient transport between processes: tcp (data plane) or actor (protoactor remote)")
 	fl.DurationVar(&f.collTimeout, "collective-timeout", d.CollectiveTimeout, "abort a collective when a peer is silent this long")
 	fl.DurationVar(&f.stepTimeout, "step-timeout", d.StepTimeout, "abort a step when a worker has not answered within this time")
+	fl.DurationVar(&f.straggler, "straggler-threshold", d.StragglerThreshold, "log a warning naming a replica whose compute in a step passes its peers' median by more than this (0: never)")
 	fl.IntVar(&f.pp, "pp", d.PP, "pipeline stages (stage actors, each with a contiguous range of the model's units)")
 	fl.IntVar(&f.tp, "tp", d.TP, "tensor-parallel shards of every stage (Megatron-LM: column- and row-parallel layers, heads split, vocabulary-parallel embedding and loss)")
 	fl.BoolVar(&f.sp, "sequence-parallel", false, "with --tp: split the activations between the tensor-parallel regions along the sequence (GPT only)")
@@ -270,6 +271,7 @@ func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 	set("transport", func() { cfg.Transport = actors.Transport(f.transport) })
 	set("collective-timeout", func() { cfg.CollectiveTimeout = f.collTimeout })
 	set("step-timeout", func() { cfg.StepTimeout = f.stepTimeout })
+	set("straggler-threshold", func() { cfg.StragglerThreshold = f.straggler })
 	set("pp", func() { cfg.PP = f.pp })
 	set("tp", func() { cfg.TP = f.tp })
 	set("zero", func() { cfg.Zero = f.zero })
