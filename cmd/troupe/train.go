@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -58,6 +60,7 @@ type trainFlags struct {
 
 func newTrainCmd() *cobra.Command {
 	f := &trainFlags{}
+	var reportPath string
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "Train a model (with no flags: the default GPT on the Go specification, in this process)",
@@ -77,7 +80,24 @@ func newTrainCmd() *cobra.Command {
 			if stderrIsTerminal() {
 				o.Progress = os.Stderr
 			}
+			var steps []train.StepMetrics
+			if reportPath != "" {
+				if err := checkReportPath(reportPath); err != nil {
+					return err
+				}
+				o.OnStep = func(m train.StepMetrics) { steps = append(steps, m) }
+			}
 			sum, err := train.Run(ctx, cfg, o)
+			if reportPath != "" && len(steps) > 0 {
+				// Also of a run that failed or was stopped: what it trained.
+				title := "troupe train --model " + string(cfg.Model)
+				if sum != nil {
+					title = fmt.Sprintf("troupe train: %s on %s", sum.Model, sum.Data)
+				}
+				if rerr := writeReport(reportPath, title, steps, cfg.Trace); rerr != nil {
+					err = errors.Join(err, rerr)
+				}
+			}
 			if err != nil {
 				return inFlags(err)
 			}
@@ -100,7 +120,17 @@ func newTrainCmd() *cobra.Command {
 		},
 	}
 	f.register(cmd.Flags())
+	cmd.Flags().StringVar(&reportPath, "report", "", "write an HTML report of the run to this file at its end (see troupe report)")
 	return cmd
+}
+
+// checkReportPath refuses a report path whose directory does not exist,
+// before the run.
+func checkReportPath(p string) error {
+	if fi, err := os.Stat(filepath.Dir(p)); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%w: --report %s: no directory %s", errUsage, p, filepath.Dir(p))
+	}
+	return nil
 }
 
 // newWorkerCmd is the hidden body of a --procs worker process.

@@ -1,0 +1,207 @@
+// Package report writes a run's report: one self-contained HTML file (no
+// network access when it is opened) with the loss and held-out loss, the
+// throughput, the time of a step (compute, communication, pipeline bubble),
+// the straggler of every step, the membership of an elastic job
+// (generations, world size, resume times), checkpoints, memory, and, from a
+// pipeline trace, the stages' timeline. It reads what troupe writes: the
+// metrics lines (--metrics-out; an elastic job's nodes each write their
+// own, merged by step) and a Chrome trace (--trace).
+//
+// The charts are drawn by uPlot 1.6.32 (MIT, assets/LICENSE.uPlot), taken
+// from npm (`npm pack uplot@1.6.32`, dist/uPlot.iife.min.js and
+// uPlot.min.css) and embedded with go:embed.
+package report
+
+import (
+	"bufio"
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/troupe-ml/troupe/train"
+)
+
+var (
+	//go:embed assets/uPlot.iife.min.js
+	uplotJS string
+	//go:embed assets/uPlot.min.css
+	uplotCSS string
+	//go:embed report.html
+	page string
+)
+
+// ErrInput is a metrics file or trace that cannot be read as one.
+var ErrInput = errors.New("report: bad input")
+
+// Input is what a report shows.
+type Input struct {
+	// Title names the run (the report's heading).
+	Title string
+	// Steps are the metrics lines in step order (a step logged twice, as
+	// after a restore from a checkpoint, keeps its last line).
+	Steps []train.StepMetrics
+	// Trace is a pipeline trace's complete spans (nil: none).
+	Trace []Span
+}
+
+// Span is one complete span of a trace: a stage's pass over a
+// micro-batch.
+type Span struct {
+	Name string  `json:"name"`
+	Cat  string  `json:"cat"`
+	Row  string  `json:"row"` // the process and thread's name, or their ids
+	Ts   float64 `json:"ts"`  // µs
+	Dur  float64 `json:"dur"` // µs
+}
+
+// ReadMetrics reads metrics lines from path: a --metrics-out file, or a
+// directory whose *.jsonl files (an elastic job's nodes) are merged by
+// step.
+func ReadMetrics(path string) ([]train.StepMetrics, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	files := []string{path}
+	if fi.IsDir() {
+		if files, err = filepath.Glob(filepath.Join(path, "*.jsonl")); err != nil {
+			return nil, err
+		}
+		if len(files) == 0 {
+			return nil, fmt.Errorf("%w: %s holds no *.jsonl metrics files", ErrInput, path)
+		}
+	}
+	byStep := map[int]train.StepMetrics{}
+	for _, f := range files {
+		if err := readLines(f, byStep); err != nil {
+			return nil, err
+		}
+	}
+	if len(byStep) == 0 {
+		return nil, fmt.Errorf("%w: no steps in %s", ErrInput, path)
+	}
+	out := make([]train.StepMetrics, 0, len(byStep))
+	for _, m := range byStep {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Step < out[j].Step })
+	return out, nil
+}
+
+func readLines(path string, byStep map[int]train.StepMetrics) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<16), 1<<24)
+	for n := 1; sc.Scan(); n++ {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		m, err := ParseLine(sc.Bytes())
+		if err != nil {
+			return fmt.Errorf("%s line %d: %w", path, n, err)
+		}
+		byStep[m.Step] = m
+	}
+	return sc.Err()
+}
+
+// ParseLine reads one metrics line.
+func ParseLine(b []byte) (train.StepMetrics, error) {
+	var m train.StepMetrics
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("%w: not a metrics line: %v", ErrInput, err)
+	}
+	if m.Step < 1 {
+		return m, fmt.Errorf("%w: a metrics line without a step", ErrInput)
+	}
+	return m, nil
+}
+
+// ReadTrace reads a Chrome trace's complete spans, each on the row of its
+// process and thread (named by their metadata events where present).
+func ReadTrace(r io.Reader) ([]Span, error) {
+	var doc struct {
+		TraceEvents []struct {
+			Name string          `json:"name"`
+			Cat  string          `json:"cat"`
+			Ph   string          `json:"ph"`
+			Ts   float64         `json:"ts"`
+			Dur  float64         `json:"dur"`
+			Pid  int             `json:"pid"`
+			Tid  int             `json:"tid"`
+			Args json.RawMessage `json:"args"`
+		} `json:"traceEvents"`
+	}
+	if err := json.NewDecoder(r).Decode(&doc); err != nil {
+		return nil, fmt.Errorf("%w: not a trace: %v", ErrInput, err)
+	}
+	procs, threads := map[int]string{}, map[[2]int]string{}
+	for _, e := range doc.TraceEvents {
+		if e.Ph != "M" {
+			continue
+		}
+		var a struct{ Name string }
+		if json.Unmarshal(e.Args, &a) != nil || a.Name == "" {
+			continue
+		}
+		switch e.Name {
+		case "process_name":
+			procs[e.Pid] = a.Name
+		case "thread_name":
+			threads[[2]int{e.Pid, e.Tid}] = a.Name
+		}
+	}
+	var out []Span
+	for _, e := range doc.TraceEvents {
+		if e.Ph != "X" {
+			continue
+		}
+		row := threads[[2]int{e.Pid, e.Tid}]
+		if row == "" {
+			row = fmt.Sprintf("pid %d tid %d", e.Pid, e.Tid)
+		}
+		if p := procs[e.Pid]; p != "" {
+			row = p + " / " + row
+		}
+		out = append(out, Span{Name: e.Name, Cat: e.Cat, Row: row, Ts: e.Ts, Dur: e.Dur})
+	}
+	return out, nil
+}
+
+// Write writes in's report to w.
+func Write(w io.Writer, in Input) error {
+	if len(in.Steps) == 0 {
+		return fmt.Errorf("%w: no steps to report", ErrInput)
+	}
+	data, err := json.Marshal(struct {
+		Steps []train.StepMetrics `json:"steps"`
+		Trace []Span              `json:"trace"`
+	}{in.Steps, in.Trace})
+	if err != nil {
+		return err
+	}
+	t, err := template.New("report").Parse(page)
+	if err != nil {
+		return err
+	}
+	title := in.Title
+	if title == "" {
+		title = "troupe run"
+	}
+	return t.Execute(w, struct {
+		Title    string
+		CSS      template.CSS
+		JS, Data template.JS
+	}{title, template.CSS(uplotCSS), template.JS(uplotJS), template.JS(data)})
+}

@@ -1,0 +1,133 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/troupe-ml/troupe/train"
+)
+
+func writeLines(t *testing.T, path string, ms ...train.StepMetrics) {
+	t.Helper()
+	var b bytes.Buffer
+	for _, m := range ms {
+		l, _ := json.Marshal(m)
+		b.Write(append(l, '\n'))
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An elastic job's nodes each log the steps they led: a directory's files
+// merge by step, in step order, a step logged twice (replayed after a
+// restore) keeping the line read last.
+func TestReadMetricsMergesNodes(t *testing.T) {
+	dir := t.TempDir()
+	writeLines(t, filepath.Join(dir, "n1.jsonl"), train.StepMetrics{Step: 1, Loss: 3}, train.StepMetrics{Step: 2, Loss: 2.5})
+	writeLines(t, filepath.Join(dir, "n2.jsonl"), train.StepMetrics{Step: 2, Loss: 2.4}, train.StepMetrics{Step: 3, Loss: 2})
+	got, err := ReadMetrics(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].Step != 1 || got[1].Loss != 2.4 || got[2].Step != 3 {
+		t.Fatalf("merged %+v", got)
+	}
+	one, err := ReadMetrics(filepath.Join(dir, "n1.jsonl"))
+	if err != nil || len(one) != 2 {
+		t.Fatalf("one file: %v, %v", one, err)
+	}
+	bad := filepath.Join(dir, "bad.jsonl")
+	os.WriteFile(bad, []byte("{\"step\":1}\nnot json\n"), 0o644)
+	if _, err := ReadMetrics(bad); !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "bad.jsonl line 2") {
+		t.Fatalf("a bad line: %v, want ErrInput naming the file and line", err)
+	}
+	if _, err := ReadMetrics(t.TempDir()); !errors.Is(err, ErrInput) {
+		t.Fatalf("an empty directory: %v", err)
+	}
+}
+
+// A trace's complete spans are read on the rows their metadata names.
+func TestReadTrace(t *testing.T) {
+	doc := `{"traceEvents":[{"name":"process_name","ph":"M","pid":1,"tid":0,"args":{"name":"replica 0"}},
+{"name":"thread_name","ph":"M","pid":1,"tid":2,"args":{"name":"stage 1"}},
+{"name":"F0","cat":"forward","ph":"X","ts":10,"dur":5,"pid":1,"tid":2},
+{"name":"B0","cat":"backward","ph":"X","ts":20,"dur":7,"pid":3,"tid":4},
+{"name":"mark","ph":"i","ts":30,"pid":1,"tid":2}]}`
+	spans, err := ReadTrace(strings.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spans) != 2 || spans[0].Row != "replica 0 / stage 1" || spans[0].Dur != 5 || spans[1].Row != "pid 3 tid 4" || spans[1].Cat != "backward" {
+		t.Fatalf("spans %+v", spans)
+	}
+	if _, err := ReadTrace(strings.NewReader("[")); !errors.Is(err, ErrInput) {
+		t.Fatalf("a broken trace: %v", err)
+	}
+}
+
+// The report is one self-contained file: the chart library and the data
+// inline, nothing fetched from anywhere; the data cannot close its script
+// element.
+func TestWriteIsSelfContained(t *testing.T) {
+	var b bytes.Buffer
+	steps := []train.StepMetrics{{Step: 1, Loss: 2, Batch: 8}, {Step: 2, Loss: 1.5, Batch: 8, EvalLoss: 1.6}}
+	if err := Write(&b, Input{Title: "run </script><b>", Steps: steps, Trace: []Span{{Name: "F0", Cat: "forward", Row: "stage 0", Ts: 1, Dur: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	html := b.String()
+	for _, bad := range []string{`src="http`, `href="http`, "url(http", "<script src", `<link rel="stylesheet" href`} {
+		if strings.Contains(html, bad) {
+			t.Errorf("the report refers outside itself: %q", bad)
+		}
+	}
+	for _, want := range []string{"uPlot", `"eval_loss":1.6`, `"row":"stage 0"`, "run &lt;/script&gt;&lt;b&gt;"} {
+		if !strings.Contains(html, want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+	if strings.Count(html, "</script>") != 2 {
+		t.Errorf("%d script ends, want the library's and the report's", strings.Count(html, "</script>"))
+	}
+	if err := Write(&b, Input{}); !errors.Is(err, ErrInput) {
+		t.Fatalf("a report of no steps: %v", err)
+	}
+}
+
+func FuzzParseLine(f *testing.F) {
+	f.Add([]byte(`{"step":3,"loss":2.5,"samples_per_s":100}`))
+	f.Add([]byte(`{"step":0}`))
+	f.Add([]byte(`[1,2]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ParseLine(b)
+		if err == nil && m.Step < 1 {
+			t.Fatalf("accepted a line without a step: %q", b)
+		}
+		if err != nil && !errors.Is(err, ErrInput) {
+			t.Fatalf("error %v is not ErrInput", err)
+		}
+	})
+}
+
+func FuzzReadTrace(f *testing.F) {
+	f.Add([]byte(`{"traceEvents":[{"name":"F0","ph":"X","ts":1,"dur":2,"pid":0,"tid":0}]}`))
+	f.Add([]byte(`{"traceEvents":[{"name":"thread_name","ph":"M","pid":0,"tid":0,"args":{"name":5}}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		spans, err := ReadTrace(bytes.NewReader(b))
+		if err != nil {
+			if !errors.Is(err, ErrInput) {
+				t.Fatalf("error %v is not ErrInput", err)
+			}
+			return
+		}
+		var out bytes.Buffer
+		if err := Write(&out, Input{Steps: []train.StepMetrics{{Step: 1}}, Trace: spans}); err != nil {
+			t.Fatalf("a trace that read cannot be reported: %v", err)
+		}
+	})
+}
