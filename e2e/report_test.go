@@ -40,8 +40,8 @@ func chromium(t *testing.T, args ...string) []byte {
 // troupe train --report writes one HTML file that headless Chromium opens
 // with no error on its console, every chart drawn (its canvases hold
 // pixels): loss, throughput, step time, stragglers (a slow rank made by
-// TROUPE_TEST_STRAGGLER), membership, checkpoints, memory; with --trace
-// the pipeline's timeline too. A screenshot of it is not blank.
+// TROUPE_TEST_STRAGGLER), compute per rank, membership, checkpoints,
+// memory; with --trace the pipeline's timeline too. A screenshot of it is not blank.
 func TestReportOpensInABrowser(t *testing.T) {
 	if chromiumBin() == "" {
 		t.Skip("no chromium: the browser test needs Debian's chromium (apt-get install chromium)")
@@ -52,8 +52,8 @@ func TestReportOpensInABrowser(t *testing.T) {
 		args   []string
 		charts int
 	}{
-		{"dp2", []string{"--dp", "2", "--eval-every", "10", "--ckpt-dir", filepath.Join(dir, "ckpt"), "--ckpt-every", "10"}, 7},
-		{"pp2", []string{"--pp", "2", "--micro-batches", "2", "--trace", filepath.Join(dir, "t.json")}, 6},
+		{"dp2", []string{"--dp", "2", "--eval-every", "10", "--ckpt-dir", filepath.Join(dir, "ckpt"), "--ckpt-every", "10"}, 8},
+		{"pp2", []string{"--pp", "2", "--micro-batches", "2", "--trace", filepath.Join(dir, "t.json")}, 7},
 	}
 	for _, r := range runs {
 		t.Run(r.name, func(t *testing.T) {

@@ -45,6 +45,8 @@ type stepStats struct {
 	// median (−1 and 0: no part has two replicas).
 	StragglerRank  int
 	StragglerLagMs float64
+	// RankComputeMs is every rank's compute time, by mesh rank.
+	RankComputeMs []float64
 }
 
 // groupExecutor drives the worker actors of one world (a generation)
@@ -418,6 +420,12 @@ func aggregateStep(m mesh.Mesh, zeroShards int, dones []*workerpb.StepDone, step
 		st.BubbleFraction, st.BubbleMs = measuredBubble(m, dones)
 	}
 	st.StragglerRank, st.StragglerLagMs = straggler(m, func(r int) float64 { return dones[r].ComputeMs })
+	if len(dones) > 1 {
+		st.RankComputeMs = make([]float64, len(dones))
+		for r, d := range dones {
+			st.RankComputeMs[r] = d.ComputeMs
+		}
+	}
 	if checksum {
 		if err := checkReplicas(m, zeroShards, step+1, func(r int) uint64 { return dones[r].Checksum }); err != nil {
 			return st, err

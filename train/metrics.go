@@ -66,6 +66,9 @@ type StepMetrics struct {
 	// their median (−1 and 0 without replicas to compare).
 	StragglerRank  int     `json:"straggler_rank"`
 	StragglerLagMs float64 `json:"straggler_lag_ms"`
+	// RankComputeMs is every rank's compute time in the step, by mesh
+	// rank (absent in a world of one).
+	RankComputeMs []float64 `json:"rank_compute_ms,omitempty"`
 	// Cursor is the sampler position of the step's global batch of Batch
 	// samples (elastic jobs: the batch follows the world under linear-lr).
 	Cursor uint64 `json:"cursor"`

@@ -185,6 +185,9 @@ func TestStragglerIsNamed(t *testing.T) {
 		if m.StragglerRank != 1 || m.StragglerLagMs < 40 {
 			t.Errorf("step %d: straggler rank %d lag %.1f ms, want rank 1 at least 40 ms behind", m.Step, m.StragglerRank, m.StragglerLagMs)
 		}
+		if len(m.RankComputeMs) != 2 || m.RankComputeMs[1] < 40 || m.RankComputeMs[1]-m.RankComputeMs[0] != m.StragglerLagMs {
+			t.Errorf("step %d: compute by rank %v, lag %v", m.Step, m.RankComputeMs, m.StragglerLagMs)
+		}
 		named = append(named, m.Step)
 	}})
 	if err != nil {

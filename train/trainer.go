@@ -206,7 +206,7 @@ func (t *trainer) metrics(seg segment, step int, cursor data.Cursor, lr, loss fl
 		PeakParamBytes: st.PeakParamBytes, PeakGradBytes: st.PeakGradBytes,
 		SentAllReduceBytes: st.Sent.AllReduce, SentReduceScatterBytes: st.Sent.ReduceScatter, SentAllGatherBytes: st.Sent.AllGather,
 		SentBroadcastBytes: st.Sent.Broadcast, PeakMicro: st.PeakMicro, BubbleFraction: st.BubbleFraction,
-		StragglerRank: st.StragglerRank, StragglerLagMs: st.StragglerLagMs,
+		StragglerRank: st.StragglerRank, StragglerLagMs: st.StragglerLagMs, RankComputeMs: st.RankComputeMs,
 	}
 	if m.PP > 1 {
 		sm.FormulaBubble = pipeline.FormulaBubble(m.PP, j.cfg.MicroBatches)
