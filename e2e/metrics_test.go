@@ -139,25 +139,29 @@ func TestAgentServesPrometheusMetrics(t *testing.T) {
 	}
 }
 
-// A slow worker process (TROUPE_TEST_STRAGGLER: rank 1 computes 30 ms
-// longer every step) is named as the straggler from the first steps of a
-// --procs 2 run, in its warnings and in every metrics line.
+// A slow worker process (TROUPE_TEST_STRAGGLER: rank 1 computes 150 ms
+// longer every step) is named as the straggler of a --procs 2 run, in
+// its warnings and its metrics lines: in 4 of the 6 steps at least, since
+// the other rank's own time varies with the machine's load.
 func TestProcsStragglerIsNamed(t *testing.T) {
 	metrics := filepath.Join(t.TempDir(), "m.jsonl")
 	cmd := exec.Command(troupeBin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp", "--steps", "6",
-		"--threads", "1", "--procs", "2", "--straggler-threshold", "15ms", "--metrics-out", metrics, "--log-format", "json")
-	cmd.Env = append(os.Environ(), "TROUPE_TEST_STRAGGLER=1:30ms")
+		"--threads", "1", "--procs", "2", "--straggler-threshold", "75ms", "--metrics-out", metrics, "--log-format", "json")
+	cmd.Env = append(os.Environ(), "TROUPE_TEST_STRAGGLER=1:150ms")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	warnings := regexp.MustCompile(`"msg":"straggler".*"rank":"rank 1"`).FindAll(out, -1)
-	if len(warnings) < 5 {
-		t.Errorf("%d straggler warnings naming rank 1 in 6 steps:\n%s", len(warnings), out)
+	if n := len(regexp.MustCompile(`"msg":"straggler".*"rank":"rank 1"`).FindAll(out, -1)); n < 4 {
+		t.Errorf("%d straggler warnings naming rank 1 in 6 steps:\n%s", n, out)
 	}
-	for i, l := range losses(t, readFile(t, metrics), "straggler_rank") {
-		if l != 1 {
-			t.Errorf("step %d: straggler_rank %v, want 1", i+1, l)
+	named := 0
+	for _, r := range losses(t, readFile(t, metrics), "straggler_rank") {
+		if r == 1 {
+			named++
 		}
+	}
+	if named < 4 {
+		t.Errorf("straggler_rank is 1 in %d of 6 metrics lines", named)
 	}
 }

@@ -172,35 +172,43 @@ func TestStragglerOfAStep(t *testing.T) {
 	}
 }
 
-// A replica made slow (TROUPE_TEST_STRAGGLER: rank 1 computes 40 ms
-// longer every step) is named in the metrics of every step and in a
-// warning once its lag passes --straggler-threshold.
+// A replica made slow (TROUPE_TEST_STRAGGLER: rank 1 computes 150 ms
+// longer every step) is named in the metrics and in a warning once its
+// lag passes --straggler-threshold (75 ms). The lag is rank 1's compute
+// less rank 0's, and rank 0's own time varies with the machine's load
+// (on 2 busy cores by tens of milliseconds), so the test asks for the
+// straggler named in 4 of the 5 steps, not in all: a detector must name
+// it within a few steps.
 func TestStragglerIsNamed(t *testing.T) {
-	t.Setenv(envStraggler, "1:40ms")
+	t.Setenv(envStraggler, "1:150ms")
 	cfg := tinyMLP()
-	cfg.Steps, cfg.DP, cfg.StragglerThreshold = 5, 2, 20*time.Millisecond
+	cfg.Steps, cfg.DP, cfg.StragglerThreshold = 5, 2, 75*time.Millisecond
 	core, logs := observer.New(zap.WarnLevel)
-	var named []int
+	named := 0
 	_, err := Run(context.Background(), cfg, Options{Logger: zap.New(core), OnStep: func(m StepMetrics) {
-		if m.StragglerRank != 1 || m.StragglerLagMs < 40 {
-			t.Errorf("step %d: straggler rank %d lag %.1f ms, want rank 1 at least 40 ms behind", m.Step, m.StragglerRank, m.StragglerLagMs)
+		if len(m.RankComputeMs) != 2 {
+			t.Fatalf("step %d: compute by rank %v, want both ranks'", m.Step, m.RankComputeMs)
 		}
-		if len(m.RankComputeMs) != 2 || m.RankComputeMs[1] < 40 || m.RankComputeMs[1]-m.RankComputeMs[0] != m.StragglerLagMs {
-			t.Errorf("step %d: compute by rank %v, lag %v", m.Step, m.RankComputeMs, m.StragglerLagMs)
+		if m.StragglerRank == 1 && m.StragglerLagMs > 75 {
+			named++
+			if lag := m.RankComputeMs[1] - m.RankComputeMs[0]; lag != m.StragglerLagMs {
+				t.Errorf("step %d: lag %v, but the ranks computed %v", m.Step, m.StragglerLagMs, m.RankComputeMs)
+			}
 		}
-		named = append(named, m.Step)
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	warned := logs.FilterMessage("straggler").All()
-	if len(named) != cfg.Steps || len(warned) != cfg.Steps {
-		t.Fatalf("%d steps observed, %d straggler warnings; want %d of each", len(named), len(warned), cfg.Steps)
+	warned := 0
+	for _, e := range logs.FilterMessage("straggler").All() {
+		if e.ContextMap()["rank"] == "rank 1" {
+			warned++
+		}
 	}
-	if r := warned[0].ContextMap()["rank"]; r != "rank 1" {
-		t.Errorf("the warning names %v, want rank 1", r)
+	if named < cfg.Steps-1 || warned < cfg.Steps-1 {
+		t.Fatalf("rank 1 named the straggler in %d of %d steps' metrics and %d warnings; want at least %d", named, cfg.Steps, warned, cfg.Steps-1)
 	}
-	t.Setenv(envStraggler, "one:40ms")
+	t.Setenv(envStraggler, "one:150ms")
 	if _, err := Run(context.Background(), cfg, Options{}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), envStraggler) {
 		t.Errorf("a malformed %s: %v", envStraggler, err)
 	}
