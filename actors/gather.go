@@ -21,6 +21,8 @@ type gather struct {
 	replies []any
 	pending int
 	err     error
+	// answered counts the replies taken.
+	answered int
 }
 
 // newGather starts a call that sent msgs[p] to peer p (nil: p is not
@@ -54,6 +56,17 @@ func (g *gather) reply(r Reply, name func(p int) string) {
 	}
 	g.replies[p] = r
 	g.pending--
+	g.answered++
+}
+
+// first names the asked peer that answered first, once one did ("").
+func (g *gather) first(name func(p int) string) string {
+	for p, r := range g.replies {
+		if r != nil {
+			return name(p)
+		}
+	}
+	return ""
 }
 
 // fail ends the call with err (a lost or silent peer, a cancelled call).

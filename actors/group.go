@@ -73,7 +73,16 @@ func (g *Group) PID() *actor.PID { return g.pid }
 // already sent still run on the peers (a caller that must stop them
 // aborts them its own way).
 func (g *Group) Call(ctx context.Context, msgs []any) ([]any, error) {
-	res, err := g.ask(ctx, &groupCall{msgs: msgs})
+	return g.CallWithin(ctx, msgs, 0)
+}
+
+// CallWithin is Call for requests that the peers finish together (the
+// ranks of one synchronous step): once one peer answered, a peer that has
+// not answered lag later fails the call as silent, naming it (a hung
+// process sends no reset and would hold the call for CallTimeout). Lag 0
+// is Call.
+func (g *Group) CallWithin(ctx context.Context, msgs []any, lag time.Duration) ([]any, error) {
+	res, err := g.ask(ctx, &groupCall{msgs: msgs, lag: lag})
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +127,12 @@ func (g *Group) Lost(p int, cause string) {
 func (g *Group) Close() { _ = g.sys.Root().StopFuture(g.pid).Wait() }
 
 type (
-	groupCall   struct{ msgs []any }
+	groupCall struct {
+		msgs []any
+		lag  time.Duration
+	}
+	// groupLag says that call seq's lag passed.
+	groupLag    struct{ seq uint64 }
 	groupReady  struct{}
 	groupCancel struct{ reason string }
 	groupLost   struct {
@@ -143,7 +157,11 @@ type groupActor struct {
 	call   *gather
 	caller *actor.PID
 	seq    uint64 // numbers calls, so that a late reply to an ended one is dropped
-	ready  []*actor.PID
+	// lag bounds the wait after a call's first reply (0: none); lagTimer
+	// runs once it started, and is stopped when the call ends.
+	lag      time.Duration
+	lagTimer *time.Timer
+	ready    []*actor.PID
 }
 
 func (a *groupActor) Receive(c actor.Context) {
@@ -188,6 +206,12 @@ func (a *groupActor) Receive(c actor.Context) {
 		}
 	case *groupLost:
 		a.lose(c, m.peer, m.cause)
+	case *groupLag:
+		if a.call != nil && m.seq == a.seq && !a.call.done() {
+			a.call.fail(fmt.Errorf("%w: %s did not answer within %v of %s (a hung process sends no reset)",
+				ErrPeerSilent, a.call.silent(a.cfg.PeerName), a.lag, a.call.first(a.cfg.PeerName)))
+			a.answerIfDone(c)
+		}
 	}
 }
 
@@ -202,7 +226,7 @@ func (a *groupActor) start(c actor.Context, m *groupCall) {
 		return
 	}
 	a.seq++
-	a.call, a.caller = newGather(m.msgs), c.Sender()
+	a.call, a.caller, a.lag = newGather(m.msgs), c.Sender(), m.lag
 	for p, msg := range m.msgs {
 		if msg != nil {
 			a.request(c, a.seq, p, msg)
@@ -230,6 +254,10 @@ func (a *groupActor) request(c actor.Context, seq uint64, p int, msg any) {
 			a.call.fail(fmt.Errorf("%w: %s answered %T", ErrWire, a.cfg.PeerName(p), res))
 		default:
 			a.call.reply(r, a.cfg.PeerName)
+			if a.lag > 0 && a.call.answered == 1 && !a.call.done() {
+				self, root := c.Self(), c.ActorSystem().Root
+				a.lagTimer = time.AfterFunc(a.lag, func() { root.Send(self, &groupLag{seq: seq}) })
+			}
 		}
 		a.answerIfDone(c)
 	})
@@ -287,6 +315,10 @@ func (a *groupActor) answerIfDone(c actor.Context) {
 	}
 	c.Send(a.caller, &groupResult{replies: a.call.replies, err: a.call.err})
 	a.call, a.caller = nil, nil
+	if a.lagTimer != nil {
+		a.lagTimer.Stop()
+		a.lagTimer = nil
+	}
 }
 
 // hello registers a peer that started on its own.

@@ -126,6 +126,25 @@ func TestGroupSilentPeer(t *testing.T) {
 	}
 }
 
+// A call whose peers finish together (CallWithin): once peer 0 answered,
+// silent peer 2 fails it after the lag, named, long before the call
+// timeout; peers that all answer pass, and the group takes the next call.
+func TestGroupCallWithinLag(t *testing.T) {
+	_, _, g := startGroup(t, 3, time.Minute)
+	start := time.Now()
+	_, err := g.CallWithin(context.Background(), pings(3, func(p int, m *ping) { m.hang = p == 2 }), 100*time.Millisecond)
+	if !errors.Is(err, ErrPeerSilent) || !strings.Contains(err.Error(), "peer 2 did not answer within 100ms of peer") || !failure.Transient(err) {
+		t.Fatalf("err %v", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("the call waited %v: the lag did not bound it", d)
+	}
+	replies, err := g.CallWithin(context.Background(), pings(3, nil), 100*time.Millisecond)
+	if err != nil || replies[2].(*pong).n != 21 {
+		t.Fatalf("a call every peer answers: %v, %v", replies, err)
+	}
+}
+
 // A stopped peer fails the call in flight and every later one.
 func TestGroupLostPeer(t *testing.T) {
 	sys, peers, g := startGroup(t, 2, time.Minute)

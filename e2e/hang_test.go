@@ -43,9 +43,9 @@ func workerProcess(t *testing.T, parent, rank int) int {
 
 // A hung worker process (SIGSTOP: no connection reset, nothing more from
 // it) in a --procs 2 job with --collective-timeout 3s: the job exits
-// non-zero within 10 s of the stop (the collective timeout, then a
-// bounded grace for the workers to exit), its error naming the silent
-// rank and the operation.
+// non-zero within 10 s of the stop (the collective timeout, or as long
+// after the other rank answered the step, then a bounded grace for the
+// workers to exit), its error naming the silent rank and the operation.
 func TestProcsHungWorkerEndsTheJob(t *testing.T) {
 	metrics := filepath.Join(t.TempDir(), "m.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -91,11 +91,12 @@ func TestProcsHungWorkerEndsTheJob(t *testing.T) {
 	if !errors.As(err, &exit) {
 		t.Fatalf("exit %v, want a non-zero exit", err)
 	}
+	// Stopped inside a step's all-reduce, rank 0's collective names it;
+	// stopped after its last send of a step, rank 0 answers the step and
+	// rank 1 does not: the step call names it.
 	last := lastLine(stderr.String())
-	for _, want := range []string{"rank 1", "AllReduce"} {
-		if !strings.Contains(last, want) {
-			t.Errorf("the job's last error does not name %q: %s", want, last)
-		}
+	if !strings.Contains(last, "rank 1") || !strings.Contains(last, "AllReduce") && !strings.Contains(last, "did not answer") {
+		t.Errorf("the job's last error does not name rank 1 and the all-reduce or the step it did not answer: %s", last)
 	}
 }
 

@@ -483,7 +483,7 @@ func (a *agent) commit(w elastic.World) {
 			a.log.Error("leading a generation", zap.Uint64("generation", w.Gen), zap.Error(err))
 			lead = false
 		} else {
-			ex.ckpt, ex.parts, ex.zeroShards, ex.adopt = a.ckpt, a.j.partsLayout(), a.j.zeroShards(), true
+			ex.ckpt, ex.parts, ex.zeroShards, ex.adopt, ex.stepLag = a.ckpt, a.j.partsLayout(), a.j.zeroShards(), true, a.j.cfg.CollectiveTimeout
 			ex.learnControls(pids)
 			a.gen = newGeneration(w, ex, pids)
 		}

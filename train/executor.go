@@ -79,6 +79,10 @@ type groupExecutor struct {
 	// ranks hold a shard of the weights each, so they evaluate and gather
 	// the weights together, and replicas compare shard by shard.
 	zeroShards int
+	// stepLag bounds how much later than the first rank the last one
+	// answers a step (the collective timeout: the ranks of a synchronous
+	// step finish together, and one that does not is hung).
+	stepLag time.Duration
 	// adopt: a failed step may still count, for a next generation that
 	// continues from a replica that applied it (elastic jobs: salvage).
 	adopt bool
@@ -126,7 +130,14 @@ func (e *groupExecutor) learnControls(pids []*actor.PID) {
 // the replies. When ctx ends first, every worker is told to abort what it
 // runs, so that none stays in a collective its peers left.
 func (e *groupExecutor) call(ctx context.Context, msgs []any) ([]any, error) {
-	replies, err := e.group.Call(ctx, msgs)
+	return e.callWithin(ctx, msgs, 0)
+}
+
+// callWithin is call for requests the ranks finish together (a step):
+// once one answered, one silent lag later fails the call, named (see
+// actors.Group.CallWithin).
+func (e *groupExecutor) callWithin(ctx context.Context, msgs []any, lag time.Duration) ([]any, error) {
+	replies, err := e.group.CallWithin(ctx, msgs, lag)
 	if err != nil && ctx.Err() != nil {
 		e.abort(context.Cause(ctx).Error())
 	}
@@ -194,10 +205,10 @@ func (e *groupExecutor) Form(ctx context.Context, form func(rank int, peer uint3
 
 // Step runs one optimizer step on every rank.
 func (e *groupExecutor) Step(ctx context.Context, req worker.StepRequest) (stepStats, error) {
-	replies, err := e.call(ctx, e.byRank(func(_ int, p uint32) any {
+	replies, err := e.callWithin(ctx, e.byRank(func(_ int, p uint32) any {
 		return &workerpb.RunStep{Peer: p, Generation: e.gen, Step: uint64(req.Step), Cursor: uint64(req.Cursor), Batch: uint32(req.Batch),
 			Lr: req.LR, GlobalTargets: uint64(req.GlobalTargets), Checksum: req.Checksum}
-	}))
+	}), e.stepLag)
 	if err != nil {
 		// The others must not wait in a collective for a rank that left
 		// the step; the step may still have completed on some replicas.

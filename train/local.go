@@ -73,6 +73,7 @@ func startLocal(ctx context.Context, j *job, from int, cursor data.Cursor, log *
 		return nil, err
 	}
 	ex.local, ex.trace, ex.stop, ex.parts, ex.zeroShards, handed = true, tr, stop, j.partsLayout(), j.zeroShards(), true
+	ex.stepLag = cfg.CollectiveTimeout
 	ex.learnControls(pids)
 	if err = ex.Form(ctx, firstForm(j, m, from, cursor, nil)); err != nil {
 		return nil, errors.Join(fmt.Errorf("train: forming the workers: %w", err), ex.Close())

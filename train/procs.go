@@ -89,7 +89,7 @@ func startProcs(ctx context.Context, j *job, argv []string, from int, cursor dat
 		sys.Close()
 		return nil, err
 	}
-	ex.parts, ex.zeroShards = j.partsLayout(), j.zeroShards()
+	ex.parts, ex.zeroShards, ex.stepLag = j.partsLayout(), j.zeroShards(), cfg.CollectiveTimeout
 	var children []*child
 	var wg sync.WaitGroup
 	ex.stop = func() error {
