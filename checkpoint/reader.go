@@ -304,20 +304,31 @@ func (c *Checkpoint) Weights() ([]safetensors.Tensor, error) {
 	return out, nil
 }
 
-// readF32Into fills dst with the F32 parameter (or optimizer state of) p,
-// checking its shape: the whole tensor, or a tensor-parallel shard's part
-// of it (its blocks read and put in the shard's layout, its padding zero).
-func (c *Checkpoint) readF32Into(name string, p *nn.Param, dst []float32) error {
+// paramTensor is the checkpoint's tensor name for parameter p (or its
+// optimizer state), checked to be the F32 whole tensor p is or is a
+// tensor-parallel shard of; whole is that tensor's shape.
+func (c *Checkpoint) paramTensor(name string, p *nn.Param) (t *TensorEntry, whole []int, err error) {
 	t, ok := c.Manifest.Lookup(name)
 	if !ok {
-		return fmt.Errorf("%w: checkpoint has no tensor %q", ErrMismatch, name)
+		return t, nil, fmt.Errorf("%w: checkpoint has no tensor %q", ErrMismatch, name)
 	}
-	whole := p.Shape
+	whole = p.Shape
 	if p.Split != nil {
 		whole = p.Split.Full
 	}
 	if t.DType != safetensors.F32 || !slices.Equal(t.Shape, whole) {
-		return fmt.Errorf("%w: %q is %v %v in the checkpoint, the model wants F32 %v", ErrMismatch, name, t.DType, t.Shape, whole)
+		return t, nil, fmt.Errorf("%w: %q is %v %v in the checkpoint, the model wants F32 %v", ErrMismatch, name, t.DType, t.Shape, whole)
+	}
+	return t, whole, nil
+}
+
+// readF32Into fills dst with the F32 parameter (or optimizer state of) p,
+// checking its shape: the whole tensor, or a tensor-parallel shard's part
+// of it (its blocks read and put in the shard's layout, its padding zero).
+func (c *Checkpoint) readF32Into(name string, p *nn.Param, dst []float32) error {
+	t, whole, err := c.paramTensor(name, p)
+	if err != nil {
+		return err
 	}
 	if p.Split == nil {
 		return c.readF32Box(t, make([]int, len(whole)), slices.Clone(whole), dst)
@@ -371,16 +382,9 @@ func (c *Checkpoint) readStateShard(set *nn.ParamSet, st optim.State) ([]float32
 // tensor name that p holds (row-major in p's shape), read by block; the
 // padding of a tensor-parallel shard reads as zeros.
 func (c *Checkpoint) readParamElems(name string, p *nn.Param, lo, hi int, dst []float32) error {
-	t, ok := c.Manifest.Lookup(name)
-	if !ok {
-		return fmt.Errorf("%w: checkpoint has no tensor %q", ErrMismatch, name)
-	}
-	whole := p.Shape
-	if p.Split != nil {
-		whole = p.Split.Full
-	}
-	if t.DType != safetensors.F32 || !slices.Equal(t.Shape, whole) {
-		return fmt.Errorf("%w: %q is %v %v in the checkpoint, the model wants F32 %v", ErrMismatch, name, t.DType, t.Shape, whole)
+	t, _, err := c.paramTensor(name, p)
+	if err != nil {
+		return err
 	}
 	clear(dst)
 	for _, pl := range elementBlocks(p.Shape, p.Split, lo, hi) {

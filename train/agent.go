@@ -478,12 +478,12 @@ func (a *agent) commit(w elastic.World) {
 			pids[i] = actor.NewPID(m.ActorAddr, worker.ActorName)
 		}
 		names := memberNames(w)
-		ex, err := newGroupExecutor(a.sys, fmt.Sprintf("lead-gen%d", w.Gen), pids, func(p int) string { return "member " + names[p] }, mesh.Mesh{}, w.Gen, nil, a.j.cfg.StepTimeout, a.log)
+		ex, err := newGroupExecutor(a.sys, fmt.Sprintf("lead-gen%d", w.Gen), pids, func(p int) string { return "member " + names[p] }, mesh.Mesh{}, w.Gen, nil, &a.j.cfg, a.log)
 		if err != nil {
 			a.log.Error("leading a generation", zap.Uint64("generation", w.Gen), zap.Error(err))
 			lead = false
 		} else {
-			ex.ckpt, ex.parts, ex.zeroShards, ex.adopt, ex.stepLag = a.ckpt, a.j.partsLayout(), a.j.zeroShards(), true, a.j.cfg.CollectiveTimeout
+			ex.ckpt, ex.parts, ex.zeroShards, ex.adopt = a.ckpt, a.j.partsLayout(), a.j.zeroShards(), true
 			ex.learnControls(pids)
 			a.gen = newGeneration(w, ex, pids)
 		}

@@ -92,23 +92,28 @@ type groupExecutor struct {
 
 // newGroupExecutor calls the workers at pids (by group peer, named by
 // peerName), of which peers[r] holds mesh rank r of generation gen.
-func newGroupExecutor(sys *actors.System, name string, pids []*actor.PID, peerName func(int) string, m mesh.Mesh, gen uint64, peers []int, timeout time.Duration, log *zap.Logger) (*groupExecutor, error) {
-	g, err := actors.NewGroup(sys, actors.GroupConfig{Name: name, Peers: pids, PeerName: peerName, Protocol: worker.Protocol, CallTimeout: timeout})
+// newGroupExecutor drives the workers at pids for cfg's job: a call waits
+// up to its StepTimeout, and a step's ranks answer within its
+// CollectiveTimeout of each other (stepLag).
+func newGroupExecutor(sys *actors.System, name string, pids []*actor.PID, peerName func(int) string, m mesh.Mesh, gen uint64, peers []int, cfg *Config, log *zap.Logger) (*groupExecutor, error) {
+	g, err := actors.NewGroup(sys, actors.GroupConfig{Name: name, Peers: pids, PeerName: peerName, Protocol: worker.Protocol, CallTimeout: cfg.StepTimeout})
 	if err != nil {
 		return nil, err
 	}
-	return &groupExecutor{sys: sys, group: g, log: log, mesh: m, gen: gen, peers: peers, size: len(pids), peerName: peerName}, nil
+	return &groupExecutor{sys: sys, group: g, log: log, mesh: m, gen: gen, peers: peers, size: len(pids), peerName: peerName,
+		stepLag: cfg.CollectiveTimeout}, nil
 }
 
-// RankName names mesh rank r's worker (its member, in an elastic job).
+// RankName names mesh rank r's worker: "rank r", or its member and rank
+// in an elastic job (whose peers are members).
 func (e *groupExecutor) RankName(r int) string {
 	if r < 0 || r >= len(e.peers) {
-		return fmt.Sprintf("rank %d", r)
+		return rankName(r)
 	}
-	if n := e.peerName(e.peers[r]); n != fmt.Sprintf("rank %d", r) {
+	if n := e.peerName(e.peers[r]); n != rankName(r) {
 		return fmt.Sprintf("%s (rank %d)", n, r)
 	}
-	return fmt.Sprintf("rank %d", r)
+	return rankName(r)
 }
 
 // rankName names a peer of Run's worlds, where peers are ranks.

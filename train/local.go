@@ -68,12 +68,11 @@ func startLocal(ctx context.Context, j *job, from int, cursor data.Cursor, log *
 	if err != nil {
 		return nil, err
 	}
-	ex, err := newGroupExecutor(sys, "trainer", pids, rankName, m, 0, identity(m.Size()), cfg.StepTimeout, log)
+	ex, err := newGroupExecutor(sys, "trainer", pids, rankName, m, 0, identity(m.Size()), cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	ex.local, ex.trace, ex.stop, ex.parts, ex.zeroShards, handed = true, tr, stop, j.partsLayout(), j.zeroShards(), true
-	ex.stepLag = cfg.CollectiveTimeout
 	ex.learnControls(pids)
 	if err = ex.Form(ctx, firstForm(j, m, from, cursor, nil)); err != nil {
 		return nil, errors.Join(fmt.Errorf("train: forming the workers: %w", err), ex.Close())

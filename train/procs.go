@@ -84,12 +84,12 @@ func startProcs(ctx context.Context, j *job, argv []string, from int, cursor dat
 	if err != nil {
 		return nil, err
 	}
-	ex, err := newGroupExecutor(sys, "trainer", make([]*actor.PID, m.Size()), rankName, m, 0, identity(m.Size()), cfg.StepTimeout, log)
+	ex, err := newGroupExecutor(sys, "trainer", make([]*actor.PID, m.Size()), rankName, m, 0, identity(m.Size()), &cfg, log)
 	if err != nil {
 		sys.Close()
 		return nil, err
 	}
-	ex.parts, ex.zeroShards, ex.stepLag = j.partsLayout(), j.zeroShards(), cfg.CollectiveTimeout
+	ex.parts, ex.zeroShards = j.partsLayout(), j.zeroShards()
 	var children []*child
 	var wg sync.WaitGroup
 	ex.stop = func() error {

@@ -83,6 +83,13 @@ func lossesAndWeights(t *testing.T, cfg Config) ([]float64, []float32) {
 		}
 		out = append(out, m.Loss)
 	}
+	return out, savedWeights(t, cfg)
+}
+
+// savedWeights is the whole model's weights that the run of cfg saved
+// (cfg.Save).
+func savedWeights(t *testing.T, cfg Config) []float32 {
+	t.Helper()
 	_, train, _ := openForTest(t, &cfg)
 	whole, err := BuildModel(&cfg, cpu.New(1), train)
 	if err != nil {
@@ -91,7 +98,24 @@ func lossesAndWeights(t *testing.T, cfg Config) ([]float64, []float32) {
 	if err := whole.Set.LoadWeights(cfg.Save); err != nil {
 		t.Fatal(err)
 	}
-	return out, whole.Set.HostWeights()
+	return whole.Set.HostWeights()
+}
+
+// matchesOneWorker checks a run against one worker's: losses within 1e-4
+// relative, final weights within 1e-4 absolute (float32 sums in another
+// order; a wrong or missing term is orders of magnitude larger).
+func matchesOneWorker(t *testing.T, got, ref []float64, weights, refWeights []float32) {
+	t.Helper()
+	for i := range ref {
+		if math.Abs(got[i]-ref[i]) > 1e-4*math.Abs(ref[i]) {
+			t.Errorf("step %d: loss %v, one worker %v", i+1, got[i], ref[i])
+		}
+	}
+	for i := range refWeights {
+		if d := math.Abs(float64(weights[i] - refWeights[i])); d > 1e-4 {
+			t.Fatalf("final weight %d is %v, one worker's %v", i, weights[i], refWeights[i])
+		}
+	}
 }
 
 // A tensor-parallel rank holds 1/T of every cut matrix and the whole of
@@ -237,16 +261,7 @@ func TestZeroMatchesOneWorker(t *testing.T) {
 					cfg.MicroBatches, cfg.Accum = 2, 1
 				}
 				got, weights := lossesAndWeights(t, cfg)
-				for i := range refLosses {
-					if math.Abs(got[i]-refLosses[i]) > 1e-4*math.Abs(refLosses[i]) {
-						t.Errorf("step %d: loss %v, one worker %v", i+1, got[i], refLosses[i])
-					}
-				}
-				for i := range refWeights {
-					if d := math.Abs(float64(weights[i] - refWeights[i])); d > 1e-4 {
-						t.Fatalf("final weight %d is %v, one worker's %v", i, weights[i], refWeights[i])
-					}
-				}
+				matchesOneWorker(t, got, refLosses, weights, refWeights)
 			})
 		}
 	}
@@ -413,6 +428,7 @@ func TestZeroCheckpointChain(t *testing.T) {
 	refLosses, refWeights := lossesAndWeights(t, base)
 	dir := t.TempDir()
 	var got []float64
+	var final []float32
 	for _, leg := range []struct{ zero, dp, stop int }{{3, 4, 3}, {1, 2, 6}, {0, 1, 0}} {
 		cfg := base
 		cfg.Zero, cfg.DP, cfg.CkptDir, cfg.CkptEvery, cfg.Resume = leg.zero, leg.dp, dir, 3, leg.zero != 3
@@ -428,27 +444,11 @@ func TestZeroCheckpointChain(t *testing.T) {
 			got = append(got, m.Loss)
 		}
 		if leg.stop == 0 {
-			_, train, _ := openForTest(t, &cfg)
-			whole, err := BuildModel(&cfg, cpu.New(1), train)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := whole.Set.LoadWeights(cfg.Save); err != nil {
-				t.Fatal(err)
-			}
-			for i, w := range whole.Set.HostWeights() {
-				if d := math.Abs(float64(w - refWeights[i])); d > 1e-4 {
-					t.Fatalf("final weight %d is %v, an uninterrupted worker's %v", i, w, refWeights[i])
-				}
-			}
+			final = savedWeights(t, cfg)
 		}
 	}
 	if len(got) != len(refLosses) {
 		t.Fatalf("the chain logged %d steps, want %d", len(got), len(refLosses))
 	}
-	for i := range refLosses {
-		if math.Abs(got[i]-refLosses[i]) > 1e-4*math.Abs(refLosses[i]) {
-			t.Errorf("step %d: loss %v, uninterrupted %v", i+1, got[i], refLosses[i])
-		}
-	}
+	matchesOneWorker(t, got, refLosses, final, refWeights)
 }
