@@ -45,7 +45,7 @@ func (p leaderPhase) String() string {
 type leaderConfig struct {
 	// Stages is the pipeline depth, Shards the tensor-parallel shards of
 	// each stage (0: 1); MicroBatches each replica's micro-batches
-	// (pipelines need a row per micro-batch).
+	// (pipelines and ZeRO-3 need a row per micro-batch).
 	Stages, Shards, MicroBatches int
 	// ZeroGroup is the ZeRO shard group size (0: no ZeRO), ZeroShards the
 	// same at stage 3 (0 below): replicas of a ZeRO-3 shard group hold
@@ -238,7 +238,7 @@ func (c *leaderCore) replies(gen uint64, ph leaderPhase, replies []any, err erro
 // member its place.
 func (c *leaderCore) plan() {
 	maxD := 0
-	if c.cfg.Stages > 1 && (!c.cfg.LinearLR || c.world0 == 0) {
+	if c.rowPerMicro() && (!c.cfg.LinearLR || c.world0 == 0) {
 		maxD = max(1, c.cfg.Batch/c.cfg.MicroBatches) // a row for every micro-batch of every replica
 	}
 	l, err := planLayout(c.states, c.cfg.Stages, max(1, c.cfg.Shards), c.cfg.ZeroGroup, maxD)
@@ -288,6 +288,11 @@ func (c *leaderCore) plan() {
 		return f
 	})
 }
+
+// rowPerMicro reports whether every replica needs a row for each of its
+// micro-batches: a pipeline's stages pass each one on, and ZeRO-3's
+// replicas gather every layer together for each.
+func (c *leaderCore) rowPerMicro() bool { return c.cfg.Stages > 1 || c.cfg.ZeroShards > 0 }
 
 // nothingTrained reports whether no member holds any state yet.
 func (c *leaderCore) nothingTrained() bool {
@@ -356,7 +361,7 @@ func (c *leaderCore) startTraining() {
 		per := max(1, c.cfg.Batch/c.world0)
 		batch, scale = per*l.Mesh.DP, optim.LinearScaling(1, c.world0, l.Mesh.DP)
 	}
-	if c.cfg.Stages > 1 && batch/l.Mesh.DP < c.cfg.MicroBatches {
+	if c.rowPerMicro() && batch/l.Mesh.DP < c.cfg.MicroBatches {
 		c.end(fmt.Errorf("%w: generation %d: %d rows per replica cannot make %d micro-batches", ErrWorldTooSmall, c.world.Gen, batch/l.Mesh.DP, c.cfg.MicroBatches))
 		return
 	}
