@@ -493,7 +493,7 @@ func StartLocal(sys *System, size int, cfg CommConfig) ([]collective.Communicato
 			return nil, err
 		}
 		pids[r], shells[r] = shell.pid, shell
-		comms[r] = collective.NewCommunicator(r, size, shell.post, shell.close)
+		comms[r] = collective.NewCommunicator(r, size, shell.post, shell.close, a.engine.Flight())
 	}
 	for _, pid := range pids {
 		sys.Root().Send(pid, &commInit{peers: pids})
@@ -593,7 +593,7 @@ func StartRemote(sys *System, w RemoteWorld, cfg CommConfig) (collective.Communi
 		}
 		return nil, fmt.Errorf("%w: spawning the Comm actor: %w", ErrBadConfig, err)
 	}
-	comm := collective.NewCommunicator(w.Rank, size, shell.post, shell.close)
+	comm := collective.NewCommunicator(w.Rank, size, shell.post, shell.close, a.engine.Flight())
 	if size == 1 {
 		a.signalReady(nil)
 	}

@@ -183,13 +183,26 @@ type PostFunc func(*Request) error
 
 // NewCommunicator returns the world communicator of rank rank among size
 // ranks, posting its requests with post. closeFn stops the shell; its
-// Close calls it.
-func NewCommunicator(rank, size int, post PostFunc, closeFn func() error) Communicator {
+// Close calls it. flight is the rank's Engine's recorder (FlightOf).
+func NewCommunicator(rank, size int, post PostFunc, closeFn func() error, flight *FlightRecorder) Communicator {
 	members := make([]int, size)
 	for i := range members {
 		members[i] = i
 	}
-	return &frontend{group: WorldGroup, rank: rank, members: members, post: post, closeFn: closeFn}
+	return &frontend{group: WorldGroup, rank: rank, members: members, post: post, closeFn: closeFn, flight: flight}
+}
+
+// Flighted is a communicator whose operations a FlightRecorder records.
+type Flighted interface {
+	Flight() *FlightRecorder
+}
+
+// FlightOf returns the flight recorder of c's rank (nil: c has none).
+func FlightOf(c Communicator) *FlightRecorder {
+	if f, ok := c.(Flighted); ok {
+		return f.Flight()
+	}
+	return nil
 }
 
 // WorldGroup is the group id of the world communicator.
@@ -201,7 +214,11 @@ type frontend struct {
 	members []int // world rank of each group rank
 	post    PostFunc
 	closeFn func() error
+	flight  *FlightRecorder
 }
+
+// Flight is the recorder of this rank's operations, in every group.
+func (f *frontend) Flight() *FlightRecorder { return f.flight }
 
 func (f *frontend) Rank() int { return f.rank }
 func (f *frontend) Size() int { return len(f.members) }
@@ -293,7 +310,7 @@ func (f *frontend) Group(ranks []int) (Communicator, error) {
 	if err := <-reply; err != nil {
 		return nil, err
 	}
-	return &frontend{group: id, rank: self, members: members, post: f.post}, nil
+	return &frontend{group: id, rank: self, members: members, post: f.post, flight: f.flight}, nil
 }
 
 func (f *frontend) Close() error {

@@ -31,6 +31,9 @@ type Config struct {
 	// Generation is the first generation of every group's operations. An
 	// elastic layer that rebuilds a world passes the new world's generation.
 	Generation uint64
+	// FlightOps is how many operations the flight recorder of each rank
+	// keeps (Engine.Flight). Default DefaultFlightOps.
+	FlightOps int
 }
 
 // DefaultConfig returns the defaults described on each Config field.
@@ -40,6 +43,7 @@ func DefaultConfig() Config {
 		Timeout:         30 * time.Second,
 		AbortAckTimeout: 2 * time.Second,
 		MaxEarlyBytes:   1 << 30,
+		FlightOps:       DefaultFlightOps,
 	}
 }
 
@@ -68,6 +72,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxEarlyBytes == 0 {
 		c.MaxEarlyBytes = d.MaxEarlyBytes
+	}
+	if c.FlightOps == 0 {
+		c.FlightOps = d.FlightOps
+	}
+	if c.FlightOps < 0 {
+		return fmt.Errorf("%w: FlightOps %d: want > 0", ErrBadConfig, c.FlightOps)
 	}
 	if c.MaxEarlyBytes < 0 {
 		return fmt.Errorf("%w: MaxEarlyBytes %d: want > 0", ErrBadConfig, c.MaxEarlyBytes)

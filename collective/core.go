@@ -201,12 +201,12 @@ func (c *Core) Start(now time.Time, spec Spec) (OpID, error) {
 	c.nextOp++
 	op := c.newOp(id, spec, now)
 	if c.closed != nil {
-		c.complete(op, c.opErr(op, c.closed))
+		c.complete(op, c.opErr(op, c.closed, -1))
 		return id, nil
 	}
 	for p, err := range c.dead {
 		if err != nil && p != c.rank {
-			c.complete(op, c.opErr(op, err))
+			c.complete(op, c.opErr(op, err, p))
 			return id, nil
 		}
 	}
@@ -662,7 +662,7 @@ func (c *Core) abortGen(now time.Time, cause error, culprit int, at uint64) {
 		c.ready.AbortedGens = append(c.ready.AbortedGens, old)
 		for _, op := range c.ops {
 			op.phase = phaseAborting
-			op.err = c.opErr(op, cause)
+			op.err = c.opErr(op, cause, culprit)
 			op.abortT = now
 			op.acks = op.sentTo
 			op.nAcks = 0
@@ -767,6 +767,10 @@ type OpError struct {
 	Kind Kind
 	Rank int
 	Err  error
+	// Culprit is the group rank the failure blames: the peer that was
+	// silent or lost, as the rank that detected it named it (−1: none, as
+	// for a cancel or a close).
+	Culprit int
 }
 
 func (e *OpError) Error() string {
@@ -775,6 +779,9 @@ func (e *OpError) Error() string {
 
 func (e *OpError) Unwrap() error { return e.Err }
 
-func (c *Core) opErr(op *opState, cause error) error {
-	return &OpError{ID: op.id, Kind: op.spec.Kind, Rank: c.rank, Err: cause}
+func (c *Core) opErr(op *opState, cause error, culprit int) error {
+	if culprit < 0 || culprit >= c.size {
+		culprit = -1
+	}
+	return &OpError{ID: op.id, Kind: op.spec.Kind, Rank: c.rank, Err: cause, Culprit: culprit}
 }

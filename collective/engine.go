@@ -40,6 +40,7 @@ type Engine struct {
 	earlyN  int64
 	dead    map[int]error
 	closing bool
+	flight  *FlightRecorder
 }
 
 type engineGroup struct {
@@ -60,7 +61,8 @@ func NewEngine(cfg Config, rank, size int, out Outbox) (*Engine, error) {
 		return nil, fmt.Errorf("%w: rank %d of %d", ErrBadArgument, rank, size)
 	}
 	e := &Engine{cfg: cfg, rank: rank, size: size, out: out,
-		groups: map[uint32]*engineGroup{}, early: map[uint32][]Message{}, dead: map[int]error{}}
+		groups: map[uint32]*engineGroup{}, early: map[uint32][]Message{}, dead: map[int]error{},
+		flight: NewFlightRecorder(rank, size, cfg.FlightOps)}
 	members := make([]int, size)
 	for i := range members {
 		members[i] = i
@@ -91,6 +93,7 @@ func (e *Engine) addGroup(now time.Time, id uint32, members []int) error {
 		g.index[w] = i
 	}
 	e.groups[id] = g
+	e.flight.group(id, members)
 	for w, err := range e.dead {
 		if i, ok := g.index[w]; ok {
 			core.PeerLost(now, i, err)
@@ -101,7 +104,7 @@ func (e *Engine) addGroup(now time.Time, id uint32, members []int) error {
 		e.deliver(now, g, m)
 	}
 	delete(e.early, id)
-	e.flush(g)
+	e.flush(now, g)
 	return nil
 }
 
@@ -120,10 +123,11 @@ func (e *Engine) Submit(now time.Time, req *Request) {
 			return
 		}
 		g.handles[id] = req.handle
+		e.flight.start(now, g.id, id, req.spec.Kind, len(req.spec.Buf))
 		if req.ctx != nil && req.ctx.Err() != nil {
 			g.core.Cancel(now, id, req.ctx.Err())
 		}
-		e.flush(g)
+		e.flush(now, g)
 	case reqCancel:
 		if g == nil {
 			return
@@ -131,7 +135,7 @@ func (e *Engine) Submit(now time.Time, req *Request) {
 		for id, h := range g.handles {
 			if h == req.handle {
 				g.core.Cancel(now, id, req.cause)
-				e.flush(g)
+				e.flush(now, g)
 				return
 			}
 		}
@@ -144,7 +148,7 @@ func (e *Engine) Submit(now time.Time, req *Request) {
 	case reqCloseGroup:
 		if g != nil && req.group != WorldGroup {
 			g.core.Close(now)
-			e.flush(g)
+			e.flush(now, g)
 		}
 		req.reply <- nil
 	}
@@ -170,7 +174,7 @@ func (e *Engine) Deliver(now time.Time, m Message) {
 		return
 	}
 	e.deliver(now, g, m)
-	e.flush(g)
+	e.flush(now, g)
 }
 
 func (e *Engine) deliver(now time.Time, g *engineGroup, m Message) {
@@ -188,7 +192,7 @@ func (e *Engine) deliver(now time.Time, g *engineGroup, m Message) {
 func (e *Engine) Tick(now time.Time) {
 	for _, g := range e.groups {
 		g.core.Tick(now)
-		e.flush(g)
+		e.flush(now, g)
 	}
 }
 
@@ -204,7 +208,7 @@ func (e *Engine) PeerLost(now time.Time, peer int, cause error) {
 	for _, g := range e.groups {
 		if i, ok := g.index[peer]; ok {
 			g.core.PeerLost(now, i, cause)
-			e.flush(g)
+			e.flush(now, g)
 		}
 	}
 }
@@ -215,7 +219,7 @@ func (e *Engine) Close(now time.Time) {
 	e.closing = true
 	for _, g := range e.groups {
 		g.core.Close(now)
-		e.flush(g)
+		e.flush(now, g)
 	}
 	for id, ms := range e.early {
 		for i := range ms {
@@ -242,13 +246,27 @@ func (e *Engine) Busy() bool {
 func (e *Engine) Fail(err error) {
 	for _, g := range e.groups {
 		for id, h := range g.handles {
-			h.resolve(id, &OpError{ID: id, Kind: h.kind, Rank: g.core.Rank(), Err: err})
+			h.resolve(id, &OpError{ID: id, Kind: h.kind, Rank: g.core.Rank(), Err: err, Culprit: -1})
+			e.flight.finish(time.Now(), g.id, id, err, -1)
 			delete(g.handles, id)
 		}
 	}
 }
 
-func (e *Engine) flush(g *engineGroup) {
+// Flight is the engine's flight recorder: the last operations this rank
+// entered and how far each got. It may be read from any goroutine.
+func (e *Engine) Flight() *FlightRecorder { return e.flight }
+
+// culpritOf is the world rank an operation's error blames (−1: none).
+func culpritOf(err error, members []int) int {
+	var oe *OpError
+	if errors.As(err, &oe) && oe.Culprit >= 0 && oe.Culprit < len(members) {
+		return members[oe.Culprit]
+	}
+	return -1
+}
+
+func (e *Engine) flush(now time.Time, g *engineGroup) {
 	rd := g.core.Ready()
 	for _, gen := range rd.AbortedGens {
 		e.out.Cancel(g.id, gen)
@@ -261,6 +279,7 @@ func (e *Engine) flush(g *engineGroup) {
 	for _, c := range rd.Completions {
 		if h := g.handles[c.ID]; h != nil {
 			delete(g.handles, c.ID)
+			e.flight.finish(now, g.id, c.ID, c.Err, culpritOf(c.Err, g.members))
 			h.resolve(c.ID, c.Err)
 		}
 	}

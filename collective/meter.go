@@ -78,6 +78,9 @@ type metered struct {
 	m *Meter
 }
 
+// Flight is the wrapped communicator's recorder.
+func (c *metered) Flight() *FlightRecorder { return FlightOf(c.Communicator) }
+
 func (c *metered) count(kind Kind, n, root int) {
 	c.m.add(kind, SentValues(kind, n, c.Rank(), c.Size(), root))
 }
