@@ -31,8 +31,8 @@ type FlightOp struct {
 	Op    uint64 `json:"op"`
 	Kind  string `json:"kind"`
 	// Bytes is the size of the operation's buffer.
-	Bytes int64  `json:"bytes"`
-	State string `json:"state"`
+	Bytes int64     `json:"bytes"`
+	State string    `json:"state"`
 	Start time.Time `json:"start"`
 	// End is when it resolved (zero while running).
 	End time.Time `json:"end,omitzero"`
@@ -66,8 +66,8 @@ type FlightDump struct {
 	Size int    `json:"size"`
 	Name string `json:"name,omitempty"`
 	// Time is when the dump was taken, Reason why.
-	Time   time.Time `json:"time"`
-	Reason string    `json:"reason,omitempty"`
+	Time   time.Time     `json:"time"`
+	Reason string        `json:"reason,omitempty"`
 	Groups []FlightGroup `json:"groups"`
 	// Ops are the last operations the rank entered, oldest first; Dropped
 	// counts the older ones no longer kept.

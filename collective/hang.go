@@ -31,9 +31,9 @@ const (
 type Alignment struct {
 	// Size is the world's size; Dumped the ranks whose dump is here and
 	// Missing those expected whose dump is not.
-	Size    int   `json:"size"`
-	Dumped  []int `json:"dumped"`
-	Missing []int `json:"missing"`
+	Size    int            `json:"size"`
+	Dumped  []int          `json:"dumped"`
+	Missing []int          `json:"missing"`
 	Groups  []AlignedGroup `json:"groups"`
 	// Verdict is nil when no operation is pending on any rank that
 	// dumped.
