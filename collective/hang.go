@@ -314,7 +314,12 @@ func (a *Alignment) WriteText(w io.Writer) error {
 	}
 	b.WriteString("\n")
 	for _, g := range a.Groups {
-		fmt.Fprintf(&b, "\ngroup %d (ranks %v):\n", g.ID, g.Members)
+		fmt.Fprintf(&b, "\ngroup %d (ranks %v):", g.ID, g.Members)
+		if len(g.Ops) == 0 {
+			b.WriteString(" no operations recorded\n")
+			continue
+		}
+		b.WriteString("\n")
 		first := slices.IndexFunc(g.Ops, func(o AlignedOp) bool { return o.pending() })
 		lo, hi := 0, len(g.Ops)
 		if first < 0 {

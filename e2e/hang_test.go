@@ -44,14 +44,17 @@ func workerProcess(t *testing.T, parent, rank int) int {
 // A hung worker process (SIGSTOP: no connection reset, nothing more from
 // it) in a --procs 2 job with --collective-timeout 3s: the job exits
 // non-zero within 10 s of the stop (the collective timeout, or as long
-// after the other rank answered the step, then a bounded grace for the
-// workers to exit), its error naming the silent rank and the operation.
+// after the other rank answered the step, the bounded wait for the ranks'
+// flight recorders, then a bounded grace for the workers to exit), its
+// error naming the silent rank and the operation. The flight recorders'
+// dumps are in --dump-dir, and troupe explain hang names rank 1 from them.
 func TestProcsHungWorkerEndsTheJob(t *testing.T) {
 	metrics := filepath.Join(t.TempDir(), "m.jsonl")
+	dumps := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, troupeBin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp",
-		"--steps", "1000000", "--threads", "1", "--procs", "2", "--collective-timeout", "3s", "--metrics-out", metrics, "--log-format", "json")
+		"--steps", "1000000", "--threads", "1", "--procs", "2", "--collective-timeout", "3s", "--metrics-out", metrics, "--dump-dir", dumps, "--log-format", "json")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -97,6 +100,29 @@ func TestProcsHungWorkerEndsTheJob(t *testing.T) {
 	last := lastLine(stderr.String())
 	if !strings.Contains(last, "rank 1") || !strings.Contains(last, "AllReduce") && !strings.Contains(last, "did not answer") {
 		t.Errorf("the job's last error does not name rank 1 and the all-reduce or the step it did not answer: %s", last)
+	}
+	if !strings.Contains(last, "flight recorders: ") || !strings.Contains(last, "troupe explain hang "+dumps) {
+		t.Errorf("the job's last error has no flight-recorder verdict and dump directory: %s", last)
+	}
+	dirs, _ := filepath.Glob(filepath.Join(dumps, "*"))
+	if len(dirs) != 1 {
+		t.Fatalf("dump directories %v, want one", dirs)
+	}
+	if _, err := os.Stat(filepath.Join(dirs[0], "rank-0.json")); err != nil {
+		t.Fatalf("rank 0's dump: %v", err)
+	}
+	out, err := exec.Command(troupeBin, "explain", "hang", dirs[0]).CombinedOutput()
+	if err != nil {
+		t.Fatalf("troupe explain hang: %v\n%s", err, out)
+	}
+	t.Logf("troupe explain hang:\n%s", out)
+	// Rank 1 sent no dump (it is stopped): the verdict names it when rank
+	// 0 waits in an operation, and the header lists it as missing always.
+	if !strings.Contains(string(out), "no dump from ranks [1]") {
+		t.Errorf("troupe explain hang does not list rank 1 as missing:\n%s", out)
+	}
+	if strings.Contains(last, "AllReduce") && !strings.Contains(string(out), "verdict: rank 1 ") {
+		t.Errorf("troupe explain hang does not name rank 1:\n%s", out)
 	}
 }
 

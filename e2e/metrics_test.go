@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -71,16 +72,20 @@ func promtoolCheck(t *testing.T, body string) {
 }
 
 // troupe train --metrics-addr serves Prometheus metrics while it trains:
-// /readyz answers, the step and checkpoint counters move between scrapes,
-// the exposition passes promtool's lint, and an interrupt stops the run
-// and the server.
+// /readyz answers, the step and checkpoint counters move between scrapes
+// (and the collective latency histogram, by kind and rank), the
+// exposition passes promtool's lint, and an interrupt stops the run and
+// the server. The flight recorders of both ranks are dumped on SIGUSR1
+// into --dump-dir, and troupe debug dump fetches them from
+// /debug/flight.
 func TestTrainServesPrometheusMetrics(t *testing.T) {
 	addr := freePort(t)
+	dumps := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, troupeBin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp",
 		"--steps", "1000000", "--threads", "1", "--dp", "2", "--metrics-addr", addr, "--ckpt-dir", filepath.Join(t.TempDir(), "ckpt"),
-		"--ckpt-every", "50", "--log-format", "json")
+		"--ckpt-every", "50", "--dump-dir", dumps, "--log-format", "json")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -92,7 +97,8 @@ func TestTrainServesPrometheusMetrics(t *testing.T) {
 	later := waitMetrics(t, url+"/metrics", func(b string) bool {
 		return sample(b, "troupe_steps_total") > sample(first, "troupe_steps_total") && sample(b, "troupe_checkpoints_total") >= 1
 	})
-	for _, name := range []string{"troupe_samples_total", "troupe_step_duration_seconds_count", `troupe_collective_sent_bytes_total{kind="all_reduce"}`} {
+	for _, name := range []string{"troupe_samples_total", "troupe_step_duration_seconds_count", `troupe_collective_sent_bytes_total{kind="all_reduce"}`,
+		`troupe_collective_duration_seconds_count{kind="all_reduce",rank="0"}`, `troupe_collective_duration_seconds_count{kind="all_reduce",rank="1"}`} {
 		if !(sample(later, name) > sample(first, name)) {
 			t.Errorf("%s did not grow between scrapes: %v then %v", name, sample(first, name), sample(later, name))
 		}
@@ -103,7 +109,46 @@ func TestTrainServesPrometheusMetrics(t *testing.T) {
 	if code, _ := scrape(url + "/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz while training: %d", code)
 	}
+	if v := sample(later, `troupe_rank_compute_seconds{rank="1"}`); !(v > 0) {
+		t.Errorf("troupe_rank_compute_seconds of rank 1: %v", v)
+	}
 	promtoolCheck(t, later)
+
+	// SIGUSR1: both ranks' recorders in a new directory under --dump-dir.
+	cmd.Process.Signal(syscall.SIGUSR1)
+	var files []string
+	for deadline := time.Now().Add(30 * time.Second); len(files) < 2 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		files, _ = filepath.Glob(filepath.Join(dumps, "*", "rank-*.json"))
+	}
+	if len(files) != 2 {
+		t.Fatalf("dumps after SIGUSR1: %v, want rank-0.json and rank-1.json", files)
+	}
+	out, err := exec.Command(troupeBin, "explain", "hang", filepath.Dir(files[0])).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "dumps from ranks [0 1]") || !strings.Contains(string(out), "AllReduce") {
+		t.Errorf("troupe explain hang of the SIGUSR1 dumps: %v\n%s", err, out)
+	}
+	// troupe debug dump: the same from /debug/flight, aligned as JSON.
+	fetched := t.TempDir()
+	dbg := exec.Command(troupeBin, "debug", "dump", addr, "-o", fetched, "--json")
+	dbg.Stderr = io.Discard
+	b, err := dbg.Output()
+	if err != nil {
+		t.Fatalf("troupe debug dump: %v", err)
+	}
+	var a struct {
+		Dumped []int `json:"dumped"`
+		Groups []struct {
+			Ops []struct {
+				Kind string `json:"kind"`
+			} `json:"ops"`
+		} `json:"groups"`
+	}
+	if err := json.Unmarshal(b, &a); err != nil || len(a.Dumped) != 2 || len(a.Groups) == 0 {
+		t.Errorf("troupe debug dump --json: %v\n%s", err, b)
+	}
+	if got, _ := filepath.Glob(filepath.Join(fetched, "*", "rank-*.json")); len(got) != 2 {
+		t.Errorf("troupe debug dump wrote %v, want two ranks' dumps", got)
+	}
 	cmd.Process.Signal(os.Interrupt)
 	if err := cmd.Wait(); err == nil {
 		t.Log("interrupted run exited 0")
@@ -114,8 +159,9 @@ func TestTrainServesPrometheusMetrics(t *testing.T) {
 }
 
 // Every agent serves the job's metrics under its node label: its world
-// (the generation, two members), the steps, and /readyz once it holds a
-// place.
+// (the generation, two members), the steps, the collective latencies of
+// both ranks, /readyz once it holds a place, and its own rank's flight
+// recorder on /debug/flight; troupe debug dump aligns the two agents'.
 func TestAgentServesPrometheusMetrics(t *testing.T) {
 	c := newCluster(t, 2, 2)
 	c.extra = []string{"--steps", "1000000"}
@@ -132,7 +178,26 @@ func TestAgentServesPrometheusMetrics(t *testing.T) {
 		if code, _ := scrape("http://" + a + "/readyz"); code != http.StatusOK {
 			t.Errorf("agent n%d /readyz: %d", i+1, code)
 		}
+		for r := range 2 {
+			name := `troupe_collective_duration_seconds_count{kind="all_reduce",node="n` + strconv.Itoa(i+1) + `",rank="` + strconv.Itoa(r) + `"}`
+			if !(sample(body, name) > 0) {
+				t.Errorf("agent n%d: no %s", i+1, name)
+			}
+		}
 		promtoolCheck(t, body)
+		var fr struct {
+			Dumps []struct {
+				Rank int               `json:"rank"`
+				Ops  []json.RawMessage `json:"ops"`
+			} `json:"dumps"`
+		}
+		if _, b := scrape("http://" + a + "/debug/flight"); json.Unmarshal([]byte(b), &fr) != nil || len(fr.Dumps) != 1 || len(fr.Dumps[0].Ops) == 0 {
+			t.Errorf("agent n%d /debug/flight: %s", i+1, b)
+		}
+	}
+	out, err := exec.Command(troupeBin, "debug", "dump", addrs[0], addrs[1], "-o", t.TempDir()).Output()
+	if err != nil || !strings.Contains(string(out), "dumps from ranks [0 1]") {
+		t.Errorf("troupe debug dump of both agents: %v\n%s", err, out)
 	}
 	for _, a := range c.agents {
 		a.cmd.Process.Signal(syscall.SIGTERM)

@@ -229,10 +229,12 @@ type agent struct {
 	sys   *actors.System
 	be    kernels.Backend
 	shell *worker.Shell
-	gate  *nodeGate
-	node  *elastic.Node
-	notes *mailbox
-	prom  *promRun
+	// stopDumps ends the watch of Options.Dump.
+	stopDumps func()
+	gate      *nodeGate
+	node      *elastic.Node
+	notes     *mailbox
+	prom      *promRun
 
 	core *leaderCore
 	gen  *generation // the generation this node leads (nil: none)
@@ -323,9 +325,12 @@ func (a *agent) start(ctx context.Context) error {
 	if a.ckpt, err = newCheckpointer(cfg, a.log); err != nil {
 		return err
 	}
-	if a.prom, err = openProm(cfg, a.o, prometheus.Labels{"node": ac.Name}, a.log); err != nil {
+	flights := &flightSource{}
+	flights.set(shellFlights(a.shell))
+	if a.prom, err = openProm(cfg, a.o, prometheus.Labels{"node": ac.Name}, flights, a.log); err != nil {
 		return err
 	}
+	a.stopDumps = flights.watch(a.o.Dump, cfg.DumpDir, a.log)
 	a.ckpt.setObserver(a.prom.m())
 	quorum := ac.Quorum
 	timings, _ := elastic.ParseTimings(ac.Timings)
@@ -358,6 +363,9 @@ func (a *agent) close() {
 	a.stopLeading()
 	close(a.quit)
 	a.wg.Wait()
+	if a.stopDumps != nil {
+		a.stopDumps()
+	}
 	if a.bar != nil {
 		a.bar.finish()
 	}

@@ -107,6 +107,12 @@ type Config struct {
 	// /readyz on this HOST:PORT (":0" picks a port; the log says which).
 	// Worker processes serve none: their parent reports the steps.
 	MetricsAddr string
+	// DumpDir receives the ranks' flight-recorder dumps: when a step
+	// times out or a rank goes silent, on SIGUSR1 (the CLI), and on
+	// request (/debug/flight), one directory per event that
+	// `troupe explain hang` reads. Default: troupe-dumps in the system's
+	// temporary directory.
+	DumpDir string
 	// EvalEvery evaluates on held-out data every so many steps (0: at the
 	// end only); EvalBatches bounds each evaluation (0: the whole test set).
 	EvalEvery, EvalBatches int

@@ -13,6 +13,7 @@ import (
 
 	"github.com/troupe-ml/troupe/actors"
 	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/pipeline"
 	"github.com/troupe-ml/troupe/trace"
@@ -47,6 +48,8 @@ type stepStats struct {
 	StragglerLagMs float64
 	// RankComputeMs is every rank's compute time, by mesh rank.
 	RankComputeMs []float64
+	// Collectives are every rank's collective operations.
+	Collectives []CollectiveTime
 }
 
 // groupExecutor drives the worker actors of one world (a generation)
@@ -88,6 +91,9 @@ type groupExecutor struct {
 	adopt bool
 	// stop ends what the launcher started, after the group.
 	stop func() error
+	// dumpDir receives the flight-recorder dumps of a hung step
+	// (Config.DumpDir).
+	dumpDir string
 }
 
 // newGroupExecutor calls the workers at pids (by group peer, named by
@@ -101,7 +107,7 @@ func newGroupExecutor(sys *actors.System, name string, pids []*actor.PID, peerNa
 		return nil, err
 	}
 	return &groupExecutor{sys: sys, group: g, log: log, mesh: m, gen: gen, peers: peers, size: len(pids), peerName: peerName,
-		stepLag: cfg.CollectiveTimeout}, nil
+		stepLag: cfg.CollectiveTimeout, dumpDir: cfg.DumpDir}, nil
 }
 
 // RankName names mesh rank r's worker: "rank r", or its member and rank
@@ -215,9 +221,20 @@ func (e *groupExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 			Lr: req.LR, GlobalTargets: uint64(req.GlobalTargets), Checksum: req.Checksum}
 	}), e.stepLag)
 	if err != nil {
+		// A hang: the ranks' flight recorders are asked before the abort
+		// changes what they hold (each control actor takes the question,
+		// then the abort), and aligned after it.
+		var q *flightAsk
+		reason := fmt.Sprintf("step %d hung", req.Step+1)
+		if hangLike(err, e.adopt) {
+			q = e.askFlights(reason)
+		}
 		// The others must not wait in a collective for a rank that left
 		// the step; the step may still have completed on some replicas.
 		e.abort("the step failed on another rank: " + err.Error())
+		if q != nil {
+			err = e.hang(q, err, e.dumpDir, reason)
+		}
 		return e.salvage(ctx, req, err)
 	}
 	dones := make([]*workerpb.StepDone, e.mesh.Size())
@@ -440,6 +457,11 @@ func aggregateStep(m mesh.Mesh, zeroShards int, dones []*workerpb.StepDone, step
 		st.RankComputeMs = make([]float64, len(dones))
 		for r, d := range dones {
 			st.RankComputeMs[r] = d.ComputeMs
+		}
+	}
+	for r, d := range dones {
+		for _, op := range d.Collectives {
+			st.Collectives = append(st.Collectives, CollectiveTime{Rank: r, Kind: collective.Kind(op.Kind).String(), Seconds: op.Seconds})
 		}
 	}
 	if checksum {

@@ -69,6 +69,11 @@ type StepMetrics struct {
 	// RankComputeMs is every rank's compute time in the step, by mesh
 	// rank (absent in a world of one).
 	RankComputeMs []float64 `json:"rank_compute_ms,omitempty"`
+	// Collectives are the step's collective operations on every rank, as
+	// each completed (the collective latency histogram). They travel to an
+	// elastic job's members but are not written to the metrics file (a
+	// line per step stays small).
+	Collectives []CollectiveTime `json:"collectives,omitempty"`
 	// Cursor is the sampler position of the step's global batch of Batch
 	// samples (elastic jobs: the batch follows the world under linear-lr).
 	Cursor uint64 `json:"cursor"`
@@ -82,6 +87,14 @@ type StepMetrics struct {
 	// FormulaBubble is (P − 1)/(M + P − 1) for the same P and M.
 	BubbleFraction float64 `json:"bubble_fraction,omitempty"`
 	FormulaBubble  float64 `json:"formula_bubble_fraction,omitempty"`
+}
+
+// CollectiveTime is one collective operation of a step on one rank.
+type CollectiveTime struct {
+	// Rank is the mesh rank; Kind the operation (collective.Kind's name).
+	Rank    int     `json:"rank"`
+	Kind    string  `json:"kind"`
+	Seconds float64 `json:"seconds"`
 }
 
 // metricsWriter writes one JSON object per line.
@@ -111,6 +124,10 @@ func openMetrics(path string, flag int) (*metricsWriter, error) {
 }
 
 func (m *metricsWriter) write(v any) error {
+	if s, ok := v.(StepMetrics); ok {
+		s.Collectives = nil
+		v = s
+	}
 	if err := m.e.Encode(v); err != nil {
 		return fmt.Errorf("%w: writing metrics to %s: %w", ErrOutput, m.f.Name(), err)
 	}

@@ -205,7 +205,8 @@ func stopChildren(children []*child, wg *sync.WaitGroup) {
 // configuration from the environment its parent set, serves its worker
 // actor, says hello to the parent's trainer and runs until its standard
 // input closes (the parent is done or gone) or ctx is cancelled.
-func RunWorkerProcess(ctx context.Context, stdin io.Reader, log *zap.Logger) error {
+func RunWorkerProcess(ctx context.Context, stdin io.Reader, o Options) error {
+	log := o.logger()
 	env, err := readWorkerEnv()
 	if err != nil {
 		return err
@@ -256,6 +257,9 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, log *zap.Logger) err
 		return err
 	}
 	defer sh.Stop()
+	flights := &flightSource{}
+	flights.set(shellFlights(sh))
+	defer flights.watch(o.Dump, cfg.DumpDir, log)()
 	sys.Root().Send(env.trainer,
 		&actorspb.PeerHello{Peer: uint32(rank), Address: sys.Address(), Actor: worker.ActorName, Protocol: worker.Protocol})
 	log.Info("worker ready", zap.String("address", sys.Address()))

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -32,6 +35,8 @@ type promMetrics struct {
 	actBytes                         prometheus.Gauge
 	generation, worldSize, standby   prometheus.Gauge
 	stragglerLag, stragglerRank      prometheus.Gauge
+	rankCompute                      *prometheus.GaugeVec
+	collective                       *prometheus.HistogramVec
 	resumeSeconds                    prometheus.Histogram
 	ckptPause, ckptWrite             prometheus.Histogram
 	ckptBytes, ckptWrites, ckptFails prometheus.Counter
@@ -79,6 +84,10 @@ func newPromMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*promM
 		standby:       gauge("standby_members", "Members waiting without a place."),
 		stragglerLag:  gauge("straggler_lag_seconds", "How much longer the slowest replica computed in the last step than its part's median replica."),
 		stragglerRank: gauge("straggler_rank", "The mesh rank of that replica (-1: no replicas to compare)."),
+		rankCompute:   prometheus.NewGaugeVec(prometheus.GaugeOpts(f("rank_compute_seconds", "Time each rank computed in the last step.")), []string{"rank"}),
+		collective: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "troupe", Name: "collective_duration_seconds",
+			Help:        "Time from a rank entering a collective operation to its completion there, by kind and rank.",
+			ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}, []string{"kind", "rank"}),
 		resumeSeconds: hist("resume_duration_seconds", "Time from a generation's commit to its first completed step.", seconds),
 		ckptPause:     hist("checkpoint_pause_seconds", "Time the step loop paused for a checkpoint.", seconds),
 		ckptWrite:     hist("checkpoint_write_duration_seconds", "Time to write and commit a checkpoint.", seconds),
@@ -88,7 +97,7 @@ func newPromMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*promM
 	}
 	for _, c := range []prometheus.Collector{p.steps, p.samples, p.tokens, p.step, p.lastStep, p.stepSeconds, p.samplesPerS, p.tokensPerS,
 		p.loss, p.evalLoss, p.lr, p.compute, p.comm, p.bubble, p.sent, p.paramBytes, p.gradBytes, p.optBytes, p.actBytes,
-		p.generation, p.worldSize, p.standby, p.stragglerLag, p.stragglerRank, p.resumeSeconds, p.ckptPause, p.ckptWrite, p.ckptBytes, p.ckptWrites, p.ckptFails} {
+		p.generation, p.worldSize, p.standby, p.stragglerLag, p.stragglerRank, p.rankCompute, p.collective, p.resumeSeconds, p.ckptPause, p.ckptWrite, p.ckptBytes, p.ckptWrites, p.ckptFails} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("train: registering the Prometheus metrics: %w", err)
 		}
@@ -100,6 +109,22 @@ func newPromMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*promM
 }
 
 var sentKinds = []string{"all_reduce", "reduce_scatter", "all_gather", "broadcast"}
+
+// kindLabel is a collective kind's name as a label value: AllReduce is
+// all_reduce.
+func kindLabel(kind string) string {
+	var b strings.Builder
+	for i, c := range kind {
+		if unicode.IsUpper(c) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			c = unicode.ToLower(c)
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
 
 // observeStep records a completed step.
 func (p *promMetrics) observeStep(m StepMetrics) {
@@ -134,6 +159,12 @@ func (p *promMetrics) observeStep(m StepMetrics) {
 	p.generation.Set(float64(m.Generation))
 	p.stragglerLag.Set(m.StragglerLagMs / 1e3)
 	p.stragglerRank.Set(float64(m.StragglerRank))
+	for r, ms := range m.RankComputeMs {
+		p.rankCompute.WithLabelValues(strconv.Itoa(r)).Set(ms / 1e3)
+	}
+	for _, op := range m.Collectives {
+		p.collective.WithLabelValues(kindLabel(op.Kind), strconv.Itoa(op.Rank)).Observe(op.Seconds)
+	}
 	if m.ResumeMs > 0 {
 		p.resumeSeconds.Observe(m.ResumeMs / 1e3)
 	}
@@ -174,7 +205,9 @@ func (p *promMetrics) observeCheckpoint(bytes int64, d time.Duration, err error)
 }
 
 // metricsServer serves /metrics (Prometheus), /healthz (the process
-// answers) and /readyz (it trains: 503 until then) on Config.MetricsAddr.
+// answers), /readyz (it trains: 503 until then) and /debug/flight (the
+// flight recorders of the ranks the process reaches, as JSON) on
+// Config.MetricsAddr.
 type metricsServer struct {
 	srv   *http.Server
 	addr  string // where it listens
@@ -184,7 +217,7 @@ type metricsServer struct {
 
 // serveMetrics listens on addr at once (a bad address fails the run
 // before it starts) and serves g there until close.
-func serveMetrics(addr string, g prometheus.Gatherer, log *zap.Logger) (*metricsServer, error) {
+func serveMetrics(addr string, g prometheus.Gatherer, flights http.Handler, log *zap.Logger) (*metricsServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fieldErr("MetricsAddr", "%q: %v", addr, err)
@@ -192,6 +225,11 @@ func serveMetrics(addr string, g prometheus.Gatherer, log *zap.Logger) (*metrics
 	s := &metricsServer{addr: ln.Addr().String(), done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(log)}))
+	paths := []string{"/metrics", "/healthz", "/readyz"}
+	if flights != nil {
+		mux.Handle("/debug/flight", flights)
+		paths = append(paths, "/debug/flight")
+	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
@@ -207,7 +245,7 @@ func serveMetrics(addr string, g prometheus.Gatherer, log *zap.Logger) (*metrics
 			log.Error("metrics server", zap.Error(err))
 		}
 	}()
-	log.Info("serving metrics", zap.String("addr", s.addr), zap.Strings("paths", []string{"/metrics", "/healthz", "/readyz"}))
+	log.Info("serving metrics", zap.String("addr", s.addr), zap.Strings("paths", paths))
 	return s, nil
 }
 
@@ -244,7 +282,7 @@ type promRun struct {
 // (Config.MetricsAddr, Options.Registerer; else a nil *promRun records
 // nothing): registered on a registry of their own, with the Go runtime's
 // and the process's, served on MetricsAddr, and on Options.Registerer.
-func openProm(cfg *Config, o Options, labels prometheus.Labels, log *zap.Logger) (*promRun, error) {
+func openProm(cfg *Config, o Options, labels prometheus.Labels, flights *flightSource, log *zap.Logger) (*promRun, error) {
 	if cfg.MetricsAddr == "" && o.Registerer == nil {
 		return nil, nil
 	}
@@ -266,7 +304,7 @@ func openProm(cfg *Config, o Options, labels prometheus.Labels, log *zap.Logger)
 	}
 	p := &promRun{metrics: m, reg: o.Registerer, cs: tee.added}
 	if cfg.MetricsAddr != "" {
-		if p.srv, err = serveMetrics(cfg.MetricsAddr, reg, log); err != nil {
+		if p.srv, err = serveMetrics(cfg.MetricsAddr, reg, flights, log); err != nil {
 			p.close()
 			return nil, err
 		}

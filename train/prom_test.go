@@ -116,7 +116,7 @@ func TestMetricsServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.observeStep(StepMetrics{Step: 1, Batch: 8, Loss: 2.5, StepMs: 12})
-	s, err := serveMetrics("127.0.0.1:0", reg, zap.NewNop())
+	s, err := serveMetrics("127.0.0.1:0", reg, nil, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestMetricsServer(t *testing.T) {
 		}
 	}
 	var fe *FieldError
-	if _, err := serveMetrics(s.addr, reg, zap.NewNop()); err == nil || !errors.As(err, &fe) || fe.Field != "MetricsAddr" {
+	if _, err := serveMetrics(s.addr, reg, nil, zap.NewNop()); err == nil || !errors.As(err, &fe) || fe.Field != "MetricsAddr" {
 		t.Fatalf("serving on a taken address: %v, want a MetricsAddr error", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/data"
 )
 
@@ -73,6 +74,12 @@ type Options struct {
 	// Config.Procs world: a program that calls RunWorkerProcess (troupe's
 	// own is `troupe __worker`). It is needed, and used, only with Procs.
 	WorkerCommand []string
+	// Dump, when set, asks for the flight recorders at each receive: Run
+	// writes every rank's into Config.DumpDir (a directory per receive,
+	// for troupe explain hang) and logs their alignment; an agent or a
+	// worker process writes its own worker's. The CLI sends one on
+	// SIGUSR1.
+	Dump <-chan struct{}
 }
 
 // WorldInfo describes a world the job formed.
@@ -130,7 +137,8 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	prom, err := openProm(&cfg, o, nil, log)
+	flights := &flightSource{}
+	prom, err := openProm(&cfg, o, nil, flights, log)
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +164,12 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 			log.Warn("shutting down the workers", zap.Error(err))
 		}
 	}()
+	flights.set(func(reason string) ([]collective.FlightDump, []int) {
+		dumps, _ := ex.Flights(reason)
+		return dumps, ex.meshRanks()
+	})
+	defer flights.set(nil)
+	defer flights.watch(o.Dump, cfg.DumpDir, log)()
 	m := ex.Mesh()
 	log.Info("training", zap.String("model", j.describe), zap.String("data", j.train.Name()), zap.Int("train_samples", j.train.Len()),
 		zap.Int("steps", j.steps), zap.Int("batch", cfg.Batch), zap.String("optimizer", cfg.Optim.Name), zap.Float64("lr", cfg.LR),

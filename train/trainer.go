@@ -207,6 +207,7 @@ func (t *trainer) metrics(seg segment, step int, cursor data.Cursor, lr, loss fl
 		SentAllReduceBytes: st.Sent.AllReduce, SentReduceScatterBytes: st.Sent.ReduceScatter, SentAllGatherBytes: st.Sent.AllGather,
 		SentBroadcastBytes: st.Sent.Broadcast, PeakMicro: st.PeakMicro, BubbleFraction: st.BubbleFraction,
 		StragglerRank: st.StragglerRank, StragglerLagMs: st.StragglerLagMs, RankComputeMs: st.RankComputeMs,
+		Collectives: st.Collectives,
 	}
 	if m.PP > 1 {
 		sm.FormulaBubble = pipeline.FormulaBubble(m.PP, j.cfg.MicroBatches)

@@ -8,6 +8,8 @@ import (
 	"math"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
@@ -23,7 +25,7 @@ import (
 // Protocol is the version of the worker's wire messages: a worker process
 // whose hello carries another is refused (an unknown message type would
 // crash the receiving process).
-const Protocol = 2
+const Protocol = 3
 
 // ActorName is the worker actor's name in a worker process's or an elastic
 // agent's actor system, so that a trainer elsewhere addresses it knowing
@@ -79,6 +81,12 @@ type Shell struct {
 
 	mu     sync.Mutex
 	cancel context.CancelCauseFunc // of the step, evaluation or transfer in flight
+
+	// flight is the recorder of the current generation's communicator
+	// (nil: none, a world of one); rank is the worker's rank in it.
+	flight atomic.Pointer[collective.FlightRecorder]
+	rank   atomic.Int64
+	node   string
 }
 
 // Spawn starts the worker actor for w. If the actor panics it answers the
@@ -91,15 +99,20 @@ func Spawn(sys *actors.System, w *Worker, cfg ShellConfig) (*Shell, error) {
 	if cfg.Notify == nil {
 		cfg.Notify = func(any) {}
 	}
-	s := &Shell{sys: sys}
+	s := &Shell{sys: sys, node: cfg.Node}
+	s.rank.Store(-1)
 	a := &shellActor{w: w, cfg: cfg, shell: s, log: cfg.Logger}
 	var err error
 	if s.pid, err = sys.Root().SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return a }), cfg.Name); err != nil {
 		return nil, fmt.Errorf("worker: spawning %s: %w", cfg.Name, err)
 	}
 	ctl := actor.PropsFromFunc(func(c actor.Context) {
-		if m, ok := c.Message().(*workerpb.Abort); ok {
+		switch m := c.Message().(type) {
+		case *workerpb.Abort:
 			s.Abort(m.Reason)
+		case *workerpb.FlightRequest:
+			b, err := json.Marshal(s.Flight(m.Reason))
+			c.Respond(&workerpb.FlightRecord{Peer: m.Peer, Failure: workerpb.FailureOf(err), Dump: b})
 		}
 	})
 	if s.ctl, err = sys.Root().SpawnNamed(ctl, ControlName(cfg.Name)); err != nil {
@@ -129,6 +142,23 @@ func (s *Shell) Stop() {
 		_ = s.sys.Root().StopFuture(s.ctl).Wait()
 	}
 	_ = s.sys.Root().StopFuture(s.pid).Wait()
+}
+
+// Flight dumps the flight recorder of the worker's rank (an empty one in
+// a world of one rank, or before the worker joins one), stamped now with
+// reason. It may be called from any goroutine, also while the worker is
+// busy: what a hang's alignment reads.
+func (s *Shell) Flight(reason string) collective.FlightDump {
+	now := time.Now()
+	var d collective.FlightDump
+	if f := s.flight.Load(); f != nil {
+		d = f.Dump(now, reason)
+	} else {
+		d = collective.FlightDump{Rank: max(0, int(s.rank.Load())), Size: 1, Time: now, Reason: reason,
+			Groups: []collective.FlightGroup{}, Ops: []collective.FlightOp{}}
+	}
+	d.Name = s.node
+	return d
 }
 
 // begin makes the context of an abortable request.
@@ -268,6 +298,11 @@ func (a *shellActor) form(m *workerpb.Form) *workerpb.Formed {
 			return &workerpb.Formed{Peer: m.Peer, Failure: workerpb.FailureOf(err)}
 		}
 	}
+	a.shell.flight.Store(nil)
+	if comm != nil {
+		a.shell.flight.Store(collective.FlightOf(comm))
+	}
+	a.shell.rank.Store(int64(f.Rank))
 	ctx, end := a.shell.begin()
 	defer end()
 	if err := a.w.Form(ctx, f, comm); err != nil {
@@ -326,6 +361,11 @@ func (a *shellActor) step(m *workerpb.RunStep) *workerpb.StepDone {
 	}
 	ctx, end := a.shell.begin()
 	defer end()
+	flight := a.shell.flight.Load()
+	var mark uint64
+	if flight != nil {
+		mark = flight.Next()
+	}
 	res, err := a.w.Step(ctx, StepRequest{Generation: m.Generation, Step: int(m.Step), Cursor: data.Cursor(m.Cursor),
 		Batch: int(m.Batch), LR: m.Lr, GlobalTargets: int(m.GlobalTargets), Checksum: m.Checksum})
 	if a.cfg.ShipTrace && a.w.rec != nil && a.w.st != nil {
@@ -347,6 +387,13 @@ func (a *shellActor) step(m *workerpb.RunStep) *workerpb.StepDone {
 	done.PeakParamBytes, done.PeakGradBytes = res.PeakParamBytes, res.PeakGradBytes
 	done.SentAllReduceBytes, done.SentReduceScatterBytes = res.Sent.AllReduce, res.Sent.ReduceScatter
 	done.SentAllGatherBytes, done.SentBroadcastBytes = res.Sent.AllGather, res.Sent.Broadcast
+	if flight != nil {
+		for _, op := range flight.Since(mark) {
+			if k, ok := collective.ParseKind(op.Kind); ok && op.State == collective.FlightDone {
+				done.Collectives = append(done.Collectives, &workerpb.OpTime{Kind: uint32(k), Seconds: op.End.Sub(op.Start).Seconds()})
+			}
+		}
+	}
 	return done
 }
 

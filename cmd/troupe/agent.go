@@ -53,7 +53,9 @@ without it cannot join. At the end each agent prints a JSON summary (step, check
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			o := train.Options{Logger: logger}
+			dump, stopDump := dumpOnSignal()
+			defer stopDump()
+			o := train.Options{Logger: logger, Dump: dump}
 			if stderrIsTerminal() {
 				o.Progress = os.Stderr
 			}

@@ -15,7 +15,7 @@ var flagOf = map[string]string{
 	"Context": "--context", "Untied": "--untied", "Data": "--data", "Vocab": "--vocab", "Shuffle": "--shuffle",
 	"Batch": "--batch", "Steps": "--steps", "Epochs": "--epochs", "Accum": "--accum", "Optim": "--optimizer",
 	"LR": "--lr", "Schedule": "--lr-schedule", "Warmup": "--warmup", "MinLRFactor": "--min-lr-factor", "ClipNorm": "--clip",
-	"Seed": "--seed", "Init": "--init", "Save": "--save", "MetricsOut": "--metrics-out", "MetricsAddr": "--metrics-addr", "EvalEvery": "--eval-every",
+	"Seed": "--seed", "Init": "--init", "Save": "--save", "MetricsOut": "--metrics-out", "MetricsAddr": "--metrics-addr", "DumpDir": "--dump-dir", "EvalEvery": "--eval-every",
 	"EvalBatches": "--eval-batches", "LogEvery": "--log-every", "Device": "--device", "Threads": "--threads",
 	"DP": "--dp", "Procs": "--procs", "BucketMB": "--bucket-mb", "CheckEvery": "--check-every", "Transport": "--transport",
 	"CollectiveTimeout": "--collective-timeout", "StepTimeout": "--step-timeout", "StragglerThreshold": "--straggler-threshold", "PP": "--pp", "TP": "--tp", "SequenceParallel": "--sequence-parallel", "Zero": "--zero", "ZeroGroup": "--zero-group",

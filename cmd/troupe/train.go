@@ -39,7 +39,7 @@ type trainFlags struct {
 	nesterov                            bool
 	warmup                              int
 	seed                                uint64
-	init, save, metricsOut, metricsAddr string
+	init, save, metricsOut, metricsAddr, dumpDir string
 	evalEvery, evalBatches, logEvery    int
 	device                              string
 	threads                             int
@@ -76,7 +76,9 @@ func newTrainCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			o := train.Options{Logger: logger, WorkerCommand: workerCommand()}
+			dump, stopDump := dumpOnSignal()
+			defer stopDump()
+			o := train.Options{Logger: logger, WorkerCommand: workerCommand(), Dump: dump}
 			if stderrIsTerminal() {
 				o.Progress = os.Stderr
 			}
@@ -124,6 +126,34 @@ func newTrainCmd() *cobra.Command {
 	return cmd
 }
 
+// dumpOnSignal returns a channel that receives once per SIGUSR1 (dump
+// the flight recorders: Options.Dump) and the function that stops it.
+func dumpOnSignal() (<-chan struct{}, func()) {
+	sig := make(chan os.Signal, 1)
+	out := make(chan struct{}, 1)
+	quit, done := make(chan struct{}), make(chan struct{})
+	signal.Notify(sig, syscall.SIGUSR1)
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-sig:
+				select {
+				case out <- struct{}{}:
+				default: // a dump is pending already
+				}
+			}
+		}
+	}()
+	return out, func() {
+		signal.Stop(sig)
+		close(quit)
+		<-done
+	}
+}
+
 // checkReportPath refuses a report path whose directory does not exist,
 // before the run.
 func checkReportPath(p string) error {
@@ -143,7 +173,9 @@ func newWorkerCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return train.RunWorkerProcess(ctx, os.Stdin, logger)
+			dump, stopDump := dumpOnSignal()
+			defer stopDump()
+			return train.RunWorkerProcess(ctx, os.Stdin, train.Options{Logger: logger, Dump: dump})
 		},
 	}
 }
@@ -195,7 +227,8 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.init, "init", "", "load initial weights from this safetensors file (PyTorch state_dict names)")
 	fl.StringVar(&f.save, "save", "", "write the final weights to this safetensors file")
 	fl.StringVar(&f.metricsOut, "metrics-out", "", "write one JSON object per step to this file")
-	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (/metrics), /healthz and /readyz on HOST:PORT")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (/metrics), /healthz, /readyz and the flight recorders (/debug/flight) on HOST:PORT")
+	fl.StringVar(&f.dumpDir, "dump-dir", "", "where the ranks' flight-recorder dumps go (a step that hangs, SIGUSR1), a directory per event for troupe explain hang (default: troupe-dumps in the temporary directory)")
 	fl.IntVar(&f.evalEvery, "eval-every", 0, "evaluate on held-out data every N steps (0: at the end only)")
 	fl.IntVar(&f.evalBatches, "eval-batches", 0, "batches per evaluation (0: the whole held-out set)")
 	fl.IntVar(&f.logEvery, "log-every", d.LogEvery, "log a progress line every N steps when stderr is not a terminal")
@@ -291,7 +324,7 @@ func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 	set("eps", func() { cfg.Optim.Eps = float32(f.eps) })
 	set("clip", func() { cfg.ClipNorm = f.clip })
 	set("seed", func() { cfg.Seed = f.seed })
-	cfg.Init, cfg.Save, cfg.MetricsOut, cfg.MetricsAddr = f.init, f.save, f.metricsOut, f.metricsAddr
+	cfg.Init, cfg.Save, cfg.MetricsOut, cfg.MetricsAddr, cfg.DumpDir = f.init, f.save, f.metricsOut, f.metricsAddr, f.dumpDir
 	cfg.EvalEvery, cfg.EvalBatches, cfg.LogEvery = f.evalEvery, f.evalBatches, f.logEvery
 	cfg.Device, cfg.Threads = f.device, f.threads
 	set("dp", func() { cfg.DP = f.dp })

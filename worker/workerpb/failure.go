@@ -21,10 +21,11 @@ func (f *Failure) Err() error {
 
 // Failed is the reply's failure as an error (nil: it succeeded). Every
 // reply has it, so that a group call can collect any of them.
-func (m *Status) Failed() error     { return m.GetFailure().Err() }
-func (m *Formed) Failed() error     { return m.GetFailure().Err() }
-func (m *StepDone) Failed() error   { return m.GetFailure().Err() }
-func (m *EvalDone) Failed() error   { return m.GetFailure().Err() }
-func (m *Weights) Failed() error    { return m.GetFailure().Err() }
-func (m *ShardSaved) Failed() error { return m.GetFailure().Err() }
-func (m *Finished) Failed() error   { return m.GetFailure().Err() }
+func (m *Status) Failed() error       { return m.GetFailure().Err() }
+func (m *Formed) Failed() error       { return m.GetFailure().Err() }
+func (m *StepDone) Failed() error     { return m.GetFailure().Err() }
+func (m *EvalDone) Failed() error     { return m.GetFailure().Err() }
+func (m *Weights) Failed() error      { return m.GetFailure().Err() }
+func (m *ShardSaved) Failed() error   { return m.GetFailure().Err() }
+func (m *Finished) Failed() error     { return m.GetFailure().Err() }
+func (m *FlightRecord) Failed() error { return m.GetFailure().Err() }

@@ -702,8 +702,12 @@ type StepDone struct {
 	// between steps).
 	PeakParamBytes int64 `protobuf:"varint,27,opt,name=peak_param_bytes,json=peakParamBytes,proto3" json:"peak_param_bytes,omitempty"`
 	PeakGradBytes  int64 `protobuf:"varint,28,opt,name=peak_grad_bytes,json=peakGradBytes,proto3" json:"peak_grad_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// collectives are the step's collective operations as they completed on
+	// this rank: their kind (collective.Kind) and seconds from entry to
+	// completion (the collective latency histogram).
+	Collectives   []*OpTime `protobuf:"bytes,29,rep,name=collectives,proto3" json:"collectives,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StepDone) Reset() {
@@ -932,6 +936,66 @@ func (x *StepDone) GetPeakGradBytes() int64 {
 	return 0
 }
 
+func (x *StepDone) GetCollectives() []*OpTime {
+	if x != nil {
+		return x.Collectives
+	}
+	return nil
+}
+
+// OpTime is one collective operation's kind and duration.
+type OpTime struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Seconds       float64                `protobuf:"fixed64,2,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpTime) Reset() {
+	*x = OpTime{}
+	mi := &file_worker_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpTime) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpTime) ProtoMessage() {}
+
+func (x *OpTime) ProtoReflect() protoreflect.Message {
+	mi := &file_worker_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpTime.ProtoReflect.Descriptor instead.
+func (*OpTime) Descriptor() ([]byte, []int) {
+	return file_worker_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *OpTime) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *OpTime) GetSeconds() float64 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
 // StageSpan is one pipeline op as it ran (pipeline.Span).
 type StageSpan struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -946,7 +1010,7 @@ type StageSpan struct {
 
 func (x *StageSpan) Reset() {
 	*x = StageSpan{}
-	mi := &file_worker_proto_msgTypes[7]
+	mi := &file_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1022,7 @@ func (x *StageSpan) String() string {
 func (*StageSpan) ProtoMessage() {}
 
 func (x *StageSpan) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[7]
+	mi := &file_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1035,7 @@ func (x *StageSpan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageSpan.ProtoReflect.Descriptor instead.
 func (*StageSpan) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{7}
+	return file_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StageSpan) GetKind() uint32 {
@@ -1022,7 +1086,7 @@ type StageMem struct {
 
 func (x *StageMem) Reset() {
 	*x = StageMem{}
-	mi := &file_worker_proto_msgTypes[8]
+	mi := &file_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1098,7 @@ func (x *StageMem) String() string {
 func (*StageMem) ProtoMessage() {}
 
 func (x *StageMem) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[8]
+	mi := &file_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1111,7 @@ func (x *StageMem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageMem.ProtoReflect.Descriptor instead.
 func (*StageMem) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{8}
+	return file_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StageMem) GetT() float64 {
@@ -1091,7 +1155,7 @@ type EvalRequest struct {
 
 func (x *EvalRequest) Reset() {
 	*x = EvalRequest{}
-	mi := &file_worker_proto_msgTypes[9]
+	mi := &file_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1167,7 @@ func (x *EvalRequest) String() string {
 func (*EvalRequest) ProtoMessage() {}
 
 func (x *EvalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[9]
+	mi := &file_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1180,7 @@ func (x *EvalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvalRequest.ProtoReflect.Descriptor instead.
 func (*EvalRequest) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{9}
+	return file_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EvalRequest) GetPeer() uint32 {
@@ -1162,7 +1226,7 @@ type EvalDone struct {
 
 func (x *EvalDone) Reset() {
 	*x = EvalDone{}
-	mi := &file_worker_proto_msgTypes[10]
+	mi := &file_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1238,7 @@ func (x *EvalDone) String() string {
 func (*EvalDone) ProtoMessage() {}
 
 func (x *EvalDone) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[10]
+	mi := &file_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1251,7 @@ func (x *EvalDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvalDone.ProtoReflect.Descriptor instead.
 func (*EvalDone) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{10}
+	return file_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EvalDone) GetPeer() uint32 {
@@ -1243,7 +1307,7 @@ type WeightsRequest struct {
 
 func (x *WeightsRequest) Reset() {
 	*x = WeightsRequest{}
-	mi := &file_worker_proto_msgTypes[11]
+	mi := &file_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1319,7 @@ func (x *WeightsRequest) String() string {
 func (*WeightsRequest) ProtoMessage() {}
 
 func (x *WeightsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[11]
+	mi := &file_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1332,7 @@ func (x *WeightsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightsRequest.ProtoReflect.Descriptor instead.
 func (*WeightsRequest) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{11}
+	return file_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WeightsRequest) GetPeer() uint32 {
@@ -1297,7 +1361,7 @@ type Weights struct {
 
 func (x *Weights) Reset() {
 	*x = Weights{}
-	mi := &file_worker_proto_msgTypes[12]
+	mi := &file_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1373,7 @@ func (x *Weights) String() string {
 func (*Weights) ProtoMessage() {}
 
 func (x *Weights) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[12]
+	mi := &file_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1386,7 @@ func (x *Weights) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Weights.ProtoReflect.Descriptor instead.
 func (*Weights) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{12}
+	return file_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Weights) GetPeer() uint32 {
@@ -1363,7 +1427,7 @@ type SaveShard struct {
 
 func (x *SaveShard) Reset() {
 	*x = SaveShard{}
-	mi := &file_worker_proto_msgTypes[13]
+	mi := &file_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1439,7 @@ func (x *SaveShard) String() string {
 func (*SaveShard) ProtoMessage() {}
 
 func (x *SaveShard) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[13]
+	mi := &file_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1452,7 @@ func (x *SaveShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveShard.ProtoReflect.Descriptor instead.
 func (*SaveShard) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{13}
+	return file_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SaveShard) GetPeer() uint32 {
@@ -1445,7 +1509,7 @@ type ShardSaved struct {
 
 func (x *ShardSaved) Reset() {
 	*x = ShardSaved{}
-	mi := &file_worker_proto_msgTypes[14]
+	mi := &file_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1521,7 @@ func (x *ShardSaved) String() string {
 func (*ShardSaved) ProtoMessage() {}
 
 func (x *ShardSaved) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[14]
+	mi := &file_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1534,7 @@ func (x *ShardSaved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardSaved.ProtoReflect.Descriptor instead.
 func (*ShardSaved) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{14}
+	return file_worker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ShardSaved) GetPeer() uint32 {
@@ -1508,7 +1572,7 @@ type Finish struct {
 
 func (x *Finish) Reset() {
 	*x = Finish{}
-	mi := &file_worker_proto_msgTypes[15]
+	mi := &file_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1584,7 @@ func (x *Finish) String() string {
 func (*Finish) ProtoMessage() {}
 
 func (x *Finish) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[15]
+	mi := &file_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1597,7 @@ func (x *Finish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finish.ProtoReflect.Descriptor instead.
 func (*Finish) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{15}
+	return file_worker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Finish) GetPeer() uint32 {
@@ -1576,7 +1640,7 @@ type Finished struct {
 
 func (x *Finished) Reset() {
 	*x = Finished{}
-	mi := &file_worker_proto_msgTypes[16]
+	mi := &file_worker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1652,7 @@ func (x *Finished) String() string {
 func (*Finished) ProtoMessage() {}
 
 func (x *Finished) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[16]
+	mi := &file_worker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1665,7 @@ func (x *Finished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finished.ProtoReflect.Descriptor instead.
 func (*Finished) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{16}
+	return file_worker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Finished) GetPeer() uint32 {
@@ -1638,7 +1702,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_worker_proto_msgTypes[17]
+	mi := &file_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1714,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[17]
+	mi := &file_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1727,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{17}
+	return file_worker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Progress) GetMetrics() []byte {
@@ -1680,6 +1744,123 @@ func (x *Progress) GetWorld() []byte {
 	return nil
 }
 
+// FlightRequest asks a worker's control actor (it answers while the
+// worker is busy) for its flight recorder: the last collective operations
+// the worker's rank entered (collective.FlightDump).
+type FlightRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Peer          uint32                 `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlightRequest) Reset() {
+	*x = FlightRequest{}
+	mi := &file_worker_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlightRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlightRequest) ProtoMessage() {}
+
+func (x *FlightRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_worker_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlightRequest.ProtoReflect.Descriptor instead.
+func (*FlightRequest) Descriptor() ([]byte, []int) {
+	return file_worker_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *FlightRequest) GetPeer() uint32 {
+	if x != nil {
+		return x.Peer
+	}
+	return 0
+}
+
+func (x *FlightRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// FlightRecord answers FlightRequest: dump is a collective.FlightDump as
+// JSON.
+type FlightRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Peer          uint32                 `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Failure       *Failure               `protobuf:"bytes,2,opt,name=failure,proto3" json:"failure,omitempty"`
+	Dump          []byte                 `protobuf:"bytes,3,opt,name=dump,proto3" json:"dump,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlightRecord) Reset() {
+	*x = FlightRecord{}
+	mi := &file_worker_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlightRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlightRecord) ProtoMessage() {}
+
+func (x *FlightRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_worker_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlightRecord.ProtoReflect.Descriptor instead.
+func (*FlightRecord) Descriptor() ([]byte, []int) {
+	return file_worker_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *FlightRecord) GetPeer() uint32 {
+	if x != nil {
+		return x.Peer
+	}
+	return 0
+}
+
+func (x *FlightRecord) GetFailure() *Failure {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+func (x *FlightRecord) GetDump() []byte {
+	if x != nil {
+		return x.Dump
+	}
+	return nil
+}
+
 // Abort cancels the step, evaluation or state transfer a worker runs; it
 // goes to the worker's control actor (the worker actor is busy). No answer.
 type Abort struct {
@@ -1691,7 +1872,7 @@ type Abort struct {
 
 func (x *Abort) Reset() {
 	*x = Abort{}
-	mi := &file_worker_proto_msgTypes[18]
+	mi := &file_worker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +1884,7 @@ func (x *Abort) String() string {
 func (*Abort) ProtoMessage() {}
 
 func (x *Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[18]
+	mi := &file_worker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +1897,7 @@ func (x *Abort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abort.ProtoReflect.Descriptor instead.
 func (*Abort) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{18}
+	return file_worker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Abort) GetReason() string {
@@ -1790,7 +1971,7 @@ const file_worker_proto_rawDesc = "" +
 	"\x05batch\x18\x05 \x01(\rR\x05batch\x12\x0e\n" +
 	"\x02lr\x18\x06 \x01(\x01R\x02lr\x12%\n" +
 	"\x0eglobal_targets\x18\a \x01(\x04R\rglobalTargets\x12\x1a\n" +
-	"\bchecksum\x18\b \x01(\bR\bchecksum\"\x97\b\n" +
+	"\bchecksum\x18\b \x01(\bR\bchecksum\"\xd3\b\n" +
 	"\bStepDone\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1e\n" +
@@ -1825,7 +2006,11 @@ const file_worker_proto_rawDesc = "" +
 	"\x15sent_all_gather_bytes\x18\x19 \x01(\x03R\x12sentAllGatherBytes\x120\n" +
 	"\x14sent_broadcast_bytes\x18\x1a \x01(\x03R\x12sentBroadcastBytes\x12(\n" +
 	"\x10peak_param_bytes\x18\x1b \x01(\x03R\x0epeakParamBytes\x12&\n" +
-	"\x0fpeak_grad_bytes\x18\x1c \x01(\x03R\rpeakGradBytes\"q\n" +
+	"\x0fpeak_grad_bytes\x18\x1c \x01(\x03R\rpeakGradBytes\x12:\n" +
+	"\vcollectives\x18\x1d \x03(\v2\x18.troupe.worker.v1.OpTimeR\vcollectives\"6\n" +
+	"\x06OpTime\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x18\n" +
+	"\aseconds\x18\x02 \x01(\x01R\aseconds\"q\n" +
 	"\tStageSpan\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x14\n" +
 	"\x05micro\x18\x02 \x01(\x05R\x05micro\x12\x12\n" +
@@ -1887,7 +2072,14 @@ const file_worker_proto_rawDesc = "" +
 	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\":\n" +
 	"\bProgress\x12\x18\n" +
 	"\ametrics\x18\x01 \x01(\fR\ametrics\x12\x14\n" +
-	"\x05world\x18\x02 \x01(\fR\x05world\"\x1f\n" +
+	"\x05world\x18\x02 \x01(\fR\x05world\";\n" +
+	"\rFlightRequest\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"k\n" +
+	"\fFlightRecord\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
+	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x12\n" +
+	"\x04dump\x18\x03 \x01(\fR\x04dump\"\x1f\n" +
 	"\x05Abort\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reasonB-Z+github.com/troupe-ml/troupe/worker/workerpbb\x06proto3"
 
@@ -1903,7 +2095,7 @@ func file_worker_proto_rawDescGZIP() []byte {
 	return file_worker_proto_rawDescData
 }
 
-var file_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_worker_proto_goTypes = []any{
 	(*Failure)(nil),        // 0: troupe.worker.v1.Failure
 	(*StatusRequest)(nil),  // 1: troupe.worker.v1.StatusRequest
@@ -1912,35 +2104,40 @@ var file_worker_proto_goTypes = []any{
 	(*Formed)(nil),         // 4: troupe.worker.v1.Formed
 	(*RunStep)(nil),        // 5: troupe.worker.v1.RunStep
 	(*StepDone)(nil),       // 6: troupe.worker.v1.StepDone
-	(*StageSpan)(nil),      // 7: troupe.worker.v1.StageSpan
-	(*StageMem)(nil),       // 8: troupe.worker.v1.StageMem
-	(*EvalRequest)(nil),    // 9: troupe.worker.v1.EvalRequest
-	(*EvalDone)(nil),       // 10: troupe.worker.v1.EvalDone
-	(*WeightsRequest)(nil), // 11: troupe.worker.v1.WeightsRequest
-	(*Weights)(nil),        // 12: troupe.worker.v1.Weights
-	(*SaveShard)(nil),      // 13: troupe.worker.v1.SaveShard
-	(*ShardSaved)(nil),     // 14: troupe.worker.v1.ShardSaved
-	(*Finish)(nil),         // 15: troupe.worker.v1.Finish
-	(*Finished)(nil),       // 16: troupe.worker.v1.Finished
-	(*Progress)(nil),       // 17: troupe.worker.v1.Progress
-	(*Abort)(nil),          // 18: troupe.worker.v1.Abort
+	(*OpTime)(nil),         // 7: troupe.worker.v1.OpTime
+	(*StageSpan)(nil),      // 8: troupe.worker.v1.StageSpan
+	(*StageMem)(nil),       // 9: troupe.worker.v1.StageMem
+	(*EvalRequest)(nil),    // 10: troupe.worker.v1.EvalRequest
+	(*EvalDone)(nil),       // 11: troupe.worker.v1.EvalDone
+	(*WeightsRequest)(nil), // 12: troupe.worker.v1.WeightsRequest
+	(*Weights)(nil),        // 13: troupe.worker.v1.Weights
+	(*SaveShard)(nil),      // 14: troupe.worker.v1.SaveShard
+	(*ShardSaved)(nil),     // 15: troupe.worker.v1.ShardSaved
+	(*Finish)(nil),         // 16: troupe.worker.v1.Finish
+	(*Finished)(nil),       // 17: troupe.worker.v1.Finished
+	(*Progress)(nil),       // 18: troupe.worker.v1.Progress
+	(*FlightRequest)(nil),  // 19: troupe.worker.v1.FlightRequest
+	(*FlightRecord)(nil),   // 20: troupe.worker.v1.FlightRecord
+	(*Abort)(nil),          // 21: troupe.worker.v1.Abort
 }
 var file_worker_proto_depIdxs = []int32{
 	0,  // 0: troupe.worker.v1.Status.failure:type_name -> troupe.worker.v1.Failure
 	0,  // 1: troupe.worker.v1.Formed.failure:type_name -> troupe.worker.v1.Failure
 	0,  // 2: troupe.worker.v1.StepDone.failure:type_name -> troupe.worker.v1.Failure
-	7,  // 3: troupe.worker.v1.StepDone.spans:type_name -> troupe.worker.v1.StageSpan
-	8,  // 4: troupe.worker.v1.StepDone.mem:type_name -> troupe.worker.v1.StageMem
-	0,  // 5: troupe.worker.v1.EvalDone.failure:type_name -> troupe.worker.v1.Failure
-	0,  // 6: troupe.worker.v1.Weights.failure:type_name -> troupe.worker.v1.Failure
-	0,  // 7: troupe.worker.v1.ShardSaved.failure:type_name -> troupe.worker.v1.Failure
-	0,  // 8: troupe.worker.v1.Finish.failure:type_name -> troupe.worker.v1.Failure
-	0,  // 9: troupe.worker.v1.Finished.failure:type_name -> troupe.worker.v1.Failure
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	8,  // 3: troupe.worker.v1.StepDone.spans:type_name -> troupe.worker.v1.StageSpan
+	9,  // 4: troupe.worker.v1.StepDone.mem:type_name -> troupe.worker.v1.StageMem
+	7,  // 5: troupe.worker.v1.StepDone.collectives:type_name -> troupe.worker.v1.OpTime
+	0,  // 6: troupe.worker.v1.EvalDone.failure:type_name -> troupe.worker.v1.Failure
+	0,  // 7: troupe.worker.v1.Weights.failure:type_name -> troupe.worker.v1.Failure
+	0,  // 8: troupe.worker.v1.ShardSaved.failure:type_name -> troupe.worker.v1.Failure
+	0,  // 9: troupe.worker.v1.Finish.failure:type_name -> troupe.worker.v1.Failure
+	0,  // 10: troupe.worker.v1.Finished.failure:type_name -> troupe.worker.v1.Failure
+	0,  // 11: troupe.worker.v1.FlightRecord.failure:type_name -> troupe.worker.v1.Failure
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_worker_proto_init() }
@@ -1954,7 +2151,7 @@ func file_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_worker_proto_rawDesc), len(file_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
