@@ -26,36 +26,36 @@ import (
 // (train.DefaultConfig), and --model mlp switches the defaults the user
 // did not set to train.DefaultMLPConfig's.
 type trainFlags struct {
-	model, layers                       string
-	dModel, nLayers, heads, context     int
-	untied                              bool
-	data, vocab                         string
-	shuffle                             bool
-	batch, steps, accum                 int
-	epochs                              float64
-	optimizer, schedule                 string
-	lr, momentum, weightDecay, clip     float64
-	dampening, beta1, beta2, eps, minLR float64
-	nesterov                            bool
-	warmup                              int
-	seed                                uint64
+	model, layers                                string
+	dModel, nLayers, heads, context              int
+	untied                                       bool
+	data, vocab                                  string
+	shuffle                                      bool
+	batch, steps, accum                          int
+	epochs                                       float64
+	optimizer, schedule                          string
+	lr, momentum, weightDecay, clip              float64
+	dampening, beta1, beta2, eps, minLR          float64
+	nesterov                                     bool
+	warmup                                       int
+	seed                                         uint64
 	init, save, metricsOut, metricsAddr, dumpDir string
-	evalEvery, evalBatches, logEvery    int
-	device                              string
-	threads                             int
-	jsonOut                             bool
-	dp, procs, checkEvery               int
-	bucketMB                            float64
-	transport                           string
-	collTimeout, stepTimeout, straggler time.Duration
-	pp, tp, micro, zero, zeroGroup      int
-	sp                                  bool
-	pipeSchedule, stageLayers, trace    string
-	partition                           string
-	recompute                           bool
-	ckptDir                             string
-	ckptEvery, keep                     int
-	resume                              bool
+	evalEvery, evalBatches, logEvery             int
+	device                                       string
+	threads                                      int
+	jsonOut                                      bool
+	dp, procs, checkEvery                        int
+	bucketMB                                     float64
+	transport                                    string
+	collTimeout, stepTimeout, straggler          time.Duration
+	pp, tp, micro, zero, zeroGroup               int
+	sp                                           bool
+	pipeSchedule, stageLayers, trace             string
+	partition                                    string
+	recompute                                    bool
+	ckptDir                                      string
+	ckptEvery, keep                              int
+	resume                                       bool
 }
 
 func newTrainCmd() *cobra.Command {
