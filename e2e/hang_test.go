@@ -154,3 +154,25 @@ func TestElasticHungStageAgent(t *testing.T) {
 	hung.cmd.Process.Signal(syscall.SIGCONT)
 	c.check(c.finish("n1", "n2", "n3", "n4"), ref)
 }
+
+// A rank alive but stuck outside the collectives (TROUPE_TEST_STRAGGLER:
+// rank 1 computes 60 s longer, more than --collective-timeout 2s): rank 0
+// times out in the step's first all-reduce, rank 1's control actor still
+// answers for its flight recorder, and the alignment names rank 1 as the
+// rank that did not enter the operation.
+func TestProcsRankOutsideTheCollectiveIsNamed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, troupeBin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp",
+		"--steps", "3", "--threads", "1", "--procs", "2", "--collective-timeout", "2s", "--dump-dir", t.TempDir(), "--log-format", "json")
+	cmd.Env = append(os.Environ(), "TROUPE_TEST_STRAGGLER=1:60s")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("exit %v, want a non-zero exit:\n%s", err, out)
+	}
+	last := lastLine(string(out))
+	if !strings.Contains(last, "flight recorders: rank 1 did not enter AllReduce") {
+		t.Errorf("the last error does not say that rank 1 did not enter the all-reduce: %s", last)
+	}
+}
