@@ -25,6 +25,9 @@ type Capabilities struct {
 	Threads int
 	// TensorCores is true when GEMM runs on matrix units (TF32/BF16).
 	TensorCores bool
+	// LowGemm names the path a bf16 GEMM takes (kernels.LowPrecision),
+	// e.g. "avx512bf16" or "widen+avx2+fma"; empty without one.
+	LowGemm string
 	// MemoryBytes is the device memory, 0 when it is host memory.
 	MemoryBytes int64
 }

@@ -22,6 +22,8 @@ func (x Ids) Len() int { return len(x) }
 // Backend is the CPU kernels backend. The zero value is not usable; use New.
 type Backend struct {
 	threads int
+	// bf16 is the native bf16 GEMM kernel (nil: bf16 widens to fp32).
+	bf16 *gemmKernel
 }
 
 var _ kernels.Backend = (*Backend)(nil)
@@ -32,7 +34,7 @@ func New(threads int) *Backend {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	return &Backend{threads: threads}
+	return &Backend{threads: threads, bf16: bf16Native}
 }
 
 func init() {
@@ -48,12 +50,31 @@ func init() {
 
 // Caps implements kernels.Backend.
 func (be *Backend) Caps() kernels.Capabilities {
-	return kernels.Capabilities{Device: "cpu", SIMD: simdName(), Threads: be.threads}
+	return kernels.Capabilities{Device: "cpu", SIMD: simdName(), Threads: be.threads, LowGemm: be.lowPath(kernels.BF16)}
 }
 
 // F returns the float32 slice behind a CPU buffer. It panics for buffers of
-// other backends.
-func F(b kernels.Buffer) []float32 { return b.(Buf) }
+// other backends, and for bf16 and fp16 buffers (which only the kernels
+// LowPrecision names take).
+func F(b kernels.Buffer) []float32 {
+	if f, ok := b.(Buf); ok {
+		return f
+	}
+	panic(notF32(b))
+}
+
+// notF32 says why b is not an fp32 CPU buffer. b itself stays out of the
+// message, and no method of it is called: either would make every
+// caller's buffer escape to the heap.
+//
+//go:noinline
+func notF32(b kernels.Buffer) string {
+	if h, ok := b.(Half); ok {
+		dt := h.T
+		return fmt.Sprintf("kernels/cpu: a %v buffer where an fp32 one is needed (only Gemm, View, Copy, Fill, Upload, Download and Convert take %v)", dt, dt)
+	}
+	return "kernels/cpu: not a CPU fp32 buffer (one of another backend?)"
+}
 
 // I returns the int32 slice behind a CPU index buffer.
 func I(x kernels.Index) []int32 { return x.(Ids) }
@@ -72,18 +93,36 @@ func (be *Backend) FreeIndex(kernels.Index) {}
 
 // View implements kernels.Backend.
 func (be *Backend) View(b kernels.Buffer, off, n int) kernels.Buffer {
+	if h, ok := b.(Half); ok {
+		return Half{V: h.V[off : off+n : off+n], T: h.T}
+	}
 	return Buf(F(b)[off : off+n : off+n])
 }
 
-// Upload implements kernels.Backend.
+// Upload implements kernels.Backend (a bf16 or fp16 dst gets the values
+// rounded to nearest even).
 func (be *Backend) Upload(dst kernels.Buffer, src []float32) {
+	if h, ok := dst.(Half); ok {
+		mustLen("Upload", len(h.V), len(src))
+		if len(src) > 0 {
+			toLow(h.T, h.V, src)
+		}
+		return
+	}
 	d := F(dst)
 	mustLen("Upload", len(d), len(src))
 	copy(d, src)
 }
 
-// Download implements kernels.Backend.
+// Download implements kernels.Backend (a bf16 or fp16 src is widened).
 func (be *Backend) Download(dst []float32, src kernels.Buffer) {
+	if h, ok := src.(Half); ok {
+		mustLen("Download", len(dst), len(h.V))
+		if len(dst) > 0 {
+			fromLow(h.T, dst, h.V)
+		}
+		return
+	}
 	s := F(src)
 	mustLen("Download", len(dst), len(s))
 	copy(dst, s)
@@ -96,15 +135,34 @@ func (be *Backend) UploadIndex(dst kernels.Index, src []int32) {
 	copy(d, src)
 }
 
-// Copy implements kernels.Backend.
+// Copy implements kernels.Backend (buffers of one type; Convert converts).
 func (be *Backend) Copy(dst, src kernels.Buffer) {
+	if hd, ok := dst.(Half); ok {
+		hs, ok := src.(Half)
+		if !ok || hs.T != hd.T {
+			panic(fmt.Sprintf("kernels/cpu: Copy from %v to %v: use Convert", kernels.DTypeOf(src), hd.T))
+		}
+		mustLen("Copy", len(hd.V), len(hs.V))
+		copy(hd.V, hs.V)
+		return
+	}
 	d, s := F(dst), F(src)
 	mustLen("Copy", len(d), len(s))
 	copy(d, s)
 }
 
-// Fill implements kernels.Backend.
+// Fill implements kernels.Backend (a bf16 or fp16 x gets v rounded).
 func (be *Backend) Fill(x kernels.Buffer, v float32) {
+	if h, ok := x.(Half); ok {
+		if len(h.V) == 0 {
+			return
+		}
+		h.V[0] = lowOf(h.T, v)
+		for n := 1; n < len(h.V); n *= 2 {
+			copy(h.V[n:], h.V[:n])
+		}
+		return
+	}
 	d := F(x)
 	if len(d) == 0 {
 		return

@@ -28,8 +28,19 @@ func simdName() string { return activeKernel.name }
 // Small operands that would be read only a few times are used in place
 // instead of packed. The work is spread over up to be.threads goroutines
 // (gemm_parallel.go), all joined before Gemm returns.
+//
+// bf16 and fp16 operands take gemm_low.go's paths.
 func (be *Backend) Gemm(g kernels.GemmArgs, a, b, c kernels.Buffer) {
+	if isLow(a) || isLow(b) || isLow(c) {
+		gemmLow(be.bf16, be.threads, g, a, b, c)
+		return
+	}
 	gemmWith(activeKernel, be.threads, g, a, b, c)
+}
+
+func isLow(b kernels.Buffer) bool {
+	_, ok := b.(Half)
+	return ok
 }
 
 // gemmWith is Gemm with a chosen micro-kernel, so tests cover every kernel
@@ -213,8 +224,8 @@ func (p *gemmProblem) member(s *gemmScratch, bt int) {
 	kern := p.kern
 	mr, nr := kern.mr, kern.nr
 	m, n := p.M, p.N
-	packA := ceilDiv(n, nr) >= packMinReads
-	packB := p.TransB || ceilDiv(m, mr) >= packMinReads
+	packA := kern.alwaysPack || ceilDiv(n, nr) >= packMinReads
+	packB := kern.alwaysPack || p.TransB || ceilDiv(m, mr) >= packMinReads
 	kcMax := blockK(kern, p.K)
 	if packA {
 		s.a = grow(s.a, min(kern.mc, ceilDiv(m, mr)*mr)*kcMax)

@@ -31,6 +31,8 @@ func Run(t *testing.T, be kernels.Backend) {
 	}{
 		{"Buffers", testBuffers},
 		{"Gemm", testGemm},
+		{"Convert", testConvert},
+		{"LowGemm", testLowGemm},
 		{"Axpy", testAxpy},
 		{"Scale", testScale},
 		{"Add", testAdd},

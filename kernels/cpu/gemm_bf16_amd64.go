@@ -1,0 +1,45 @@
+//go:build amd64 && !noasm
+
+package cpu
+
+import "golang.org/x/sys/cpu"
+
+//go:generate go run gen_bf16.go
+
+// bf16Kernel12x32 is in gemm_bf16_amd64.s (generated): a 12×32 tile over k
+// steps of packed bf16-pair panels with VDPBF16PS. k ≥ 1.
+//
+//go:noescape
+func bf16Kernel12x32(k int, a, b, c *float32, ldc int, alpha, beta float32)
+
+// avx512BF16Kernel multiplies bf16 pairs (see pairKernel): 24 zmm
+// accumulators for a 12×32 tile, two B vectors and two broadcast
+// registers; blocking as the fp32 kernel's in bytes (a k step is two
+// products).
+var avx512BF16Kernel = &gemmKernel{
+	name: "avx512bf16",
+	mr:   12, nr: 32,
+	mc: 144, kc: 256, nc: 4096,
+	alwaysPack: true,
+	tile: func(k int, a []float32, rsa, ksa int, b []float32, ksb int, c []float32, ldc int, alpha, beta float32) {
+		_ = a[(k-1)*12+11]
+		_ = b[(k-1)*32+31]
+		_ = c[11*ldc+31]
+		bf16Kernel12x32(k, &a[0], &b[0], &c[0], ldc, alpha, beta)
+	},
+	packA: func(dst, a []float32, lda int, trans bool, rows, kc int) {
+		packAPanelGo(dst, a, lda, trans, rows, kc, 12)
+	},
+	packB: func(dst, b []float32, ldb int, trans bool, cols, kc int) {
+		packBPanelGo(dst, b, ldb, trans, cols, kc, 32)
+	},
+}
+
+// bf16PairKernel is the native bf16 kernel when the CPU (and the OS, which
+// must save the zmm registers) has AVX-512 BF16.
+func bf16PairKernel() *gemmKernel {
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16 {
+		return avx512BF16Kernel
+	}
+	return nil
+}

@@ -1,0 +1,198 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/troupe-ml/troupe/kernels"
+)
+
+// Low-precision GEMM (kernels.LowPrecision): A and B bf16 or fp16, C fp32
+// or the operands' type, products and sums in fp32.
+//
+// Two paths, chosen at run time:
+//
+//   - native bf16 (AVX-512 BF16): op(A) and op(B) are rearranged into
+//     matrices of 32-bit words that each hold a pair of bf16 values
+//     adjacent in k (A' is M×⌈K/2⌉, B' is ⌈K/2⌉×N), and the fp32 driver
+//     (blocking, packing, threads) runs on them with a micro-kernel whose
+//     k step is VDPBF16PS: two products and their sum per lane.
+//   - widening (every other CPU, and fp16): the operands are widened to
+//     fp32 and the fp32 GEMM runs (AVX2+FMA where the CPU has it).
+//
+// A C of a low type is computed in fp32 and rounded once.
+
+// bf16Native is the native bf16 micro-kernel on this CPU (nil: none).
+var bf16Native = bf16PairKernel()
+
+// lowPath names the path a low-precision GEMM of dt takes.
+func (be *Backend) lowPath(dt kernels.DType) string {
+	if dt == kernels.BF16 && be.bf16 != nil {
+		return be.bf16.name
+	}
+	return "widen+" + activeKernel.name
+}
+
+// floatPool holds the scratch matrices of low-precision GEMMs.
+var floatPool = sync.Pool{New: func() any { return new([]float32) }}
+
+func getFloats(n int) *[]float32 {
+	p := floatPool.Get().(*[]float32)
+	*p = grow(*p, n)
+	return p
+}
+
+// gemmLow is Gemm with a bf16 or fp16 operand; kern is the native bf16
+// kernel to use (nil: widen).
+//
+// The buffers are only type-asserted (no method called), so that they do
+// not escape: Gemm's fp32 path allocates nothing.
+func gemmLow(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b, c kernels.Buffer) {
+	ha, okA := a.(Half)
+	hb, okB := b.(Half)
+	hc, lowC := c.(Half)
+	c32, okC := c.(Buf)
+	if !okA || !okB || ha.T != hb.T || !(okC || lowC && hc.T == ha.T) {
+		panic(fmt.Sprintf("kernels/cpu: Gemm: A %v, B %v, C %v: want A and B both bf16 or both fp16, C fp32 or their type",
+			dtypeOf(a), dtypeOf(b), dtypeOf(c)))
+	}
+	g = g.Normalize()
+	lenC := len(c32)
+	if lowC {
+		lenC = len(hc.V)
+	}
+	checkGemm(g, len(ha.V), len(hb.V), lenC)
+	if g.M == 0 || g.N == 0 {
+		return
+	}
+	// C in fp32: the buffer itself, or a copy of a low one.
+	var cp *[]float32
+	if lowC {
+		cp = getFloats(len(hc.V))
+		c32 = *cp
+		if g.Beta != 0 {
+			forRowsC(g, func(off int) { fromLow(hc.T, c32[off:off+g.N], hc.V[off:off+g.N]) })
+		}
+	}
+	if g.K == 0 || g.Alpha == 0 {
+		for bt := range g.Batch {
+			scaleC(c32[bt*g.StrideC:], g.M, g.N, g.LDC, g.Beta)
+		}
+	} else if kern != nil && ha.T == kernels.BF16 {
+		gemmPairs(kern, threads, g, ha.V, hb.V, c32)
+	} else {
+		gemmWidened(threads, g, ha, hb, c32)
+	}
+	if lowC {
+		forRowsC(g, func(off int) { toLow(hc.T, hc.V[off:off+g.N], c32[off:off+g.N]) })
+		floatPool.Put(cp)
+	}
+}
+
+// dtypeOf is a CPU buffer's type, by concrete type assertions only.
+func dtypeOf(b kernels.Buffer) kernels.DType {
+	if h, ok := b.(Half); ok {
+		return h.T
+	}
+	return kernels.F32
+}
+
+// forRowsC calls f with the offset of every row of C (every batch member).
+func forRowsC(g kernels.GemmArgs, f func(off int)) {
+	for bt := range g.Batch {
+		for i := range g.M {
+			f(bt*g.StrideC + i*g.LDC)
+		}
+	}
+}
+
+// gemmWidened widens A and B to fp32 (their whole extent, so that leading
+// dimensions and strides stay) and runs the fp32 GEMM.
+func gemmWidened(threads int, g kernels.GemmArgs, a, b Half, c []float32) {
+	pa, pb := getFloats(len(a.V)), getFloats(len(b.V))
+	fromLow(a.T, *pa, a.V)
+	fromLow(b.T, *pb, b.V)
+	p := gemmProblem{GemmArgs: g, kern: activeKernel, A: *pa, B: *pb, C: c}
+	p.execute(p.threads(threads))
+	floatPool.Put(pa)
+	floatPool.Put(pb)
+}
+
+// gemmPairs runs the native bf16 kernel: op(A) and op(B) rearranged into
+// pair words (see pairA, pairB), then the fp32 driver over ⌈K/2⌉ steps.
+func gemmPairs(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b []uint16, c []float32) {
+	k2 := (g.K + 1) / 2
+	pa, pb := getFloats(g.Batch*g.M*k2), getFloats(g.Batch*k2*g.N)
+	for bt := range g.Batch {
+		pairA((*pa)[bt*g.M*k2:], a[bt*g.StrideA:], g)
+		pairB((*pb)[bt*k2*g.N:], b[bt*g.StrideB:], g)
+	}
+	pg := kernels.GemmArgs{M: g.M, N: g.N, K: k2, Alpha: g.Alpha, Beta: g.Beta, LDA: k2, LDB: g.N, LDC: g.LDC,
+		Batch: g.Batch, StrideA: g.M * k2, StrideB: k2 * g.N, StrideC: g.StrideC}
+	p := gemmProblem{GemmArgs: pg, kern: kern, A: *pa, B: *pb, C: c}
+	// Threads by the real work: a pair step is two products.
+	p.execute(max(1, min(threads, int(2*float64(g.M)*float64(g.N)*float64(g.K)*float64(g.Batch)/minFlopsPerThread))))
+	floatPool.Put(pa)
+	floatPool.Put(pb)
+}
+
+// pair is the 32-bit word of bf16 values lo (k even) and hi (k+1).
+func pair(lo, hi uint16) float32 { return math.Float32frombits(uint32(lo) | uint32(hi)<<16) }
+
+// pairA writes op(A) (one batch member at a[0]) as M rows of ⌈K/2⌉ pair
+// words into dst; an odd K's last word pairs with zero.
+func pairA(dst []float32, a []uint16, g kernels.GemmArgs) {
+	k2 := (g.K + 1) / 2
+	odd := g.K%2 == 1
+	for i := range g.M {
+		row := dst[i*k2 : (i+1)*k2]
+		if !g.TransA {
+			src := a[i*g.LDA : i*g.LDA+g.K]
+			for p := range g.K / 2 {
+				row[p] = pair(src[2*p], src[2*p+1])
+			}
+			if odd {
+				row[k2-1] = pair(src[g.K-1], 0)
+			}
+			continue
+		}
+		for p := range g.K / 2 {
+			row[p] = pair(a[2*p*g.LDA+i], a[(2*p+1)*g.LDA+i])
+		}
+		if odd {
+			row[k2-1] = pair(a[(g.K-1)*g.LDA+i], 0)
+		}
+	}
+}
+
+// pairB writes op(B) (one batch member at b[0]) as ⌈K/2⌉ rows of N pair
+// words into dst: word (p, j) holds op(B)[2p, j] and op(B)[2p+1, j].
+func pairB(dst []float32, b []uint16, g kernels.GemmArgs) {
+	k2 := (g.K + 1) / 2
+	for p := range k2 {
+		row := dst[p*g.N : (p+1)*g.N]
+		hiOK := 2*p+1 < g.K
+		if !g.TransB {
+			lo := b[2*p*g.LDB : 2*p*g.LDB+g.N]
+			if !hiOK {
+				for j, v := range lo {
+					row[j] = pair(v, 0)
+				}
+				continue
+			}
+			hi := b[(2*p+1)*g.LDB : (2*p+1)*g.LDB+g.N]
+			for j := range row {
+				row[j] = pair(lo[j], hi[j])
+			}
+			continue
+		}
+		for j := range row {
+			var hi uint16
+			if hiOK {
+				hi = b[j*g.LDB+2*p+1]
+			}
+			row[j] = pair(b[j*g.LDB+2*p], hi)
+		}
+	}
+}

@@ -1,0 +1,155 @@
+package cpu
+
+import (
+	"bufio"
+	"bytes"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/kernels/kerneltest"
+)
+
+// TestLowGemmPaths holds both low-precision GEMM paths to the conformance
+// suite's reference: the widening one (every CPU) and the native bf16 one
+// where this CPU has AVX-512 BF16 (skipped with a message elsewhere). The
+// plain conformance run covers whichever path New picks.
+func TestLowGemmPaths(t *testing.T) {
+	t.Run("widen", func(t *testing.T) {
+		kerneltest.Run(t, &Backend{threads: 2})
+	})
+	t.Run("native-bf16", func(t *testing.T) {
+		if bf16Native == nil {
+			t.Skip("this CPU (or build) has no AVX-512 BF16: the native bf16 GEMM path is not tested here; bf16 widens to fp32")
+		}
+		kerneltest.Run(t, &Backend{threads: 1, bf16: bf16Native})
+	})
+}
+
+// tilePairsGo is the reference of the native kernel's arithmetic: per
+// lane, the odd element's product then the even one's added to the fp32
+// accumulator, each product exact and each sum rounded once (the order
+// VDPBF16PS specifies).
+func tilePairsGo(mr, nr, k int, a, b []float32, alpha float32) []float32 {
+	c := make([]float32, mr*nr)
+	for i := range mr {
+		for j := range nr {
+			var acc float32
+			for p := range k {
+				aw, bw := math.Float32bits(a[p*mr+i]), math.Float32bits(b[p*nr+j])
+				acc += kernels.F32FromBF16(uint16(aw>>16)) * kernels.F32FromBF16(uint16(bw>>16))
+				acc += kernels.F32FromBF16(uint16(aw)) * kernels.F32FromBF16(uint16(bw))
+			}
+			c[i*nr+j] = alpha * acc
+		}
+	}
+	return c
+}
+
+// The native micro-kernel against tilePairsGo on normal-range values (the
+// instruction flushes subnormals): the same bits.
+func TestBF16KernelMatchesReference(t *testing.T) {
+	kern := bf16Native
+	if kern == nil {
+		t.Skip("this CPU (or build) has no AVX-512 BF16: the native bf16 micro-kernel is not tested here")
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	word := func() float32 {
+		lo := kernels.BF16FromF32(float32(rng.NormFloat64()))
+		hi := kernels.BF16FromF32(float32(rng.NormFloat64()))
+		return pair(lo, hi)
+	}
+	for _, k := range []int{1, 2, 7, 64, 129} {
+		a, b := make([]float32, k*kern.mr), make([]float32, k*kern.nr)
+		for i := range a {
+			a[i] = word()
+		}
+		for i := range b {
+			b[i] = word()
+		}
+		want := tilePairsGo(kern.mr, kern.nr, k, a, b, 0.5)
+		got := make([]float32, kern.mr*kern.nr)
+		for i := range got {
+			got[i] = float32(math.NaN()) // beta = 0 must not read C
+		}
+		kern.tile(k, a, 1, kern.mr, b, kern.nr, got, kern.nr, 0.5, 0)
+		if i := firstBitDiff(got, want); i >= 0 {
+			t.Fatalf("k=%d: C[%d] = %v, reference %v", k, i, got[i], want[i])
+		}
+		// beta ≠ 0 reads C: C = alpha·AB + beta·C.
+		prev := append([]float32(nil), got...)
+		kern.tile(k, a, 1, kern.mr, b, kern.nr, got, kern.nr, 0.5, 2)
+		for i := range got {
+			if w := want[i] + 2*prev[i]; math.Abs(float64(got[i]-w)) > 1e-5*math.Abs(float64(w))+1e-6 {
+				t.Fatalf("k=%d beta=2: C[%d] = %v, want %v", k, i, got[i], w)
+			}
+		}
+	}
+}
+
+// The hand-encoded VDPBF16PS instructions of gemm_bf16_amd64.s are the
+// bytes GNU as writes for the instruction each one's comment names
+// (skipped where as is not installed).
+func TestDPBF16PSEncoding(t *testing.T) {
+	as, err := exec.LookPath("as")
+	if err != nil {
+		t.Skip("GNU as not installed: the encodings of gemm_bf16_amd64.s are not cross-checked")
+	}
+	src, err := os.ReadFile("gemm_bf16_amd64.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := regexp.MustCompile(`^\s*((?:BYTE \$0x[0-9a-f]{2}; )*BYTE \$0x[0-9a-f]{2}) // VDPBF16PS Z(\d+), Z(\d+), Z(\d+)$`)
+	var want [][]byte
+	var text strings.Builder
+	sc := bufio.NewScanner(bytes.NewReader(src))
+	for sc.Scan() {
+		m := line.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		var enc []byte
+		for _, h := range regexp.MustCompile(`0x([0-9a-f]{2})`).FindAllStringSubmatch(m[1], -1) {
+			var v byte
+			for _, c := range h[1] {
+				v = v*16 + byte(strings.IndexRune("0123456789abcdef", c))
+			}
+			enc = append(enc, v)
+		}
+		want = append(want, enc)
+		// Go's operand order (src2, src1, dst) is AT&T's.
+		text.WriteString("vdpbf16ps %zmm" + m[2] + ", %zmm" + m[3] + ", %zmm" + m[4] + "\n")
+	}
+	if len(want) != 24 {
+		t.Fatalf("%d VDPBF16PS lines in gemm_bf16_amd64.s, want 24", len(want))
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "x.s"), []byte(text.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	obj := filepath.Join(dir, "x.o")
+	if out, err := exec.Command(as, "-o", obj, filepath.Join(dir, "x.s")).CombinedOutput(); err != nil {
+		t.Fatalf("as: %v\n%s", err, out)
+	}
+	bin := filepath.Join(dir, "x.bin")
+	if out, err := exec.Command("objcopy", "-O", "binary", "-j", ".text", obj, bin).CombinedOutput(); err != nil {
+		t.Skipf("objcopy: %v\n%s", err, out)
+	}
+	got, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flat []byte
+	for _, w := range want {
+		flat = append(flat, w...)
+	}
+	if !bytes.Equal(got, flat) {
+		t.Fatalf("encodings differ from as's:\n got % x\nwant % x", flat, got)
+	}
+}

@@ -1,0 +1,80 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/troupe-ml/troupe/kernels"
+)
+
+// Half is the CPU backend's bf16 or fp16 buffer: the 16-bit patterns of
+// its values (T says which type).
+type Half struct {
+	V []uint16
+	T kernels.DType
+}
+
+// Len implements kernels.Buffer.
+func (h Half) Len() int { return len(h.V) }
+
+// DType implements kernels.DTyped.
+func (h Half) DType() kernels.DType { return h.T }
+
+var _ kernels.LowPrecision = (*Backend)(nil)
+
+// AllocAs implements kernels.LowPrecision.
+func (be *Backend) AllocAs(n int, dt kernels.DType) kernels.Buffer {
+	switch dt {
+	case kernels.F32:
+		return make(Buf, n)
+	case kernels.BF16, kernels.F16:
+		return Half{V: make([]uint16, n), T: dt}
+	}
+	panic(fmt.Sprintf("kernels/cpu: AllocAs: %v", dt))
+}
+
+// Convert implements kernels.LowPrecision.
+func (be *Backend) Convert(dst, src kernels.Buffer) {
+	mustLen("Convert", dst.Len(), src.Len())
+	if dst.Len() == 0 {
+		return
+	}
+	hd, dLow := dst.(Half)
+	hs, sLow := src.(Half)
+	switch {
+	case !dLow && !sLow:
+		copy(F(dst), F(src))
+	case dLow && !sLow:
+		toLow(hd.T, hd.V, F(src))
+	case !dLow && sLow:
+		fromLow(hs.T, F(dst), hs.V)
+	case hd.T == hs.T:
+		copy(hd.V, hs.V)
+	default:
+		// bf16 ↔ fp16 through fp32 (exact widening, one rounding).
+		for i, v := range hs.V {
+			hd.V[i] = lowOf(hd.T, widen(hs.T, v))
+		}
+	}
+}
+
+// lowOf rounds v to dt.
+func lowOf(dt kernels.DType, v float32) uint16 {
+	if dt == kernels.BF16 {
+		return kernels.BF16FromF32(v)
+	}
+	return kernels.F16FromF32(v)
+}
+
+// widen is h of type dt as a float32.
+func widen(dt kernels.DType, h uint16) float32 {
+	if dt == kernels.BF16 {
+		return kernels.F32FromBF16(h)
+	}
+	return kernels.F32FromF16(h)
+}
+
+// toLow rounds src into dst (same length, not empty).
+func toLow(dt kernels.DType, dst []uint16, src []float32) { kernels.ToLow(dt, dst, src) }
+
+// fromLow widens src into dst (same length, not empty).
+func fromLow(dt kernels.DType, dst []float32, src []uint16) { kernels.FromLow(dt, dst, src) }

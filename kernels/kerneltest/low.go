@@ -1,0 +1,202 @@
+package kerneltest
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/troupe-ml/troupe/kernels"
+)
+
+// lowTypes are the 16-bit types the low-precision suite covers.
+var lowTypes = []kernels.DType{kernels.BF16, kernels.F16}
+
+// lowUnit is the unit roundoff of dt: one rounding to it errs by at most
+// this much relative (bf16 keeps 8 significant bits, fp16 11).
+func lowUnit(dt kernels.DType) float64 {
+	if dt == kernels.BF16 {
+		return 0x1p-8
+	}
+	return 0x1p-11
+}
+
+// lowSmallest is dt's smallest positive (subnormal for fp16) value: below
+// it a rounded result keeps no relative precision.
+func lowSmallest(dt kernels.DType) float64 {
+	if dt == kernels.BF16 {
+		return 0x1p-133
+	}
+	return 0x1p-24
+}
+
+// roundTo rounds v to dt's values (exactly representable afterwards).
+func roundTo(dt kernels.DType, v []float32) []float32 {
+	h := make([]uint16, len(v))
+	kernels.ToLow(dt, h, v)
+	out := make([]float32, len(v))
+	kernels.FromLow(dt, out, h)
+	return out
+}
+
+// skipLow skips the test when be has no low-precision kernels.
+func (s *suite) lowPrecision() (kernels.LowPrecision, bool) {
+	lp, ok := kernels.LowPrecisionOf(s.be)
+	if !ok {
+		s.t.Skipf("backend %s has no bf16/fp16 kernels (kernels.LowPrecision)", s.be.Caps().Device)
+	}
+	return lp, ok
+}
+
+// upAs allocates a buffer of dt holding vals (rounded by Upload).
+func (c *tcase) upAs(lp kernels.LowPrecision, dt kernels.DType, vals []float32) kernels.Buffer {
+	b := lp.AllocAs(len(vals), dt)
+	if b.Len() != len(vals) || kernels.DTypeOf(b) != dt {
+		c.Fatalf("AllocAs(%d, %v): length %d, type %v", len(vals), dt, b.Len(), kernels.DTypeOf(b))
+	}
+	c.be.Upload(b, vals)
+	return b
+}
+
+// testConvert: Upload, Download, Fill, View, Copy and Convert of bf16 and
+// fp16 buffers round as kernels.BF16FromF32 and F16FromF32 do (to nearest
+// even), widen exactly, and convert between every pair of types.
+func testConvert(s *suite) {
+	lp, _ := s.lowPrecision()
+	for _, dt := range lowTypes {
+		s.run(dt.String(), func(c *tcase) {
+			n := 1000
+			v := c.randn(n, 0, 100)
+			v[0], v[1], v[2], v[3] = float32(math.NaN()), float32(math.Inf(-1)), 1e6, 0x1p-30
+			want := make([]float64, n)
+			for i, x := range v {
+				want[i] = float64(roundTo(dt, []float32{x})[0])
+			}
+			zero := make([]float64, n)
+			b := c.upAs(lp, dt, v)
+			c.check("Upload/Download", c.down(b), want, zero)
+			// Convert to fp32 and back, and through the other type.
+			f := c.be.Alloc(n)
+			lp.Convert(f, b)
+			c.check("Convert to fp32", c.down(f), want, zero)
+			back := lp.AllocAs(n, dt)
+			lp.Convert(back, f)
+			c.check("Convert from fp32", c.down(back), want, zero)
+			for _, other := range lowTypes {
+				o := lp.AllocAs(n, other)
+				lp.Convert(o, b)
+				w := make([]float64, n)
+				for i, x := range want {
+					w[i] = float64(roundTo(other, []float32{float32(x)})[0])
+				}
+				c.check("Convert to "+other.String(), c.down(o), w, zero)
+			}
+			// A view, a copy and a fill.
+			view := c.be.View(b, 10, 20)
+			c.check("View", c.down(view), want[10:30], zero[:20])
+			cp := lp.AllocAs(20, dt)
+			c.be.Copy(cp, view)
+			c.check("Copy", c.down(cp), want[10:30], zero[:20])
+			c.be.Fill(cp, 1.0/3)
+			third := float64(roundTo(dt, []float32{1.0 / 3})[0])
+			for i, x := range c.down(cp) {
+				if float64(x) != third {
+					c.Fatalf("Fill(1/3)[%d] = %v, want %v", i, x, third)
+				}
+			}
+		})
+	}
+}
+
+// testLowGemm runs bf16 and fp16 products (C fp32 and C of the operands'
+// type) over the fp32 suite's shapes, transposes, scalars, padding and
+// batches.
+//
+// Tolerance: the inputs are rounded to the low type before the reference
+// sees them, so only the arithmetic errs. A product of two bf16 (8 + 8
+// significant bits) or fp16 (11 + 11) values is exact in fp32, and the
+// sums are fp32: (K+4)·u·mag as for fp32 GEMM. A C of a low type is
+// rounded once more: plus lowUnit·|C| (and half its smallest value, for
+// results below its range).
+func testLowGemm(s *suite) {
+	lp, _ := s.lowPrecision()
+	type mnk struct{ m, n, k int }
+	sizes := []mnk{{1, 1, 1}, {1, 7, 33}, {7, 1, 33}, {7, 33, 1}, {33, 7, 65}, {3, 4, 0}, {64, 64, 64}, {17, 130, 67}, {33, 100, 1000}}
+	for _, dt := range lowTypes {
+		for _, outLow := range []bool{false, true} {
+			out := "C=fp32"
+			if outLow {
+				out = "C=" + dt.String()
+			}
+			for _, sz := range sizes {
+				for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+					for i, sc := range []struct{ alpha, beta float32 }{{1, 0}, {0.5, -2}} {
+						g := kernels.GemmArgs{TransA: tr[0], TransB: tr[1], M: sz.m, N: sz.n, K: sz.k, Alpha: sc.alpha, Beta: sc.beta}
+						if i == 1 {
+							n := g.Normalize()
+							g.LDA, g.LDB, g.LDC = n.LDA+3, n.LDB+3, n.LDC+3
+						}
+						name := fmt.Sprintf("%v/%s/%s/%dx%dx%d/beta=%g", dt, out, transName(tr), sz.m, sz.n, sz.k, sc.beta)
+						s.run(name, func(c *tcase) { c.lowGemm(lp, dt, outLow, g) })
+					}
+				}
+			}
+			g := kernels.GemmArgs{TransA: true, M: 7, N: 9, K: 33, Alpha: 1, Beta: 0.5, Batch: 3}
+			n := g.Normalize()
+			g.StrideA, g.StrideB, g.StrideC = n.StrideA+5, n.StrideB+2, n.StrideC+4
+			s.run(fmt.Sprintf("%v/%s/Batch/strided", dt, out), func(c *tcase) { c.lowGemm(lp, dt, outLow, g) })
+		}
+	}
+}
+
+func (c *tcase) lowGemm(lp kernels.LowPrecision, dt kernels.DType, outLow bool, g kernels.GemmArgs) {
+	n := g.Normalize()
+	rowsA, colsA, rowsB, colsB := n.M, n.K, n.K, n.N
+	if n.TransA {
+		rowsA, colsA = n.K, n.M
+	}
+	if n.TransB {
+		rowsB, colsB = n.N, n.K
+	}
+	nan := float32(math.NaN())
+	a := roundTo(dt, c.strided(n.Batch, rowsA, colsA, n.LDA, n.StrideA, nan))
+	b := roundTo(dt, c.strided(n.Batch, rowsB, colsB, n.LDB, n.StrideB, nan))
+	cv := make([]float32, max(0, (n.Batch-1)*n.StrideC+n.M*n.LDC))
+	for i := range cv {
+		cv[i] = cSentinel
+	}
+	for bt := 0; bt < n.Batch; bt++ {
+		for i := 0; i < n.M; i++ {
+			for j := 0; j < n.N; j++ {
+				v := float32(c.rng.NormFloat64())
+				if n.Beta == 0 {
+					v = nan
+				}
+				cv[bt*n.StrideC+i*n.LDC+j] = v
+			}
+		}
+	}
+	if outLow {
+		cv = roundTo(dt, cv)
+	}
+	want, mag := refGemm(g, a, b, cv)
+	tol := rel(float64(n.K+4), mag)
+	var cb kernels.Buffer
+	if outLow {
+		for i := range tol {
+			tol[i] += lowUnit(dt)*math.Abs(want[i]) + lowSmallest(dt)/2
+		}
+		cb = c.upAs(lp, dt, cv)
+	} else {
+		cb = c.up(cv)
+	}
+	c.be.Gemm(g, c.upAs(lp, dt, a), c.upAs(lp, dt, b), cb)
+	got := c.down(cb)
+	if outLow {
+		// The sentinel is stored rounded: compare it rounded.
+		for i, w := range want {
+			if w == cSentinel {
+				want[i] = float64(roundTo(dt, []float32{cSentinel})[0])
+			}
+		}
+	}
+	c.check("C", got, want, tol)
+}
