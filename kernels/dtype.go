@@ -142,14 +142,17 @@ func F16FromF32(f float32) uint16 {
 	return sign | uint16(r)
 }
 
-// F32FromF16 widens an IEEE half exactly.
+// F32FromF16 widens an IEEE half exactly (a signaling NaN becomes quiet,
+// as IEEE conversions do).
 func F32FromF16(h uint16) float32 {
 	sign := uint32(h&0x8000) << 16
 	e := uint32(h>>10) & 0x1f
 	m := uint32(h & 0x3ff)
 	switch {
-	case e == 0x1f: // Inf, NaN
-		return math.Float32frombits(sign | 0x7f800000 | m<<13)
+	case e == 0x1f && m == 0: // Inf
+		return math.Float32frombits(sign | 0x7f800000)
+	case e == 0x1f: // NaN, quieted (as F16C's VCVTPH2PS does)
+		return math.Float32frombits(sign | 0x7fc00000 | m<<13)
 	case e != 0: // normal
 		return math.Float32frombits(sign | (e+112)<<23 | m<<13)
 	case m == 0:

@@ -38,7 +38,7 @@ func (a *ActLayer) Forward(c *Ctx, x Act) Act {
 
 // Backward implements Layer; dx is written over the saved input.
 func (a *ActLayer) Backward(c *Ctx, dy Act) Act {
-	x := c.Tape.Pop()
+	x := c.pop()
 	switch a.Fn {
 	case ReLU:
 		c.Be.ReLUBackward(x, dy.X, x)

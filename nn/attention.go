@@ -65,6 +65,9 @@ func (a *CausalSelfAttention) Forward(c *Ctx, x Act) Act {
 	heads := c.Pool.Get(3 * B * T * C)
 	be.Transpose(heads, qkv.X, []int{B, T, 3, H, hd}, []int{2, 0, 3, 1, 4})
 	c.Pool.Put(qkv.X)
+	// Under mixed precision the heads are rounded once: the products'
+	// operands and what backward keeps.
+	heads = c.lower(heads)
 	n := B * T * C
 	q, k, v := be.View(heads, 0, n), be.View(heads, n, n), be.View(heads, 2*n, n)
 	// att = q·kᵀ per (b, h): [B·H, T, T]; p = causal softmax of att/sqrt(hd).
@@ -73,13 +76,15 @@ func (a *CausalSelfAttention) Forward(c *Ctx, x Act) Act {
 	p := c.Pool.Get(B * H * T * T)
 	be.CausalSoftmax(p, att, T, a.scale())
 	c.Pool.Put(att)
+	p = c.lower(p)
 	// y = p·v: [B, H, T, hd] → [B, T, H, hd] = [B·T, C]
 	yh := c.Pool.Get(n)
 	be.Gemm(kernels.GemmArgs{M: T, N: hd, K: T, Alpha: 1, Batch: B * H}, p, v, yh)
 	y := c.Pool.Get(n)
 	be.Transpose(y, yh, []int{B, H, T, hd}, []int{0, 2, 1, 3})
 	c.Pool.Put(yh)
-	c.save(heads, p)
+	c.keep(heads)
+	c.keep(p)
 	return a.proj.Forward(c, Act{X: y, Rows: qkv.Rows, Cols: C})
 }
 
@@ -99,6 +104,7 @@ func (a *CausalSelfAttention) Backward(c *Ctx, dy Act) Act {
 	dyh := c.Pool.Get(n) // [B, H, T, hd]
 	be.Transpose(dyh, dyc.X, []int{B, T, H, hd}, []int{0, 2, 1, 3})
 	c.Pool.Put(dyc.X)
+	dyh = c.lower(dyh)
 	dheads := c.Pool.Get(3 * n)
 	dq, dk, dv := be.View(dheads, 0, n), be.View(dheads, n, n), be.View(dheads, 2*n, n)
 	// dv = pᵀ·dyh; dp = dyh·vᵀ
@@ -108,9 +114,11 @@ func (a *CausalSelfAttention) Backward(c *Ctx, dy Act) Act {
 	c.Pool.Put(dyh)
 	// datt = softmax backward, the 1/sqrt(hd) scale included.
 	datt := c.Pool.Get(B * H * T * T)
+	p = c.widen(p)
 	be.SoftmaxBackward(datt, dp, p, T, a.scale())
 	c.Pool.Put(dp)
 	c.Pool.Put(p)
+	datt = c.lower(datt)
 	// dq = datt·k; dk = dattᵀ·q
 	be.Gemm(kernels.GemmArgs{M: T, N: hd, K: T, Alpha: 1, Batch: B * H}, datt, k, dq)
 	be.Gemm(kernels.GemmArgs{TransA: true, M: T, N: hd, K: T, Alpha: 1, Batch: B * H}, datt, q, dk)

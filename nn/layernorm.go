@@ -26,13 +26,15 @@ func (l *LayerNorm) Forward(c *Ctx, x Act) Act {
 	y := c.Pool.Get(x.Rows * l.Dim)
 	mean, rstd := c.Pool.Get(x.Rows), c.Pool.Get(x.Rows)
 	c.Be.LayerNorm(y, mean, rstd, x.X, l.Weight.W, l.Bias.W, l.Eps)
-	c.save(x.X, mean, rstd)
+	c.save(x.X)
+	c.keep(mean)
+	c.keep(rstd)
 	return Act{X: y, Rows: x.Rows, Cols: l.Dim}
 }
 
 // Backward implements Layer.
 func (l *LayerNorm) Backward(c *Ctx, dy Act) Act {
-	rstd, mean, x := c.Tape.Pop(), c.Tape.Pop(), c.Tape.Pop()
+	rstd, mean, x := c.Tape.Pop(), c.Tape.Pop(), c.pop()
 	dx := c.Pool.Get(dy.Rows * l.Dim)
 	c.Be.LayerNormBackward(dx, l.Weight.G, l.Bias.G, dy.X, x, mean, rstd, l.Weight.W)
 	c.GradDone(l.Weight, l.Bias)

@@ -36,10 +36,12 @@ func (l *Linear) Params() []*Param {
 	return []*Param{l.Weight, l.Bias}
 }
 
-// Forward implements Layer.
+// Forward implements Layer. Under mixed precision the input is rounded to
+// the compute type once: the product's operand and what backward keeps.
 func (l *Linear) Forward(c *Ctx, x Act) Act {
+	x.X = c.lower(x.X)
 	y := l.product(c, x, true)
-	c.save(x.X)
+	c.keep(x.X)
 	return y
 }
 
@@ -47,41 +49,58 @@ func (l *Linear) Forward(c *Ctx, x Act) Act {
 func (l *Linear) Backward(c *Ctx, dy Act) Act {
 	x := c.Tape.Pop()
 	rows := dy.Rows
-	l.weightGrads(c, dy, x, true)
+	d := c.operand(dy.X)
+	l.weightGrads(c, dy.X, d, rows, x, true)
 	if l.SkipInputGrad {
+		c.release(dy.X, d)
 		c.Pool.Put(x)
 		c.Pool.Put(dy.X)
 		return Act{Rows: rows, Cols: l.In}
 	}
-	// dx = dy·W, written over x, which backward no longer needs.
-	l.inputGrad(c, dy, x)
+	// dx = dy·W, written over x when backward no longer needs it (fp32).
+	dx := l.inputGrad(c, d, rows, x)
+	c.release(dy.X, d)
 	c.Pool.Put(dy.X)
-	return Act{X: x, Rows: rows, Cols: l.In}
+	return Act{X: dx, Rows: rows, Cols: l.In}
 }
 
-// product returns x·Wᵀ, plus the bias when withBias, in a new buffer.
+// product returns x·Wᵀ, plus the bias when withBias, in a new fp32
+// buffer.
 func (l *Linear) product(c *Ctx, x Act, withBias bool) Act {
 	y := c.Pool.Get(x.Rows * l.Out)
-	c.Be.Gemm(kernels.GemmArgs{TransB: true, M: x.Rows, N: l.Out, K: l.In, Alpha: 1}, x.X, l.Weight.W, y)
+	a := c.operand(x.X)
+	c.Be.Gemm(kernels.GemmArgs{TransB: true, M: x.Rows, N: l.Out, K: l.In, Alpha: 1}, a, c.weight(l.Weight), y)
+	c.release(x.X, a)
 	if withBias && l.Bias != nil {
 		c.Be.AddBias(y, l.Bias.W)
 	}
 	return Act{X: y, Rows: x.Rows, Cols: l.Out}
 }
 
-// weightGrads accumulates dW += dyᵀ·x (and the bias's gradient when
-// withBias) and reports them done.
-func (l *Linear) weightGrads(c *Ctx, dy Act, x kernels.Buffer, withBias bool) {
-	c.Be.Gemm(kernels.GemmArgs{TransA: true, M: l.Out, N: l.In, K: dy.Rows, Alpha: 1, Beta: 1}, dy.X, x, l.Weight.G)
+// weightGrads accumulates dW += dyᵀ·x (and, when withBias, the bias's
+// gradient from the fp32 dy) and reports them done; d is dy as a GEMM
+// operand (Ctx.operand), rows its rows.
+func (l *Linear) weightGrads(c *Ctx, dy, d kernels.Buffer, rows int, x kernels.Buffer, withBias bool) {
+	xo := c.operand(x)
+	c.Be.Gemm(kernels.GemmArgs{TransA: true, M: l.Out, N: l.In, K: rows, Alpha: 1, Beta: 1}, d, xo, l.Weight.G)
+	c.release(x, xo)
 	if withBias && l.Bias != nil {
-		c.Be.SumRows(l.Bias.G, dy.X)
+		c.Be.SumRows(l.Bias.G, dy)
 		c.GradDone(l.Weight, l.Bias)
 		return
 	}
 	c.GradDone(l.Weight)
 }
 
-// inputGrad writes dx = dy·W.
-func (l *Linear) inputGrad(c *Ctx, dy Act, dx kernels.Buffer) {
-	c.Be.Gemm(kernels.GemmArgs{M: dy.Rows, N: l.In, K: l.Out, Alpha: 1}, dy.X, l.Weight.W, dx)
+// inputGrad returns dx = dy·W (d is dy as a GEMM operand) in fp32: written
+// over x, which the caller gives up, when x is fp32, else in a new buffer
+// (x goes back to the pool).
+func (l *Linear) inputGrad(c *Ctx, d kernels.Buffer, rows int, x kernels.Buffer) kernels.Buffer {
+	dx := x
+	if kernels.DTypeOf(x) != kernels.F32 {
+		c.Pool.Put(x)
+		dx = c.Pool.Get(rows * l.In)
+	}
+	c.Be.Gemm(kernels.GemmArgs{M: rows, N: l.In, K: l.Out, Alpha: 1}, d, c.weight(l.Weight), dx)
+	return dx
 }

@@ -16,6 +16,10 @@ type Param struct {
 	Offset int
 	// W and G are views of the set's flat weight and gradient buffers.
 	W, G kernels.Buffer
+	// Low is W rounded to the compute type of mixed precision (nil
+	// without): what the GEMMs read. RefreshLow brings it up to date after
+	// W changes.
+	Low kernels.Buffer
 	// Uses is how many layers contribute to G in one backward pass (2 for a
 	// tied embedding); G is final after that many GradDone calls.
 	Uses int
@@ -259,4 +263,22 @@ func sameShape(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// RefreshLow rounds every parameter's weights to its compute copy of type
+// dt (kernels.BF16 or F16), allocating the copies the first time: after
+// the weights change (an optimizer step, a load, a gather) and before the
+// next pass reads them.
+func RefreshLow(be kernels.Backend, dt kernels.DType, ps []*Param) error {
+	lp, ok := kernels.LowPrecisionOf(be)
+	if !ok || !dt.Low() {
+		return fmt.Errorf("%w: the %s backend cannot compute in %v", ErrConfig, be.Caps().Device, dt)
+	}
+	for _, p := range ps {
+		if p.Low == nil || p.Low.Len() != p.W.Len() || kernels.DTypeOf(p.Low) != dt {
+			p.Low = lp.AllocAs(p.W.Len(), dt)
+		}
+		lp.Convert(p.Low, p.W)
+	}
+	return nil
 }

@@ -241,13 +241,15 @@ func (l *ColumnParallel) Backward(c *Ctx, dy Act) Act {
 		}
 		return CopyToTP{}.Backward(c, dx)
 	}
-	part := c.Tape.Pop()
+	part := c.pop()
 	full := allGatherRows(c, Act{X: part, Rows: dy.Rows / c.group().Size(), Cols: l.L.In})
 	c.Pool.Put(part)
-	l.L.weightGrads(c, dy, full.X, true)
-	l.L.inputGrad(c, dy, full.X)
+	d := c.operand(dy.X)
+	l.L.weightGrads(c, dy.X, d, dy.Rows, full.X, true)
+	dx := l.L.inputGrad(c, d, dy.Rows, full.X)
+	c.release(dy.X, d)
 	c.Pool.Put(dy.X)
-	return reduceScatterRows(c, full)
+	return reduceScatterRows(c, Act{X: dx, Rows: full.Rows, Cols: full.Cols})
 }
 
 // RowParallel runs a Linear that holds a slice of the inputs (columns of
@@ -264,8 +266,9 @@ func (l *RowParallel) Params() []*Param { return l.L.Params() }
 
 // Forward implements Layer.
 func (l *RowParallel) Forward(c *Ctx, x Act) Act {
+	x.X = c.lower(x.X)
 	y := l.L.product(c, x, false)
-	c.save(x.X)
+	c.keep(x.X)
 	if l.SP {
 		y = ScatterToSeq{}.Forward(c, y)
 	} else {
@@ -289,9 +292,10 @@ func (l *RowParallel) Backward(c *Ctx, dy Act) Act {
 		dy = ReduceFromTP{}.Backward(c, dy)
 	}
 	x := c.Tape.Pop()
-	l.L.weightGrads(c, dy, x, false)
-	dx := x
-	l.L.inputGrad(c, dy, dx)
+	d := c.operand(dy.X)
+	l.L.weightGrads(c, dy.X, d, dy.Rows, x, false)
+	dx := l.L.inputGrad(c, d, dy.Rows, x)
+	c.release(dy.X, d)
 	c.Pool.Put(dy.X)
 	return Act{X: dx, Rows: dy.Rows, Cols: l.L.In}
 }

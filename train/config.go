@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/actors"
+	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
@@ -142,6 +143,13 @@ type Config struct {
 	// replicas and replicates across the groups (0: the whole
 	// data-parallel group; hybrid sharding, HSDP).
 	Zero, ZeroGroup int
+	// Precision is the compute type: fp32 (or empty), or bf16 or fp16 for
+	// mixed precision: fp32 master weights and optimizer state, compute
+	// copies of the weights in the low type refreshed after each update,
+	// GEMMs in the low type with fp32 accumulation, the activations kept
+	// for the backward pass in the low type, LayerNorm, softmax and the
+	// loss in fp32.
+	Precision string
 	// CheckEvery compares the replicas' parameter checksums every so many
 	// steps and fails on divergence (0: never).
 	CheckEvery int
@@ -362,6 +370,8 @@ func (c *Config) checkWorld() error {
 		return fieldErr("TP", "must be 1 to %d, got %d", mesh.MaxSize, c.TP)
 	case c.Zero < 0 || c.Zero > 3:
 		return fieldErr("Zero", "stage %d: want 0, 1, 2 or 3", c.Zero)
+	case c.precisionErr() != nil:
+		return c.precisionErr()
 	case c.Zero == 3 && c.Batch/c.DP < c.microBatches():
 		return fieldErr("Batch", "%d over {DP} %d leaves %d rows a replica, fewer than its %d micro-batches: ZeRO-3's gathers need every replica to run each one", c.Batch, c.DP, c.Batch/c.DP, c.microBatches())
 	case c.ZeroGroup < 0 || c.ZeroGroup > 0 && c.DP%c.ZeroGroup != 0:
@@ -429,4 +439,28 @@ func (c *Config) checkOutputs() error {
 // lrSchedule is the learning rate over a run of total steps.
 func (c *Config) lrSchedule(total int) optim.Schedule {
 	return optim.Schedule{Base: c.LR, Kind: string(c.Schedule), Warmup: c.Warmup, Total: total, MinFactor: c.MinLRFactor}
+}
+
+// precision is the compute type (Precision parsed; fp32 when empty).
+func (c *Config) precision() kernels.DType {
+	dt, _ := kernels.ParseDType(c.Precision)
+	if c.Precision == "" {
+		return kernels.F32
+	}
+	return dt
+}
+
+// precisionErr says what is wrong with Precision, if anything.
+func (c *Config) precisionErr() error {
+	if c.Precision == "" {
+		return nil
+	}
+	dt, err := kernels.ParseDType(c.Precision)
+	if err != nil {
+		return fieldErr("Precision", "%q: want fp32, bf16 or fp16", c.Precision)
+	}
+	if dt.Low() && strings.HasPrefix(c.Device, "cuda") {
+		return fieldErr("Precision", "%v on {Device} %s: the CUDA backend has no bf16 or fp16 kernels yet", dt, c.Device)
+	}
+	return nil
 }

@@ -20,6 +20,9 @@ func (w *Worker) Evaluate(ctx context.Context, lo, hi int) (Result, int, error) 
 	case lo < 0 || hi > w.spec.Test.Len() || lo >= hi:
 		return Result{}, 0, fmt.Errorf("%w: held-out rows [%d, %d) outside [0, %d)", ErrData, lo, hi, w.spec.Test.Len())
 	}
+	if err := s.refreshLow(); err != nil {
+		return Result{}, 0, err
+	}
 	m := w.model
 	w.idx = w.idx[:0]
 	for i := lo; i < hi; i++ {

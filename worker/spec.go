@@ -67,6 +67,11 @@ type Spec struct {
 	// peer broke) is undone at once; without it, such a worker holds
 	// nothing afterwards.
 	KeepUndo bool
+	// Precision is the compute type: kernels.F32 (the zero value), or
+	// kernels.BF16 or F16 for mixed precision (fp32 master weights and
+	// optimizer state, GEMMs in the low type with fp32 accumulation, saved
+	// activations in the low type; see nn.Ctx.SetPrecision).
+	Precision kernels.DType
 	// Straggler, when set, makes the worker at its mesh rank compute
 	// Delay longer every step: a slow replica for tests of straggler
 	// detection (troupe sets it from TROUPE_TEST_STRAGGLER=RANK:DELAY).

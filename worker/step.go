@@ -395,8 +395,8 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	}
 	s.meter.Take()
 	var busy time.Duration
-	var err error
-	if d := w.spec.delayAt(s.rank); d > 0 {
+	err := s.refreshLow()
+	if d := w.spec.delayAt(s.rank); d > 0 && err == nil {
 		// A test's straggler: computing longer, its peers waiting for it
 		// in the step's collectives.
 		t := time.NewTimer(d)
@@ -457,6 +457,9 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	res.StepMs = msOf(time.Since(start))
 	res.PeakAct = w.pool.PeakBytes()
 	res.ParamBytes, res.GradBytes = 4*int64(m.Set.Len()), 4*int64(m.Set.Len())
+	if dt := w.spec.Precision; dt != kernels.F32 {
+		res.ParamBytes += int64(dt.Size() * m.Set.Len()) // the compute copies
+	}
 	res.PeakParamBytes, res.PeakGradBytes = res.ParamBytes, res.GradBytes
 	if g2 := s.zeroGrads(); g2 != nil {
 		res.GradBytes, res.PeakGradBytes = 4*int64(g2.owned.Len()), g2.heldBytes()
@@ -510,12 +513,25 @@ func (s *stepper) runSchedule(ctx context.Context, res *StepResult, scale float3
 	return busy, nil
 }
 
+// refreshLow rounds the weights to their compute copies under mixed
+// precision, before a step's or an evaluation's passes read them (the
+// last update, load or gather changed them). ZeRO-3 rounds each layer's
+// gathered weights instead (zeroWeights.ready).
+func (s *stepper) refreshLow() error {
+	if s.w.spec.Precision == kernels.F32 || s.zeroWeights() != nil {
+		return nil
+	}
+	return nn.RefreshLow(s.w.be, s.w.spec.Precision, s.w.model.Set.Params())
+}
+
 // ctxFor is the nn context of one pass over tape t.
 func (s *stepper) ctxFor(t *nn.Tape) *nn.Ctx {
 	c := &nn.Ctx{Be: s.w.be, Pool: s.w.pool, Tape: t, Train: true}
 	if s.tp != nil {
 		c.TP = s.tp
 	}
+	// New checked that the backend computes in the spec's precision.
+	_ = c.SetPrecision(s.w.spec.Precision)
 	return c
 }
 

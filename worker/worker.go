@@ -70,6 +70,11 @@ func New(spec *Spec, be kernels.Backend, opts ...Option) (*Worker, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
+	if spec.Precision != kernels.F32 {
+		if _, ok := kernels.LowPrecisionOf(be); !ok || !spec.Precision.Low() {
+			return nil, fmt.Errorf("%w: the %s backend cannot compute in %v", ErrConfig, be.Caps().Device, spec.Precision)
+		}
+	}
 	s, err := data.NewSampler(spec.Train.Len(), spec.Seed, spec.Shuffle)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)

@@ -82,8 +82,11 @@ type zeroWeights struct {
 	// bufs, host, inflight and refs are per bucket: its gathered weights,
 	// the host values the all-gather runs on, that operation, and how many
 	// layers of the pass hold it.
-	bufs     []kernels.Buffer
-	host     [][]float32
+	bufs []kernels.Buffer
+	host [][]float32
+	// low holds each present bucket rounded to the compute type (mixed
+	// precision; nil otherwise).
+	low      []kernels.Buffer
 	inflight []*collective.Handle
 	refs     []int
 	// layers lists each layer's buckets; held marks the layers whose
@@ -101,7 +104,7 @@ type zeroWeights struct {
 func (s *stepper) openZeroWeights() {
 	plan := s.reducer.plan
 	g := &zeroWeights{s: s, pool: nn.NewPool(s.w.be), owned: s.w.zweights, bufs: make([]kernels.Buffer, len(plan.Buckets)),
-		host: make([][]float32, len(plan.Buckets)), inflight: make([]*collective.Handle, len(plan.Buckets)), refs: make([]int, len(plan.Buckets))}
+		low: make([]kernels.Buffer, len(plan.Buckets)), host: make([][]float32, len(plan.Buckets)), inflight: make([]*collective.Handle, len(plan.Buckets)), refs: make([]int, len(plan.Buckets))}
 	m := s.w.model
 	g.layers = make([][]int, len(m.Layers))
 	g.held = make([]bool, len(m.Layers))
@@ -170,6 +173,16 @@ func (g *zeroWeights) ready(k int) {
 	for _, p := range set.Params()[b.FirstParam:b.EndParam] {
 		p.W = be.View(g.bufs[k], p.Offset-b.Lo, p.Size())
 	}
+	// Mixed precision: the bucket rounded to the compute type once, its
+	// parameters' compute copies views of it, held as long as the bucket.
+	if dt := g.s.w.spec.Precision; dt != kernels.F32 && g.low[k] == nil {
+		lp, _ := kernels.LowPrecisionOf(be)
+		g.low[k] = g.pool.GetAs(b.Len(), dt)
+		lp.Convert(g.low[k], g.bufs[k])
+		for _, p := range set.Params()[b.FirstParam:b.EndParam] {
+			p.Low = be.View(g.low[k], p.Offset-b.Lo, p.Size())
+		}
+	}
 }
 
 // release lets bucket k go; the last holder frees it and unbinds its
@@ -186,10 +199,14 @@ func (g *zeroWeights) release(k int) {
 	plan, set := g.s.reducer.plan, g.s.w.model.Set
 	b := plan.Buckets[k]
 	for _, p := range set.Params()[b.FirstParam:b.EndParam] {
-		p.W = nil
+		p.W, p.Low = nil, nil
 	}
 	g.pool.Put(g.bufs[k])
 	g.bufs[k] = nil
+	if g.low[k] != nil {
+		g.pool.Put(g.low[k])
+		g.low[k] = nil
+	}
 }
 
 // hold acquires layer i's buckets once per pass.

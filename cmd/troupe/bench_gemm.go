@@ -26,6 +26,7 @@ type benchGemmOpts struct {
 	samples        int
 	minSample      time.Duration
 	asJSON         bool
+	dtype, cDtype  string
 }
 
 // benchGemmResult is what troupe bench gemm --json prints.
@@ -36,6 +37,8 @@ type benchGemmResult struct {
 	TransA         bool    `json:"trans_a"`
 	TransB         bool    `json:"trans_b"`
 	Threads        int     `json:"threads"`
+	DType          string  `json:"dtype"`
+	CDType         string  `json:"c_dtype"`
 	SIMD           string  `json:"simd"`
 	GFLOPS         float64 `json:"gflops"`
 	GFLOPSMin      float64 `json:"gflops_min"`
@@ -50,14 +53,20 @@ type benchGemmResult struct {
 func newBenchGemmCmd() *cobra.Command {
 	o := benchGemmOpts{minSample: 300 * time.Millisecond}
 	cmd := &cobra.Command{
-		Use:   "gemm [--m M --n N --k K] [--trans-a] [--trans-b] [--threads T] [--iters N] [--samples S] [--json]",
+		Use:   "gemm [--m M --n N --k K] [--trans-a] [--trans-b] [--dtype fp32|bf16|fp16] [--threads T] [--iters N] [--samples S] [--json]",
 		Short: "Measure the CPU backend's matrix multiply in GFLOP/s",
-		Long: `Times C = op(A)·op(B) with op(A) M×K and op(B) K×N in float32 on the CPU
-backend (kernels/cpu), as PyTorch's torch.matmul would be timed: one warm-up
-call, then --samples samples of back-to-back calls, each lasting at least
-0.3 s unless --iters fixes the calls per sample. GFLOP/s = 2·M·N·K·calls /
+		Long: `Times C = op(A)·op(B) with op(A) M×K and op(B) K×N on the CPU backend
+(kernels/cpu), as PyTorch's torch.matmul would be timed: one warm-up call,
+then --samples samples of back-to-back calls, each lasting at least 0.3 s
+unless --iters fixes the calls per sample. GFLOP/s = 2·M·N·K·calls /
 seconds; the median is the headline, min and max show the spread. Run it on
-an otherwise idle machine, and set GOMAXPROCS to at least --threads.`,
+an otherwise idle machine, and set GOMAXPROCS to at least --threads.
+
+--dtype bf16 or fp16 makes A, B and C 16-bit (as torch.matmul on bf16
+tensors does; --c-dtype fp32 keeps C in fp32), with products and sums in
+fp32. The path the product takes is printed: avx512bf16 (the native bf16
+micro-kernel, on CPUs with AVX-512 BF16) or widen+… (the operands widened to
+fp32 for the fp32 kernel).`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -81,6 +90,8 @@ an otherwise idle machine, and set GOMAXPROCS to at least --threads.`,
 	f.IntVar(&o.iters, "iters", 0, "calls per sample (0: as many as fill 0.3 s)")
 	f.IntVar(&o.samples, "samples", 5, "timed samples")
 	f.BoolVar(&o.asJSON, "json", false, "print one JSON object instead of a line of text")
+	f.StringVar(&o.dtype, "dtype", "fp32", "type of A and B (and C): fp32, bf16 or fp16")
+	f.StringVar(&o.cDtype, "c-dtype", "", "type of C: fp32, or the --dtype (default)")
 	return cmd
 }
 
@@ -99,7 +110,30 @@ func (o benchGemmOpts) validate() error {
 	if o.iters < 0 {
 		return fmt.Errorf("%w: --iters must be 0 (automatic) or positive, got %d", errUsage, o.iters)
 	}
+	dt, err := kernels.ParseDType(o.dtype)
+	if err != nil {
+		return fmt.Errorf("%w: --dtype: %v", errUsage, err)
+	}
+	if o.cDtype != "" {
+		ct, err := kernels.ParseDType(o.cDtype)
+		if err != nil {
+			return fmt.Errorf("%w: --c-dtype: %v", errUsage, err)
+		}
+		if ct != kernels.F32 && ct != dt {
+			return fmt.Errorf("%w: --c-dtype %v with --dtype %v: C is fp32 or the operands' type", errUsage, ct, dt)
+		}
+	}
 	return nil
+}
+
+// types are the benchmark's operand and C types (validated).
+func (o benchGemmOpts) types() (ab, c kernels.DType) {
+	ab, _ = kernels.ParseDType(o.dtype)
+	c = ab
+	if o.cDtype != "" {
+		c, _ = kernels.ParseDType(o.cDtype)
+	}
+	return ab, c
 }
 
 func runBenchGemm(w io.Writer, o benchGemmOpts) error {
@@ -109,10 +143,27 @@ func runBenchGemm(w io.Writer, o benchGemmOpts) error {
 	}
 	g := kernels.GemmArgs{TransA: o.transA, TransB: o.transB, M: o.m, N: o.n, K: o.k, Alpha: 1}
 	r := rand.New(rand.NewPCG(1, 2))
-	a, b := be.Alloc(o.m*o.k), be.Alloc(o.k*o.n)
+	abType, cType := o.types()
+	alloc := be.Alloc
+	path := be.Caps().SIMD
+	if abType != kernels.F32 {
+		lp, ok := kernels.LowPrecisionOf(be)
+		if !ok {
+			return fmt.Errorf("the %s backend has no %v kernels", be.Caps().Device, abType)
+		}
+		alloc = func(n int) kernels.Buffer { return lp.AllocAs(n, abType) }
+		path = be.Caps().LowGemm
+		if abType == kernels.F16 {
+			path = "widen+" + be.Caps().SIMD
+		}
+	}
+	a, b := alloc(o.m*o.k), alloc(o.k*o.n)
 	be.Upload(a, randomValues(r, o.m*o.k))
 	be.Upload(b, randomValues(r, o.k*o.n))
 	c := be.Alloc(o.m * o.n)
+	if cType != kernels.F32 {
+		c = alloc(o.m * o.n)
+	}
 	call := func(n int) (time.Duration, error) {
 		start := time.Now()
 		for range n {
@@ -156,7 +207,7 @@ func runBenchGemm(w io.Writer, o benchGemmOpts) error {
 	caps := be.Caps()
 	res := benchGemmResult{
 		M: o.m, N: o.n, K: o.k, TransA: o.transA, TransB: o.transB,
-		Threads: caps.Threads, SIMD: caps.SIMD,
+		Threads: caps.Threads, SIMD: path, DType: abType.String(), CDType: cType.String(),
 		GFLOPS: median(rates), GFLOPSMin: rates[0], GFLOPSMax: rates[len(rates)-1],
 		Samples: o.samples, CallsPerSample: calls,
 	}
@@ -170,8 +221,8 @@ func runBenchGemm(w io.Writer, o benchGemmOpts) error {
 		}
 		return "N"
 	}
-	_, err = fmt.Fprintf(w, "gemm %d×%d×%d %s%s threads=%d %s: %.1f GFLOP/s median (min %.1f, max %.1f) over %d samples of %d calls\n",
-		o.m, o.n, o.k, op(o.transA), op(o.transB), res.Threads, res.SIMD, res.GFLOPS, res.GFLOPSMin, res.GFLOPSMax, res.Samples, calls)
+	_, err = fmt.Fprintf(w, "gemm %d×%d×%d %s%s %s (C %s) threads=%d %s: %.1f GFLOP/s median (min %.1f, max %.1f) over %d samples of %d calls\n",
+		o.m, o.n, o.k, op(o.transA), op(o.transB), res.DType, res.CDType, res.Threads, res.SIMD, res.GFLOPS, res.GFLOPSMin, res.GFLOPSMax, res.Samples, calls)
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"unsafe"
 
 	"github.com/troupe-ml/troupe/kernels"
 )
@@ -121,20 +122,54 @@ func gemmWidened(threads int, g kernels.GemmArgs, a, b Half, c []float32) {
 
 // gemmPairs runs the native bf16 kernel: op(A) and op(B) rearranged into
 // pair words (see pairA, pairB), then the fp32 driver over ⌈K/2⌉ steps.
+//
+// Where op(A) or op(B) already holds its k pairs side by side in memory
+// (A not transposed, B transposed: a row-major x·Wᵀ) with even K, leading
+// dimensions and strides, the 16-bit data is read as pair words in place:
+// no copy.
 func gemmPairs(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b []uint16, c []float32) {
 	k2 := (g.K + 1) / 2
-	pa, pb := getFloats(g.Batch*g.M*k2), getFloats(g.Batch*k2*g.N)
-	for bt := range g.Batch {
-		pairA((*pa)[bt*g.M*k2:], a[bt*g.StrideA:], g)
-		pairB((*pb)[bt*k2*g.N:], b[bt*g.StrideB:], g)
+	even := g.K%2 == 0 && (g.Batch == 1 || g.StrideA%2 == 0 && g.StrideB%2 == 0)
+	pg := kernels.GemmArgs{M: g.M, N: g.N, K: k2, Alpha: g.Alpha, Beta: g.Beta, LDC: g.LDC, Batch: g.Batch, StrideC: g.StrideC}
+	var A, B []float32
+	var pa, pb *[]float32
+	if w, ok := pairWords(a); ok && even && !g.TransA && g.LDA%2 == 0 {
+		A, pg.LDA, pg.StrideA = w, g.LDA/2, g.StrideA/2
+	} else {
+		pa = getFloats(g.Batch * g.M * k2)
+		for bt := range g.Batch {
+			pairA((*pa)[bt*g.M*k2:], a[bt*g.StrideA:], g)
+		}
+		A, pg.LDA, pg.StrideA = *pa, k2, g.M*k2
 	}
-	pg := kernels.GemmArgs{M: g.M, N: g.N, K: k2, Alpha: g.Alpha, Beta: g.Beta, LDA: k2, LDB: g.N, LDC: g.LDC,
-		Batch: g.Batch, StrideA: g.M * k2, StrideB: k2 * g.N, StrideC: g.StrideC}
-	p := gemmProblem{GemmArgs: pg, kern: kern, A: *pa, B: *pb, C: c}
+	if w, ok := pairWords(b); ok && even && g.TransB && g.LDB%2 == 0 {
+		B, pg.TransB, pg.LDB, pg.StrideB = w, true, g.LDB/2, g.StrideB/2
+	} else {
+		pb = getFloats(g.Batch * k2 * g.N)
+		for bt := range g.Batch {
+			pairB((*pb)[bt*k2*g.N:], b[bt*g.StrideB:], g)
+		}
+		B, pg.LDB, pg.StrideB = *pb, g.N, k2*g.N
+	}
+	p := gemmProblem{GemmArgs: pg, kern: kern, A: A, B: B, C: c}
 	// Threads by the real work: a pair step is two products.
 	p.execute(max(1, min(threads, int(2*float64(g.M)*float64(g.N)*float64(g.K)*float64(g.Batch)/minFlopsPerThread))))
-	floatPool.Put(pa)
-	floatPool.Put(pb)
+	if pa != nil {
+		floatPool.Put(pa)
+	}
+	if pb != nil {
+		floatPool.Put(pb)
+	}
+}
+
+// pairWords reads 16-bit values as 32-bit pair words in place (the first
+// and second of each pair in the low and high half: little-endian), when
+// the data is 4-byte aligned.
+func pairWords(v []uint16) ([]float32, bool) {
+	if len(v) < 2 || uintptr(unsafe.Pointer(&v[0]))%4 != 0 {
+		return nil, false
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&v[0])), len(v)/2), true
 }
 
 // pair is the 32-bit word of bf16 values lo (k even) and hi (k+1).

@@ -72,9 +72,3 @@ func widen(dt kernels.DType, h uint16) float32 {
 	}
 	return kernels.F32FromF16(h)
 }
-
-// toLow rounds src into dst (same length, not empty).
-func toLow(dt kernels.DType, dst []uint16, src []float32) { kernels.ToLow(dt, dst, src) }
-
-// fromLow widens src into dst (same length, not empty).
-func fromLow(dt kernels.DType, dst []float32, src []uint16) { kernels.FromLow(dt, dst, src) }

@@ -1,0 +1,73 @@
+//go:build amd64 && !noasm
+
+package cpu
+
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/troupe-ml/troupe/kernels"
+)
+
+// Implemented in convert_amd64.s over whole blocks of 16 values; the Go
+// wrappers below do the rest with the reference conversions.
+
+//go:noescape
+func bf16ToF32AVX2(dst *float32, src *uint16, n int)
+
+//go:noescape
+func f32ToBF16AVX2(dst *uint16, src *float32, n int)
+
+//go:noescape
+func f16ToF32F16C(dst *float32, src *uint16, n int)
+
+//go:noescape
+func f32ToF16F16C(dst *uint16, src *float32, n int)
+
+// vecBF16 and vecF16 say whether the vector conversions run: AVX2 for
+// bf16 (integer rounding), F16C for fp16 (the hardware's IEEE conversion).
+var (
+	vecBF16 = cpu.X86.HasAVX2
+	vecF16  = cpu.X86.HasAVX && cpu.X86.HasF16C
+)
+
+// toLow rounds src into dst (same length).
+func toLow(dt kernels.DType, dst []uint16, src []float32) {
+	n := len(src) &^ 15
+	_ = dst[len(src)-1]
+	switch {
+	case n > 0 && dt == kernels.BF16 && vecBF16:
+		f32ToBF16AVX2(&dst[0], &src[0], n)
+	case n > 0 && dt == kernels.F16 && vecF16:
+		f32ToF16F16C(&dst[0], &src[0], n)
+	default:
+		n = 0
+	}
+	kernels.ToLow(dt, dst[n:], src[n:])
+}
+
+// fromLow widens src into dst (same length).
+func fromLow(dt kernels.DType, dst []float32, src []uint16) {
+	n := len(src) &^ 15
+	_ = dst[len(src)-1]
+	switch {
+	case n > 0 && dt == kernels.BF16 && vecBF16:
+		bf16ToF32AVX2(&dst[0], &src[0], n)
+	case n > 0 && dt == kernels.F16 && vecF16:
+		f16ToF32F16C(&dst[0], &src[0], n)
+	default:
+		n = 0
+	}
+	kernels.FromLow(dt, dst[n:], src[n:])
+}
+
+// vecPaths names the conversions' paths (tests log them).
+func vecPaths() [2]string {
+	p := [2]string{"generic", "generic"}
+	if vecBF16 {
+		p[0] = "avx2"
+	}
+	if vecF16 {
+		p[1] = "f16c"
+	}
+	return p
+}
