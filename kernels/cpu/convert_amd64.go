@@ -71,3 +71,19 @@ func vecPaths() [2]string {
 	}
 	return p
 }
+
+//go:noescape
+func pairRowsAVX2(dst *float32, lo, hi *uint16, n int)
+
+// pairRows sets dst[j] to the pair word of lo[j] and hi[j] (len(dst)
+// values).
+func pairRows(dst []float32, lo, hi []uint16) {
+	n := len(dst) &^ 15
+	if n > 0 && vecBF16 {
+		_, _ = lo[len(dst)-1], hi[len(dst)-1]
+		pairRowsAVX2(&dst[0], &lo[0], &hi[0], n)
+	} else {
+		n = 0
+	}
+	pairRowsGo(dst[n:], lo[n:], hi[n:])
+}

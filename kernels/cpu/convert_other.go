@@ -12,3 +12,6 @@ func fromLow(dt kernels.DType, dst []float32, src []uint16) { kernels.FromLow(dt
 
 // vecPaths names the conversions' paths (tests log them).
 func vecPaths() [2]string { return [2]string{"generic", "generic"} }
+
+// pairRows sets dst[j] to the pair word of lo[j] and hi[j].
+func pairRows(dst []float32, lo, hi []uint16) { pairRowsGo(dst, lo, hi) }

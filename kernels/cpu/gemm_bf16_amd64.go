@@ -27,9 +27,7 @@ var avx512BF16Kernel = &gemmKernel{
 		_ = c[11*ldc+31]
 		bf16Kernel12x32(k, &a[0], &b[0], &c[0], ldc, alpha, beta)
 	},
-	packA: func(dst, a []float32, lda int, trans bool, rows, kc int) {
-		packAPanelGo(dst, a, lda, trans, rows, kc, 12)
-	},
+	packA: packAPanel12,
 	packB: func(dst, b []float32, ldb int, trans bool, cols, kc int) {
 		packBPanelGo(dst, b, ldb, trans, cols, kc, 32)
 	},

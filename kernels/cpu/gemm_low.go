@@ -175,6 +175,13 @@ func pairWords(v []uint16) ([]float32, bool) {
 // pair is the 32-bit word of bf16 values lo (k even) and hi (k+1).
 func pair(lo, hi uint16) float32 { return math.Float32frombits(uint32(lo) | uint32(hi)<<16) }
 
+// pairRowsGo is pairRows' reference loop.
+func pairRowsGo(dst []float32, lo, hi []uint16) {
+	for j := range dst {
+		dst[j] = pair(lo[j], hi[j])
+	}
+}
+
 // pairA writes op(A) (one batch member at a[0]) as M rows of ⌈K/2⌉ pair
 // words into dst; an odd K's last word pairs with zero.
 func pairA(dst []float32, a []uint16, g kernels.GemmArgs) {
@@ -216,10 +223,7 @@ func pairB(dst []float32, b []uint16, g kernels.GemmArgs) {
 				}
 				continue
 			}
-			hi := b[(2*p+1)*g.LDB : (2*p+1)*g.LDB+g.N]
-			for j := range row {
-				row[j] = pair(lo[j], hi[j])
-			}
+			pairRows(row, lo, b[(2*p+1)*g.LDB:(2*p+1)*g.LDB+g.N])
 			continue
 		}
 		for j := range row {

@@ -50,3 +50,24 @@ func packBPanelGo(dst, b []float32, ldb int, trans bool, cols, kc, nr int) {
 		}
 	}
 }
+
+// packAPanel12 is packAPanelGo for 12 full rows of a row-major op(A):
+// k steps outer, so that each step's 12 values are written together (the
+// generic order writes 12 strided streams).
+func packAPanel12(dst, a []float32, lda int, trans bool, rows, kc int) {
+	if trans || rows < 12 || kc == 0 {
+		packAPanelGo(dst, a, lda, trans, rows, kc, 12)
+		return
+	}
+	_ = a[11*lda+kc-1]
+	r0, r1, r2, r3 := a[:kc], a[lda:lda+kc], a[2*lda:2*lda+kc], a[3*lda:3*lda+kc]
+	r4, r5, r6, r7 := a[4*lda:4*lda+kc], a[5*lda:5*lda+kc], a[6*lda:6*lda+kc], a[7*lda:7*lda+kc]
+	r8, r9, r10, r11 := a[8*lda:8*lda+kc], a[9*lda:9*lda+kc], a[10*lda:10*lda+kc], a[11*lda:11*lda+kc]
+	d := dst[:12*kc]
+	for p := range kc {
+		o := d[p*12 : p*12+12 : p*12+12]
+		o[0], o[1], o[2], o[3] = r0[p], r1[p], r2[p], r3[p]
+		o[4], o[5], o[6], o[7] = r4[p], r5[p], r6[p], r7[p]
+		o[8], o[9], o[10], o[11] = r8[p], r9[p], r10[p], r11[p]
+	}
+}
