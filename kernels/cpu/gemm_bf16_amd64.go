@@ -10,7 +10,7 @@ import "golang.org/x/sys/cpu"
 // steps of packed bf16-pair panels with VDPBF16PS. k ≥ 1.
 //
 //go:noescape
-func bf16Kernel12x32(k int, a, b, c *float32, ldc int, alpha, beta float32)
+func bf16Kernel12x32(k int, a *float32, rsa, ksa int, b *float32, ksb int, c *float32, ldc int, alpha, beta float32)
 
 // avx512BF16Kernel multiplies bf16 pairs (see pairKernel): 24 zmm
 // accumulators for a 12×32 tile, two B vectors and two broadcast
@@ -20,12 +20,11 @@ var avx512BF16Kernel = &gemmKernel{
 	name: "avx512bf16",
 	mr:   12, nr: 32,
 	mc: 144, kc: 256, nc: 4096,
-	alwaysPack: true,
 	tile: func(k int, a []float32, rsa, ksa int, b []float32, ksb int, c []float32, ldc int, alpha, beta float32) {
-		_ = a[(k-1)*12+11]
-		_ = b[(k-1)*32+31]
+		_ = a[11*rsa+(k-1)*ksa]
+		_ = b[(k-1)*ksb+31]
 		_ = c[11*ldc+31]
-		bf16Kernel12x32(k, &a[0], &b[0], &c[0], ldc, alpha, beta)
+		bf16Kernel12x32(k, &a[0], rsa, ksa, &b[0], ksb, &c[0], ldc, alpha, beta)
 	},
 	packA: packAPanel12,
 	packB: func(dst, b []float32, ldb int, trans bool, cols, kc int) {

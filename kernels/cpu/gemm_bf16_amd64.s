@@ -4,16 +4,31 @@
 
 #include "textflag.h"
 
-// bf16Kernel12x32(k int, a, b, c *float32, ldc int, alpha, beta float32)
+// bf16Kernel12x32(k int, a *float32, rsa, ksa int, b *float32, ksb int, c *float32, ldc int, alpha, beta float32)
 //
-// C = alpha·A·B + beta·C for a 12×32 tile over k steps of packed panels
-// whose 32-bit words each hold a pair of bf16 values (k = 2 steps of the
-// product): A step p is a[p·12+i], B step p is b[p·32+j]. Accumulators Z0–Z23
-// (row i: Z2i, Z2i+1), B in Z24–Z25, A broadcasts in Z26/Z27.
-TEXT ·bf16Kernel12x32(SB), NOSPLIT, $0-48
+// C = alpha·A·B + beta·C for a 12×32 tile over k steps of panels whose
+// 32-bit words each hold a pair of bf16 values (a step is two of the
+// product's): A element (i, p) is a[i·rsa+p·ksa] (packed: rsa 1, ksa 12;
+// in place: rsa the leading dimension, ksa 1), B step p is b[p·ksb+j].
+// Accumulators Z0–Z23 (row i: Z2i, Z2i+1), B in Z24–Z25, A broadcasts in
+// Z26/Z27; A's rows 0–2 from SI, 3–5 from R9, 6–8 from R10, 9–11 from
+// R11, each base plus 0, 1 or 2 times rsa (R8).
+TEXT ·bf16Kernel12x32(SB), NOSPLIT, $0-72
 	MOVQ k+0(FP), CX
 	MOVQ a+8(FP), SI
-	MOVQ b+16(FP), BX
+	MOVQ rsa+16(FP), R8
+	SHLQ $2, R8
+	MOVQ ksa+24(FP), R12
+	SHLQ $2, R12
+	MOVQ b+32(FP), BX
+	MOVQ ksb+40(FP), R13
+	SHLQ $2, R13
+	LEAQ (SI)(R8*2), R9
+	ADDQ R8, R9
+	LEAQ (R9)(R8*2), R10
+	ADDQ R8, R10
+	LEAQ (R10)(R8*2), R11
+	ADDQ R8, R11
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -41,53 +56,56 @@ TEXT ·bf16Kernel12x32(SB), NOSPLIT, $0-48
 loop:
 	VMOVUPS (BX), Z24
 	VMOVUPS 64(BX), Z25
-	VPBROADCASTD 0(SI), Z26
+	VPBROADCASTD (SI), Z26
 	BYTE $0x62; BYTE $0x92; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xc0 // VDPBF16PS Z24, Z26, Z0
 	BYTE $0x62; BYTE $0x92; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xc9 // VDPBF16PS Z25, Z26, Z1
-	VPBROADCASTD 4(SI), Z27
+	VPBROADCASTD (SI)(R8*1), Z27
 	BYTE $0x62; BYTE $0x92; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xd0 // VDPBF16PS Z24, Z27, Z2
 	BYTE $0x62; BYTE $0x92; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xd9 // VDPBF16PS Z25, Z27, Z3
-	VPBROADCASTD 8(SI), Z26
+	VPBROADCASTD (SI)(R8*2), Z26
 	BYTE $0x62; BYTE $0x92; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xe0 // VDPBF16PS Z24, Z26, Z4
 	BYTE $0x62; BYTE $0x92; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xe9 // VDPBF16PS Z25, Z26, Z5
-	VPBROADCASTD 12(SI), Z27
+	VPBROADCASTD (R9), Z27
 	BYTE $0x62; BYTE $0x92; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xf0 // VDPBF16PS Z24, Z27, Z6
 	BYTE $0x62; BYTE $0x92; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xf9 // VDPBF16PS Z25, Z27, Z7
-	VPBROADCASTD 16(SI), Z26
+	VPBROADCASTD (R9)(R8*1), Z26
 	BYTE $0x62; BYTE $0x12; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xc0 // VDPBF16PS Z24, Z26, Z8
 	BYTE $0x62; BYTE $0x12; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xc9 // VDPBF16PS Z25, Z26, Z9
-	VPBROADCASTD 20(SI), Z27
+	VPBROADCASTD (R9)(R8*2), Z27
 	BYTE $0x62; BYTE $0x12; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xd0 // VDPBF16PS Z24, Z27, Z10
 	BYTE $0x62; BYTE $0x12; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xd9 // VDPBF16PS Z25, Z27, Z11
-	VPBROADCASTD 24(SI), Z26
+	VPBROADCASTD (R10), Z26
 	BYTE $0x62; BYTE $0x12; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xe0 // VDPBF16PS Z24, Z26, Z12
 	BYTE $0x62; BYTE $0x12; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xe9 // VDPBF16PS Z25, Z26, Z13
-	VPBROADCASTD 28(SI), Z27
+	VPBROADCASTD (R10)(R8*1), Z27
 	BYTE $0x62; BYTE $0x12; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xf0 // VDPBF16PS Z24, Z27, Z14
 	BYTE $0x62; BYTE $0x12; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xf9 // VDPBF16PS Z25, Z27, Z15
-	VPBROADCASTD 32(SI), Z26
+	VPBROADCASTD (R10)(R8*2), Z26
 	BYTE $0x62; BYTE $0x82; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xc0 // VDPBF16PS Z24, Z26, Z16
 	BYTE $0x62; BYTE $0x82; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xc9 // VDPBF16PS Z25, Z26, Z17
-	VPBROADCASTD 36(SI), Z27
+	VPBROADCASTD (R11), Z27
 	BYTE $0x62; BYTE $0x82; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xd0 // VDPBF16PS Z24, Z27, Z18
 	BYTE $0x62; BYTE $0x82; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xd9 // VDPBF16PS Z25, Z27, Z19
-	VPBROADCASTD 40(SI), Z26
+	VPBROADCASTD (R11)(R8*1), Z26
 	BYTE $0x62; BYTE $0x82; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xe0 // VDPBF16PS Z24, Z26, Z20
 	BYTE $0x62; BYTE $0x82; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xe9 // VDPBF16PS Z25, Z26, Z21
-	VPBROADCASTD 44(SI), Z27
+	VPBROADCASTD (R11)(R8*2), Z27
 	BYTE $0x62; BYTE $0x82; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xf0 // VDPBF16PS Z24, Z27, Z22
 	BYTE $0x62; BYTE $0x82; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xf9 // VDPBF16PS Z25, Z27, Z23
-	ADDQ $48, SI
-	ADDQ $128, BX
+	ADDQ R12, SI
+	ADDQ R12, R9
+	ADDQ R12, R10
+	ADDQ R12, R11
+	ADDQ R13, BX
 	DECQ CX
 	JNZ loop
 
-	MOVQ c+24(FP), DI
-	MOVQ ldc+32(FP), R8
+	MOVQ c+48(FP), DI
+	MOVQ ldc+56(FP), R8
 	SHLQ $2, R8
-	VBROADCASTSS alpha+40(FP), Z28
-	VBROADCASTSS beta+44(FP), Z29
-	MOVL beta+44(FP), AX
+	VBROADCASTSS alpha+64(FP), Z28
+	VBROADCASTSS beta+68(FP), Z29
+	MOVL beta+68(FP), AX
 	TESTL $0x7fffffff, AX
 	JEQ beta0
 	VMULPS Z28, Z0, Z0

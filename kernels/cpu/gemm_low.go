@@ -135,6 +135,14 @@ func gemmPairs(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b []uint16,
 	var pa, pb *[]float32
 	if w, ok := pairWords(a); ok && even && !g.TransA && g.LDA%2 == 0 {
 		A, pg.LDA, pg.StrideA = w, g.LDA/2, g.StrideA/2
+	} else if g.TransA {
+		// Stored K×M: rows 2p and 2p+1 interleaved make row p of op(A)'
+		// transposed, which the driver reads as such.
+		pa = getFloats(g.Batch * k2 * g.M)
+		for bt := range g.Batch {
+			pairRowsOf((*pa)[bt*k2*g.M:], a[bt*g.StrideA:], g.K, g.M, g.LDA)
+		}
+		A, pg.TransA, pg.LDA, pg.StrideA = *pa, true, g.M, k2*g.M
 	} else {
 		pa = getFloats(g.Batch * g.M * k2)
 		for bt := range g.Batch {
@@ -144,6 +152,12 @@ func gemmPairs(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b []uint16,
 	}
 	if w, ok := pairWords(b); ok && even && g.TransB && g.LDB%2 == 0 {
 		B, pg.TransB, pg.LDB, pg.StrideB = w, true, g.LDB/2, g.StrideB/2
+	} else if !g.TransB {
+		pb = getFloats(g.Batch * k2 * g.N)
+		for bt := range g.Batch {
+			pairRowsOf((*pb)[bt*k2*g.N:], b[bt*g.StrideB:], g.K, g.N, g.LDB)
+		}
+		B, pg.LDB, pg.StrideB = *pb, g.N, k2*g.N
 	} else {
 		pb = getFloats(g.Batch * k2 * g.N)
 		for bt := range g.Batch {
@@ -174,6 +188,21 @@ func pairWords(v []uint16) ([]float32, bool) {
 
 // pair is the 32-bit word of bf16 values lo (k even) and hi (k+1).
 func pair(lo, hi uint16) float32 { return math.Float32frombits(uint32(lo) | uint32(hi)<<16) }
+
+// pairRowsOf writes the ⌈k/2⌉ rows of n pair words that interleave rows
+// 2p and 2p+1 of a k×n matrix stored with leading dimension ld (the last
+// row of an odd k pairs with zero) into dst.
+func pairRowsOf(dst []float32, src []uint16, k, n, ld int) {
+	for p := range k / 2 {
+		pairRows(dst[p*n:(p+1)*n], src[2*p*ld:2*p*ld+n], src[(2*p+1)*ld:(2*p+1)*ld+n])
+	}
+	if k%2 == 1 {
+		row, lo := dst[(k/2)*n:(k/2+1)*n], src[(k-1)*ld:(k-1)*ld+n]
+		for j, v := range lo {
+			row[j] = pair(v, 0)
+		}
+	}
+}
 
 // pairRowsGo is pairRows' reference loop.
 func pairRowsGo(dst []float32, lo, hi []uint16) {

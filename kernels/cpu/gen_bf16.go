@@ -33,25 +33,48 @@ func main() {
 	w("")
 	w(`#include "textflag.h"`)
 	w("")
-	w("// bf16Kernel12x32(k int, a, b, c *float32, ldc int, alpha, beta float32)")
+	w("// bf16Kernel12x32(k int, a *float32, rsa, ksa int, b *float32, ksb int, c *float32, ldc int, alpha, beta float32)")
 	w("//")
-	w("// C = alpha·A·B + beta·C for a %d×%d tile over k steps of packed panels", mr, nr)
-	w("// whose 32-bit words each hold a pair of bf16 values (k = 2 steps of the")
-	w("// product): A step p is a[p·%d+i], B step p is b[p·%d+j]. Accumulators Z0–Z23", mr, nr)
-	w("// (row i: Z2i, Z2i+1), B in Z24–Z25, A broadcasts in Z26/Z27.")
-	w("TEXT ·bf16Kernel12x32(SB), NOSPLIT, $0-48")
+	w("// C = alpha·A·B + beta·C for a %d×%d tile over k steps of panels whose", mr, nr)
+	w("// 32-bit words each hold a pair of bf16 values (a step is two of the")
+	w("// product's): A element (i, p) is a[i·rsa+p·ksa] (packed: rsa 1, ksa %d;", mr)
+	w("// in place: rsa the leading dimension, ksa 1), B step p is b[p·ksb+j].")
+	w("// Accumulators Z0–Z23 (row i: Z2i, Z2i+1), B in Z24–Z25, A broadcasts in")
+	w("// Z26/Z27; A's rows 0–2 from SI, 3–5 from R9, 6–8 from R10, 9–11 from")
+	w("// R11, each base plus 0, 1 or 2 times rsa (R8).")
+	w("TEXT ·bf16Kernel12x32(SB), NOSPLIT, $0-72")
 	w("\tMOVQ k+0(FP), CX")
 	w("\tMOVQ a+8(FP), SI")
-	w("\tMOVQ b+16(FP), BX")
+	w("\tMOVQ rsa+16(FP), R8")
+	w("\tSHLQ $2, R8")
+	w("\tMOVQ ksa+24(FP), R12")
+	w("\tSHLQ $2, R12")
+	w("\tMOVQ b+32(FP), BX")
+	w("\tMOVQ ksb+40(FP), R13")
+	w("\tSHLQ $2, R13")
+	w("\tLEAQ (SI)(R8*2), R9")
+	w("\tADDQ R8, R9")
+	w("\tLEAQ (R9)(R8*2), R10")
+	w("\tADDQ R8, R10")
+	w("\tLEAQ (R10)(R8*2), R11")
+	w("\tADDQ R8, R11")
 	for r := 0; r < 2*mr; r++ {
 		w("\tVPXORD Z%d, Z%d, Z%d", r, r, r)
 	}
 	w("loop:")
 	w("\tVMOVUPS (BX), Z24")
 	w("\tVMOVUPS 64(BX), Z25")
+	bases := []string{"SI", "R9", "R10", "R11"}
 	for i := range mr {
 		bc := 26 + i%2
-		w("\tVPBROADCASTD %d(SI), Z%d", 4*i, bc)
+		addr := "(" + bases[i/3] + ")"
+		switch i % 3 {
+		case 1:
+			addr += "(R8*1)"
+		case 2:
+			addr += "(R8*2)"
+		}
+		w("\tVPBROADCASTD %s, Z%d", addr, bc)
 		for j := range 2 {
 			var hex []string
 			for _, x := range dpbf16ps(2*i+j, bc, 24+j) {
@@ -60,17 +83,19 @@ func main() {
 			w("\t%s // VDPBF16PS Z%d, Z%d, Z%d", strings.Join(hex, "; "), 24+j, bc, 2*i+j)
 		}
 	}
-	w("\tADDQ $%d, SI", 4*mr)
-	w("\tADDQ $%d, BX", 4*nr)
+	for _, r := range bases {
+		w("\tADDQ R12, %s", r)
+	}
+	w("\tADDQ R13, BX")
 	w("\tDECQ CX")
 	w("\tJNZ loop")
 	w("")
-	w("\tMOVQ c+24(FP), DI")
-	w("\tMOVQ ldc+32(FP), R8")
+	w("\tMOVQ c+48(FP), DI")
+	w("\tMOVQ ldc+56(FP), R8")
 	w("\tSHLQ $2, R8")
-	w("\tVBROADCASTSS alpha+40(FP), Z28")
-	w("\tVBROADCASTSS beta+44(FP), Z29")
-	w("\tMOVL beta+44(FP), AX")
+	w("\tVBROADCASTSS alpha+64(FP), Z28")
+	w("\tVBROADCASTSS beta+68(FP), Z29")
+	w("\tMOVL beta+68(FP), AX")
 	w("\tTESTL $0x7fffffff, AX") // ±0: C is not read
 	w("\tJEQ beta0")
 	for i := range mr {
