@@ -87,9 +87,22 @@ type Meta struct {
 	Optimizer *OptimizerState `json:"optimizer,omitempty"`
 	// Schedule is the learning-rate schedule and its position.
 	Schedule *ScheduleState `json:"schedule,omitempty"`
+	// LossScaler is the fp16 dynamic loss scaler's state (PyTorch
+	// GradScaler's state_dict), absent without one.
+	LossScaler *ScalerState `json:"loss_scaler,omitempty"`
 	// Config is the run's configuration as a JSON object, for a resumed
 	// run to compare with its own; this package does not interpret it.
 	Config json.RawMessage `json:"config,omitempty"`
+}
+
+// ScalerState is a dynamic loss scaler's state, named as PyTorch's
+// GradScaler.state_dict() names it.
+type ScalerState struct {
+	Scale          float64 `json:"scale"`
+	GrowthFactor   float64 `json:"growth_factor"`
+	BackoffFactor  float64 `json:"backoff_factor"`
+	GrowthInterval int     `json:"growth_interval"`
+	GrowthTracker  int     `json:"_growth_tracker"`
 }
 
 // World is the layout of the ranks that wrote a checkpoint. Ranks are

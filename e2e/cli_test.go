@@ -36,6 +36,9 @@ func TestBadInputExitsNonZero(t *testing.T) {
 		{"sequence parallelism without tp", []string{"train", "--sequence-parallel"}, 2, "--sequence-parallel"},
 		{"sequence parallelism of the mlp", []string{"train", "--model", "mlp", "--tp", "2", "--sequence-parallel"}, 2, "--sequence-parallel"},
 		{"procs that are not dp × pp × tp", []string{"train", "--procs", "3", "--tp", "2"}, 2, "--procs"},
+		{"unknown precision", []string{"train", "--precision", "fp8"}, 2, "--precision"},
+		{"a loss scale below its floor", []string{"train", "--precision", "fp16", "--loss-scale-init", "0.5"}, 2, "--loss-scale-init"},
+		{"bench gemm in an unknown type", []string{"bench", "gemm", "--dtype", "int4"}, 2, "--dtype"},
 		{"unknown command", []string{"fly"}, 2, "fly"},
 	}
 	for _, tc := range cases {

@@ -229,6 +229,10 @@ type agent struct {
 	sys   *actors.System
 	be    kernels.Backend
 	shell *worker.Shell
+	// scalers are the fp16 loss scaler's states after the last steps the
+	// job reported (by step), for a generation this node leads to continue
+	// from.
+	scalers map[int]checkpoint.ScalerState
 	// stopDumps ends the watch of Options.Dump.
 	stopDumps func()
 	gate      *nodeGate
@@ -616,6 +620,7 @@ func (a *agent) train(o *trainOrder) {
 		a.broadcast(g, &workerpb.Progress{World: b})
 	}
 	t := newTrainer(a.j, a.log, a.ckpt)
+	a.continueScaler(t, l)
 	pending := a.pending
 	if pending != nil && pending.Step != l.Step {
 		pending = nil // the generation replays that step: it did not count
@@ -630,6 +635,29 @@ func (a *agent) train(o *trainOrder) {
 		case <-a.quit:
 		}
 	}()
+}
+
+// continueScaler gives t the loss scaler's state after the step layout l
+// continues from: the one the job reported for that step, or the
+// checkpoint's the state comes from; without either (a step the job never
+// reported to this node) the scaler starts again from its initial scale,
+// and says so.
+func (a *agent) continueScaler(t *trainer, l layout) {
+	if t.scaler == nil || l.Step == 0 {
+		return
+	}
+	if st, ok := a.scalers[l.Step]; ok {
+		t.scaler.restore(&st)
+		return
+	}
+	if l.Source.Kind == worker.FromCheckpoint {
+		if ck, err := checkpoint.Open(checkpoint.OSFS{}, a.j.cfg.CkptDir, int64(l.Source.Step)); err == nil {
+			t.scaler.restore(ck.Manifest.LossScaler)
+			ck.Close()
+			return
+		}
+	}
+	a.log.Warn("the loss scaler's state after this step is unknown here: it starts again from its initial scale", zap.Int("step", l.Step), zap.Float64("scale", t.scaler.Scale))
 }
 
 // lead runs generation g's step loop to the job's last step and saves the
@@ -706,6 +734,13 @@ func (a *agent) progress(p *workerpb.Progress) bool {
 	var m StepMetrics
 	if json.Unmarshal(p.Metrics, &m) != nil {
 		return false
+	}
+	if m.Scaler != nil {
+		if a.scalers == nil {
+			a.scalers = map[int]checkpoint.ScalerState{}
+		}
+		a.scalers[m.Step] = *m.Scaler
+		delete(a.scalers, m.Step-8)
 	}
 	a.prom.m().observeStep(m)
 	if a.o.OnStep != nil {

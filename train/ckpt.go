@@ -148,21 +148,21 @@ func (c *checkpointer) close() error {
 // resumePoint is where a run with Resume continues: the latest
 // checkpoint's step and sampler state, or step 0 and nil when there is
 // none.
-func resumePoint(cfg *Config, log *zap.Logger) (int, *data.SamplerState, error) {
+func resumePoint(cfg *Config, log *zap.Logger) (int, *data.SamplerState, *checkpoint.ScalerState, error) {
 	ck, err := checkpoint.OpenLatest(checkpoint.OSFS{}, cfg.CkptDir)
 	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
 		log.Info("resume: no checkpoint in the checkpoint directory, starting from scratch", zap.String("dir", cfg.CkptDir))
-		return 0, nil, nil
+		return 0, nil, nil, nil
 	}
 	if err != nil {
-		return 0, nil, fmt.Errorf("train: resume: %w", err)
+		return 0, nil, nil, fmt.Errorf("train: resume: %w", err)
 	}
 	defer ck.Close()
 	m := ck.Manifest
 	if m.Sampler == nil {
-		return 0, nil, fmt.Errorf("train: resume: %w: checkpoint step %d has no sampler state", checkpoint.ErrManifest, m.Step)
+		return 0, nil, nil, fmt.Errorf("train: resume: %w: checkpoint step %d has no sampler state", checkpoint.ErrManifest, m.Step)
 	}
 	log.Info("resuming", zap.String("dir", cfg.CkptDir), zap.Int64("step", m.Step), zap.Stringer("written_by", m.World),
 		zap.Uint64("generation", m.Generation))
-	return int(m.Step), m.Sampler, nil
+	return int(m.Step), m.Sampler, m.LossScaler, nil
 }

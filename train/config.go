@@ -150,6 +150,14 @@ type Config struct {
 	// for the backward pass in the low type, LayerNorm, softmax and the
 	// loss in fp32.
 	Precision string
+	// LossScaleInit, LossScaleWindow and LossScaleMin tune fp16's dynamic
+	// loss scaler (PyTorch GradScaler: initial scale 65536, ×2 after 2000
+	// steps in a row without an overflow, ×0.5 at one, whose step is
+	// skipped on every rank); a step that overflows at LossScaleMin ends
+	// the run with ErrLoss.
+	LossScaleInit   float64
+	LossScaleWindow int
+	LossScaleMin    float64
 	// CheckEvery compares the replicas' parameter checksums every so many
 	// steps and fails on divergence (0: never).
 	CheckEvery int
@@ -207,6 +215,7 @@ func DefaultConfig() Config {
 		Optim: optim.DefaultConfig("adamw"), LR: 1e-3, Schedule: Cosine, Warmup: 20, MinLRFactor: 0.1, ClipNorm: 1,
 		Seed: 1, LogEvery: 10, Device: "cpu", Keep: 3,
 		DP: 1, BucketMB: 25, Transport: actors.TransportTCP, PP: 1, TP: 1, MicroBatches: 1, PipelineSchedule: pipeline.Kind1F1B,
+		LossScaleInit: 65536, LossScaleWindow: 2000, LossScaleMin: 1,
 		Partition: ByParams, CollectiveTimeout: 30 * time.Second, StepTimeout: 10 * time.Minute, StragglerThreshold: 500 * time.Millisecond,
 	}
 }
@@ -256,6 +265,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Transport == "" {
 		c.Transport = d.Transport
+	}
+	if c.LossScaleInit == 0 {
+		c.LossScaleInit = d.LossScaleInit
+	}
+	if c.LossScaleWindow == 0 {
+		c.LossScaleWindow = d.LossScaleWindow
+	}
+	if c.LossScaleMin == 0 {
+		c.LossScaleMin = d.LossScaleMin
 	}
 	if c.LogEvery <= 0 {
 		c.LogEvery = d.LogEvery
@@ -372,6 +390,8 @@ func (c *Config) checkWorld() error {
 		return fieldErr("Zero", "stage %d: want 0, 1, 2 or 3", c.Zero)
 	case c.precisionErr() != nil:
 		return c.precisionErr()
+	case !(c.LossScaleInit > 0) || c.LossScaleWindow < 1 || !(c.LossScaleMin > 0) || c.LossScaleMin > c.LossScaleInit:
+		return fieldErr("LossScaleInit", "%g, {LossScaleWindow} %d, {LossScaleMin} %g: want a positive scale at least the floor, and a window of at least 1 step", c.LossScaleInit, c.LossScaleWindow, c.LossScaleMin)
 	case c.Zero == 3 && c.Batch/c.DP < c.microBatches():
 		return fieldErr("Batch", "%d over {DP} %d leaves %d rows a replica, fewer than its %d micro-batches: ZeRO-3's gathers need every replica to run each one", c.Batch, c.DP, c.Batch/c.DP, c.microBatches())
 	case c.ZeroGroup < 0 || c.ZeroGroup > 0 && c.DP%c.ZeroGroup != 0:

@@ -22,6 +22,9 @@ var (
 	// ErrOutput: an output of the run (weights, metrics, trace) cannot be
 	// written.
 	ErrOutput = failure.New(failure.Output, "train: cannot write an output")
+	// ErrInternal: a broken invariant (ranks that disagree where they
+	// cannot).
+	ErrInternal = failure.New(failure.Internal, "train: internal error")
 	// ErrLoss: the loss became NaN or infinite.
 	ErrLoss = failure.New(failure.Diverged, "train: the loss is not finite")
 )

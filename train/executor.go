@@ -50,6 +50,9 @@ type stepStats struct {
 	RankComputeMs []float64
 	// Collectives are every rank's collective operations.
 	Collectives []CollectiveTime
+	// Skipped: the loss scaler's overflow check skipped the update on
+	// every rank.
+	Skipped bool
 }
 
 // groupExecutor drives the worker actors of one world (a generation)
@@ -218,7 +221,7 @@ func (e *groupExecutor) Form(ctx context.Context, form func(rank int, peer uint3
 func (e *groupExecutor) Step(ctx context.Context, req worker.StepRequest) (stepStats, error) {
 	replies, err := e.callWithin(ctx, e.byRank(func(_ int, p uint32) any {
 		return &workerpb.RunStep{Peer: p, Generation: e.gen, Step: uint64(req.Step), Cursor: uint64(req.Cursor), Batch: uint32(req.Batch),
-			Lr: req.LR, GlobalTargets: uint64(req.GlobalTargets), Checksum: req.Checksum}
+			Lr: req.LR, GlobalTargets: uint64(req.GlobalTargets), Checksum: req.Checksum, LossScale: req.LossScale}
 	}), e.stepLag)
 	if err != nil {
 		// A hang: the ranks' flight recorders are asked before the abort
@@ -447,6 +450,12 @@ func aggregateStep(m mesh.Mesh, zeroShards int, dones []*workerpb.StepDone, step
 	}
 	st.Overlap = hidden / float64(len(dones))
 	st.GradNorm = dones[0].GradNorm
+	st.Skipped = dones[0].Skipped
+	for r, d := range dones {
+		if d.Skipped != st.Skipped {
+			return st, fmt.Errorf("%w: rank %d skipped step %d and rank 0 did not, or the other way round", ErrInternal, r, step+1)
+		}
+	}
 	st.PeakAct = dones[0].PeakActivationBytes
 	st.PeakMicro = int(dones[0].PeakMicroBatches)
 	if m.PP > 1 {

@@ -29,6 +29,8 @@ type job struct {
 	params   int
 	// straggler is a test's slow worker (envStraggler; nil: none).
 	straggler *worker.Straggler
+	// overflow is a test's overflowing gradient (envOverflow; nil: none).
+	overflow *worker.Overflow
 }
 
 // openJob validates cfg, opens the data and cuts the model into cfg.PP
@@ -66,7 +68,30 @@ func openValidJob(cfg Config) (*job, error) {
 	if j.straggler, err = testStraggler(); err != nil {
 		return nil, err
 	}
+	if j.overflow, err = testOverflow(); err != nil {
+		return nil, err
+	}
 	return j, nil
+}
+
+// envOverflow names a test's overflowing gradient: RANK:STEP
+// (worker.Overflow: the worker at mesh rank RANK finds an inf in its
+// gradients at 1-based step STEP, which the fp16 loss scaler skips).
+const envOverflow = "TROUPE_TEST_OVERFLOW"
+
+// testOverflow reads envOverflow (nil when unset).
+func testOverflow() (*worker.Overflow, error) {
+	v := os.Getenv(envOverflow)
+	if v == "" {
+		return nil, nil
+	}
+	r, s, ok := strings.Cut(v, ":")
+	rank, err := strconv.Atoi(r)
+	step, serr := strconv.Atoi(s)
+	if !ok || err != nil || serr != nil || rank < 0 || step < 1 {
+		return nil, fmt.Errorf("%w: %s=%q: want RANK:STEP, e.g. 1:3", ErrConfig, envOverflow, v)
+	}
+	return &worker.Overflow{Rank: rank, Step: step}, nil
 }
 
 // envStraggler names a test's slow worker: RANK:DELAY (worker.Straggler),
@@ -119,7 +144,7 @@ func (j *job) workerSpec() *worker.Spec {
 	return &worker.Spec{
 		Model: j.model, Cuts: j.cuts, TP: c.TP, SP: c.SequenceParallel, Zero: c.Zero, ZeroGroup: c.ZeroGroup, Schedule: c.PipelineSchedule, MicroBatches: c.microBatches(), Recompute: c.Recompute,
 		Optim: c.Optim, ClipNorm: c.ClipNorm, BucketBytes: int64(c.BucketMB * (1 << 20)),
-		Seed: c.Seed, Init: c.Init, Shuffle: c.Shuffle, Train: j.train, Test: j.test, CkptDir: c.CkptDir, Straggler: j.straggler, Precision: c.precision(),
+		Seed: c.Seed, Init: c.Init, Shuffle: c.Shuffle, Train: j.train, Test: j.test, CkptDir: c.CkptDir, Straggler: j.straggler, Overflow: j.overflow, Precision: c.precision(),
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+
+	"github.com/troupe-ml/troupe/checkpoint"
 )
 
 // StepMetrics is one line of --metrics-out: DESIGN.md's fields first, then
@@ -74,6 +76,14 @@ type StepMetrics struct {
 	// elastic job's members but are not written to the metrics file (a
 	// line per step stays small).
 	Collectives []CollectiveTime `json:"collectives,omitempty"`
+	// LossScale is the fp16 loss scale the step ran with, and Skipped
+	// says its gradients overflowed and no rank updated (absent without
+	// fp16). Scaler is the scaler's state after the step: it travels to
+	// an elastic job's members, for a next leader to continue from, but is
+	// not written to the metrics file.
+	LossScale float64                 `json:"loss_scale,omitempty"`
+	Skipped   bool                    `json:"skipped,omitempty"`
+	Scaler    *checkpoint.ScalerState `json:"scaler,omitempty"`
 	// Cursor is the sampler position of the step's global batch of Batch
 	// samples (elastic jobs: the batch follows the world under linear-lr).
 	Cursor uint64 `json:"cursor"`
@@ -125,7 +135,7 @@ func openMetrics(path string, flag int) (*metricsWriter, error) {
 
 func (m *metricsWriter) write(v any) error {
 	if s, ok := v.(StepMetrics); ok {
-		s.Collectives = nil
+		s.Collectives, s.Scaler = nil, nil
 		v = s
 	}
 	if err := m.e.Encode(v); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/data"
 )
@@ -133,7 +134,7 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	if err := checkWritable("Save", cfg.Save); err != nil {
 		return nil, err
 	}
-	from, cursor, err := startPoint(j, log)
+	from, cursor, scaler, err := startPoint(j, log)
 	if err != nil {
 		return nil, err
 	}
@@ -182,6 +183,7 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 		o.OnWorld(WorldInfo{Mesh: m.String(), DP: m.DP, PP: m.PP, Step: from, StateFrom: source})
 	}
 	t := newTrainer(j, log, ckpt)
+	t.scaler.restore(scaler)
 	t.stopAfter = o.StopAfter
 	out, err := newRunOutputs(&cfg, o, j.steps)
 	if err != nil {
@@ -217,25 +219,25 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 
 // startPoint is where a run starts: step 0, or the latest checkpoint's
 // step and cursor with Resume.
-func startPoint(j *job, log *zap.Logger) (int, data.Cursor, error) {
+func startPoint(j *job, log *zap.Logger) (int, data.Cursor, *checkpoint.ScalerState, error) {
 	if !j.cfg.Resume {
-		return 0, 0, nil
+		return 0, 0, nil, nil
 	}
-	step, st, err := resumePoint(&j.cfg, log)
+	step, st, sc, err := resumePoint(&j.cfg, log)
 	if err != nil || st == nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	s, err := data.NewSampler(j.train.Len(), j.cfg.Seed, j.cfg.Shuffle)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	if err := s.Restore(*st); err != nil {
-		return 0, 0, fmt.Errorf("train: resume: the checkpoint's data sampler does not fit this run: %w", err)
+		return 0, 0, nil, fmt.Errorf("train: resume: the checkpoint's data sampler does not fit this run: %w", err)
 	}
 	if step > j.steps {
-		return 0, 0, fieldErr("Steps", "%d: the checkpoint to resume is at step %d, past it", j.steps, step)
+		return 0, 0, nil, fieldErr("Steps", "%d: the checkpoint to resume is at step %d, past it", j.steps, step)
 	}
-	return step, s.Cursor(), nil
+	return step, s.Cursor(), sc, nil
 }
 
 // stopped ends a run whose context was cancelled: the workers' steps are

@@ -65,10 +65,13 @@ type trainer struct {
 	stopAfter int
 	// logSteps logs a line every LogEvery steps (there is no progress bar).
 	logSteps bool
+	// scaler is fp16's dynamic loss scaler (nil otherwise).
+	scaler *lossScaler
 }
 
 func newTrainer(j *job, log *zap.Logger, ckpt *checkpointer) *trainer {
-	return &trainer{job: j, log: log, sched: j.cfg.lrSchedule(j.steps), ckpt: ckpt, observe: func(StepMetrics) error { return nil }, logSteps: true}
+	return &trainer{job: j, log: log, sched: j.cfg.lrSchedule(j.steps), ckpt: ckpt, observe: func(StepMetrics) error { return nil }, logSteps: true,
+		scaler: newLossScaler(&j.cfg)}
 }
 
 // segment is a stretch of training on one executor.
@@ -123,8 +126,9 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 		j.train.Fill(idx, &b)
 		lr := t.sched.LR(step) * seg.lrScale
 		check := cfg.CheckEvery > 0 && (step+1)%cfg.CheckEvery == 0
+		lossScale := t.scaler.scale()
 		st, err := seg.ex.Step(ctx, worker.StepRequest{Step: step, Cursor: cursor, Batch: seg.batch, LR: lr,
-			GlobalTargets: globalTargets(&b), Checksum: check})
+			GlobalTargets: globalTargets(&b), Checksum: check, LossScale: lossScale})
 		var adopted *adoptedError
 		if errors.As(err, &adopted) {
 			// The step may count: its line goes with the error, for the
@@ -140,6 +144,16 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 			return sum, fmt.Errorf("%w: step %d: loss is %v (lower the learning rate or clip the gradients)", ErrLoss, step+1, loss)
 		}
 		m := t.metrics(seg, step, cursor, lr, loss, st, time.Since(t0))
+		if t.scaler != nil {
+			if err := t.scaler.update(st.Skipped, step+1); err != nil {
+				return sum, err
+			}
+			m.LossScale, m.Skipped, m.Scaler = lossScale, st.Skipped, t.scaler.state()
+			if st.Skipped {
+				t.log.Warn("gradients overflowed: step skipped on every rank", zap.Int("step", step+1),
+					zap.Float64("loss_scale", lossScale), zap.Float64("next_scale", t.scaler.Scale))
+			}
+		}
 		stats.add(m, st)
 		if step == seg.from {
 			sum.FirstLoss = loss
@@ -182,7 +196,9 @@ func (t *trainer) afterStep(ctx context.Context, seg segment, m *StepMetrics, sa
 	if t.ckpt != nil && cfg.CkptEvery > 0 && m.Step%cfg.CkptEvery == 0 {
 		st := sampler.State()
 		st.Cursor = cursor
-		pause, err := seg.ex.Save(ctx, t.ckpt.meta(m.Step, seg.ex.Generation(), st, t.sched))
+		meta := t.ckpt.meta(m.Step, seg.ex.Generation(), st, t.sched)
+		meta.LossScaler = t.scaler.state()
+		pause, err := seg.ex.Save(ctx, meta)
 		if err != nil {
 			return err
 		}

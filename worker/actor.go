@@ -367,7 +367,7 @@ func (a *shellActor) step(m *workerpb.RunStep) *workerpb.StepDone {
 		mark = flight.Next()
 	}
 	res, err := a.w.Step(ctx, StepRequest{Generation: m.Generation, Step: int(m.Step), Cursor: data.Cursor(m.Cursor),
-		Batch: int(m.Batch), LR: m.Lr, GlobalTargets: int(m.GlobalTargets), Checksum: m.Checksum})
+		Batch: int(m.Batch), LR: m.Lr, GlobalTargets: int(m.GlobalTargets), Checksum: m.Checksum, LossScale: m.LossScale})
 	if a.cfg.ShipTrace && a.w.rec != nil && a.w.st != nil {
 		tl := a.w.rec.Take()
 		st := a.w.st.coord.PP
@@ -379,6 +379,7 @@ func (a *shellActor) step(m *workerpb.RunStep) *workerpb.StepDone {
 		return done
 	}
 	done.LossSum, done.Targets, done.Correct = res.LossSum, uint64(res.Targets), uint64(res.Correct)
+	done.Skipped = res.Skipped
 	done.StepMs, done.ComputeMs, done.ScheduleMs = res.StepMs, res.ComputeMs, res.ScheduleMs
 	done.CommMs, done.ExposedCommMs = res.CommMs, res.ExposedMs
 	done.GradNorm, done.Checksum = res.GradNorm, res.Checksum

@@ -335,5 +335,12 @@ func (s *stepper) broadcastState(ctx context.Context, root int) error {
 		}
 		be.Upload(b, host)
 	}
+	// The optimizer's update count (the steps applied less those the loss
+	// scaler skipped): exact in a float32 below 2²⁴.
+	count := []float32{float32(s.w.opt.Steps())}
+	if err := comm.Broadcast(ctx, count, at).Wait(); err != nil {
+		return fmt.Errorf("optimizer step count of stage %d from rank %d: %w", s.coord.PP, root, err)
+	}
+	s.w.opt.SetSteps(int(count[0]))
 	return nil
 }

@@ -76,6 +76,16 @@ type Spec struct {
 	// Delay longer every step: a slow replica for tests of straggler
 	// detection (troupe sets it from TROUPE_TEST_STRAGGLER=RANK:DELAY).
 	Straggler *Straggler
+	// Overflow, when set, puts an inf into the gradient of the worker at
+	// its mesh rank in its step: the loss scaler's skip for tests
+	// (troupe sets it from TROUPE_TEST_OVERFLOW=RANK:STEP).
+	Overflow *Overflow
+}
+
+// Overflow is a test's overflowing gradient: the worker at Rank finds an
+// inf in its gradients at (1-based) Step.
+type Overflow struct {
+	Rank, Step int
 }
 
 // ZeroGroupIn is the ZeRO shard group size in world m (0: no ZeRO).

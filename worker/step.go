@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"go.uber.org/zap"
@@ -31,6 +32,11 @@ type StepRequest struct {
 	GlobalTargets int
 	// Checksum asks for a checksum of the parameters after the update.
 	Checksum bool
+	// LossScale, when positive, is fp16's dynamic loss scale: the loss
+	// gradient is multiplied by it, the gradients divided by it before
+	// the update, and a step whose gradients hold an inf or NaN on any
+	// rank is skipped on every rank (StepResult.Skipped).
+	LossScale float64
 }
 
 // Result is what a pass over some rows gives.
@@ -46,6 +52,9 @@ type Result struct {
 // StepResult is one rank's share of a step.
 type StepResult struct {
 	Result
+	// Skipped: the gradients overflowed under the loss scale on some rank,
+	// and no rank updated (every rank reports the same).
+	Skipped bool
 	// StepMs is the whole step; ComputeMs the forward, backward and
 	// recompute passes; ScheduleMs the schedule (passes, sends, receives
 	// and waits) until its last backward ended.
@@ -121,7 +130,7 @@ func (w *Worker) undoFailedStep(step int, cause error) {
 		for i, b := range w.stateBufs() {
 			w.be.Copy(b, w.undo[i])
 		}
-		w.opt.SetSteps(w.hold.Applied)
+		w.opt.SetSteps(w.undoSteps)
 		w.log.Warn("a step that failed after its update is undone", zap.Int("step", step+1), zap.Error(cause))
 		return
 	}
@@ -372,6 +381,12 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	scale := float32(0)
 	if req.GlobalTargets > 0 {
 		scale = float32(1 / float64(req.GlobalTargets))
+		if req.LossScale > 0 {
+			// fp16: the loss gradient scaled up, so that the small
+			// gradients flowing back stay above fp16's smallest values;
+			// unscale divides them back before the update.
+			scale = float32(req.LossScale / float64(req.GlobalTargets))
+		}
 	}
 	m.Set.ZeroGrads()
 	w.pool.ResetPeak()
@@ -436,6 +451,16 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	if err := s.sumGradients(ctx, scheduleEnd, &res); err != nil {
 		return res, err
 	}
+	if req.LossScale > 0 {
+		if res.Skipped, err = s.unscale(ctx, &res, req); err != nil {
+			return res, err
+		}
+		if res.Skipped {
+			// Nothing is applied: the weights, the optimizer state (and
+			// its step count) stay; the next step zeroes the gradients.
+			return s.finish(res, start, req, 0)
+		}
+	}
 	norm, err := s.clip(ctx, &res)
 	if err != nil {
 		return res, err
@@ -447,6 +472,12 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 			return res, fmt.Errorf("stage %d: ZeRO weight gather: %w", s.coord.PP, err)
 		}
 	}
+	return s.finish(res, start, req, norm)
+}
+
+// finish fills a step's result after its update (or its skip).
+func (s *stepper) finish(res StepResult, start time.Time, req StepRequest, norm float64) (StepResult, error) {
+	w, m := s.w, s.w.model
 	if err := w.be.Sync(); err != nil {
 		return res, err
 	}
@@ -511,6 +542,42 @@ func (s *stepper) runSchedule(ctx context.Context, res *StepResult, scale float3
 		s.countAlive()
 	}
 	return busy, nil
+}
+
+// unscale divides the gradients by the loss scale and reports whether
+// some rank found one that is not finite: every rank's finding is summed
+// over the world (one all-reduce of a number), so that all skip together.
+func (s *stepper) unscale(ctx context.Context, res *StepResult, req StepRequest) (bool, error) {
+	m, be := s.w.model, s.w.be
+	g := m.Set.Grads()
+	if g2 := s.zeroGrads(); g2 != nil {
+		g = g2.owned
+	}
+	be.Scale(g, float32(1/req.LossScale))
+	var sq float64
+	if s.zero != nil {
+		sq = s.ownedSquares()
+	} else {
+		sq = be.SumSquares(g)
+	}
+	if o := s.w.spec.Overflow; o != nil && o.Rank == s.rank && o.Step == req.Step+1 {
+		sq = math.Inf(1)
+	}
+	found := float32(0)
+	if math.IsInf(sq, 0) || math.IsNaN(sq) {
+		found = 1
+	}
+	if s.w.comm != nil && s.mesh.Size() > 1 {
+		flag := []float32{found}
+		start := time.Now()
+		err := s.w.comm.AllReduce(ctx, flag, collective.Max).Wait()
+		res.addExposed(time.Since(start))
+		if err != nil {
+			return false, fmt.Errorf("the loss scaler's overflow check: %w", err)
+		}
+		found = flag[0]
+	}
+	return found != 0, nil
 }
 
 // refreshLow rounds the weights to their compute copies under mixed

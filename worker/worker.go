@@ -50,6 +50,7 @@ type Worker struct {
 	optRanges        []optim.Range
 	zgrads, zweights kernels.Buffer
 	undo             []kernels.Buffer // Spec.KeepUndo: the state before the last step
+	undoSteps        int              // and the optimizer's update count then
 
 	pool    *nn.Pool
 	sampler *data.Sampler
@@ -162,8 +163,10 @@ func (w *Worker) Form(ctx context.Context, f Form, comm collective.Communicator)
 			return err
 		}
 	}
+	// The optimizer's update count came with the state (its own, the
+	// checkpoint's, the root replica's): the steps applied less those the
+	// loss scaler skipped.
 	w.hold = plan.Next
-	w.opt.SetSteps(w.hold.Applied)
 	w.mesh, w.rank, w.st = f.Mesh, f.Rank, st
 	return nil
 }
@@ -385,6 +388,7 @@ func (w *Worker) keepUndo() {
 	for i, b := range bufs {
 		w.be.Copy(w.undo[i], b)
 	}
+	w.undoSteps = w.opt.Steps()
 }
 
 // rollBack restores the copy keepUndo made (Holding.Plan checked that it
@@ -393,6 +397,7 @@ func (w *Worker) rollBack() {
 	for i, b := range w.stateBufs() {
 		w.be.Copy(b, w.undo[i])
 	}
+	w.opt.SetSteps(w.undoSteps)
 	w.log.Info("torn step undone", zap.Int("from_step", w.hold.Applied), zap.Int("to_step", w.hold.Applied-1))
 }
 

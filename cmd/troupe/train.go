@@ -41,6 +41,8 @@ type trainFlags struct {
 	seed                                         uint64
 	init, save, metricsOut, metricsAddr, dumpDir string
 	precision                                    string
+	lossScaleInit, lossScaleMin                  float64
+	lossScaleWindow                              int
 	evalEvery, evalBatches, logEvery             int
 	device                                       string
 	threads                                      int
@@ -250,6 +252,9 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.zero, "zero", 0, "ZeRO stage over the data-parallel replicas: 1 shards the optimizer state (each replica updates 1/D of every gradient bucket), 2 the gradients too, 3 the weights too (each layer's gathered for its passes)")
 	fl.IntVar(&f.zeroGroup, "zero-group", 0, "with --zero: shard within groups of this many replicas and replicate across groups (hybrid sharding; 0: all replicas)")
 	fl.StringVar(&f.precision, "precision", "fp32", "compute type: fp32, or bf16 or fp16 for mixed precision (fp32 master weights and optimizer state; GEMMs in the low type with fp32 accumulation; activations kept in it)")
+	fl.Float64Var(&f.lossScaleInit, "loss-scale-init", d.LossScaleInit, "fp16: the dynamic loss scale to start from (PyTorch GradScaler's init_scale)")
+	fl.IntVar(&f.lossScaleWindow, "loss-scale-window", d.LossScaleWindow, "fp16: double the loss scale after this many steps in a row without an overflow (growth_interval)")
+	fl.Float64Var(&f.lossScaleMin, "loss-scale-min", d.LossScaleMin, "fp16: a step that overflows at this loss scale ends the run")
 	fl.IntVar(&f.micro, "micro-batches", d.MicroBatches, "micro-batches per replica and step (with --pp)")
 	fl.StringVar(&f.pipeSchedule, "schedule", d.PipelineSchedule.String(), "pipeline schedule: gpipe or 1f1b")
 	fl.BoolVar(&f.recompute, "recompute", false, "activation checkpointing: keep only each stage's input, recompute the rest in backward")
@@ -328,6 +333,7 @@ func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 	set("seed", func() { cfg.Seed = f.seed })
 	cfg.Init, cfg.Save, cfg.MetricsOut, cfg.MetricsAddr, cfg.DumpDir = f.init, f.save, f.metricsOut, f.metricsAddr, f.dumpDir
 	cfg.Precision = f.precision
+	cfg.LossScaleInit, cfg.LossScaleWindow, cfg.LossScaleMin = f.lossScaleInit, f.lossScaleWindow, f.lossScaleMin
 	cfg.EvalEvery, cfg.EvalBatches, cfg.LogEvery = f.evalEvery, f.evalBatches, f.logEvery
 	cfg.Device, cfg.Threads = f.device, f.threads
 	set("dp", func() { cfg.DP = f.dp })

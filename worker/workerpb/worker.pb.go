@@ -568,6 +568,9 @@ type RunStep struct {
 	Lr            float64                `protobuf:"fixed64,6,opt,name=lr,proto3" json:"lr,omitempty"`
 	GlobalTargets uint64                 `protobuf:"varint,7,opt,name=global_targets,json=globalTargets,proto3" json:"global_targets,omitempty"`
 	Checksum      bool                   `protobuf:"varint,8,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	// loss_scale, when positive, is fp16's dynamic loss scale (see
+	// worker.StepRequest.LossScale).
+	LossScale     float64 `protobuf:"fixed64,9,opt,name=loss_scale,json=lossScale,proto3" json:"loss_scale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -658,6 +661,13 @@ func (x *RunStep) GetChecksum() bool {
 	return false
 }
 
+func (x *RunStep) GetLossScale() float64 {
+	if x != nil {
+		return x.LossScale
+	}
+	return 0
+}
+
 // StepDone answers RunStep (see worker.StepResult).
 type StepDone struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -705,7 +715,10 @@ type StepDone struct {
 	// collectives are the step's collective operations as they completed on
 	// this rank: their kind (collective.Kind) and seconds from entry to
 	// completion (the collective latency histogram).
-	Collectives   []*OpTime `protobuf:"bytes,29,rep,name=collectives,proto3" json:"collectives,omitempty"`
+	Collectives []*OpTime `protobuf:"bytes,29,rep,name=collectives,proto3" json:"collectives,omitempty"`
+	// skipped: the gradients overflowed under the loss scale on some rank
+	// and no rank updated.
+	Skipped       bool `protobuf:"varint,30,opt,name=skipped,proto3" json:"skipped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -941,6 +954,13 @@ func (x *StepDone) GetCollectives() []*OpTime {
 		return x.Collectives
 	}
 	return nil
+}
+
+func (x *StepDone) GetSkipped() bool {
+	if x != nil {
+		return x.Skipped
+	}
+	return false
 }
 
 // OpTime is one collective operation's kind and duration.
@@ -1960,7 +1980,7 @@ const file_worker_proto_rawDesc = "" +
 	"\x06Formed\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1a\n" +
-	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\"\xd2\x01\n" +
+	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\"\xf1\x01\n" +
 	"\aRunStep\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1e\n" +
 	"\n" +
@@ -1971,7 +1991,9 @@ const file_worker_proto_rawDesc = "" +
 	"\x05batch\x18\x05 \x01(\rR\x05batch\x12\x0e\n" +
 	"\x02lr\x18\x06 \x01(\x01R\x02lr\x12%\n" +
 	"\x0eglobal_targets\x18\a \x01(\x04R\rglobalTargets\x12\x1a\n" +
-	"\bchecksum\x18\b \x01(\bR\bchecksum\"\xd3\b\n" +
+	"\bchecksum\x18\b \x01(\bR\bchecksum\x12\x1d\n" +
+	"\n" +
+	"loss_scale\x18\t \x01(\x01R\tlossScale\"\xed\b\n" +
 	"\bStepDone\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1e\n" +
@@ -2007,7 +2029,8 @@ const file_worker_proto_rawDesc = "" +
 	"\x14sent_broadcast_bytes\x18\x1a \x01(\x03R\x12sentBroadcastBytes\x12(\n" +
 	"\x10peak_param_bytes\x18\x1b \x01(\x03R\x0epeakParamBytes\x12&\n" +
 	"\x0fpeak_grad_bytes\x18\x1c \x01(\x03R\rpeakGradBytes\x12:\n" +
-	"\vcollectives\x18\x1d \x03(\v2\x18.troupe.worker.v1.OpTimeR\vcollectives\"6\n" +
+	"\vcollectives\x18\x1d \x03(\v2\x18.troupe.worker.v1.OpTimeR\vcollectives\x12\x18\n" +
+	"\askipped\x18\x1e \x01(\bR\askipped\"6\n" +
 	"\x06OpTime\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x18\n" +
 	"\aseconds\x18\x02 \x01(\x01R\aseconds\"q\n" +

@@ -1,0 +1,159 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/troupe-ml/troupe/checkpoint"
+)
+
+// refGradScaler is PyTorch's GradScaler.update, written from its
+// documentation: on an inf, scale ×backoff and the growth tracker reset;
+// else the tracker counts, and at growth_interval the scale ×growth and
+// the tracker resets.
+type refGradScaler struct {
+	scale   float64
+	tracker int
+}
+
+func (r *refGradScaler) update(foundInf bool, interval int) {
+	if foundInf {
+		r.scale *= 0.5
+		r.tracker = 0
+		return
+	}
+	r.tracker++
+	if r.tracker == interval {
+		r.scale *= 2
+		r.tracker = 0
+	}
+}
+
+// The loss scaler's arithmetic is GradScaler's over a random sequence of
+// overflows, and an overflow at the floor is an error naming the step.
+func TestLossScalerArithmetic(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Precision, cfg.LossScaleInit, cfg.LossScaleWindow, cfg.LossScaleMin = "fp16", 1024, 3, 1e-30
+	s := newLossScaler(&cfg)
+	ref := refGradScaler{scale: 1024}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for step := 1; step <= 500; step++ {
+		inf := rng.IntN(4) == 0
+		if err := s.update(inf, step); err != nil {
+			t.Fatal(err)
+		}
+		ref.update(inf, 3)
+		if s.Scale != ref.scale || s.GrowthTracker != ref.tracker {
+			t.Fatalf("step %d: scale %g tracker %d, GradScaler %g %d", step, s.Scale, s.GrowthTracker, ref.scale, ref.tracker)
+		}
+	}
+	cfg.LossScaleInit, cfg.LossScaleMin = 4, 1
+	s = newLossScaler(&cfg)
+	for step := 1; step <= 2; step++ {
+		if err := s.update(true, step); err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+	}
+	if err := s.update(true, 3); !errors.Is(err, ErrLoss) || s.Scale != 1 {
+		t.Fatalf("an overflow at the floor: %v (scale %g), want ErrLoss", err, s.Scale)
+	}
+	cfg.Precision = "bf16"
+	if newLossScaler(&cfg) != nil {
+		t.Fatal("bf16 has a loss scaler")
+	}
+}
+
+// fp16 with an inf injected into rank 1's gradients at step 3 of a dp 2
+// run: every rank skips that step (the replicas stay identical, checked
+// every step), the metrics say so at step 3 only, the scale follows
+// GradScaler's arithmetic, the checkpoint keeps the scaler and an
+// optimizer that counted one update less, and the weights are the same
+// bits as when rank 0 sees the inf instead; without the inf they differ.
+func TestFP16OverflowSkipsOnEveryRank(t *testing.T) {
+	run := func(overflow string) (Config, []StepMetrics) {
+		t.Setenv(envOverflow, overflow)
+		cfg := tinyGPT()
+		cfg.DP, cfg.Batch, cfg.Steps, cfg.CheckEvery = 2, 8, 6, 1
+		cfg.Precision, cfg.LossScaleWindow = "fp16", 2
+		dir := t.TempDir()
+		cfg.Save, cfg.MetricsOut = filepath.Join(dir, "w.safetensors"), filepath.Join(dir, "m.jsonl")
+		cfg.CkptDir, cfg.CkptEvery = filepath.Join(dir, "ckpt"), 6
+		if _, err := Run(context.Background(), cfg, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		return cfg, readMetrics(t, cfg.MetricsOut)
+	}
+	cfg1, ms := run("1:3")
+	ref := refGradScaler{scale: 65536}
+	for _, m := range ms {
+		if m.Skipped != (m.Step == 3) {
+			t.Errorf("step %d skipped: %v", m.Step, m.Skipped)
+		}
+		if m.LossScale != ref.scale {
+			t.Errorf("step %d ran with scale %g, GradScaler's %g", m.Step, m.LossScale, ref.scale)
+		}
+		ref.update(m.Step == 3, 2)
+	}
+	ck, err := checkpoint.OpenLatest(checkpoint.OSFS{}, cfg1.CkptDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	if s := ck.Manifest.LossScaler; s == nil || s.Scale != ref.scale || s.GrowthTracker != ref.tracker {
+		t.Errorf("checkpoint scaler %+v, want scale %g tracker %d", s, ref.scale, ref.tracker)
+	}
+	if o := ck.Manifest.Optimizer; o == nil || o.Steps != 5 {
+		t.Errorf("checkpoint optimizer %+v: want 5 updates of 6 steps", o)
+	}
+	w1 := savedWeights(t, cfg1)
+	cfg0, _ := run("0:3")
+	w0 := savedWeights(t, cfg0)
+	for i := range w1 {
+		if math.Float32bits(w1[i]) != math.Float32bits(w0[i]) {
+			t.Fatalf("weight %d: %v with rank 1's inf, %v with rank 0's", i, w1[i], w0[i])
+		}
+	}
+	cfgN, _ := run("")
+	if slices.Equal(savedWeights(t, cfgN), w1) {
+		t.Error("the run without an overflow ends with the same weights: step 3 was not skipped")
+	}
+}
+
+// fp16 resumed from a checkpoint continues the scaler (and the skipped
+// update's optimizer count): the same losses and weights as one run.
+func TestFP16ResumeContinuesTheScaler(t *testing.T) {
+	t.Setenv(envOverflow, "0:2")
+	dir := t.TempDir()
+	cfg := tinyGPT()
+	cfg.Steps, cfg.Precision, cfg.LossScaleWindow = 6, "fp16", 2
+	cfg.MetricsOut, cfg.Save = filepath.Join(dir, "one.jsonl"), filepath.Join(dir, "one.safetensors")
+	if _, err := Run(context.Background(), cfg, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	one := readMetrics(t, cfg.MetricsOut)
+	whole := savedWeights(t, cfg)
+
+	cfg.CkptDir, cfg.CkptEvery = filepath.Join(dir, "ckpt"), 3
+	cfg.MetricsOut, cfg.Save = filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "two.safetensors")
+	if _, err := Run(context.Background(), cfg, Options{StopAfter: 3}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Resume, cfg.MetricsOut = true, filepath.Join(dir, "b.jsonl")
+	if _, err := Run(context.Background(), cfg, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	two := append(readMetrics(t, filepath.Join(dir, "a.jsonl")), readMetrics(t, cfg.MetricsOut)...)
+	for i := range one {
+		if one[i].Loss != two[i].Loss || one[i].LossScale != two[i].LossScale {
+			t.Fatalf("step %d: loss %v scale %g resumed, %v %g in one run", i+1, two[i].Loss, two[i].LossScale, one[i].Loss, one[i].LossScale)
+		}
+	}
+	if !slices.Equal(savedWeights(t, cfg), whole) {
+		t.Error("the resumed run's weights differ from the single run's")
+	}
+}

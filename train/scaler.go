@@ -1,0 +1,75 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/troupe-ml/troupe/checkpoint"
+)
+
+// lossScaler is fp16's dynamic loss scaler with PyTorch GradScaler's
+// arithmetic: the loss gradient is multiplied by Scale; a step whose
+// gradients overflow (an inf or NaN on any rank) is skipped and the scale
+// multiplied by BackoffFactor; after GrowthInterval steps in a row
+// without one, by GrowthFactor. It is plain state, owned by the step loop.
+type lossScaler struct {
+	checkpoint.ScalerState
+	// min is the floor: a step that overflows at it ends the run.
+	min float64
+}
+
+// newLossScaler is cfg's scaler: one under fp16 (bf16 keeps fp32's range
+// and, as with PyTorch's autocast, needs none), else nil.
+func newLossScaler(cfg *Config) *lossScaler {
+	if cfg.Precision != "fp16" {
+		return nil
+	}
+	return &lossScaler{ScalerState: checkpoint.ScalerState{Scale: cfg.LossScaleInit, GrowthFactor: 2, BackoffFactor: 0.5,
+		GrowthInterval: cfg.LossScaleWindow}, min: cfg.LossScaleMin}
+}
+
+// scale is the loss scale of the next step (0: no scaling).
+func (s *lossScaler) scale() float64 {
+	if s == nil {
+		return 0
+	}
+	return s.Scale
+}
+
+// update takes a step's outcome (skipped: its gradients overflowed). An
+// overflow at the floor is an error naming the step.
+func (s *lossScaler) update(skipped bool, step int) error {
+	if s == nil {
+		return nil
+	}
+	if skipped {
+		if s.Scale <= s.min {
+			return fmt.Errorf("%w: step %d: the fp16 gradients overflow at the smallest loss scale %g (--loss-scale-min): lower the learning rate, clip the gradients or train in bf16", ErrLoss, step, s.min)
+		}
+		s.Scale = max(s.min, s.Scale*s.BackoffFactor)
+		s.GrowthTracker = 0
+		return nil
+	}
+	s.GrowthTracker++
+	if s.GrowthTracker == s.GrowthInterval {
+		s.Scale *= s.GrowthFactor
+		s.GrowthTracker = 0
+	}
+	return nil
+}
+
+// state is the scaler's checkpoint state (nil without one).
+func (s *lossScaler) state() *checkpoint.ScalerState {
+	if s == nil {
+		return nil
+	}
+	st := s.ScalerState
+	return &st
+}
+
+// restore continues from a checkpoint's state (a checkpoint without one
+// keeps the initial scale).
+func (s *lossScaler) restore(st *checkpoint.ScalerState) {
+	if s != nil && st != nil && st.Scale > 0 {
+		s.Scale, s.GrowthTracker = st.Scale, st.GrowthTracker
+	}
+}
