@@ -157,3 +157,46 @@ func TestFP16ResumeContinuesTheScaler(t *testing.T) {
 		t.Error("the resumed run's weights differ from the single run's")
 	}
 }
+
+// Mixed precision runs in every world the layers run in: dp 2, pp 2 (1F1B,
+// recompute), tp 2 (with sequence parallelism), ZeRO-1 and ZeRO-3 over dp
+// 2, each against one worker in the same precision. The operands are
+// rounded at the same places in every world, but the fp32 sums run in
+// another order (a split batch, a split matrix), and a weight updated a
+// few ulps apart can round to the neighbouring bf16 value in its compute
+// copy: losses within 1e-3 relative and weights within 1e-3 absolute,
+// against effects of 2⁻⁸ relative for a wrong rounding site.
+func TestMixedPrecisionInEveryWorld(t *testing.T) {
+	for _, p := range []string{"bf16", "fp16"} {
+		base := tinyGPT()
+		base.NLayers, base.Heads, base.Batch, base.Steps, base.Precision = 2, 4, 8, 5, p
+		dir := t.TempDir()
+		one := base
+		one.Save = filepath.Join(dir, "one.safetensors")
+		ref := losses(t, one)
+		refW := savedWeights(t, one)
+		for i, w := range []func(*Config){
+			func(c *Config) { c.DP = 2 },
+			func(c *Config) { c.PP, c.MicroBatches, c.PipelineSchedule, c.Recompute = 2, 2, 1, true },
+			func(c *Config) { c.TP, c.SequenceParallel = 2, true },
+			func(c *Config) { c.DP, c.Zero = 2, 1 },
+			func(c *Config) { c.DP, c.Zero = 2, 3 },
+		} {
+			cfg := base
+			w(&cfg)
+			cfg.Save = filepath.Join(dir, "w"+string(rune('a'+i))+".safetensors")
+			got := losses(t, cfg)
+			weights := savedWeights(t, cfg)
+			for s := range ref {
+				if math.Abs(got[s]-ref[s]) > 1e-3*math.Abs(ref[s]) {
+					t.Errorf("%s world %d: step %d loss %v, one worker %v", p, i, s+1, got[s], ref[s])
+				}
+			}
+			for k := range refW {
+				if d := math.Abs(float64(weights[k] - refW[k])); d > 1e-3 {
+					t.Fatalf("%s world %d: weight %d is %v, one worker's %v", p, i, k, weights[k], refW[k])
+				}
+			}
+		}
+	}
+}
