@@ -62,6 +62,8 @@ func newPlanMemoryCmd() *cobra.Command {
 		weightBytes   float64
 		gradBytes     float64
 		asJSON        bool
+		precision     string
+		optimizer     string
 	)
 	cmd := &cobra.Command{
 		Use:   "memory --params N [--bytes-per-param B] [--device-mem M] [--dp D --zero 0|1|2|3 [--k K]]",
@@ -73,6 +75,12 @@ fp16 gradient 2 + fp32 master weight, momentum and variance 4+4+4) and, with
 With --zero S and --dp D (the ZeRO paper, K = 12 optimizer bytes per parameter):
 stage 0 keeps (2+2+K)·N on every device, stage 1 (2+2+K/D)·N, stage 2
 (2+(2+K)/D)·N, stage 3 (2+2+K)·N/D; with --device-mem, whether that fits.
+
+With --precision fp32|bf16|fp16|all (and --dp D, --zero S for one stage):
+troupe's own layout per device and parameter, for each precision and ZeRO
+stage: fp32 weights (the masters under mixed precision), the bf16/fp16
+compute copies (whole below stage 3), fp32 gradients, the optimizer's state
+(--optimizer adamw: 8 bytes, sgd: 4), beside the ZeRO paper's figure.
 
 Model states only: activations, communication buffers and fragmentation come
 on top.`,
@@ -86,6 +94,12 @@ on top.`,
 				return err
 			}
 			out := cmd.OutOrStdout()
+			if f.Changed("precision") {
+				return runPlanPrecision(cmd, precision, optimizer, dp, zero, params.v, asJSON)
+			}
+			if f.Changed("optimizer") {
+				return planUsagef("--optimizer applies only with --precision")
+			}
 			if !f.Changed("zero") {
 				for _, name := range []string{"dp", "k", "weight-bytes", "grad-bytes"} {
 					if f.Changed(name) {
@@ -142,7 +156,57 @@ on top.`,
 	f.Float64Var(&weightBytes, "weight-bytes", 2, "bytes of a weight (with --zero; 2 = fp16 as in the paper, 4 = fp32 as troupe trains)")
 	f.Float64Var(&gradBytes, "grad-bytes", 2, "bytes of a gradient (with --zero; 2 = fp16, 4 = fp32)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	f.StringVar(&precision, "precision", "", "troupe's own layout: fp32, bf16, fp16 or all, per ZeRO stage (with --dp; --zero for one stage)")
+	f.StringVar(&optimizer, "optimizer", "adamw", "with --precision: adamw (8 optimizer bytes per parameter) or sgd (4)")
 	return cmd
+}
+
+// runPlanPrecision prints troupe's bytes per parameter per precision and
+// ZeRO stage.
+func runPlanPrecision(cmd *cobra.Command, precision, optimizer string, dp, zero int, params int64, asJSON bool) error {
+	f := cmd.Flags()
+	for _, name := range []string{"bytes-per-param", "k", "weight-bytes", "grad-bytes"} {
+		if f.Changed(name) {
+			return planUsagef("--%s does not apply with --precision: troupe's layout fixes the bytes", name)
+		}
+	}
+	if !f.Changed("dp") {
+		return planUsagef("--precision needs --dp D, the data-parallel replicas ZeRO shards over")
+	}
+	precisions := []string{precision}
+	if precision == "all" {
+		precisions = []string{"fp32", "bf16", "fp16"}
+	}
+	stages := []int{0, 1, 2, 3}
+	if f.Changed("zero") {
+		stages = []int{zero}
+	}
+	optBytes := map[string]float64{"adamw": 8, "sgd": 4}[optimizer]
+	if optBytes == 0 {
+		return planUsagef("--optimizer %q: want adamw or sgd", optimizer)
+	}
+	rows, err := plan.PrecisionTable(precisions, stages, dp, optBytes, params)
+	if err != nil {
+		return planErr(err)
+	}
+	if asJSON {
+		return writeJSON(cmd.OutOrStdout(), rows)
+	}
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "precision\tZeRO\tweights\tcompute copy\tgradients\toptimizer\tbytes/param\tZeRO paper\tper device")
+	for _, r := range rows {
+		paper := "—"
+		if r.Paper > 0 {
+			paper = strconv.FormatFloat(r.Paper, 'g', 4, 64)
+		}
+		g := func(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Precision, r.Stage, g(r.Weight), g(r.Compute), g(r.Gradient), g(r.Optimizer), g(r.Total), paper, planBytesText(r.DeviceBytes))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "bytes per parameter on one of %d replicas; model states only (activations and buffers come on top)\n", dp)
+	return err
 }
 
 func printPlanMemory(w io.Writer, r plan.MemoryResult) error {

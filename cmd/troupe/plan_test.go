@@ -7,6 +7,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/troupe-ml/troupe/plan"
 )
 
 // runPlan executes a fresh `troupe plan` tree (cobra keeps flag values
@@ -311,6 +313,37 @@ func TestPlanTP(t *testing.T) {
 	for _, args := range [][]string{
 		{"tp", "--seq", "64", "--hidden", "128", "--heads", "4", "--layers", "4", "--vocab", "126"},
 		{"tp", "--seq", "64", "--hidden", "128", "--heads", "4", "--layers", "4", "--vocab", "126", "--tp", "3"},
+	} {
+		if _, err := runPlan(t, args...); !errors.Is(err, errUsage) {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+}
+
+// plan memory --precision prints troupe's bytes per parameter per
+// precision and stage, and refuses the flags its layout fixes.
+func TestPlanMemoryPrecision(t *testing.T) {
+	out, err := runPlan(t, "memory", "--params", "1B", "--dp", "4", "--precision", "bf16", "--zero", "2", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []plan.PrecisionRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 {
+		t.Fatalf("%v: %s", err, out)
+	}
+	// 4 (fp32 weights) + 2 (bf16 copy) + 4/4 (gradients) + 8/4 (AdamW).
+	if r := rows[0]; r.Total != 9 || r.DeviceBytes != 9e9 || r.Paper != 5.5 {
+		t.Errorf("row %+v, want 9 bytes per parameter, 9 GB, the paper's 5.5", r)
+	}
+	out, err = runPlan(t, "memory", "--params", "1B", "--dp", "4", "--precision", "all")
+	if err != nil || strings.Count(out, "\n") != 14 {
+		t.Errorf("all precisions: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{
+		{"memory", "--params", "1B", "--precision", "bf16"},
+		{"memory", "--params", "1B", "--dp", "4", "--precision", "fp8"},
+		{"memory", "--params", "1B", "--dp", "4", "--precision", "bf16", "--k", "12"},
+		{"memory", "--params", "1B", "--dp", "4", "--precision", "bf16", "--optimizer", "lion"},
 	} {
 		if _, err := runPlan(t, args...); !errors.Is(err, errUsage) {
 			t.Errorf("%v: %v, want a usage error", args, err)
