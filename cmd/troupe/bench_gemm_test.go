@@ -54,8 +54,38 @@ func TestBenchGemmText(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench gemm: %v", err)
 	}
-	if !strings.HasPrefix(out, "gemm 3×4×2 NN threads=1 ") || !strings.Contains(out, "GFLOP/s median") {
+	if !strings.HasPrefix(out, "gemm 3×4×2 NN fp32 (C fp32) threads=1 ") || !strings.Contains(out, "GFLOP/s median") {
 		t.Fatalf("unexpected output %q", out)
+	}
+}
+
+// TestBenchGemmLowPrecision: --dtype bf16 and fp16 time 16-bit products
+// and say which path ran; --c-dtype fp32 keeps C in fp32.
+func TestBenchGemmLowPrecision(t *testing.T) {
+	for _, c := range []struct {
+		args          []string
+		dtype, cdtype string
+	}{
+		{[]string{"--dtype", "bf16"}, "bf16", "bf16"},
+		{[]string{"--dtype", "fp16", "--c-dtype", "fp32"}, "fp16", "fp32"},
+	} {
+		out, err := runBenchGemmArgs(append(c.args, "--m", "33", "--n", "40", "--k", "17", "--threads", "1", "--iters", "2", "--samples", "1", "--json")...)
+		if err != nil {
+			t.Fatalf("bench gemm %v: %v", c.args, err)
+		}
+		var res map[string]any
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if res["dtype"] != c.dtype || res["c_dtype"] != c.cdtype || !(res["gflops"].(float64) > 0) {
+			t.Errorf("%v: %s", c.args, out)
+		}
+		if s, _ := res["simd"].(string); s != "avx512bf16" && !strings.HasPrefix(s, "widen+") {
+			t.Errorf("%v: path %q", c.args, s)
+		}
+	}
+	if _, err := runBenchGemmArgs("--dtype", "bf16", "--c-dtype", "fp16"); err == nil {
+		t.Error("--c-dtype fp16 with --dtype bf16 accepted")
 	}
 }
 
