@@ -224,8 +224,8 @@ func (p *gemmProblem) member(s *gemmScratch, bt int) {
 	kern := p.kern
 	mr, nr := kern.mr, kern.nr
 	m, n := p.M, p.N
-	packA := kern.alwaysPack || ceilDiv(n, nr) >= packMinReads
-	packB := kern.alwaysPack || p.TransB || ceilDiv(m, mr) >= packMinReads
+	packA := ceilDiv(n, nr) >= packMinReads
+	packB := p.TransB || ceilDiv(m, mr) >= packMinReads
 	kcMax := blockK(kern, p.K)
 	if packA {
 		s.a = grow(s.a, min(kern.mc, ceilDiv(m, mr)*mr)*kcMax)

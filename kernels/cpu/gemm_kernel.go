@@ -11,9 +11,6 @@ type gemmKernel struct {
 	mr, nr int
 	// mc, kc, nc are the block sizes: mc is a multiple of mr, nc of nr.
 	mc, kc, nc int
-	// alwaysPack: tile reads packed panels only (rsa = 1, ksa = mr,
-	// ksb = nr), so the driver packs every block.
-	alwaysPack bool
 	// tile computes C = alpha·Ap·Bp + beta·C for one mr×nr tile over k
 	// steps. Element (i, p) of the A micro-panel is a[i·rsa+p·ksa] (packed:
 	// rsa = 1, ksa = mr); element (p, j) of the B micro-panel is
