@@ -15,40 +15,11 @@ import (
 // plain fp32), returning the loss, the gradients and the pool's peak.
 func passAt(t *testing.T, be kernels.Backend, dt kernels.DType, m *nn.Model, x []float32, tokens, targets []int32) (float64, map[string][]float32, int64) {
 	t.Helper()
-	pool := nn.NewPool(be)
-	c := nn.NewCtx(be, pool)
-	if err := c.SetPrecision(dt); err != nil {
-		t.Fatal(err)
+	r, err := passIn(be, nil, dt, m, x, tokens, targets)
+	if err != nil {
+		t.Fatalf("%v: %v", dt, err)
 	}
-	if dt != kernels.F32 {
-		if err := nn.RefreshLow(be, dt, m.Set.Params()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m.Set.ZeroGrads()
-	var in nn.Act
-	if m.Input == nn.DenseInput {
-		xb := pool.Get(len(x))
-		be.Upload(xb, x)
-		in = nn.Act{X: xb, Rows: len(targets), Cols: m.Features}
-	} else {
-		ids := be.AllocIndex(len(tokens))
-		be.UploadIndex(ids, tokens)
-		in = nn.Act{Ids: ids, Rows: len(tokens)}
-	}
-	tg := be.AllocIndex(len(targets))
-	be.UploadIndex(tg, targets)
-	logits := nn.Forward(c, m.Layers, in)
-	sum, d := m.Loss(c, logits, tg, float32(1/float64(len(targets))))
-	nn.Backward(c, m.Layers, d)
-	grads := map[string][]float32{}
-	for _, p := range m.Set.Params() {
-		grads[p.Name] = download(be, p.G)
-	}
-	if pool.LiveBytes() != 0 {
-		t.Fatalf("%v: %d bytes of activations still out after the pass", dt, pool.LiveBytes())
-	}
-	return sum / float64(len(targets)), grads, pool.PeakBytes()
+	return r.loss, r.grads, r.peak
 }
 
 // relErr is ‖a − b‖ / ‖b‖.

@@ -299,15 +299,35 @@ type shardRun struct {
 	loss  float64
 	grads map[string][]float32
 	ps    map[string]*nn.Param
+	// peak is the activation pool's high-water mark in bytes.
+	peak int64
 }
 
 // passOn runs one forward and backward of m (the whole model when g is
 // nil) and returns its mean loss and gradients.
 func passOn(be kernels.Backend, g nn.TPGroup, m *nn.Model, x []float32, tokens, targets []int32) shardRun {
+	r, err := passIn(be, g, kernels.F32, m, x, tokens, targets)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// passIn is passOn computing in dt (kernels.F32: fp32; else mixed
+// precision, the weights' compute copies refreshed first).
+func passIn(be kernels.Backend, g nn.TPGroup, dt kernels.DType, m *nn.Model, x []float32, tokens, targets []int32) (shardRun, error) {
 	pool := nn.NewPool(be)
 	c := nn.NewCtx(be, pool)
 	if g != nil {
 		c.TP = g
+	}
+	if err := c.SetPrecision(dt); err != nil {
+		return shardRun{}, err
+	}
+	if dt != kernels.F32 {
+		if err := nn.RefreshLow(be, dt, m.Set.Params()); err != nil {
+			return shardRun{}, err
+		}
 	}
 	m.Set.ZeroGrads()
 	var in nn.Act
@@ -331,15 +351,15 @@ func passOn(be kernels.Backend, g nn.TPGroup, m *nn.Model, x []float32, tokens, 
 	logits := nn.Forward(c, m.Layers, in)
 	sum, d := m.Loss(c, logits, tg, float32(1/float64(count)))
 	nn.Backward(c, m.Layers, d)
-	res := shardRun{loss: sum / float64(count), grads: map[string][]float32{}, ps: map[string]*nn.Param{}}
+	res := shardRun{loss: sum / float64(count), grads: map[string][]float32{}, ps: map[string]*nn.Param{}, peak: pool.PeakBytes()}
 	for _, p := range m.Set.Params() {
 		res.grads[p.Name] = download(be, p.G)
 		res.ps[p.Name] = p
 	}
 	if pool.LiveBytes() != 0 {
-		panic(fmt.Sprintf("%d bytes of activations still out after the pass", pool.LiveBytes()))
+		return res, fmt.Errorf("%d bytes of activations still out after the pass", pool.LiveBytes())
 	}
-	return res
+	return res, nil
 }
 
 // TestShardsMatchTheWholeModel runs one forward and backward of a model

@@ -70,6 +70,24 @@ func transName(tr [2]bool) string {
 // gemm runs one product and checks all of C's storage against refGemm.
 func (c *tcase) gemm(g kernels.GemmArgs) {
 	n := g.Normalize()
+	a, b, cv := c.gemmOperands(n)
+	want, mag := refGemm(g, a, b, cv)
+	tol := rel(float64(n.K+4), mag)
+	if c.be.Caps().TensorCores {
+		for i := range tol {
+			tol[i] += 2 * math.Ldexp(1, -11) * mag[i]
+		}
+	}
+	cb := c.up(cv)
+	c.be.Gemm(g, c.up(a), c.up(b), cb)
+	c.check("C", c.down(cb), want, tol)
+}
+
+// gemmOperands draws the storage of a normalized product's A, B and C:
+// the matrices random, the padding and gaps of A and B NaN (a read
+// outside the matrices poisons the result), C's random (NaN when β = 0:
+// it must not be read) and everything else of it the sentinel.
+func (c *tcase) gemmOperands(n kernels.GemmArgs) (a, b, cv []float32) {
 	rowsA, colsA, rowsB, colsB := n.M, n.K, n.K, n.N
 	if n.TransA {
 		rowsA, colsA = n.K, n.M
@@ -78,11 +96,9 @@ func (c *tcase) gemm(g kernels.GemmArgs) {
 		rowsB, colsB = n.N, n.K
 	}
 	nan := float32(math.NaN())
-	a := c.strided(n.Batch, rowsA, colsA, n.LDA, n.StrideA, nan)
-	b := c.strided(n.Batch, rowsB, colsB, n.LDB, n.StrideB, nan)
-	// C: the M×N matrices hold random values (NaN when β = 0), everything
-	// else the sentinel.
-	cv := make([]float32, max(0, (n.Batch-1)*n.StrideC+n.M*n.LDC))
+	a = c.strided(n.Batch, rowsA, colsA, n.LDA, n.StrideA, nan)
+	b = c.strided(n.Batch, rowsB, colsB, n.LDB, n.StrideB, nan)
+	cv = make([]float32, max(0, (n.Batch-1)*n.StrideC+n.M*n.LDC))
 	for i := range cv {
 		cv[i] = cSentinel
 	}
@@ -97,16 +113,7 @@ func (c *tcase) gemm(g kernels.GemmArgs) {
 			}
 		}
 	}
-	want, mag := refGemm(g, a, b, cv)
-	tol := rel(float64(n.K+4), mag)
-	if c.be.Caps().TensorCores {
-		for i := range tol {
-			tol[i] += 2 * math.Ldexp(1, -11) * mag[i]
-		}
-	}
-	cb := c.up(cv)
-	c.be.Gemm(g, c.up(a), c.up(b), cb)
-	c.check("C", c.down(cb), want, tol)
+	return a, b, cv
 }
 
 // strided returns batch matrices of rows×cols stored with leading dimension

@@ -149,31 +149,8 @@ func testLowGemm(s *suite) {
 
 func (c *tcase) lowGemm(lp kernels.LowPrecision, dt kernels.DType, outLow bool, g kernels.GemmArgs) {
 	n := g.Normalize()
-	rowsA, colsA, rowsB, colsB := n.M, n.K, n.K, n.N
-	if n.TransA {
-		rowsA, colsA = n.K, n.M
-	}
-	if n.TransB {
-		rowsB, colsB = n.N, n.K
-	}
-	nan := float32(math.NaN())
-	a := roundTo(dt, c.strided(n.Batch, rowsA, colsA, n.LDA, n.StrideA, nan))
-	b := roundTo(dt, c.strided(n.Batch, rowsB, colsB, n.LDB, n.StrideB, nan))
-	cv := make([]float32, max(0, (n.Batch-1)*n.StrideC+n.M*n.LDC))
-	for i := range cv {
-		cv[i] = cSentinel
-	}
-	for bt := 0; bt < n.Batch; bt++ {
-		for i := 0; i < n.M; i++ {
-			for j := 0; j < n.N; j++ {
-				v := float32(c.rng.NormFloat64())
-				if n.Beta == 0 {
-					v = nan
-				}
-				cv[bt*n.StrideC+i*n.LDC+j] = v
-			}
-		}
-	}
+	a, b, cv := c.gemmOperands(n)
+	a, b = roundTo(dt, a), roundTo(dt, b)
 	if outLow {
 		cv = roundTo(dt, cv)
 	}
