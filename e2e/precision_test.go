@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"testing"
 )
 
@@ -45,4 +47,65 @@ func TestProcsFP16SkipsTheOverflow(t *testing.T) {
 	if len(scales) != 4 || scales[0] != 65536 || scales[1] != 65536 || scales[2] != 32768 || scales[3] != 32768 {
 		t.Errorf("loss scales %v, want 65536 65536 32768 32768", scales)
 	}
+}
+
+// fp16 in an elastic job whose leader is killed: the new leader continues
+// the loss scaler where the old one left it, so that the scale every
+// step ran with, over both leaders' lines, is GradScaler's arithmetic
+// driven by the steps skipped (one injected at step 100, and whatever
+// overflows the growing scale brings); every step is logged once and the
+// replicas end identical.
+func TestElasticFP16ScalerSurvivesTheLeader(t *testing.T) {
+	t.Setenv("TROUPE_TEST_OVERFLOW", "0:100")
+	c := newCluster(t, 3, 2)
+	c.extra = []string{"--precision", "fp16", "--loss-scale-window", "50"}
+	c.startWorld(3)
+	c.agents["n1"].cmd.Process.Kill()
+	c.waitWorld(2, 300)
+	checkReplicas(t, c.finish("n2", "n3"))
+	type line struct {
+		Step      int     `json:"step"`
+		LossScale float64 `json:"loss_scale"`
+		Skipped   bool    `json:"skipped"`
+	}
+	var lines []line
+	for _, n := range []string{"n1", "n2", "n3"} {
+		b, err := os.ReadFile(c.agents[n].metrics)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			var l line
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, l)
+		}
+	}
+	sort.Slice(lines, func(i, j int) bool { return lines[i].Step < lines[j].Step })
+	if len(lines) != elasticSteps {
+		t.Fatalf("%d lines, want one for each of %d steps", len(lines), elasticSteps)
+	}
+	scale, tracker, skips := 65536.0, 0, 0
+	for i, l := range lines {
+		if l.Step != i+1 {
+			t.Fatalf("line %d is step %d", i, l.Step)
+		}
+		if l.LossScale != scale {
+			t.Fatalf("step %d ran with scale %g, GradScaler's arithmetic gives %g", l.Step, l.LossScale, scale)
+		}
+		if l.Skipped {
+			scale, tracker = scale/2, 0
+			skips++
+			continue
+		}
+		if tracker++; tracker == 50 {
+			scale, tracker = scale*2, 0
+		}
+	}
+	if !lines[99].Skipped {
+		t.Error("step 100 was not skipped")
+	}
+	t.Logf("%d steps skipped; final scale %g", skips, scale)
 }

@@ -638,17 +638,26 @@ func (a *agent) train(o *trainOrder) {
 }
 
 // continueScaler gives t the loss scaler's state after the step layout l
-// continues from: the one the job reported for that step, or the
-// checkpoint's the state comes from; without either (a step the job never
-// reported to this node) the scaler starts again from its initial scale,
-// and says so.
+// continues from: the one the job reported for that step (or, for a step
+// the last leader ran but did not report, the one before it updated by
+// the outcome this node's worker saw), or the checkpoint's the state
+// comes from; without any (this node's worker did not run the step) the
+// scaler starts again from its initial scale, and says so.
 func (a *agent) continueScaler(t *trainer, l layout) {
 	if t.scaler == nil || l.Step == 0 {
 		return
 	}
-	if st, ok := a.scalers[l.Step]; ok {
-		t.scaler.restore(&st)
-		return
+	if l.Source.Kind != worker.FromCheckpoint {
+		var last lastRun
+		if _, ok := a.scalers[l.Step]; !ok {
+			if st, err := a.ownStatus(); err == nil {
+				last = lastRun{Step: int(st.LastStep), Applied: int(st.Applied), LossScale: st.LastLossScale, Skipped: st.LastSkipped}
+			}
+		}
+		if st, ok := t.scaler.at(l.Step, a.scalers, last); ok {
+			t.scaler.restore(&st)
+			return
+		}
 	}
 	if l.Source.Kind == worker.FromCheckpoint {
 		if ck, err := checkpoint.Open(checkpoint.OSFS{}, a.j.cfg.CkptDir, int64(l.Source.Step)); err == nil {
@@ -758,6 +767,16 @@ func (a *agent) status() (*workerpb.Status, error) {
 	res, err := a.sys.Root().RequestFuture(a.shell.PID(), &workerpb.StatusRequest{Checksum: true}, a.j.cfg.StepTimeout).Result()
 	if err != nil {
 		return nil, fmt.Errorf("train: this node's worker: %w", err)
+	}
+	st := res.(*workerpb.Status)
+	return st, st.Failed()
+}
+
+// ownStatus asks this node's worker what it holds, without a checksum.
+func (a *agent) ownStatus() (*workerpb.Status, error) {
+	res, err := a.sys.Root().RequestFuture(a.shell.PID(), &workerpb.StatusRequest{}, a.j.cfg.StepTimeout).Result()
+	if err != nil {
+		return nil, err
 	}
 	st := res.(*workerpb.Status)
 	return st, st.Failed()

@@ -200,3 +200,40 @@ func TestMixedPrecisionInEveryWorld(t *testing.T) {
 		}
 	}
 }
+
+// A new elastic leader's scaler: the state the job reported after the
+// step it resumes at; for a step the old leader ran but did not report,
+// the state before it updated by the outcome a worker that ran it saw
+// (checked against the scale that worker ran with); else unknown.
+func TestLossScalerAtAHandOver(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Precision, cfg.LossScaleWindow = "fp16", 2
+	s := newLossScaler(&cfg)
+	known := map[int]checkpoint.ScalerState{
+		9:  {Scale: 1024, GrowthFactor: 2, BackoffFactor: 0.5, GrowthInterval: 2, GrowthTracker: 1},
+		10: {Scale: 2048, GrowthFactor: 2, BackoffFactor: 0.5, GrowthInterval: 2},
+	}
+	if st, ok := s.at(10, known, lastRun{}); !ok || st.Scale != 2048 {
+		t.Errorf("a reported step: %+v %v", st, ok)
+	}
+	// Step 10 (index 9) unreported: it ran at 1024 and grew, or skipped.
+	delete(known, 10)
+	if st, ok := s.at(10, known, lastRun{Step: 9, Applied: 10, LossScale: 1024}); !ok || st.Scale != 2048 || st.GrowthTracker != 0 {
+		t.Errorf("an unreported good step: %+v %v", st, ok)
+	}
+	if st, ok := s.at(10, known, lastRun{Step: 9, Applied: 10, LossScale: 1024, Skipped: true}); !ok || st.Scale != 512 || st.GrowthTracker != 0 {
+		t.Errorf("an unreported skipped step: %+v %v", st, ok)
+	}
+	for _, last := range []lastRun{
+		{Step: 8, Applied: 9, LossScale: 1024},  // the worker did not run step 10
+		{Step: 9, Applied: 9, LossScale: 1024},  // it ran it but did not apply it
+		{Step: 9, Applied: 10, LossScale: 4096}, // at another scale than the job's
+	} {
+		if st, ok := s.at(10, known, last); ok {
+			t.Errorf("%+v: resolved to %+v", last, st)
+		}
+	}
+	if _, ok := s.at(12, known, lastRun{Step: 11, Applied: 12, LossScale: 1024}); ok {
+		t.Error("two unreported steps resolved")
+	}
+}

@@ -73,3 +73,33 @@ func (s *lossScaler) restore(st *checkpoint.ScalerState) {
 		s.Scale, s.GrowthTracker = st.Scale, st.GrowthTracker
 	}
 }
+
+// lastRun is what a worker says of the last step it ran: its index
+// (0-based), the steps it holds applied, the loss scale it ran with and
+// whether it skipped the update.
+type lastRun struct {
+	Step, Applied int
+	LossScale     float64
+	Skipped       bool
+}
+
+// scalerAt is the loss scaler's state after applied steps, from the states
+// the job reported after its last steps (known, by the steps applied) and,
+// for the one step the job may not have reported (its leader died after
+// the workers ran it and before it told the members), what a worker that
+// ran it says: the state after the step before, updated by its outcome.
+// ok is false when neither tells.
+func (s *lossScaler) at(applied int, known map[int]checkpoint.ScalerState, last lastRun) (checkpoint.ScalerState, bool) {
+	if st, ok := known[applied]; ok {
+		return st, true
+	}
+	prev, ok := known[applied-1]
+	if !ok || last.Step != applied-1 || last.Applied != applied || last.LossScale != prev.Scale {
+		return checkpoint.ScalerState{}, false
+	}
+	next := lossScaler{ScalerState: prev, min: s.min}
+	if err := next.update(last.Skipped, applied); err != nil {
+		return checkpoint.ScalerState{}, false
+	}
+	return next.ScalerState, true
+}

@@ -212,6 +212,7 @@ func (a *shellActor) Receive(c actor.Context) {
 		last := a.w.Last()
 		st.LastStep, st.LastComputed = int64(last.Step), last.Computed
 		st.LastLossSum, st.LastTargets, st.LastCorrect = last.LossSum, uint64(last.Targets), uint64(last.Correct)
+		st.LastLossScale, st.LastSkipped = last.LossScale, last.Skipped
 		if m.Checksum {
 			st.Checksum = a.w.Checksum()
 		}

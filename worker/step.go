@@ -92,6 +92,10 @@ type LastStep struct {
 	// Result is what its passes gave, complete when Computed.
 	Result
 	Computed bool
+	// LossScale is the fp16 loss scale it ran with (0: none) and Skipped
+	// whether its gradients overflowed and no rank applied it.
+	LossScale float64
+	Skipped   bool
 }
 
 // Step runs one optimizer step. On an error nothing was applied: the update
@@ -107,7 +111,7 @@ func (w *Worker) Step(ctx context.Context, req StepRequest) (StepResult, error) 
 		w.keepUndo()
 	}
 	res, err := w.st.step(ctx, req)
-	w.last = LastStep{Step: req.Step, Result: res.Result, Computed: res.Computed}
+	w.last = LastStep{Step: req.Step, Result: res.Result, Computed: res.Computed, LossScale: req.LossScale, Skipped: res.Skipped}
 	if err != nil {
 		if w.st.updated {
 			w.undoFailedStep(req.Step, err)

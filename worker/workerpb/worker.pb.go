@@ -178,6 +178,10 @@ type Status struct {
 	// state (and weights, at stage 3).
 	HeldZeroGroup uint32 `protobuf:"varint,16,opt,name=held_zero_group,json=heldZeroGroup,proto3" json:"held_zero_group,omitempty"`
 	HeldZeroShard uint32 `protobuf:"varint,17,opt,name=held_zero_shard,json=heldZeroShard,proto3" json:"held_zero_shard,omitempty"`
+	// last_loss_scale and last_skipped are the fp16 loss scale the last
+	// step ran with and whether its update was skipped (overflow).
+	LastLossScale float64 `protobuf:"fixed64,18,opt,name=last_loss_scale,json=lastLossScale,proto3" json:"last_loss_scale,omitempty"`
+	LastSkipped   bool    `protobuf:"varint,19,opt,name=last_skipped,json=lastSkipped,proto3" json:"last_skipped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -329,6 +333,20 @@ func (x *Status) GetHeldZeroShard() uint32 {
 		return x.HeldZeroShard
 	}
 	return 0
+}
+
+func (x *Status) GetLastLossScale() float64 {
+	if x != nil {
+		return x.LastLossScale
+	}
+	return 0
+}
+
+func (x *Status) GetLastSkipped() bool {
+	if x != nil {
+		return x.LastSkipped
+	}
+	return false
 }
 
 // Form places a worker in a generation (see worker.Form): its rank in a
@@ -1937,7 +1955,7 @@ const file_worker_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"?\n" +
 	"\rStatusRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1a\n" +
-	"\bchecksum\x18\x02 \x01(\bR\bchecksum\"\x9c\x04\n" +
+	"\bchecksum\x18\x02 \x01(\bR\bchecksum\"\xe7\x04\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x12\n" +
@@ -1956,7 +1974,9 @@ const file_worker_proto_rawDesc = "" +
 	"\flast_targets\x18\x0e \x01(\x04R\vlastTargets\x12!\n" +
 	"\flast_correct\x18\x0f \x01(\x04R\vlastCorrect\x12&\n" +
 	"\x0fheld_zero_group\x18\x10 \x01(\rR\rheldZeroGroup\x12&\n" +
-	"\x0fheld_zero_shard\x18\x11 \x01(\rR\rheldZeroShard\"\xeb\x02\n" +
+	"\x0fheld_zero_shard\x18\x11 \x01(\rR\rheldZeroShard\x12&\n" +
+	"\x0flast_loss_scale\x18\x12 \x01(\x01R\rlastLossScale\x12!\n" +
+	"\flast_skipped\x18\x13 \x01(\bR\vlastSkipped\"\xeb\x02\n" +
 	"\x04Form\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1e\n" +
 	"\n" +
