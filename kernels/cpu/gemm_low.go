@@ -121,7 +121,8 @@ func gemmWidened(threads int, g kernels.GemmArgs, a, b Half, c []float32) {
 }
 
 // gemmPairs runs the native bf16 kernel: op(A) and op(B) rearranged into
-// pair words (see pairA, pairB), then the fp32 driver over ⌈K/2⌉ steps.
+// pair words (pairWithinRows, pairRowsOf, or the data itself), then the
+// fp32 driver over ⌈K/2⌉ steps.
 //
 // Where op(A) or op(B) already holds its k pairs side by side in memory
 // (A not transposed, B transposed: a row-major x·Wᵀ) with even K, leading
@@ -146,7 +147,7 @@ func gemmPairs(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b []uint16,
 	} else {
 		pa = getFloats(g.Batch * g.M * k2)
 		for bt := range g.Batch {
-			pairA((*pa)[bt*g.M*k2:], a[bt*g.StrideA:], g)
+			pairWithinRows((*pa)[bt*g.M*k2:], a[bt*g.StrideA:], g.M, g.K, g.LDA)
 		}
 		A, pg.LDA, pg.StrideA = *pa, k2, g.M*k2
 	}
@@ -159,11 +160,12 @@ func gemmPairs(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b []uint16,
 		}
 		B, pg.LDB, pg.StrideB = *pb, g.N, k2*g.N
 	} else {
-		pb = getFloats(g.Batch * k2 * g.N)
+		// Stored N×K: its rows paired in place of a copy, read transposed.
+		pb = getFloats(g.Batch * g.N * k2)
 		for bt := range g.Batch {
-			pairB((*pb)[bt*k2*g.N:], b[bt*g.StrideB:], g)
+			pairWithinRows((*pb)[bt*g.N*k2:], b[bt*g.StrideB:], g.N, g.K, g.LDB)
 		}
-		B, pg.LDB, pg.StrideB = *pb, g.N, k2*g.N
+		B, pg.TransB, pg.LDB, pg.StrideB = *pb, true, k2, g.N*k2
 	}
 	p := gemmProblem{GemmArgs: pg, kern: kern, A: A, B: B, C: c}
 	// Threads by the real work: a pair step is two products.
@@ -211,56 +213,18 @@ func pairRowsGo(dst []float32, lo, hi []uint16) {
 	}
 }
 
-// pairA writes op(A) (one batch member at a[0]) as M rows of ⌈K/2⌉ pair
-// words into dst; an odd K's last word pairs with zero.
-func pairA(dst []float32, a []uint16, g kernels.GemmArgs) {
-	k2 := (g.K + 1) / 2
-	odd := g.K%2 == 1
-	for i := range g.M {
-		row := dst[i*k2 : (i+1)*k2]
-		if !g.TransA {
-			src := a[i*g.LDA : i*g.LDA+g.K]
-			for p := range g.K / 2 {
-				row[p] = pair(src[2*p], src[2*p+1])
-			}
-			if odd {
-				row[k2-1] = pair(src[g.K-1], 0)
-			}
-			continue
+// pairWithinRows writes the rows×⌈k/2⌉ pair words of a rows×k matrix
+// stored with leading dimension ld whose k pairs lie along its rows
+// (values 2p and 2p+1 of a row; an odd k's last word pairs with zero).
+func pairWithinRows(dst []float32, src []uint16, rows, k, ld int) {
+	k2 := (k + 1) / 2
+	for i := range rows {
+		row, in := dst[i*k2:(i+1)*k2], src[i*ld:i*ld+k]
+		for p := range k / 2 {
+			row[p] = pair(in[2*p], in[2*p+1])
 		}
-		for p := range g.K / 2 {
-			row[p] = pair(a[2*p*g.LDA+i], a[(2*p+1)*g.LDA+i])
-		}
-		if odd {
-			row[k2-1] = pair(a[(g.K-1)*g.LDA+i], 0)
-		}
-	}
-}
-
-// pairB writes op(B) (one batch member at b[0]) as ⌈K/2⌉ rows of N pair
-// words into dst: word (p, j) holds op(B)[2p, j] and op(B)[2p+1, j].
-func pairB(dst []float32, b []uint16, g kernels.GemmArgs) {
-	k2 := (g.K + 1) / 2
-	for p := range k2 {
-		row := dst[p*g.N : (p+1)*g.N]
-		hiOK := 2*p+1 < g.K
-		if !g.TransB {
-			lo := b[2*p*g.LDB : 2*p*g.LDB+g.N]
-			if !hiOK {
-				for j, v := range lo {
-					row[j] = pair(v, 0)
-				}
-				continue
-			}
-			pairRows(row, lo, b[(2*p+1)*g.LDB:(2*p+1)*g.LDB+g.N])
-			continue
-		}
-		for j := range row {
-			var hi uint16
-			if hiOK {
-				hi = b[j*g.LDB+2*p+1]
-			}
-			row[j] = pair(b[j*g.LDB+2*p], hi)
+		if k%2 == 1 {
+			row[k2-1] = pair(in[k-1], 0)
 		}
 	}
 }
