@@ -189,6 +189,20 @@ func alignGroup(id uint32, members []int, byRank map[int]*FlightDump) AlignedGro
 		}
 	}
 	slices.SortFunc(keys, cmpKey)
+	// span is each member's first and last recorded operation of the group.
+	span := make([][2]opKey, len(members))
+	for i, r := range recs {
+		first := true
+		for k := range r {
+			if first || cmpKey(k, span[i][0]) < 0 {
+				span[i][0] = k
+			}
+			if first || cmpKey(k, span[i][1]) > 0 {
+				span[i][1] = k
+			}
+			first = false
+		}
+	}
 	for _, k := range keys {
 		row := AlignedOp{Gen: k.gen, Op: k.op, States: make([]string, len(members)), Errs: make([]string, len(members)), blame: make([]int, len(members))}
 		for i, m := range members {
@@ -212,7 +226,7 @@ func alignGroup(id uint32, members []int, byRank map[int]*FlightDump) AlignedGro
 				}
 				continue
 			}
-			row.States[i] = absentState(k, recs[i], d.Dropped > 0)
+			row.States[i] = absentState(k, span[i], len(recs[i]) > 0, d.Dropped > 0)
 		}
 		g.Ops = append(g.Ops, row)
 	}
@@ -220,17 +234,11 @@ func alignGroup(id uint32, members []int, byRank map[int]*FlightDump) AlignedGro
 }
 
 // absentState says why a member has no record of operation k: its record
-// of the group ends before k, starts after it, or jumps over it.
-func absentState(k opKey, recs map[opKey]*FlightOp, dropped bool) string {
-	before, after := false, false
-	for r := range recs {
-		switch c := cmpKey(r, k); {
-		case c < 0:
-			before = true
-		case c > 0:
-			after = true
-		}
-	}
+// of the group (span: its first and last operation; has: it has one) ends
+// before k, starts after it, or jumps over it.
+func absentState(k opKey, span [2]opKey, has, dropped bool) string {
+	before := has && cmpKey(span[0], k) < 0
+	after := has && cmpKey(span[1], k) > 0
 	switch {
 	case !after:
 		return FlightNotEntered

@@ -55,12 +55,10 @@ func (c *Ctx) Precision() kernels.DType { return c.low }
 // lower returns b in the compute type: b itself, or a copy rounded to it
 // (b goes back to the pool).
 func (c *Ctx) lower(b kernels.Buffer) kernels.Buffer {
-	if c.low == kernels.F32 || kernels.DTypeOf(b) == c.low {
-		return b
+	l := c.operand(b)
+	if kernels.DTypeOf(l) != kernels.DTypeOf(b) {
+		c.Pool.Put(b)
 	}
-	l := c.Pool.GetAs(b.Len(), c.low)
-	c.lp.Convert(l, b)
-	c.Pool.Put(b)
 	return l
 }
 

@@ -772,9 +772,11 @@ func (a *agent) status() (*workerpb.Status, error) {
 	return st, st.Failed()
 }
 
-// ownStatus asks this node's worker what it holds, without a checksum.
+// ownStatus asks this node's worker what it holds, without a checksum:
+// it is idle between a generation's form and its first step, so it
+// answers at once or not at all (salvageTimeout).
 func (a *agent) ownStatus() (*workerpb.Status, error) {
-	res, err := a.sys.Root().RequestFuture(a.shell.PID(), &workerpb.StatusRequest{}, a.j.cfg.StepTimeout).Result()
+	res, err := a.sys.Root().RequestFuture(a.shell.PID(), &workerpb.StatusRequest{}, salvageTimeout).Result()
 	if err != nil {
 		return nil, err
 	}

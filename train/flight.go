@@ -121,10 +121,9 @@ func (q *flightAsk) wait(log *zap.Logger) []collective.FlightDump {
 	return dumps
 }
 
-// Flights gathers every rank's flight recorder and aligns them.
-func (e *groupExecutor) Flights(reason string) ([]collective.FlightDump, *collective.Alignment) {
-	dumps := e.askFlights(reason).wait(e.log)
-	return dumps, collective.Align(dumps, e.meshRanks())
+// Flights gathers every rank's flight recorder (those that answer).
+func (e *groupExecutor) Flights(reason string) []collective.FlightDump {
+	return e.askFlights(reason).wait(e.log)
 }
 
 // meshRanks lists the mesh's ranks: the ranks that should dump.

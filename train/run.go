@@ -166,8 +166,7 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 		}
 	}()
 	flights.set(func(reason string) ([]collective.FlightDump, []int) {
-		dumps, _ := ex.Flights(reason)
-		return dumps, ex.meshRanks()
+		return ex.Flights(reason), ex.meshRanks()
 	})
 	defer flights.set(nil)
 	defer flights.watch(o.Dump, cfg.DumpDir, log)()
