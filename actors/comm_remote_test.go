@@ -3,7 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
-	"go.uber.org/zap"
+	"math"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/kernels"
 )
 
 // startRemoteWorld starts P remote actor systems in this process (each with
@@ -100,7 +103,45 @@ func TestRemoteAllReduce(t *testing.T) {
 				return c.NaiveAllReduce(context.Background(), out[r], collective.Avg)
 			}))
 			checkSum(t, in, out, true)
+			for _, w := range []kernels.DType{kernels.BF16, kernels.F16} {
+				in := randBufs(rng, P, 30_001)
+				out := clone(in)
+				noErr(t, runAll(comms, func(r int, c collective.Communicator) *collective.Handle {
+					return c.AllReduce(context.Background(), out[r], collective.Sum.In(w))
+				}))
+				checkLowSum(t, w, in, out)
+			}
 		})
+	}
+}
+
+// checkLowSum checks an all-reduce in a 16-bit wire type: every rank the
+// same bits, each a value of the wire type, within P roundings of a partial
+// sum (each ≤ u·Σ|x|, u = 2⁻⁸ for bf16 and 2⁻¹¹ for fp16) of the exact sum
+// (collective's own tests check the ring's exact order).
+func checkLowSum(t *testing.T, w kernels.DType, in, out [][]float32) {
+	t.Helper()
+	P, u := len(in), math.Ldexp(1, -8)
+	if w == kernels.F16 {
+		u = math.Ldexp(1, -11)
+	}
+	for i := range out[0] {
+		var sum, mag float64
+		for r := range P {
+			sum += float64(in[r][i])
+			mag += math.Abs(float64(in[r][i]))
+			if math.Float32bits(out[r][i]) != math.Float32bits(out[0][i]) {
+				t.Fatalf("%v element %d: rank %d has %v, rank 0 %v", w, i, r, out[r][i], out[0][i])
+			}
+		}
+		got := out[0][i]
+		if w == kernels.BF16 && kernels.F32FromBF16(kernels.BF16FromF32(got)) != got ||
+			w == kernels.F16 && kernels.F32FromF16(kernels.F16FromF32(got)) != got {
+			t.Fatalf("%v element %d: %v is not a %v value", w, i, got, w)
+		}
+		if d := math.Abs(float64(got) - sum); d > float64(P)*u*mag*(1+u) {
+			t.Fatalf("%v element %d: %v, exact %v", w, i, got, sum)
+		}
 	}
 }
 

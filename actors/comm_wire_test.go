@@ -10,11 +10,12 @@ import (
 
 	"github.com/troupe-ml/troupe/actors/actorspb"
 	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/kernels"
 )
 
 func TestWireRoundTrip(t *testing.T) {
 	m := collective.Message{Type: collective.MsgData, Group: 3, From: 1, To: 2, Gen: 4, Op: 5, Seq: 6,
-		Kind: collective.KindAllReduce, Len: 7, Root: 0, Payload: []float32{1.5, -2, 3e-7}, Culprit: -1}
+		Kind: collective.KindAllReduce, Len: 7, Root: 0, Wire: kernels.BF16, Payload: []float32{1.5, -2, 3e-7}, Culprit: -1}
 	b, err := proto.Marshal(toWire(m, true))
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +32,7 @@ func TestWireRoundTrip(t *testing.T) {
 		t.Fatalf("payload %v, want %v", got.Payload, m.Payload)
 	}
 	got.Payload, m.Payload = nil, nil
-	if got.String() != m.String() || got.Culprit != -1 || got.Kind != m.Kind || got.Len != m.Len {
+	if got.String() != m.String() || got.Culprit != -1 || got.Kind != m.Kind || got.Len != m.Len || got.Wire != m.Wire {
 		t.Fatalf("%v, want %v", got, m)
 	}
 	abort := collective.Message{Type: collective.MsgAbort, From: 0, To: 1, Code: 2, Culprit: 2, Reason: "rank 2 lost"}
@@ -46,6 +47,7 @@ func TestWireRoundTrip(t *testing.T) {
 		{Type: 1, Payload: []byte{1, 2, 3}},
 		{Type: 2, Payload: []byte{1, 2, 3, 4}},
 		{Type: 1, Kind: 300},
+		{Type: 1, Wire: 3},
 	} {
 		if _, err := fromWire(bad, 3); !errors.Is(err, ErrWire) {
 			t.Fatalf("%v: %v", bad, err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/kernels"
 )
 
 // DataPlaneConfig tunes the framed TCP stream that carries chunk bytes
@@ -101,13 +102,15 @@ type frameHeader struct {
 	seq   uint32
 	root  uint32
 	len   uint64
-	count uint32 // payload values
+	count uint32 // payload words
+	wire  kernels.DType
 }
 
 func (h *frameHeader) put(b []byte) {
 	b[0] = byte(h.typ)
 	b[1] = byte(h.kind)
-	binary.LittleEndian.PutUint16(b[2:], 0)
+	b[2] = byte(h.wire)
+	b[3] = 0
 	binary.LittleEndian.PutUint32(b[4:], h.group)
 	binary.LittleEndian.PutUint32(b[8:], h.from)
 	binary.LittleEndian.PutUint32(b[12:], h.to)
@@ -137,11 +140,14 @@ func parseFrameHeader(b []byte, maxCount uint32) (frameHeader, error) {
 		root:  binary.LittleEndian.Uint32(b[36:]),
 		len:   binary.LittleEndian.Uint64(b[40:]),
 		count: binary.LittleEndian.Uint32(b[48:]),
+		wire:  kernels.DType(b[2]),
 	}
 	switch {
 	case h.typ != collective.MsgData && h.typ != collective.MsgDone:
 		return h, fmt.Errorf("%w: frame type %d", ErrDataPlane, b[0])
-	case binary.LittleEndian.Uint16(b[2:]) != 0 || binary.LittleEndian.Uint32(b[52:]) != 0:
+	case h.wire != kernels.F32 && !h.wire.Low():
+		return h, fmt.Errorf("%w: wire type %d", ErrDataPlane, b[2])
+	case b[3] != 0 || binary.LittleEndian.Uint32(b[52:]) != 0:
 		return h, fmt.Errorf("%w: reserved header bytes are not zero", ErrDataPlane)
 	case h.typ == collective.MsgDone && h.count != 0:
 		return h, fmt.Errorf("%w: done frame with %d values", ErrDataPlane, h.count)
@@ -510,7 +516,7 @@ func (d *DataPlane) serveIn(c net.Conn) {
 			break
 		}
 		m := collective.Message{Type: h.typ, Group: h.group, From: int(h.from), To: int(h.to), Gen: h.gen, Op: h.op,
-			Seq: h.seq, Kind: h.kind, Len: h.len, Root: int(h.root), Culprit: -1}
+			Seq: h.seq, Kind: h.kind, Len: h.len, Root: int(h.root), Wire: h.wire, Culprit: -1}
 		if h.typ == collective.MsgData {
 			var i int
 			select {
@@ -711,7 +717,7 @@ func (o *dpOut) run() {
 			err = fmt.Errorf("%w: a chunk of %d values exceeds rank %d's frames of %d values (SubChunkBytes > MaxFrameBytes)", ErrDataPlane, len(m.Payload), o.peer, maxVals)
 		} else {
 			h := frameHeader{typ: m.Type, kind: m.Kind, group: m.Group, from: uint32(m.From), to: uint32(m.To),
-				gen: m.Gen, op: m.Op, seq: m.Seq, root: uint32(m.Root), len: m.Len, count: uint32(len(m.Payload))}
+				gen: m.Gen, op: m.Op, seq: m.Seq, root: uint32(m.Root), len: m.Len, count: uint32(len(m.Payload)), wire: m.Wire}
 			h.put(hb[:])
 			var payload []byte
 			if littleEndian {

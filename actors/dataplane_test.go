@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/kernels"
 )
 
 // planePair is a sender (rank 0) and a receiver (rank 1) data plane.
@@ -183,7 +184,7 @@ func TestDataPlanePeerDies(t *testing.T) {
 }
 
 func TestFrameHeaderRoundTrip(t *testing.T) {
-	h := frameHeader{typ: collective.MsgData, kind: collective.KindBroadcast, group: 1, from: 2, to: 3, gen: 4, op: 5, seq: 6, root: 7, len: 8, count: 9}
+	h := frameHeader{typ: collective.MsgData, kind: collective.KindBroadcast, group: 1, from: 2, to: 3, gen: 4, op: 5, seq: 6, root: 7, len: 8, count: 9, wire: kernels.F16}
 	var b [dpHeaderLen]byte
 	h.put(b[:])
 	got, err := parseFrameHeader(b[:], 9)
@@ -193,6 +194,11 @@ func TestFrameHeaderRoundTrip(t *testing.T) {
 	if _, err := parseFrameHeader(b[:], 8); !errors.Is(err, ErrDataPlane) {
 		t.Fatalf("oversized frame: %v", err)
 	}
+	b[2] = 3
+	if _, err := parseFrameHeader(b[:], 9); !errors.Is(err, ErrDataPlane) {
+		t.Fatalf("wire type 3: %v", err)
+	}
+	b[2] = 0
 	b[0] = byte(collective.MsgAbort)
 	if _, err := parseFrameHeader(b[:], 9); !errors.Is(err, ErrDataPlane) {
 		t.Fatalf("abort frame: %v", err)

@@ -3,6 +3,8 @@ package collective
 import (
 	"fmt"
 	"time"
+
+	"github.com/troupe-ml/troupe/kernels"
 )
 
 // Core is one rank's collective protocol for one group: a state machine with
@@ -94,6 +96,11 @@ type opState struct {
 	k    uint32 // completion count this rank sent
 
 	sentTo []bool
+	// wire is where a 16-bit wire type's payloads are packed (see pack):
+	// each sent message's own piece, read by the transport until the
+	// operation completes; next is the first free word.
+	wire   []float32
+	next   int
 	err    error
 	acks   []bool
 	nAcks  int
@@ -174,8 +181,11 @@ func CheckSpec(spec Spec, size int) error {
 	if !spec.Kind.Valid() {
 		return fmt.Errorf("%w: operation kind %d", ErrBadArgument, spec.Kind)
 	}
-	if spec.Reduce != Sum && spec.Reduce != Avg && spec.Reduce != Max {
+	if !spec.Reduce.valid() {
 		return fmt.Errorf("%w: reduce op %d", ErrBadArgument, spec.Reduce)
+	}
+	if spec.Reduce.Wire() != kernels.F32 && spec.Kind != KindAllReduce && spec.Kind != KindReduceScatter {
+		return fmt.Errorf("%w: %s in %s: only the ring's AllReduce and ReduceScatter send a 16-bit wire type", ErrBadArgument, spec.Kind, spec.Reduce)
 	}
 	if spec.Kind == KindBroadcast && (spec.Root < 0 || spec.Root >= size) {
 		return fmt.Errorf("%w: broadcast root %d not in [0, %d)", ErrBadArgument, spec.Root, size)
@@ -315,13 +325,29 @@ func (c *Core) header(t MsgType, op *opState, to int) Message {
 	return Message{
 		Type: t, Group: c.group, From: c.rank, To: to,
 		Gen: op.id.Gen, Op: op.id.Op,
-		Kind: op.spec.Kind, Len: uint64(op.n), Root: op.spec.Root, Culprit: -1,
+		Kind: op.spec.Kind, Len: uint64(op.n), Root: op.spec.Root, Wire: op.spec.Reduce.Wire(), Culprit: -1,
 	}
 }
 
+// sendData sends values of the operation's buffer: the slice itself, or
+// with a 16-bit wire type a packed copy of it.
 func (c *Core) sendData(op *opState, to int, seq uint32, payload []float32) {
 	m := c.header(MsgData, op, to)
 	m.Seq = seq
+	if w := op.spec.Reduce.Wire(); w != kernels.F32 {
+		k := wireWords(w, len(payload))
+		if op.wire == nil {
+			// every send of a ring reduction carries at most a chunk's
+			// sub-chunk: one per data step (and the first)
+			_, hi := ChunkRange(op.n, c.size, 0)
+			_, sub := subRange(0, hi, op.numSub, 0)
+			op.wire = make([]float32, (op.steps+1)*op.numSub*wireWords(w, sub))
+		}
+		p := op.wire[op.next : op.next+k : op.next+k]
+		op.next += k
+		pack(w, p, payload)
+		payload = p
+	}
 	m.Payload = payload
 	op.sentTo[to] = true
 	c.ready.Messages = append(c.ready.Messages, m)
@@ -424,10 +450,10 @@ func (c *Core) hold(now time.Time, m Message) {
 func heldSize(m *Message) int64 { return max(64, int64(4*len(m.Payload))) }
 
 func (c *Core) onOpMessage(now time.Time, op *opState, m *Message) {
-	if m.Kind != op.spec.Kind || m.Len != uint64(op.n) || (op.spec.Kind == KindBroadcast && m.Root != op.spec.Root) {
+	if m.Kind != op.spec.Kind || m.Len != uint64(op.n) || (op.spec.Kind == KindBroadcast && m.Root != op.spec.Root) || m.Wire != op.spec.Reduce.Wire() {
 		m.release()
-		c.abortGen(now, fmt.Errorf("%w: %s issued %s of %d values (root %d) as %s, this rank %s of %d values (root %d)",
-			ErrMismatch, c.peerName(m.From), m.Kind, m.Len, m.Root, op.id, op.spec.Kind, op.n, op.spec.Root), m.From, c.gen)
+		c.abortGen(now, fmt.Errorf("%w: %s issued %s of %d %v values (root %d) as %s, this rank %s of %d %v values (root %d)",
+			ErrMismatch, c.peerName(m.From), m.Kind, m.Len, m.Wire, m.Root, op.id, op.spec.Kind, op.n, op.spec.Reduce.Wire(), op.spec.Root), m.From, c.gen)
 		return
 	}
 	if m.Type == MsgDone {
@@ -499,25 +525,37 @@ func (c *Core) onData(op *opState, m *Message) error {
 		} else {
 			dst = c.chunkSub(op, ReduceScatterRecvChunk(r, t, P), k)
 		}
-		if len(m.Payload) != len(dst) {
-			return bad(fmt.Sprintf("%d values, want %d", len(m.Payload), len(dst)))
+		w := op.spec.Reduce.Wire()
+		if want := wireWords(w, len(dst)); len(m.Payload) != want {
+			return bad(fmt.Sprintf("%d words, want %d (%d %v values)", len(m.Payload), want, len(dst), w))
 		}
 		if gather {
-			copy(dst, m.Payload)
+			if w == kernels.F32 {
+				copy(dst, m.Payload)
+			} else {
+				unpack(w, dst, m.Payload)
+			}
 			if t < P-1 {
 				c.sendData(op, c.right(), m.Seq+uint32(op.numSub), dst)
 			}
 			break
 		}
-		combine(op.spec.Reduce, dst, m.Payload)
+		if w == kernels.F32 {
+			combine(op.spec.Reduce, dst, m.Payload)
+		} else {
+			combinePacked(op.spec.Reduce, dst, m.Payload)
+		}
 		if t < P-1 {
 			c.sendData(op, c.right(), m.Seq+uint32(op.numSub), dst)
 			break
 		}
 		// dst is now the owned chunk, fully reduced: divide once, here,
-		// so every rank copies the same bits.
-		if op.spec.Reduce == Avg {
+		// and round to the wire type, so every rank copies the same bits.
+		if op.spec.Reduce.Base() == Avg {
 			divide(dst, float32(P))
+		}
+		if w != kernels.F32 {
+			roundTo(w, dst)
 		}
 		if op.spec.Kind == KindAllReduce {
 			c.sendData(op, c.right(), m.Seq+uint32(op.numSub), dst)
@@ -541,7 +579,7 @@ func (c *Core) onData(op *opState, m *Message) error {
 			op.fromGot[m.From]++
 			op.subGot[seq]++
 			if op.subGot[seq] == P-1 {
-				if op.spec.Reduce == Avg {
+				if op.spec.Reduce.Base() == Avg {
 					divide(dst, float32(P))
 				}
 				for p := 1; p < P; p++ {

@@ -1,6 +1,10 @@
 package collective
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/troupe-ml/troupe/kernels"
+)
 
 // MsgType is the type of a collective message.
 type MsgType uint8
@@ -54,6 +58,9 @@ type Message struct {
 	Kind Kind
 	Len  uint64
 	Root int
+	// Wire is the type the payload's values travel in: F32, or BF16 and
+	// F16 packed two to a float32 word (ReduceOp.In).
+	Wire kernels.DType
 	// Payload is the data of a MsgData. When Core emits a message, Payload
 	// aliases the operation's buffer: a transport may read it until the
 	// operation completes on this rank (completion proves the receiver

@@ -3,6 +3,8 @@ package collective
 import (
 	"context"
 	"sync"
+
+	"github.com/troupe-ml/troupe/kernels"
 )
 
 // SentValues is how many values rank sends in one operation of kind over
@@ -44,7 +46,7 @@ func SentValues(kind Kind, n, rank, size, root int) int64 {
 	return 0
 }
 
-// Meter counts the values the communicators it wraps send, by operation
+// Meter counts the bytes the communicators it wraps send, by operation
 // kind: what a step's metrics report as the bytes each collective moved.
 // It is safe for concurrent use.
 type Meter struct {
@@ -58,7 +60,10 @@ func NewMeter() *Meter { return &Meter{sent: map[Kind]int64{}} }
 // Wrap returns c with every operation it starts counted (its groups too).
 func (m *Meter) Wrap(c Communicator) Communicator { return &metered{Communicator: c, m: m} }
 
-// Take returns the values sent by kind since the last Take and resets.
+// Take returns the payload bytes sent by kind since the last Take and
+// resets: SentValues times the bytes of the wire type (a packed 16-bit
+// frame of an odd number of values carries two more bytes of padding,
+// not counted).
 func (m *Meter) Take() map[Kind]int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -81,32 +86,32 @@ type metered struct {
 // Flight is the wrapped communicator's recorder.
 func (c *metered) Flight() *FlightRecorder { return FlightOf(c.Communicator) }
 
-func (c *metered) count(kind Kind, n, root int) {
-	c.m.add(kind, SentValues(kind, n, c.Rank(), c.Size(), root))
+func (c *metered) count(kind Kind, n, root int, wire kernels.DType) {
+	c.m.add(kind, SentValues(kind, n, c.Rank(), c.Size(), root)*int64(wire.Size()))
 }
 
 func (c *metered) AllReduce(ctx context.Context, buf []float32, op ReduceOp) *Handle {
-	c.count(KindAllReduce, len(buf), 0)
+	c.count(KindAllReduce, len(buf), 0, op.Wire())
 	return c.Communicator.AllReduce(ctx, buf, op)
 }
 
 func (c *metered) ReduceScatter(ctx context.Context, buf []float32, op ReduceOp) *Handle {
-	c.count(KindReduceScatter, len(buf), 0)
+	c.count(KindReduceScatter, len(buf), 0, op.Wire())
 	return c.Communicator.ReduceScatter(ctx, buf, op)
 }
 
 func (c *metered) AllGather(ctx context.Context, buf []float32) *Handle {
-	c.count(KindAllGather, len(buf), 0)
+	c.count(KindAllGather, len(buf), 0, kernels.F32)
 	return c.Communicator.AllGather(ctx, buf)
 }
 
 func (c *metered) Broadcast(ctx context.Context, buf []float32, root int) *Handle {
-	c.count(KindBroadcast, len(buf), root)
+	c.count(KindBroadcast, len(buf), root, kernels.F32)
 	return c.Communicator.Broadcast(ctx, buf, root)
 }
 
 func (c *metered) NaiveAllReduce(ctx context.Context, buf []float32, op ReduceOp) *Handle {
-	c.count(KindNaiveAllReduce, len(buf), 0)
+	c.count(KindNaiveAllReduce, len(buf), 0, op.Wire())
 	return c.Communicator.NaiveAllReduce(ctx, buf, op)
 }
 

@@ -63,8 +63,8 @@ func TestSentValuesMatchTheWire(t *testing.T) {
 						}
 						total += wire[r]
 					}
-					if got := meter.Take()[kind]; got != total {
-						t.Errorf("meter counted %d values, the wire carried %d", got, total)
+					if got := meter.Take()[kind]; got != 4*total {
+						t.Errorf("meter counted %d bytes, the wire carried %d values", got, total)
 					}
 				})
 			}

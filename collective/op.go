@@ -1,6 +1,11 @@
 package collective
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/troupe-ml/troupe/kernels"
+)
 
 // Kind is the kind of a collective operation.
 type Kind uint8
@@ -36,7 +41,9 @@ func (k Kind) String() string {
 // Valid reports whether k names an operation.
 func (k Kind) Valid() bool { return k > 0 && k < kindEnd }
 
-// ReduceOp says how a reduction combines the ranks' values.
+// ReduceOp says how a reduction combines the ranks' values: a base (Sum,
+// Avg, Max) and the type the values travel in between ranks (float32
+// unless In says otherwise).
 type ReduceOp uint8
 
 const (
@@ -51,7 +58,30 @@ const (
 	Max
 )
 
+// wireShift places the wire type in a ReduceOp's upper bits.
+const wireShift = 4
+
+// In returns the reduction o with its values sent in type dt: kernels.BF16
+// or F16 halve the bytes on the wire, each hop rounding its sums to dt
+// (see pack), kernels.F32 is o as it is. The buffer stays float32.
+func (o ReduceOp) In(dt kernels.DType) ReduceOp { return o.Base() | ReduceOp(dt)<<wireShift }
+
+// Base is o's combination, without its wire type.
+func (o ReduceOp) Base() ReduceOp { return o & (1<<wireShift - 1) }
+
+// Wire is the type o's values travel in.
+func (o ReduceOp) Wire() kernels.DType { return kernels.DType(o >> wireShift) }
+
+// valid reports whether o has a known base and wire type.
+func (o ReduceOp) valid() bool {
+	b, w := o.Base(), o.Wire()
+	return (b == Sum || b == Avg || b == Max) && (w == kernels.F32 || w.Low())
+}
+
 func (o ReduceOp) String() string {
+	if w := o.Wire(); w != kernels.F32 {
+		return o.Base().String() + "/" + w.String()
+	}
 	switch o {
 	case Sum:
 		return "sum"
@@ -63,8 +93,20 @@ func (o ReduceOp) String() string {
 	return fmt.Sprintf("ReduceOp(%d)", uint8(o))
 }
 
-// ParseReduceOp reads "sum", "avg" or "max".
+// ParseReduceOp reads "sum", "avg" or "max", optionally followed by a
+// wire type: "sum/bf16", "avg/fp16".
 func ParseReduceOp(s string) (ReduceOp, error) {
+	if base, wire, ok := strings.Cut(s, "/"); ok {
+		o, err := ParseReduceOp(base)
+		if err != nil {
+			return 0, err
+		}
+		w, err := kernels.ParseDType(wire)
+		if err != nil {
+			return 0, fmt.Errorf("%w: reduce op %q: %v", ErrBadArgument, s, err)
+		}
+		return o.In(w), nil
+	}
 	switch s {
 	case "sum":
 		return Sum, nil
@@ -93,7 +135,9 @@ type Spec struct {
 	// Buf is reduced, gathered or broadcast in place. The operation owns it
 	// until it completes; Core reads and writes it.
 	Buf []float32
-	// Reduce applies to AllReduce, ReduceScatter and NaiveAllReduce.
+	// Reduce applies to AllReduce, ReduceScatter and NaiveAllReduce; a
+	// 16-bit wire type (ReduceOp.In) to the ring's AllReduce and
+	// ReduceScatter only.
 	Reduce ReduceOp
 	// Root is the broadcasting rank of a Broadcast (a group rank).
 	Root int

@@ -35,7 +35,7 @@ func divide(x []float32, d float32) {
 // combine folds src into dst with op: a sum for Sum and Avg, the larger
 // value for Max.
 func combine(op ReduceOp, dst, src []float32) {
-	if op != Max {
+	if op.Base() != Max {
 		addTo(dst, src)
 		return
 	}

@@ -209,9 +209,9 @@ type SentBytes struct {
 }
 
 func sentOf(v map[collective.Kind]int64) SentBytes {
-	return SentBytes{AllReduce: 4 * (v[collective.KindAllReduce] + v[collective.KindNaiveAllReduce]),
-		ReduceScatter: 4 * v[collective.KindReduceScatter], AllGather: 4 * v[collective.KindAllGather],
-		Broadcast: 4 * v[collective.KindBroadcast]}
+	return SentBytes{AllReduce: v[collective.KindAllReduce] + v[collective.KindNaiveAllReduce],
+		ReduceScatter: v[collective.KindReduceScatter], AllGather: v[collective.KindAllGather],
+		Broadcast: v[collective.KindBroadcast]}
 }
 
 // newStepper places w (holding the model part of rank's stage) at rank of

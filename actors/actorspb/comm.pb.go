@@ -138,10 +138,13 @@ type CollectiveMsg struct {
 	Len   uint64                 `protobuf:"varint,9,opt,name=len,proto3" json:"len,omitempty"`
 	Root  uint32                 `protobuf:"varint,10,opt,name=root,proto3" json:"root,omitempty"`
 	// payload holds the data of a data message as little-endian float32.
-	Payload       []byte `protobuf:"bytes,11,opt,name=payload,proto3" json:"payload,omitempty"`
-	Code          uint32 `protobuf:"varint,12,opt,name=code,proto3" json:"code,omitempty"`
-	Culprit       int32  `protobuf:"varint,13,opt,name=culprit,proto3" json:"culprit,omitempty"`
-	Reason        string `protobuf:"bytes,14,opt,name=reason,proto3" json:"reason,omitempty"`
+	Payload []byte `protobuf:"bytes,11,opt,name=payload,proto3" json:"payload,omitempty"`
+	Code    uint32 `protobuf:"varint,12,opt,name=code,proto3" json:"code,omitempty"`
+	Culprit int32  `protobuf:"varint,13,opt,name=culprit,proto3" json:"culprit,omitempty"`
+	Reason  string `protobuf:"bytes,14,opt,name=reason,proto3" json:"reason,omitempty"`
+	// wire is the payload's value type (kernels.DType): 0 float32, 1 bf16
+	// and 2 fp16 packed two to a word.
+	Wire          uint32 `protobuf:"varint,15,opt,name=wire,proto3" json:"wire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -274,6 +277,13 @@ func (x *CollectiveMsg) GetReason() string {
 	return ""
 }
 
+func (x *CollectiveMsg) GetWire() uint32 {
+	if x != nil {
+		return x.Wire
+	}
+	return 0
+}
+
 // CommCredit returns flow-control credit on the actor transport: the sender
 // of the acknowledged data messages may send that many more.
 type CommCredit struct {
@@ -341,7 +351,7 @@ const file_comm_proto_rawDesc = "" +
 	"\x04size\x18\x04 \x01(\rR\x04size\x12\x1c\n" +
 	"\ttransport\x18\x05 \x01(\tR\ttransport\x12\x1b\n" +
 	"\tdata_addr\x18\x06 \x01(\tR\bdataAddr\x12\x14\n" +
-	"\x05reply\x18\a \x01(\bR\x05reply\"\xab\x02\n" +
+	"\x05reply\x18\a \x01(\bR\x05reply\"\xbf\x02\n" +
 	"\rCollectiveMsg\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\rR\x04type\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\rR\x05group\x12\x12\n" +
@@ -357,7 +367,8 @@ const file_comm_proto_rawDesc = "" +
 	"\apayload\x18\v \x01(\fR\apayload\x12\x12\n" +
 	"\x04code\x18\f \x01(\rR\x04code\x12\x18\n" +
 	"\aculprit\x18\r \x01(\x05R\aculprit\x12\x16\n" +
-	"\x06reason\x18\x0e \x01(\tR\x06reason\"<\n" +
+	"\x06reason\x18\x0e \x01(\tR\x06reason\x12\x12\n" +
+	"\x04wire\x18\x0f \x01(\rR\x04wire\"<\n" +
 	"\n" +
 	"CommCredit\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x1a\n" +
