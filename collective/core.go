@@ -337,11 +337,11 @@ func (c *Core) sendData(op *opState, to int, seq uint32, payload []float32) {
 	if w := op.spec.Reduce.Wire(); w != kernels.F32 {
 		k := wireWords(w, len(payload))
 		if op.wire == nil {
-			// every send of a ring reduction carries at most a chunk's
-			// sub-chunk: one per data step (and the first)
+			// a ring reduction sends at most a chunk's sub-chunk, numSub
+			// of them per data step
 			_, hi := ChunkRange(op.n, c.size, 0)
 			_, sub := subRange(0, hi, op.numSub, 0)
-			op.wire = make([]float32, (op.steps+1)*op.numSub*wireWords(w, sub))
+			op.wire = getWire(op.steps * op.numSub * wireWords(w, sub))
 		}
 		p := op.wire[op.next : op.next+k : op.next+k]
 		op.next += k
@@ -378,6 +378,13 @@ func (c *Core) advanceDone(op *opState) {
 }
 
 func (c *Core) complete(op *opState, err error) {
+	if err == nil && op.wire != nil {
+		// every receiver consumed the packed payloads (see
+		// Message.Payload); after a failure a transport may still read
+		// them until Outbox.Cancel, so they are left to the collector
+		putWire(op.wire)
+		op.wire = nil
+	}
 	c.ready.Completions = append(c.ready.Completions, Completion{ID: op.id, Kind: op.spec.Kind, Err: err})
 }
 

@@ -37,6 +37,7 @@ func TestBadInputExitsNonZero(t *testing.T) {
 		{"sequence parallelism of the mlp", []string{"train", "--model", "mlp", "--tp", "2", "--sequence-parallel"}, 2, "--sequence-parallel"},
 		{"procs that are not dp × pp × tp", []string{"train", "--procs", "3", "--tp", "2"}, 2, "--procs"},
 		{"unknown precision", []string{"train", "--precision", "fp8"}, 2, "--precision"},
+		{"unknown reduce type", []string{"train", "--reduce-dtype", "int8"}, 2, "--reduce-dtype"},
 		{"a loss scale below its floor", []string{"train", "--precision", "fp16", "--loss-scale-init", "0.5"}, 2, "--loss-scale-init"},
 		{"bench gemm in an unknown type", []string{"bench", "gemm", "--dtype", "int4"}, 2, "--dtype"},
 		{"unknown command", []string{"fly"}, 2, "fly"},

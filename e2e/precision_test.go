@@ -12,14 +12,15 @@ import (
 	"testing"
 )
 
-// fp16 across worker processes: an inf in rank 1's gradients at step 2
-// (TROUPE_TEST_OVERFLOW) is skipped by both processes (their replicas
-// stay identical: --check-every 1), the metrics say so at step 2 only,
-// and the loss scale halves there.
+// fp16 across worker processes, the gradients sent in fp16 too
+// (--reduce-dtype, over the TCP data plane): an inf in rank 1's gradients
+// at step 2 (TROUPE_TEST_OVERFLOW) is skipped by both processes (their
+// replicas stay identical: --check-every 1), the metrics say so at step 2
+// only, and the loss scale halves there.
 func TestProcsFP16SkipsTheOverflow(t *testing.T) {
 	metrics := filepath.Join(t.TempDir(), "m.jsonl")
 	cmd := exec.Command(troupeBin, "train", "--steps", "4", "--batch", "8", "--d-model", "32", "--n-layers", "1", "--threads", "1",
-		"--procs", "2", "--precision", "fp16", "--check-every", "1", "--metrics-out", metrics, "--log-format", "json")
+		"--procs", "2", "--precision", "fp16", "--reduce-dtype", "fp16", "--check-every", "1", "--metrics-out", metrics, "--log-format", "json")
 	cmd.Env = append(os.Environ(), "TROUPE_TEST_OVERFLOW=1:2")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)

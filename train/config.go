@@ -150,6 +150,11 @@ type Config struct {
 	// for the backward pass in the low type, LayerNorm, softmax and the
 	// loss in fp32.
 	Precision string
+	// ReduceDType is the type gradients travel in between replicas: fp32
+	// (or empty), or bf16 or fp16, halving the bytes, each hop of the ring
+	// rounding its sums (NCCL's bf16 all-reduce; bf16 reductions are
+	// known to destabilise large worlds, hence the fp32 default).
+	ReduceDType string
 	// LossScaleInit, LossScaleWindow and LossScaleMin tune fp16's dynamic
 	// loss scaler (PyTorch GradScaler: initial scale 65536, ×2 after 2000
 	// steps in a row without an overflow, ×0.5 at one, whose step is
@@ -390,6 +395,8 @@ func (c *Config) checkWorld() error {
 		return fieldErr("Zero", "stage %d: want 0, 1, 2 or 3", c.Zero)
 	case c.precisionErr() != nil:
 		return c.precisionErr()
+	case !dtypeOK(c.ReduceDType):
+		return fieldErr("ReduceDType", "%q: want fp32, bf16 or fp16", c.ReduceDType)
 	case !(c.LossScaleInit > 0) || c.LossScaleWindow < 1 || !(c.LossScaleMin > 0) || c.LossScaleMin > c.LossScaleInit:
 		return fieldErr("LossScaleInit", "%g, {LossScaleWindow} %d, {LossScaleMin} %g: want a positive scale at least the floor, and a window of at least 1 step", c.LossScaleInit, c.LossScaleWindow, c.LossScaleMin)
 	case c.Zero == 3 && c.Batch/c.DP < c.microBatches():
@@ -468,6 +475,19 @@ func (c *Config) precision() kernels.DType {
 		return kernels.F32
 	}
 	return dt
+}
+
+// reduceDType is the gradients' wire type (ReduceDType parsed; fp32 when
+// empty).
+func (c *Config) reduceDType() kernels.DType {
+	dt, _ := kernels.ParseDType(c.ReduceDType)
+	return dt
+}
+
+// dtypeOK reports whether s is empty or names a type.
+func dtypeOK(s string) bool {
+	_, err := kernels.ParseDType(s)
+	return s == "" || err == nil
 }
 
 // precisionErr says what is wrong with Precision, if anything.

@@ -91,12 +91,16 @@ func (r *reducer) launch(ks []int) {
 			be.Download(buf, be.View(grads, b.Lo, b.Len()))
 		}
 		if r.s.zero != nil {
-			r.handles = append(r.handles, r.s.zero.shard.ReduceScatter(r.ctx, buf, collective.Sum))
+			r.handles = append(r.handles, r.s.zero.shard.ReduceScatter(r.ctx, buf, r.s.gradSum()))
 		} else {
-			r.handles = append(r.handles, r.s.dp.AllReduce(r.ctx, buf, collective.Sum))
+			r.handles = append(r.handles, r.s.dp.AllReduce(r.ctx, buf, r.s.gradSum()))
 		}
 	}
 }
+
+// gradSum is the reduction of gradients between replicas: a sum, in the
+// spec's wire type.
+func (s *stepper) gradSum() collective.ReduceOp { return collective.Sum.In(s.w.spec.ReduceDType) }
 
 // release starts the deferred bucket.
 func (r *reducer) release() {
@@ -188,7 +192,7 @@ func (s *stepper) sumTied(ctx context.Context, res *StepResult) error {
 	t := s.w.model.Tied
 	buf := s.host(t.G, true)
 	start := time.Now()
-	err := s.tied.AllReduce(ctx, buf, collective.Sum).Wait()
+	err := s.tied.AllReduce(ctx, buf, s.gradSum()).Wait()
 	res.addExposed(time.Since(start))
 	if err != nil {
 		return fmt.Errorf("stage %d: tied embedding gradient sum: %w", s.coord.PP, err)

@@ -72,6 +72,12 @@ type Spec struct {
 	// optimizer state, GEMMs in the low type with fp32 accumulation, saved
 	// activations in the low type; see nn.Ctx.SetPrecision).
 	Precision kernels.DType
+	// ReduceDType is the type gradients travel in between replicas: F32
+	// (the zero value), or BF16 or F16, half the bytes, each hop of the
+	// ring rounding its sums (collective.ReduceOp.In). It applies to the
+	// data-parallel all-reduce, ZeRO's reduce-scatter and replicate
+	// all-reduce, and the tied embedding's sum across stages.
+	ReduceDType kernels.DType
 	// Straggler, when set, makes the worker at its mesh rank compute
 	// Delay longer every step: a slow replica for tests of straggler
 	// detection (troupe sets it from TROUPE_TEST_STRAGGLER=RANK:DELAY).

@@ -76,6 +76,9 @@ func New(spec *Spec, be kernels.Backend, opts ...Option) (*Worker, error) {
 			return nil, fmt.Errorf("%w: the %s backend cannot compute in %v", ErrConfig, be.Caps().Device, spec.Precision)
 		}
 	}
+	if r := spec.ReduceDType; r != kernels.F32 && !r.Low() {
+		return nil, fmt.Errorf("%w: gradients cannot travel in %v", ErrConfig, r)
+	}
 	s, err := data.NewSampler(spec.Train.Len(), spec.Seed, spec.Shuffle)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)

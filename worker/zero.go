@@ -161,13 +161,13 @@ func (s *stepper) reduceOwned(ctx context.Context, res *StepResult) error {
 	var err error
 	if g2 := zr.g2; g2 != nil {
 		v := s.host(g2.owned, true)
-		if err = zr.replicate.AllReduce(ctx, v, collective.Sum).Wait(); err == nil {
+		if err = zr.replicate.AllReduce(ctx, v, s.gradSum()).Wait(); err == nil {
 			s.landed(g2.owned)
 		}
 	} else {
 		var hs []*collective.Handle
 		for _, r := range zr.owned {
-			hs = append(hs, zr.replicate.AllReduce(ctx, s.reducer.grads[r.Lo:r.Hi], collective.Sum))
+			hs = append(hs, zr.replicate.AllReduce(ctx, s.reducer.grads[r.Lo:r.Hi], s.gradSum()))
 		}
 		err = collective.WaitAll(hs...)
 	}
@@ -322,7 +322,7 @@ func (g *zeroGrads) launch(ctx context.Context, k int) {
 		g.host[k] = grow(g.host[k], b.Len())
 		be.Download(g.host[k], g.bufs[k])
 	}
-	g.inflight[k] = g.s.zero.shard.ReduceScatter(ctx, g.host[k], collective.Sum)
+	g.inflight[k] = g.s.zero.shard.ReduceScatter(ctx, g.host[k], g.s.gradSum())
 	g.queue = append(g.queue, k)
 	for len(g.queue) > maxInFlight {
 		g.take(g.queue[0])

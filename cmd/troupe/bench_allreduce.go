@@ -22,6 +22,7 @@ import (
 
 	"github.com/troupe-ml/troupe/actors"
 	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/kernels"
 )
 
 type benchAllReduceFlags struct {
@@ -32,6 +33,7 @@ type benchAllReduceFlags struct {
 	iters     int
 	warmup    int
 	subChunk  string
+	dtype     string
 	window    int
 	timeout   time.Duration
 	json      bool
@@ -55,6 +57,11 @@ Transports:
   actor  one OS process per rank: chunk bytes as protobuf bytes through
          protoactor remote (kept to compare with tcp); "grpc" is an alias
 
+--dtype bf16 or fp16 sends the values in 16 bits (two to a float32 word,
+summed in fp32 and rounded at each hop, as --reduce-dtype does for
+gradients): S bytes are then S/2 values, and algbw and busbw count the
+16-bit bytes, as nccl-tests count a bf16 all-reduce's.
+
 --bytes takes one size or a comma-separated list (1MiB,16MiB,…; K, M, G
 are binary, kB, MB, GB decimal); --json then prints one JSON object per
 size, one per line.`,
@@ -69,6 +76,7 @@ size, one per line.`,
 	fl.StringVar(&f.bytes, "bytes", "16MiB", "bytes per rank: a size or a comma-separated list of sizes")
 	fl.StringVar(&f.transport, "transport", "local", "local, tcp or actor")
 	fl.StringVar(&f.algo, "algo", "ring", "ring, or naive (gather to rank 0, then send the result back)")
+	fl.StringVar(&f.dtype, "dtype", "fp32", "the type the values travel in: fp32, or bf16 or fp16 (ring only)")
 	fl.IntVar(&f.iters, "iters", 0, "timed iterations per size (0: 50 up to 1 MiB, 20 up to 16 MiB, 10 above, as the gloo anchor)")
 	fl.IntVar(&f.warmup, "warmup", 3, "untimed iterations before the timed ones")
 	fl.StringVar(&f.subChunk, "sub-chunk", "1MiB", "sub-chunk size: the largest message (at most 1MiB on the actor transport)")
@@ -92,6 +100,7 @@ type benchAllReduceResult struct {
 	Procs         int     `json:"procs"`
 	Ranks         int     `json:"ranks"`
 	Bytes         int64   `json:"bytes"`
+	DType         string  `json:"dtype"`
 	MiB           float64 `json:"mib"`
 	SubChunkBytes int     `json:"sub_chunk_bytes"`
 	Iters         int     `json:"iters"`
@@ -159,6 +168,8 @@ type allreducePlan struct {
 	sizes     []int64
 	transport string
 	algo      collective.Kind
+	op        collective.ReduceOp
+	dtype     kernels.DType
 	iters     int
 	warmup    int
 	comm      actors.CommConfig
@@ -185,6 +196,14 @@ func allreducePlanOf(f benchAllReduceFlags) (*allreducePlan, error) {
 	default:
 		return nil, fmt.Errorf("%w: --algo %q: want ring or naive", errUsage, f.algo)
 	}
+	dt, err := kernels.ParseDType(f.dtype)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --dtype: %v", errUsage, err)
+	}
+	if dt != kernels.F32 && p.algo != collective.KindAllReduce {
+		return nil, fmt.Errorf("%w: --dtype %v: only the ring sends 16-bit values", errUsage, dt)
+	}
+	p.dtype, p.op = dt, collective.Sum.In(dt)
 	p.comm = actors.DefaultCommConfig()
 	switch f.transport {
 	case "local":
@@ -246,8 +265,8 @@ func runBenchAllReduce(ctx context.Context, w io.Writer, f benchAllReduceFlags) 
 			fmt.Fprintln(w, string(b))
 			continue
 		}
-		fmt.Fprintf(w, "allreduce %-6s %-5s P=%d %9.2f MiB  median %9.3f ms  algbw %6.2f GB/s  busbw %6.2f GB/s  (%d iters, min %.3f ms, max %.3f ms, correct %v)\n",
-			r.Transport, r.Algo, r.Ranks, r.MiB, r.TimeMedS*1e3, r.AlgbwGBs, r.BusbwGBs, r.Iters, r.TimeMinS*1e3, r.TimeMaxS*1e3, r.Correct)
+		fmt.Fprintf(w, "allreduce %-6s %-5s %s P=%d %9.2f MiB  median %9.3f ms  algbw %6.2f GB/s  busbw %6.2f GB/s  (%d iters, min %.3f ms, max %.3f ms, correct %v)\n",
+			r.Transport, r.Algo, r.DType, r.Ranks, r.MiB, r.TimeMedS*1e3, r.AlgbwGBs, r.BusbwGBs, r.Iters, r.TimeMinS*1e3, r.TimeMaxS*1e3, r.Correct)
 	}
 	for _, r := range results {
 		if !r.Correct {
@@ -267,8 +286,8 @@ type allreduceRankTimes struct {
 
 // allreduceRank runs one rank's iterations of one size: fill (untimed),
 // barrier, timed all-reduce, check (untimed).
-func allreduceRank(ctx context.Context, c collective.Communicator, algo collective.Kind, bytes int64, iters, warmup int) (allreduceRankTimes, error) {
-	buf := make([]float32, bytes/4)
+func allreduceRank(ctx context.Context, c collective.Communicator, plan *allreducePlan, bytes int64, iters, warmup int) (allreduceRankTimes, error) {
+	buf := make([]float32, bytes/int64(plan.dtype.Size()))
 	rt := allreduceRankTimes{Rank: c.Rank(), Bytes: bytes, Correct: true}
 	want := float32(c.Size())
 	for it := 0; it < warmup+iters; it++ {
@@ -280,10 +299,10 @@ func allreduceRank(ctx context.Context, c collective.Communicator, algo collecti
 		}
 		t0 := time.Now()
 		var h *collective.Handle
-		if algo == collective.KindNaiveAllReduce {
-			h = c.NaiveAllReduce(ctx, buf, collective.Sum)
+		if plan.algo == collective.KindNaiveAllReduce {
+			h = c.NaiveAllReduce(ctx, buf, plan.op)
 		} else {
-			h = c.AllReduce(ctx, buf, collective.Sum)
+			h = c.AllReduce(ctx, buf, plan.op)
 		}
 		if err := h.Wait(); err != nil {
 			return rt, err
@@ -327,7 +346,7 @@ func allreduceSummarize(plan *allreducePlan, bytes int64, procs int, ranks []all
 	}
 	return benchAllReduceResult{
 		Bench: "allreduce", Backend: "troupe", Transport: plan.transport, Algo: algo,
-		Procs: procs, Ranks: P, Bytes: bytes, MiB: float64(bytes) / (1 << 20),
+		Procs: procs, Ranks: P, Bytes: bytes, DType: plan.dtype.String(), MiB: float64(bytes) / (1 << 20),
 		SubChunkBytes: plan.comm.Collective.SubChunkBytes, Iters: iters,
 		TimeMedS: med, TimeMinS: per[0], TimeMaxS: per[iters-1],
 		AlgbwGBs: alg, BusbwGBs: alg * 2 * float64(P-1) / float64(P), Correct: correct,
@@ -361,7 +380,7 @@ func runAllReduceLocal(ctx context.Context, plan *allreducePlan) ([]benchAllRedu
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ranks[r], errs[r] = allreduceRank(ctx, c, plan.algo, bytes, iters, plan.warmup)
+				ranks[r], errs[r] = allreduceRank(ctx, c, plan, bytes, iters, plan.warmup)
 			}()
 		}
 		wg.Wait()
@@ -434,7 +453,7 @@ func runAllReduceProcesses(ctx context.Context, plan *allreducePlan, f benchAllR
 	}()
 	for r := 0; r < P; r++ {
 		args := []string{"bench", "allreduce-worker", "--rank", strconv.Itoa(r), "--ranks", strconv.Itoa(P),
-			"--bytes", f.bytes, "--transport", plan.transport, "--algo", f.algo,
+			"--bytes", f.bytes, "--transport", plan.transport, "--algo", f.algo, "--dtype", plan.dtype.String(),
 			"--iters", strconv.Itoa(plan.iters), "--warmup", strconv.Itoa(plan.warmup),
 			"--sub-chunk", strconv.Itoa(plan.comm.Collective.SubChunkBytes), "--window", strconv.Itoa(f.window),
 			"--log-level", logLevel, "--log-format", "json"}
@@ -553,6 +572,7 @@ func newBenchAllReduceWorkerCmd() *cobra.Command {
 	fl.StringVar(&f.bytes, "bytes", "16MiB", "sizes")
 	fl.StringVar(&f.transport, "transport", "tcp", "tcp or actor")
 	fl.StringVar(&f.algo, "algo", "ring", "ring or naive")
+	fl.StringVar(&f.dtype, "dtype", "fp32", "fp32, bf16 or fp16")
 	fl.IntVar(&f.iters, "iters", 0, "timed iterations")
 	fl.IntVar(&f.warmup, "warmup", 3, "untimed iterations")
 	fl.StringVar(&f.subChunk, "sub-chunk", "1MiB", "sub-chunk bytes")
@@ -611,7 +631,7 @@ func runAllReduceWorker(ctx context.Context, stdin io.Reader, stdout io.Writer, 
 	}
 	defer comm.Close()
 	for _, bytes := range plan.sizes {
-		rt, err := allreduceRank(ctx, comm, plan.algo, bytes, allreduceIters(bytes, plan.iters), plan.warmup)
+		rt, err := allreduceRank(ctx, comm, plan, bytes, allreduceIters(bytes, plan.iters), plan.warmup)
 		if err != nil {
 			enc.Encode(allreduceWorkerLine{Rank: rank, Error: err.Error()})
 			return err

@@ -101,6 +101,15 @@ func TestBenchAllReduceLocal(t *testing.T) {
 		t.Fatal(rs[0])
 	}
 	allreduceCheckResults(t, rs, "local", 2, 64<<10)
+	// 16-bit values: S bytes are S/2 values, each rank's ones summing to
+	// exactly P in either type
+	for _, dt := range []string{"bf16", "fp16"} {
+		rs = allreduceRunBench(t, "--ranks", "3", "--bytes", "4KiB,64KiB", "--transport", "local", "--dtype", dt, "--iters", "2", "--warmup", "1")
+		allreduceCheckResults(t, rs, "local", 3, 4<<10, 64<<10)
+		if rs[0].DType != dt {
+			t.Fatalf("dtype %q, want %s", rs[0].DType, dt)
+		}
+	}
 }
 
 // TestBenchAllReduceProcesses runs the multi-process transports: the ranks
@@ -112,7 +121,7 @@ func TestBenchAllReduceProcesses(t *testing.T) {
 	allreduceWorkerEnv = []string{allreduceWorkerTestEnv + "=1"}
 	defer func() { allreduceWorkerEnv = nil }()
 	for _, tr := range []string{"tcp", "actor"} {
-		rs := allreduceRunBench(t, "--ranks", "2", "--bytes", "4KiB,256KiB", "--transport", tr, "--iters", "2", "--warmup", "1", "--sub-chunk", "64KiB", "--timeout", "2m")
+		rs := allreduceRunBench(t, "--ranks", "2", "--bytes", "4KiB,256KiB", "--transport", tr, "--iters", "2", "--warmup", "1", "--sub-chunk", "64KiB", "--timeout", "2m", "--dtype", map[string]string{"tcp": "bf16", "actor": "fp32"}[tr])
 		allreduceCheckResults(t, rs, tr, 2, 4<<10, 256<<10)
 		if rs[0].Procs != 2 {
 			t.Fatalf("procs %d", rs[0].Procs)
@@ -129,6 +138,8 @@ func TestBenchAllReduceUsage(t *testing.T) {
 		{"--algo", "tree"},
 		{"--transport", "actor", "--sub-chunk", "4MiB"},
 		{"--sub-chunk", "6"},
+		{"--dtype", "fp8"},
+		{"--algo", "naive", "--dtype", "bf16"},
 	} {
 		var out bytes.Buffer
 		rootCmd.SetOut(&out)

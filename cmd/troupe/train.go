@@ -40,7 +40,7 @@ type trainFlags struct {
 	warmup                                       int
 	seed                                         uint64
 	init, save, metricsOut, metricsAddr, dumpDir string
-	precision                                    string
+	precision, reduceDType                       string
 	lossScaleInit, lossScaleMin                  float64
 	lossScaleWindow                              int
 	evalEvery, evalBatches, logEvery             int
@@ -252,6 +252,7 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.zero, "zero", 0, "ZeRO stage over the data-parallel replicas: 1 shards the optimizer state (each replica updates 1/D of every gradient bucket), 2 the gradients too, 3 the weights too (each layer's gathered for its passes)")
 	fl.IntVar(&f.zeroGroup, "zero-group", 0, "with --zero: shard within groups of this many replicas and replicate across groups (hybrid sharding; 0: all replicas)")
 	fl.StringVar(&f.precision, "precision", "fp32", "compute type: fp32, or bf16 or fp16 for mixed precision (fp32 master weights and optimizer state; GEMMs in the low type with fp32 accumulation; activations kept in it)")
+	fl.StringVar(&f.reduceDType, "reduce-dtype", "fp32", "the type gradients travel in between replicas: fp32, or bf16 or fp16 (half the bytes; each hop of the ring rounds its sums)")
 	fl.Float64Var(&f.lossScaleInit, "loss-scale-init", d.LossScaleInit, "fp16: the dynamic loss scale to start from (PyTorch GradScaler's init_scale)")
 	fl.IntVar(&f.lossScaleWindow, "loss-scale-window", d.LossScaleWindow, "fp16: double the loss scale after this many steps in a row without an overflow (growth_interval)")
 	fl.Float64Var(&f.lossScaleMin, "loss-scale-min", d.LossScaleMin, "fp16: a step that overflows at this loss scale ends the run")
@@ -332,7 +333,7 @@ func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 	set("clip", func() { cfg.ClipNorm = f.clip })
 	set("seed", func() { cfg.Seed = f.seed })
 	cfg.Init, cfg.Save, cfg.MetricsOut, cfg.MetricsAddr, cfg.DumpDir = f.init, f.save, f.metricsOut, f.metricsAddr, f.dumpDir
-	cfg.Precision = f.precision
+	cfg.Precision, cfg.ReduceDType = f.precision, f.reduceDType
 	cfg.LossScaleInit, cfg.LossScaleWindow, cfg.LossScaleMin = f.lossScaleInit, f.lossScaleWindow, f.lossScaleMin
 	cfg.EvalEvery, cfg.EvalBatches, cfg.LogEvery = f.evalEvery, f.evalBatches, f.logEvery
 	cfg.Device, cfg.Threads = f.device, f.threads

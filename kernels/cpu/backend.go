@@ -5,6 +5,7 @@ import (
 	"runtime"
 
 	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/kernels/convert"
 )
 
 // Buf is the CPU backend's Buffer: a plain float32 slice.
@@ -105,7 +106,7 @@ func (be *Backend) Upload(dst kernels.Buffer, src []float32) {
 	if h, ok := dst.(Half); ok {
 		mustLen("Upload", len(h.V), len(src))
 		if len(src) > 0 {
-			toLow(h.T, h.V, src)
+			convert.ToLow(h.T, h.V, src)
 		}
 		return
 	}
@@ -119,7 +120,7 @@ func (be *Backend) Download(dst []float32, src kernels.Buffer) {
 	if h, ok := src.(Half); ok {
 		mustLen("Download", len(dst), len(h.V))
 		if len(dst) > 0 {
-			fromLow(h.T, dst, h.V)
+			convert.FromLow(h.T, dst, h.V)
 		}
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/kernels/convert"
 )
 
 // Low-precision GEMM (kernels.LowPrecision): A and B bf16 or fp16, C fp32
@@ -73,7 +74,7 @@ func gemmLow(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b, c kernels.
 		cp = getFloats(len(hc.V))
 		c32 = *cp
 		if g.Beta != 0 {
-			forRowsC(g, func(off int) { fromLow(hc.T, c32[off:off+g.N], hc.V[off:off+g.N]) })
+			forRowsC(g, func(off int) { convert.FromLow(hc.T, c32[off:off+g.N], hc.V[off:off+g.N]) })
 		}
 	}
 	if g.K == 0 || g.Alpha == 0 {
@@ -86,7 +87,7 @@ func gemmLow(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b, c kernels.
 		gemmWidened(threads, g, ha, hb, c32)
 	}
 	if lowC {
-		forRowsC(g, func(off int) { toLow(hc.T, hc.V[off:off+g.N], c32[off:off+g.N]) })
+		forRowsC(g, func(off int) { convert.ToLow(hc.T, hc.V[off:off+g.N], c32[off:off+g.N]) })
 		floatPool.Put(cp)
 	}
 }
@@ -112,8 +113,8 @@ func forRowsC(g kernels.GemmArgs, f func(off int)) {
 // dimensions and strides stay) and runs the fp32 GEMM.
 func gemmWidened(threads int, g kernels.GemmArgs, a, b Half, c []float32) {
 	pa, pb := getFloats(len(a.V)), getFloats(len(b.V))
-	fromLow(a.T, *pa, a.V)
-	fromLow(b.T, *pb, b.V)
+	convert.FromLow(a.T, *pa, a.V)
+	convert.FromLow(b.T, *pb, b.V)
 	p := gemmProblem{GemmArgs: g, kern: activeKernel, A: *pa, B: *pb, C: c}
 	p.execute(p.threads(threads))
 	floatPool.Put(pa)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/kernels/convert"
 )
 
 // Half is the CPU backend's bf16 or fp16 buffer: the 16-bit patterns of
@@ -44,9 +45,9 @@ func (be *Backend) Convert(dst, src kernels.Buffer) {
 	case !dLow && !sLow:
 		copy(F(dst), F(src))
 	case dLow && !sLow:
-		toLow(hd.T, hd.V, F(src))
+		convert.ToLow(hd.T, hd.V, F(src))
 	case !dLow && sLow:
-		fromLow(hs.T, F(dst), hs.V)
+		convert.FromLow(hs.T, F(dst), hs.V)
 	case hd.T == hs.T:
 		copy(hd.V, hs.V)
 	default:

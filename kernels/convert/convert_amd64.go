@@ -1,6 +1,6 @@
 //go:build amd64 && !noasm
 
-package cpu
+package convert
 
 import (
 	"golang.org/x/sys/cpu"
@@ -30,9 +30,12 @@ var (
 	vecF16  = cpu.X86.HasAVX && cpu.X86.HasF16C
 )
 
-// toLow rounds src into dst (same length).
-func toLow(dt kernels.DType, dst []uint16, src []float32) {
+// ToLow rounds src into dst (same length) to type dt, as kernels.ToLow.
+func ToLow(dt kernels.DType, dst []uint16, src []float32) {
 	n := len(src) &^ 15
+	if len(src) == 0 {
+		return
+	}
 	_ = dst[len(src)-1]
 	switch {
 	case n > 0 && dt == kernels.BF16 && vecBF16:
@@ -45,9 +48,13 @@ func toLow(dt kernels.DType, dst []uint16, src []float32) {
 	kernels.ToLow(dt, dst[n:], src[n:])
 }
 
-// fromLow widens src into dst (same length).
-func fromLow(dt kernels.DType, dst []float32, src []uint16) {
+// FromLow widens src of type dt into dst (same length), as
+// kernels.FromLow.
+func FromLow(dt kernels.DType, dst []float32, src []uint16) {
 	n := len(src) &^ 15
+	if len(src) == 0 {
+		return
+	}
 	_ = dst[len(src)-1]
 	switch {
 	case n > 0 && dt == kernels.BF16 && vecBF16:
@@ -60,8 +67,9 @@ func fromLow(dt kernels.DType, dst []float32, src []uint16) {
 	kernels.FromLow(dt, dst[n:], src[n:])
 }
 
-// vecPaths names the conversions' paths (tests log them).
-func vecPaths() [2]string {
+// Paths names the conversions' paths, bf16's then fp16's: "avx2" and
+// "f16c" where this CPU runs the vector loops, else "generic".
+func Paths() [2]string {
 	p := [2]string{"generic", "generic"}
 	if vecBF16 {
 		p[0] = "avx2"
@@ -70,20 +78,4 @@ func vecPaths() [2]string {
 		p[1] = "f16c"
 	}
 	return p
-}
-
-//go:noescape
-func pairRowsAVX2(dst *float32, lo, hi *uint16, n int)
-
-// pairRows sets dst[j] to the pair word of lo[j] and hi[j] (len(dst)
-// values).
-func pairRows(dst []float32, lo, hi []uint16) {
-	n := len(dst) &^ 15
-	if n > 0 && vecBF16 {
-		_, _ = lo[len(dst)-1], hi[len(dst)-1]
-		pairRowsAVX2(&dst[0], &lo[0], &hi[0], n)
-	} else {
-		n = 0
-	}
-	pairRowsGo(dst[n:], lo[n:], hi[n:])
 }

@@ -1,4 +1,4 @@
-package cpu
+package convert
 
 import (
 	"math"
@@ -7,19 +7,19 @@ import (
 	"github.com/troupe-ml/troupe/kernels"
 )
 
-// The backend's conversions (vector where this CPU has them) give the
+// The conversions (vector where this CPU has them) give the
 // reference conversions' bits: widening every 16-bit pattern, narrowing a
 // stride through every fp32 pattern (NaNs, infinities, subnormals, ties),
 // at lengths that leave every tail.
 func TestConversionsMatchReference(t *testing.T) {
-	t.Logf("vector conversions: bf16 %v, fp16 %v", vecPaths()[0], vecPaths()[1])
+	t.Logf("vector conversions: bf16 %v, fp16 %v", Paths()[0], Paths()[1])
 	for _, dt := range []kernels.DType{kernels.BF16, kernels.F16} {
 		h := make([]uint16, 1<<16)
 		for i := range h {
 			h[i] = uint16(i)
 		}
 		got, want := make([]float32, len(h)), make([]float32, len(h))
-		fromLow(dt, got, h)
+		FromLow(dt, got, h)
 		kernels.FromLow(dt, want, h)
 		if i := firstBitDiff(got, want); i >= 0 {
 			t.Fatalf("%v widening %#04x: %v, want %v", dt, h[i], got[i], want[i])
@@ -31,7 +31,7 @@ func TestConversionsMatchReference(t *testing.T) {
 		}
 		for _, n := range []int{len(f), 1, 15, 16, 17, 33} {
 			g, w := make([]uint16, n), make([]uint16, n)
-			toLow(dt, g, f[:n])
+			ToLow(dt, g, f[:n])
 			kernels.ToLow(dt, w, f[:n])
 			for i := range g {
 				if g[i] != w[i] {
@@ -42,19 +42,12 @@ func TestConversionsMatchReference(t *testing.T) {
 	}
 }
 
-// pairRows (vector where this CPU has it) matches its reference loop at
-// every tail length.
-func TestPairRows(t *testing.T) {
-	for _, n := range []int{0, 1, 15, 16, 17, 100} {
-		lo, hi := make([]uint16, n), make([]uint16, n)
-		for i := range lo {
-			lo[i], hi[i] = uint16(3*i+1), uint16(0xffff-7*i)
-		}
-		got, want := make([]float32, n), make([]float32, n)
-		pairRows(got, lo, hi)
-		pairRowsGo(want, lo, hi)
-		if i := firstBitDiff(got, want); i >= 0 {
-			t.Fatalf("n=%d: word %d is %#08x, want %#08x", n, i, math.Float32bits(got[i]), math.Float32bits(want[i]))
+// firstBitDiff is the first index where got and want differ in bits, or -1.
+func firstBitDiff(got, want []float32) int {
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			return i
 		}
 	}
+	return -1
 }

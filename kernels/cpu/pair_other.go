@@ -1,0 +1,6 @@
+//go:build !amd64 || noasm
+
+package cpu
+
+// pairRows sets dst[j] to the pair word of lo[j] and hi[j].
+func pairRows(dst []float32, lo, hi []uint16) { pairRowsGo(dst, lo, hi) }
