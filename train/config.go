@@ -495,12 +495,8 @@ func (c *Config) precisionErr() error {
 	if c.Precision == "" {
 		return nil
 	}
-	dt, err := kernels.ParseDType(c.Precision)
-	if err != nil {
+	if _, err := kernels.ParseDType(c.Precision); err != nil {
 		return fieldErr("Precision", "%q: want fp32, bf16 or fp16", c.Precision)
-	}
-	if dt.Low() && strings.HasPrefix(c.Device, "cuda") {
-		return fieldErr("Precision", "%v on {Device} %s: the CUDA backend has no bf16 or fp16 kernels yet", dt, c.Device)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/kernels/convert"
 )
 
 // Backend is the CUDA kernels backend for one GPU. Its methods follow
@@ -155,7 +156,7 @@ func (be *Backend) AllocIndex(n int) kernels.Index {
 	return &Ids{be: be, ptr: p, n: n, blk: blk}
 }
 
-// allocBytes allocates n zeroed 4-byte words.
+// allocBytes allocates n zeroed 4-byte words (the name is historical).
 func (be *Backend) allocBytes(op string, n int) (devPtr, *block) {
 	be.check()
 	if n < 0 {
@@ -182,7 +183,7 @@ func (be *Backend) allocBytes(op string, n int) (devPtr, *block) {
 
 // Free implements kernels.Backend: the memory goes back to the cache.
 func (be *Backend) Free(b kernels.Buffer) {
-	d := be.buf("Free", b)
+	d := be.anyBuf("Free", b)
 	if d.view {
 		panic("kernels/cuda: Free of a View; free the buffer it views")
 	}
@@ -208,18 +209,24 @@ func (be *Backend) release(blk *block) {
 
 // View implements kernels.Backend: an address offset into b, no allocation.
 func (be *Backend) View(b kernels.Buffer, off, n int) kernels.Buffer {
-	d := be.buf("View", b)
+	d := be.anyBuf("View", b)
 	if off < 0 || n < 0 || off+n > d.n {
 		panic(fmt.Sprintf("kernels/cuda: View: [%d, %d) is outside a buffer of %d", off, off+n, d.n))
 	}
-	return &Buf{be: be, ptr: d.ptr + devPtr(4*off), n: n, blk: d.blk, view: true}
+	return &Buf{be: be, ptr: d.ptr + devPtr(d.dt.Size()*off), n: n, dt: d.dt, blk: d.blk, view: true}
 }
 
 // Upload implements kernels.Backend.
 func (be *Backend) Upload(dst kernels.Buffer, src []float32) {
-	d := be.buf("Upload", dst)
+	d := be.anyBuf("Upload", dst)
 	mustLen("Upload", "src", len(src), d.n)
 	if d.n == 0 {
+		return
+	}
+	if d.dt != kernels.F32 {
+		h := make([]uint16, d.n)
+		convert.ToLow(d.dt, h, src)
+		be.htod("Upload", d.ptr, unsafe.Pointer(&h[0]), int64(2*d.n))
 		return
 	}
 	be.htod("Upload", d.ptr, unsafe.Pointer(&src[0]), int64(4*d.n))
@@ -253,9 +260,15 @@ func (be *Backend) htod(op string, dst devPtr, src unsafe.Pointer, bytes int64) 
 // before it; after a device failure it leaves dst as it is (Sync reports
 // the failure).
 func (be *Backend) Download(dst []float32, src kernels.Buffer) {
-	s := be.buf("Download", src)
+	s := be.anyBuf("Download", src)
 	mustLen("Download", "dst", len(dst), s.n)
 	if s.n == 0 {
+		return
+	}
+	if s.dt != kernels.F32 {
+		h := make([]uint16, s.n)
+		be.dtoh("Download", unsafe.Pointer(&h[0]), s.ptr, int64(2*s.n))
+		convert.FromLow(s.dt, dst, h)
 		return
 	}
 	be.dtoh("Download", unsafe.Pointer(&dst[0]), s.ptr, int64(4*s.n))
@@ -275,8 +288,11 @@ func (be *Backend) dtoh(op string, dst unsafe.Pointer, src devPtr, bytes int64) 
 
 // Copy implements kernels.Backend.
 func (be *Backend) Copy(dst, src kernels.Buffer) {
-	d, s := be.buf("Copy", dst), be.buf("Copy", src)
+	d, s := be.anyBuf("Copy", dst), be.anyBuf("Copy", src)
 	mustLen("Copy", "src", s.n, d.n)
+	if d.dt != s.dt {
+		panic(fmt.Sprintf("kernels/cuda: Copy: a %v buffer into a %v one (Convert converts)", s.dt, d.dt))
+	}
 	if d.n == 0 {
 		return
 	}
@@ -285,16 +301,23 @@ func (be *Backend) Copy(dst, src kernels.Buffer) {
 		if be.devErr != nil {
 			return
 		}
-		if err := be.drv.dtod(d.ptr, s.ptr, int64(4*d.n)); err != nil {
+		if err := be.drv.dtod(d.ptr, s.ptr, int64(d.dt.Size()*d.n)); err != nil {
 			be.devErr = driverErr("Copy", err)
 		}
 	})
 }
 
-// Fill implements kernels.Backend with a 32-bit memset of v's bits.
+// Fill implements kernels.Backend with a 32-bit memset of v's bits (a
+// kernel storing v rounded, for 16-bit buffers).
 func (be *Backend) Fill(x kernels.Buffer, v float32) {
-	d := be.buf("Fill", x)
+	d := be.anyBuf("Fill", x)
 	if d.n == 0 {
+		return
+	}
+	if d.dt != kernels.F32 {
+		h := []uint16{0}
+		convert.ToLow(d.dt, h, []float32{v})
+		be.launch1(kFill16, d.n, argInt(d.n), d.arg(), uint64(h[0]))
 		return
 	}
 	be.memset(d.ptr, math.Float32bits(v), d.n)

@@ -62,6 +62,16 @@ func TestBufferMisuse(t *testing.T) {
 	mustPanic(t, "Free of a View", func() { be.Free(v) })
 	mustPanic(t, "View beyond the buffer", func() { be.View(b, 8, 5) })
 	mustPanic(t, "a CPU buffer", func() { be.Scale(other.Alloc(3), 2) })
+	low := be.AllocAs(10, kernels.BF16)
+	mustPanic(t, "a bf16 buffer to an fp32 kernel", func() { be.Scale(low, 2) })
+	mustPanic(t, "Copy between types", func() { be.Copy(b, low) })
+	mustPanic(t, "Gemm of bf16 and fp32", func() {
+		be.Gemm(kernels.GemmArgs{M: 2, N: 5, K: 2, Alpha: 1}, low, be.View(b, 0, 10), be.View(b, 0, 10))
+	})
+	mustPanic(t, "Gemm of bf16 and fp16", func() {
+		be.Gemm(kernels.GemmArgs{M: 2, N: 5, K: 2, Alpha: 1}, low, be.AllocAs(10, kernels.F16), be.View(b, 0, 10))
+	})
+	be.Free(low)
 	be.Free(b)
 	mustPanic(t, "Scale after Free", func() { be.Scale(b, 2) })
 	mustPanic(t, "Scale of a View after Free", func() { be.Scale(v, 2) })

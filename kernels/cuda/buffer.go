@@ -8,18 +8,23 @@ import (
 	"github.com/troupe-ml/troupe/kernels"
 )
 
-// Buf is the backend's Buffer: n float32 values at a device address. A View
-// is a Buf into its parent's block.
+// Buf is the backend's Buffer: n values of type dt (float32, or bf16 and
+// fp16 from AllocAs) at a device address. A View is a Buf into its
+// parent's block.
 type Buf struct {
 	be   *Backend
 	ptr  devPtr
 	n    int
+	dt   kernels.DType
 	blk  *block // the allocation; nil for empty buffers
 	view bool
 }
 
 // Len implements kernels.Buffer.
 func (b *Buf) Len() int { return b.n }
+
+// DType implements kernels.DTyped.
+func (b *Buf) DType() kernels.DType { return b.dt }
 
 // Ids is the backend's Index: n int32 values on the device.
 type Ids struct {
@@ -37,9 +42,20 @@ var (
 	_ kernels.Index  = (*Ids)(nil)
 )
 
-// buf returns b as this backend's live buffer; a closed backend, a buffer of
-// another backend, or one whose memory was freed, panics.
+// buf returns b as this backend's live float32 buffer; a closed backend, a
+// buffer of another backend, one whose memory was freed, or a 16-bit one
+// (the kernels other than those of kernels.LowPrecision take float32 only),
+// panics.
 func (be *Backend) buf(op string, b kernels.Buffer) *Buf {
+	d := be.anyBuf(op, b)
+	if d.dt != kernels.F32 {
+		panic(fmt.Sprintf("kernels/cuda: %s: a %v buffer; %s takes fp32", op, d.dt, op))
+	}
+	return d
+}
+
+// anyBuf is buf for the operations that take every type (kernels.LowPrecision).
+func (be *Backend) anyBuf(op string, b kernels.Buffer) *Buf {
 	be.check()
 	d, ok := b.(*Buf)
 	if !ok || d.be != be {

@@ -186,8 +186,9 @@ const entry table[] = {
     K(k_gemm_f32),
     K(k_gemm_f32_128),
     K(k_gemm_tf32),
-    K(k_f32_to_bf16),
-    K(k_gemm_bf16),
+    K(k_convert),
+    K(k_fill16),
+    K(k_gemm_low),
     K(k_row_max),
     K(k_shard_logit_stats),
     K(k_shard_xent),
@@ -200,8 +201,6 @@ thread_local uint32_t xa[1024][4], xb[1024][2];
 
 int linear_tid() { return (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)); }
 
-float bf16_lo(uint32_t w) { return emu_uint_as_float(w << 16); }
-float bf16_hi(uint32_t w) { return emu_uint_as_float(w & 0xffff0000u); }
 
 }  // namespace
 
@@ -231,7 +230,14 @@ void emu_mma_tf32(float* d, const uint32_t* a, const uint32_t* b) {
 	emu_syncthreads();
 }
 
-void emu_mma_bf16(float* d, const uint32_t* a, const uint32_t* b) {
+// mma_16 is m16n8k16 for 16-bit operands that widen (exactly) to float.
+static void mma_16(float* d, const uint32_t* a, const uint32_t* b, float (*widen)(unsigned short));
+
+void emu_mma_bf16(float* d, const uint32_t* a, const uint32_t* b) { mma_16(d, a, b, bf16_to_f32); }
+
+void emu_mma_f16(float* d, const uint32_t* a, const uint32_t* b) { mma_16(d, a, b, f16_to_f32); }
+
+static void mma_16(float* d, const uint32_t* a, const uint32_t* b, float (*widen)(unsigned short)) {
 	int t = linear_tid(), base = t & ~31, lane = t & 31;
 	for (int r = 0; r < 4; r++) xa[t][r] = a[r];
 	for (int r = 0; r < 2; r++) xb[t][r] = b[r];
@@ -241,13 +247,13 @@ void emu_mma_bf16(float* d, const uint32_t* a, const uint32_t* b) {
 		int g = l / 4, q = l % 4;
 		for (int r = 0; r < 4; r++) {
 			int row = g + 8 * (r % 2), k = 2 * q + 8 * (r / 2);
-			A[row][k] = bf16_lo(xa[base + l][r]);
-			A[row][k + 1] = bf16_hi(xa[base + l][r]);
+			A[row][k] = widen((unsigned short)xa[base + l][r]);
+			A[row][k + 1] = widen((unsigned short)(xa[base + l][r] >> 16));
 		}
 		for (int r = 0; r < 2; r++) {
 			int k = 2 * q + 8 * r;
-			B[k][g] = bf16_lo(xb[base + l][r]);
-			B[k + 1][g] = bf16_hi(xb[base + l][r]);
+			B[k][g] = widen((unsigned short)xb[base + l][r]);
+			B[k + 1][g] = widen((unsigned short)(xb[base + l][r] >> 16));
 		}
 	}
 	int g = lane / 4, q = lane % 4;

@@ -68,5 +68,6 @@ static inline uint32_t emu_to_tf32(float x) {
 // GEMMs do), since they exchange fragments through block barriers.
 void emu_mma_tf32(float* d, const uint32_t* a, const uint32_t* b);
 void emu_mma_bf16(float* d, const uint32_t* a, const uint32_t* b);
+void emu_mma_f16(float* d, const uint32_t* a, const uint32_t* b);
 
 #endif

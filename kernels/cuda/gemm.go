@@ -3,6 +3,8 @@
 package cuda
 
 import (
+	"fmt"
+
 	"github.com/troupe-ml/troupe/kernels"
 )
 
@@ -10,11 +12,21 @@ import (
 // N allow, else 64×64); with TF32 enabled
 // (Config.TF32) and every dimension at least TF32MinDim, the mma.sync
 // tensor-core kernel. α = 0 runs with K = 0, so that C = β·C and nothing of
-// A or B is read, as in BLAS and the CPU backend.
+// A or B is read, as in BLAS and the CPU backend. bf16 or fp16 A and B
+// (AllocAs) take k_gemm_low (lowprec.go).
 func (be *Backend) Gemm(g kernels.GemmArgs, a, b, c kernels.Buffer) {
 	g = g.Normalize()
-	A, B, C := be.buf("Gemm", a), be.buf("Gemm", b), be.buf("Gemm", c)
+	A, B, C := be.anyBuf("Gemm", a), be.anyBuf("Gemm", b), be.anyBuf("Gemm", c)
 	checkGemm(g, A.n, B.n, C.n)
+	if A.dt != kernels.F32 || B.dt != kernels.F32 || C.dt != kernels.F32 {
+		if A.dt == kernels.F32 || B.dt == kernels.F32 {
+			panic(fmt.Sprintf("kernels/cuda: Gemm: A %v, B %v, C %v: fp32 operands take an fp32 C, 16-bit ones are both of one type", A.dt, B.dt, C.dt))
+		}
+		if g.M != 0 && g.N != 0 {
+			be.gemmLow(g, A, B, C)
+		}
+		return
+	}
 	if g.M == 0 || g.N == 0 {
 		return
 	}

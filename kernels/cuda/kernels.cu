@@ -668,7 +668,8 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm_f32_128(int ta, int tb,
 }
 
 // ---------------------------------------------------------------------------
-// Tensor-core GEMMs (sm_80+): mma.sync.m16n8k8 (TF32) and m16n8k16 (BF16).
+// Tensor-core GEMMs (sm_80+): mma.sync.m16n8k8 (TF32) and m16n8k16 (BF16,
+// FP16: k_gemm_low below).
 // __launch_bounds__(256) keeps ptxas within the registers that let a
 // 256-thread block launch at all (the accumulators alone are 64 a thread).
 //
@@ -677,8 +678,8 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm_f32_128(int ta, int tb,
 // layouts (PTX ISA, "Matrix Fragments for mma.m16n8k8/k16"), with
 // g = lane/4 and q = lane%4:
 //   A (16×K tile): reg r holds row g + 8·(r%2), k column(s) q + 4·(r/2)
-//                  (tf32; for bf16 the pair 2q, 2q+1 plus 8·(r/2));
-//   B (K×8 tile):  reg r holds column g, k row q + 4·r (bf16: 2q, 2q+1 + 8·r);
+//                  (tf32; for bf16/fp16 the pair 2q, 2q+1 plus 8·(r/2));
+//   B (K×8 tile):  reg r holds column g, k row q + 4·r (16-bit: 2q, 2q+1 + 8·r);
 //   C (16×8):      reg r holds row g + 8·(r/2), column 2q + r%2.
 // Shared tiles are stored k-contiguous per row of A and per column of B, with
 // padding that spreads a warp's fragment reads over all 32 banks.
@@ -792,72 +793,173 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm_tf32(int ta, int tb, i6
 			}
 }
 
-// k_f32_to_bf16 rounds x to bfloat16 (nearest even), two values per word
-// written as 16-bit halves of out.
-extern "C" __global__ void k_f32_to_bf16(i64 n, const float* x, unsigned short* out) {
+// ---------------------------------------------------------------------------
+// bf16 and fp16 (kernels.LowPrecision). A type code is kernels.DType's:
+// 0 fp32, 1 bf16, 2 fp16. The conversions are the CPU reference's, bit for
+// bit (kernels.BF16FromF32, F16FromF32, F32FromF16): round to nearest even,
+// a NaN stays a quiet NaN, fp16 overflows to ±Inf and keeps subnormals.
+
+__device__ static float bits_f32(uint32_t u) {
+#ifdef __CUDA_ARCH__
+	return __uint_as_float(u);
+#else
+	return emu_uint_as_float(u);
+#endif
+}
+
+__device__ static unsigned short f32_to_bf16(float x) {
+	uint32_t u = __float_as_uint(x);
+	if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);
+	return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+__device__ static float bf16_to_f32(unsigned short h) { return bits_f32((uint32_t)h << 16); }
+
+__device__ static unsigned short f32_to_f16(float x) {
+	uint32_t u = __float_as_uint(x);
+	unsigned short sign = (unsigned short)((u >> 16) & 0x8000u);
+	uint32_t a = u & 0x7fffffffu;
+	if (a > 0x7f800000u) return sign | 0x7e00 | (unsigned short)((a >> 13) & 0x1ffu);
+	if (a >= 0x477ff000u) return sign | 0x7c00;
+	if (a >= 0x38800000u) {
+		uint32_t v = a - 0x38000000u;
+		return sign | (unsigned short)((v + 0xfffu + ((v >> 13) & 1u)) >> 13);
+	}
+	if (a < 0x33000000u) return sign;
+	uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+	uint32_t shift = 126 - e, half = 1u << (shift - 1);
+	uint32_t r = m >> shift, rem = m & ((1u << shift) - 1);
+	if (rem > half || (rem == half && (r & 1u))) r++;
+	return sign | (unsigned short)r;
+}
+
+__device__ static float f16_to_f32(unsigned short h) {
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+	if (e == 0x1f) return bits_f32(sign | (m ? 0x7fc00000u | (m << 13) : 0x7f800000u));
+	if (e != 0) return bits_f32(sign | ((e + 112) << 23) | (m << 13));
+	if (m == 0) return bits_f32(sign);
+	return bits_f32(sign | __float_as_uint((float)m * (1.0f / 16777216.0f)));
+}
+
+__device__ static float low_to_f32(int t, unsigned short h) { return t == 1 ? bf16_to_f32(h) : f16_to_f32(h); }
+__device__ static unsigned short f32_to_low(int t, float x) { return t == 1 ? f32_to_bf16(x) : f32_to_f16(x); }
+
+// k_convert copies n values of type st at src into type dt at dst, through
+// fp32 (exact for the widening, one rounding for the narrowing).
+extern "C" __global__ void k_convert(i64 n, void* dst, int dt, const void* src, int st) {
 	for (i64 i = gtid(); i < n; i += gstride()) {
-		uint32_t u;
-		float v = x[i];
-		u = __float_as_uint(v);
-		if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu)) {
-			out[i] = (unsigned short)((u >> 16) | 0x40);  // quiet NaN
-		} else {
-			u += 0x7fffu + ((u >> 16) & 1u);
-			out[i] = (unsigned short)(u >> 16);
-		}
+		float v = st == 0 ? ((const float*)src)[i] : low_to_f32(st, ((const unsigned short*)src)[i]);
+		if (dt == 0)
+			((float*)dst)[i] = v;
+		else
+			((unsigned short*)dst)[i] = f32_to_low(dt, v);
 	}
 }
 
-// k_gemm_bf16: C = α·A·Bᵀ + β·C with A [M, K] and B [N, K] row-major bf16
-// (the "NT" form every mma operand wants) and C float32, not batched. It is
-// the benchmark's tensor-core ceiling probe; K must be even (words of two
-// values are loaded at once).
-extern "C" __global__ void __launch_bounds__(256) k_gemm_bf16(i64 M, i64 N, i64 K, float alpha, float beta, const unsigned short* a,
-                                       i64 lda, const unsigned short* b, i64 ldb, float* c, i64 ldc) {
+// k_fill16 sets n 16-bit values to h.
+extern "C" __global__ void k_fill16(i64 n, unsigned short* p, unsigned int h) {
+	for (i64 i = gtid(); i < n; i += gstride()) p[i] = (unsigned short)h;
+}
+
+__device__ static void mma_f16(float* d, const uint32_t* a, const uint32_t* b) {
+#ifdef __CUDA_ARCH__
+	asm volatile(
+	    "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	    "{%0,%1,%2,%3};"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+	emu_mma_f16(d, a, b);
+#endif
+}
+
+// ld16a and ld16b are ld_opa and ld_opb for 16-bit operands (0 outside).
+__device__ static uint32_t ld16a(const unsigned short* a, int ta, i64 lda, i64 M, i64 K, i64 i, i64 k) {
+	if (i >= M || k >= K) return 0;
+	return ta ? a[k * lda + i] : a[i * lda + k];
+}
+
+__device__ static uint32_t ld16b(const unsigned short* b, int tb, i64 ldb, i64 K, i64 N, i64 k, i64 j) {
+	if (k >= K || j >= N) return 0;
+	return tb ? b[j * ldb + k] : b[k * ldb + j];
+}
+
+// k_gemm_low: the contract of k_gemm_f32 with A and B in bf16 (ab = 1) or
+// fp16 (ab = 2) and C in fp32 (ct = 0) or the operands' type: mma.sync
+// m16n8k16 with fp32 accumulation, α·AB + β·C in fp32, a 16-bit C rounded
+// once at the end (cuBLAS's cublasGemmEx with CUBLAS_COMPUTE_32F). Tiles
+// as k_gemm_tf32's, 32 values of K a step, stored as pairs along K (the
+// word each mma register holds); any transpose, stride and alignment.
+extern "C" __global__ void __launch_bounds__(256) k_gemm_low(int ta, int tb, i64 M, i64 N, i64 K, float alpha, float beta,
+                                      const unsigned short* a, i64 lda, i64 sa, const unsigned short* b, i64 ldb,
+                                      i64 sb, void* c, i64 ldc, i64 sc, i64 batch, int ab, int ct) {
 	EMU_SHARED uint32_t As[TT][(TK16 + TPAD16) / 2];  // [m][k pair]
 	EMU_SHARED uint32_t Bs[TT][(TK16 + TPAD16) / 2];  // [n][k pair]
+	const int KW = TK16 / 2;                          // words of a tile row
 	int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
 	int wr = warp / 4, wc = warp % 4;
 	i64 tilesM = (M + TT - 1) / TT, tilesN = (N + TT - 1) / TT;
-	for (i64 tm = blockIdx.y; tm < tilesM; tm += gridDim.y)
-		for (i64 tn = blockIdx.x; tn < tilesN; tn += gridDim.x) {
-			i64 m0 = tm * TT, n0 = tn * TT;
-			float acc[4][4][4];
-			UNROLL for (int mi = 0; mi < 4; mi++)
-				UNROLL for (int ni = 0; ni < 4; ni++)
-					UNROLL for (int r = 0; r < 4; r++) acc[mi][ni][r] = 0.0f;
-			for (i64 k0 = 0; k0 < K; k0 += TK16) {
-				// 128 rows × 16 words of each tile, 8 words a thread.
-				UNROLL for (int qq = 0; qq < 8; qq++) {
-					int e = tid + 256 * qq;
-					int row = e / (TK16 / 2), w = e % (TK16 / 2);
-					i64 k = k0 + 2 * w;
-					uint32_t va = 0, vb = 0;
-					if (m0 + row < M && k < K) va = *(const uint32_t*)(a + (m0 + row) * lda + k);
-					if (n0 + row < N && k < K) vb = *(const uint32_t*)(b + (n0 + row) * ldb + k);
-					As[row][w] = va;
-					Bs[row][w] = vb;
-				}
-				__syncthreads();
-				UNROLL for (int ks = 0; ks < TK16 / 2; ks += 8) {  // in words: k16 = 8 words
-					uint32_t af[4][4], bf[4][2];
-					UNROLL for (int mi = 0; mi < 4; mi++) {
-						int rb = wr * 64 + mi * 16;
-						af[mi][0] = As[rb + g][ks + q];
-						af[mi][1] = As[rb + g + 8][ks + q];
-						af[mi][2] = As[rb + g][ks + q + 4];
-						af[mi][3] = As[rb + g + 8][ks + q + 4];
+	for (i64 bt = blockIdx.z; bt < batch; bt += gridDim.z)
+		for (i64 tm = blockIdx.y; tm < tilesM; tm += gridDim.y)
+			for (i64 tn = blockIdx.x; tn < tilesN; tn += gridDim.x) {
+				const unsigned short* A = a + bt * sa;
+				const unsigned short* B = b + bt * sb;
+				i64 m0 = tm * TT, n0 = tn * TT;
+				float acc[4][4][4];
+				UNROLL for (int mi = 0; mi < 4; mi++)
+					UNROLL for (int ni = 0; ni < 4; ni++)
+						UNROLL for (int r = 0; r < 4; r++) acc[mi][ni][r] = 0.0f;
+				for (i64 k0 = 0; k0 < K; k0 += TK16) {
+					// 128 rows × 16 words of each tile, 8 words a thread,
+					// read along the stored matrix's rows.
+					UNROLL for (int qq = 0; qq < 8; qq++) {
+						int e = tid + 256 * qq;
+						int ai = ta ? e % TT : e / KW, aw = ta ? e / TT : e % KW;
+						i64 ak = k0 + 2 * aw;
+						As[ai][aw] = ld16a(A, ta, lda, M, K, m0 + ai, ak) | ld16a(A, ta, lda, M, K, m0 + ai, ak + 1) << 16;
+						int bj = tb ? e / KW : e % TT, bw = tb ? e % KW : e / TT;
+						i64 bk = k0 + 2 * bw;
+						Bs[bj][bw] = ld16b(B, tb, ldb, K, N, bk, n0 + bj) | ld16b(B, tb, ldb, K, N, bk + 1, n0 + bj) << 16;
 					}
-					UNROLL for (int ni = 0; ni < 4; ni++) {
-						int cb = wc * 32 + ni * 8;
-						bf[ni][0] = Bs[cb + g][ks + q];
-						bf[ni][1] = Bs[cb + g][ks + q + 4];
+					__syncthreads();
+					UNROLL for (int ks = 0; ks < KW; ks += 8) {  // k16 = 8 words
+						uint32_t af[4][4], bf[4][2];
+						UNROLL for (int mi = 0; mi < 4; mi++) {
+							int rb = wr * 64 + mi * 16;
+							af[mi][0] = As[rb + g][ks + q];
+							af[mi][1] = As[rb + g + 8][ks + q];
+							af[mi][2] = As[rb + g][ks + q + 4];
+							af[mi][3] = As[rb + g + 8][ks + q + 4];
+						}
+						UNROLL for (int ni = 0; ni < 4; ni++) {
+							int cb = wc * 32 + ni * 8;
+							bf[ni][0] = Bs[cb + g][ks + q];
+							bf[ni][1] = Bs[cb + g][ks + q + 4];
+						}
+						if (ab == 1) {
+							UNROLL for (int mi = 0; mi < 4; mi++)
+								UNROLL for (int ni = 0; ni < 4; ni++) mma_bf16(acc[mi][ni], af[mi], bf[ni]);
+						} else {
+							UNROLL for (int mi = 0; mi < 4; mi++)
+								UNROLL for (int ni = 0; ni < 4; ni++) mma_f16(acc[mi][ni], af[mi], bf[ni]);
+						}
 					}
-					UNROLL for (int mi = 0; mi < 4; mi++)
-						UNROLL for (int ni = 0; ni < 4; ni++) mma_bf16(acc[mi][ni], af[mi], bf[ni]);
+					__syncthreads();
 				}
-				__syncthreads();
+				i64 wm0 = m0 + wr * 64, wn0 = n0 + wc * 32;
+				if (ct == 0) {
+					tc_store(acc, (float*)c + bt * sc, ldc, M, N, wm0, wn0, alpha, beta);
+					continue;
+				}
+				unsigned short* C = (unsigned short*)c + bt * sc;
+				UNROLL for (int mi = 0; mi < 4; mi++)
+					UNROLL for (int ni = 0; ni < 4; ni++)
+						UNROLL for (int r = 0; r < 4; r++) {
+							i64 row = wm0 + mi * 16 + g + 8 * (r / 2), col = wn0 + ni * 8 + 2 * q + r % 2;
+							if (row >= M || col >= N) continue;
+							float v = alpha * acc[mi][ni][r];
+							if (beta != 0.0f) v += beta * low_to_f32(ct, C[row * ldc + col]);
+							C[row * ldc + col] = f32_to_low(ct, v);
+						}
 			}
-			tc_store(acc, c, ldc, M, N, m0 + wr * 64, n0 + wc * 32, alpha, beta);
-		}
 }

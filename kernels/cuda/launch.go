@@ -37,8 +37,9 @@ const (
 	kGemmF32
 	kGemmF32Big
 	kGemmTF32
-	kF32ToBF16
-	kGemmBF16
+	kConvert
+	kFill16
+	kGemmLow
 	kRowMax
 	kShardLogitStats
 	kShardXent
@@ -78,8 +79,9 @@ var kernelSpecs = [numKernels]struct {
 	kGemmF32:           {"k_gemm_f32", 17},
 	kGemmF32Big:        {"k_gemm_f32_128", 17},
 	kGemmTF32:          {"k_gemm_tf32", 17},
-	kF32ToBF16:         {"k_f32_to_bf16", 3},
-	kGemmBF16:          {"k_gemm_bf16", 11},
+	kConvert:           {"k_convert", 5},
+	kFill16:            {"k_fill16", 3},
+	kGemmLow:           {"k_gemm_low", 19},
 	kRowMax:            {"k_row_max", 5},
 	kShardLogitStats:   {"k_shard_logit_stats", 9},
 	kShardXent:         {"k_shard_xent", 12},
@@ -96,7 +98,6 @@ const (
 	gemmTile       = 64
 	gemmTileBig    = 128
 	tcTile         = 128
-	bf16KMultiple  = 2
 	errCodeEmb     = 1
 	errCodeEmbBwd  = 2
 	errCodeXent    = 3
