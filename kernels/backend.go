@@ -155,13 +155,20 @@ type Backend interface {
 	// SumSquares returns Σ x² in float64 (a sync point).
 	SumSquares(x Buffer) float64
 
-	// ReLU computes y = max(x, 0).
+	// ReLU computes y = max(x, 0). x and y may be of the backend's 16-bit
+	// types (LowPrecision): x is widened as it is read, y computed in fp32
+	// and rounded once, bit for bit the fp32 result rounded.
 	ReLU(y, x Buffer)
-	// ReLUBackward computes dx = dy where x > 0, else 0.
+	// ReLUBackward computes dx = dy where x > 0, else 0. x, the activation
+	// the forward pass saved, may be of the backend's 16-bit types
+	// (LowPrecision): it is widened as it is read, bit for bit the result
+	// of its fp32 widening.
 	ReLUBackward(dx, dy, x Buffer)
-	// GELU computes the exact (erf) GELU, PyTorch's nn.GELU() default.
+	// GELU computes the exact (erf) GELU, PyTorch's nn.GELU() default; x
+	// and y may be 16-bit, as ReLU's.
 	GELU(y, x Buffer)
-	// GELUBackward computes dx = dy·GELU'(x).
+	// GELUBackward computes dx = dy·GELU'(x); x may be 16-bit, as for
+	// ReLUBackward.
 	GELUBackward(dx, dy, x Buffer)
 
 	// LayerNorm normalises each row of x ([rows, cols], cols = len(gamma)):
@@ -169,7 +176,7 @@ type Backend interface {
 	// the backward pass. Variance is biased, as in PyTorch.
 	LayerNorm(y, mean, rstd, x, gamma, beta Buffer, eps float32)
 	// LayerNormBackward computes dx (overwritten) and accumulates dgamma and
-	// dbeta.
+	// dbeta; x may be 16-bit, as for ReLUBackward.
 	LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma Buffer)
 
 	// Embedding gathers rows: y[i, :] = table[ids[i], :] with y [len(ids), d].
@@ -222,7 +229,7 @@ type Backend interface {
 	CausalSoftmax(y, x Buffer, t int, scale float32)
 	// SoftmaxBackward computes dx = scale·y⊙(dy − Σ_j dy⊙y) row-wise over
 	// rows of length cols. It is the gradient of CausalSoftmax (masked entries
-	// have y = 0 and get dx = 0).
+	// have y = 0 and get dx = 0). y may be 16-bit, as ReLUBackward's x.
 	SoftmaxBackward(dx, dy, y Buffer, cols int, scale float32)
 
 	// Transpose permutes the axes of a dense row-major tensor: src has the

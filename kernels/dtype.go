@@ -81,6 +81,9 @@ func DTypeOf(b Buffer) DType {
 //     type: products and sums in fp32 (C of a low type is rounded once, at
 //     the end), as cuBLAS's and oneDNN's mixed-precision GEMMs do.
 //
+// The kernels that read an activation kept in the compute type (ReLU and
+// GELU, whose output may be 16-bit too, ReLUBackward, GELUBackward,
+// LayerNormBackward's x, SoftmaxBackward's y) take it in these types too.
 // Every other kernel takes F32 buffers only.
 type LowPrecision interface {
 	// AllocAs returns a zeroed buffer of n values of type dt.

@@ -29,24 +29,33 @@ type ActLayer struct{ Fn Activation }
 func (a *ActLayer) Params() []*Param { return nil }
 
 // Forward implements Layer.
+// Under mixed precision x is rounded to the compute type first (as
+// autocast's linear layers hand their output on in it), its fp32 copy
+// freed, the function reads the rounded values that backward reads too,
+// and y is written in the compute type (rounded once): the next layer is
+// a linear one, whose GEMM takes it so (as autocast's GELU of a bf16
+// tensor is bf16). No fp32 copy of either is alive.
 func (a *ActLayer) Forward(c *Ctx, x Act) Act {
-	y := c.Pool.Get(x.Rows * x.Cols)
-	a.fwd(c.Be, y, x.X)
-	c.save(x.X)
+	xs := c.lower(x.X)
+	y := c.Pool.GetAs(x.Rows*x.Cols, c.low)
+	a.fwd(c.Be, y, xs)
+	c.keep(xs)
 	return Act{X: y, Rows: x.Rows, Cols: x.Cols}
 }
 
-// Backward implements Layer; dx is written over the saved input.
+// Backward implements Layer; dx is written over dy, the saved input
+// (fp32, or in the compute type under mixed precision: the kernels widen it
+// as they read it) goes back to the pool.
 func (a *ActLayer) Backward(c *Ctx, dy Act) Act {
-	x := c.pop()
+	x := c.Tape.Pop()
 	switch a.Fn {
 	case ReLU:
-		c.Be.ReLUBackward(x, dy.X, x)
+		c.Be.ReLUBackward(dy.X, dy.X, x)
 	case GELU:
-		c.Be.GELUBackward(x, dy.X, x)
+		c.Be.GELUBackward(dy.X, dy.X, x)
 	}
-	c.Pool.Put(dy.X)
-	return Act{X: x, Rows: dy.Rows, Cols: dy.Cols}
+	c.Pool.Put(x)
+	return dy
 }
 
 func (a *ActLayer) fwd(be kernels.Backend, y, x kernels.Buffer) {

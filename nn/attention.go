@@ -114,8 +114,7 @@ func (a *CausalSelfAttention) Backward(c *Ctx, dy Act) Act {
 	c.Pool.Put(dyh)
 	// datt = softmax backward, the 1/sqrt(hd) scale included.
 	datt := c.Pool.Get(B * H * T * T)
-	p = c.widen(p)
-	be.SoftmaxBackward(datt, dp, p, T, a.scale())
+	be.SoftmaxBackward(datt, dp, p, T, a.scale()) // p as saved: the kernel widens it
 	c.Pool.Put(dp)
 	c.Pool.Put(p)
 	datt = c.lower(datt)

@@ -34,7 +34,7 @@ func (l *LayerNorm) Forward(c *Ctx, x Act) Act {
 
 // Backward implements Layer.
 func (l *LayerNorm) Backward(c *Ctx, dy Act) Act {
-	rstd, mean, x := c.Tape.Pop(), c.Tape.Pop(), c.pop()
+	rstd, mean, x := c.Tape.Pop(), c.Tape.Pop(), c.Tape.Pop() // x as saved: the kernel widens it
 	dx := c.Pool.Get(dy.Rows * l.Dim)
 	c.Be.LayerNormBackward(dx, l.Weight.G, l.Bias.G, dy.X, x, mean, rstd, l.Weight.W)
 	c.GradDone(l.Weight, l.Bias)

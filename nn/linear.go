@@ -58,9 +58,14 @@ func (l *Linear) Backward(c *Ctx, dy Act) Act {
 		return Act{Rows: rows, Cols: l.In}
 	}
 	// dx = dy·W, written over x when backward no longer needs it (fp32).
+	// Under mixed precision d is dy's rounded copy and dy itself is done
+	// with (the bias took its gradient): it goes back first.
+	copied := kernels.DTypeOf(d) != kernels.DTypeOf(dy.X)
+	if copied {
+		c.Pool.Put(dy.X)
+	}
 	dx := l.inputGrad(c, d, rows, x)
-	c.release(dy.X, d)
-	c.Pool.Put(dy.X)
+	c.Pool.Put(d) // dy itself, or its copy
 	return Act{X: dx, Rows: rows, Cols: l.In}
 }
 

@@ -110,11 +110,15 @@ func checkMixed(t *testing.T, l32, lLow float64, g32, gLow map[string][]float32,
 	}
 }
 
-// The activations saved for the backward pass are kept in bf16: the
-// pool's peak falls to at most 60 % of fp32's on the default GPT's shape
-// (0.57× measured: the saved activations halve, while one layer's
-// transient buffers, such as a block's attention scores and probabilities,
-// the logits and the gradients flowing back, stay fp32).
+// The activations saved for the backward pass are kept in bf16: after the
+// forward pass every buffer on the tape is bf16, at its fp32 twin's
+// length, except the LayerNorms' statistics (a value per row, fp32 by
+// design), so the saved bytes are exactly half plus those. The pool's peak
+// (what peak_activation_bytes reports) falls to at most 53 % of fp32's on
+// the default GPT's shape (0.52× measured): besides the saved activations
+// it holds the working buffers of the layer running, of which the fp32
+// ones stay (the loss's logits and gradient, an fp32 activation gradient
+// flowing back).
 func TestMixedPrecisionHalvesActivations(t *testing.T) {
 	be := cpu.New(2)
 	r := rand.New(rand.NewPCG(23, 24))
@@ -127,10 +131,57 @@ func TestMixedPrecisionHalvesActivations(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = int32(r.IntN(cfg.Vocab))
 	}
+	saved := func(dt kernels.DType) (lens []int, types []kernels.DType) {
+		pool := nn.NewPool(be)
+		c := nn.NewCtx(be, pool)
+		if err := c.SetPrecision(dt); err != nil {
+			t.Fatal(err)
+		}
+		if dt != kernels.F32 {
+			if err := nn.RefreshLow(be, dt, m.Set.Params()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids := be.AllocIndex(len(tokens))
+		be.UploadIndex(ids, tokens)
+		out := nn.Forward(c, m.Layers, nn.Act{Ids: ids, Rows: len(tokens)})
+		pool.Put(out.X)
+		for c.Tape.Len() > 0 {
+			b := c.Tape.Pop()
+			lens, types = append(lens, b.Len()), append(types, kernels.DTypeOf(b))
+			pool.Put(b)
+		}
+		return lens, types
+	}
+	l32, t32 := saved(kernels.F32)
+	l16, t16 := saved(kernels.BF16)
+	if len(l16) != len(l32) {
+		t.Fatalf("bf16 saves %d buffers, fp32 %d", len(l16), len(l32))
+	}
+	var b32, b16, stats int64
+	for i := range l32 {
+		if l16[i] != l32[i] || t32[i] != kernels.F32 {
+			t.Fatalf("saved buffer %d: %d %v values in bf16, %d %v in fp32", i, l16[i], t16[i], l32[i], t32[i])
+		}
+		if t16[i] == kernels.F32 {
+			if l16[i] != len(tokens) {
+				t.Errorf("saved buffer %d: %d fp32 values in bf16, not a statistic (%d rows)", i, l16[i], len(tokens))
+			}
+			stats += int64(4 * l16[i])
+		} else if t16[i] != kernels.BF16 {
+			t.Errorf("saved buffer %d is %v", i, t16[i])
+		}
+		b32 += int64(4 * l32[i])
+		b16 += int64(t16[i].Size() * l16[i])
+	}
+	if 2*(b16-stats) != b32-stats {
+		t.Errorf("saved activations: bf16 %d bytes (%d of statistics), fp32 %d", b16, stats, b32)
+	}
 	_, _, p32 := passAt(t, be, kernels.F32, m, nil, tokens, tokens)
 	_, _, p16 := passAt(t, be, kernels.BF16, m, nil, tokens, tokens)
-	t.Logf("peak activation bytes: fp32 %d, bf16 %d (%.2f×)", p32, p16, float64(p16)/float64(p32))
-	if float64(p16) > 0.6*float64(p32) {
-		t.Errorf("bf16 peak %d is more than 60%% of fp32's %d", p16, p32)
+	t.Logf("saved activations: fp32 %d, bf16 %d bytes (%.3f×); pool peak: fp32 %d, bf16 %d (%.3f×)",
+		b32, b16, float64(b16)/float64(b32), p32, p16, float64(p16)/float64(p32))
+	if float64(p16) > 0.53*float64(p32) {
+		t.Errorf("bf16 peak %d is more than 53%% of fp32's %d", p16, p32)
 	}
 }

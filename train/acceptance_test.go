@@ -47,9 +47,10 @@ func TestMNISTReaches97Percent(t *testing.T) {
 // to at most 55% of the first step's within 300 steps. The last ten steps'
 // mean is compared, so one lucky batch cannot pass it. Mixed precision
 // (bf16; fp16 with its loss scaler) must end within 3 % of fp32's, with
-// the activations it keeps for backward taking at most 60 % of fp32's
-// bytes (bf16 halves the saved activations; one layer's working buffers
-// stay fp32).
+// its peak activation bytes at most 53 % of fp32's (0.52× measured: the
+// saved activations halve exactly, nn's TestMixedPrecisionHalvesActivations;
+// the loss's logits and gradient, the LayerNorm statistics and one fp32
+// activation gradient flowing back stay fp32).
 func TestDefaultGPTLossFalls(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the default GPT for 300 steps per precision")
@@ -90,7 +91,7 @@ func TestDefaultGPTLossFalls(t *testing.T) {
 		if d := math.Abs(tail-ref) / ref; d > 0.03 {
 			t.Errorf("%s: final loss %.4f, fp32 %.4f: %.1f%% apart, want ≤ 3%%", p, tail, ref, 100*d)
 		}
-		if act > 0.6*refAct {
+		if act > 0.53*refAct {
 			t.Errorf("%s: peak activations %.0f bytes, %.0f%% of fp32's %.0f", p, act, 100*act/refAct, refAct)
 		}
 	}

@@ -84,13 +84,13 @@ func addBias(y, bias []float32) {
 
 // ReLU implements kernels.Backend.
 func (be *Backend) ReLU(y, x kernels.Buffer) {
-	ys, xs := F(y), F(x)
-	mustLenOf("ReLU", "x", len(xs), len(ys))
-	if be.serial(len(ys), grainSimple) {
-		relu(ys, xs)
+	ys, xs := savedOf(y), savedOf(x)
+	mustLenOf("ReLU", "x", xs.Len(), ys.Len())
+	if be.serial(ys.Len(), grainSimple) {
+		xs.apply1(relu, ys, 0, ys.Len())
 		return
 	}
-	parallelFor(len(ys), be.threads, grainSimple, func(lo, hi int) { relu(ys[lo:hi], xs[lo:hi]) })
+	parallelFor(ys.Len(), be.threads, grainSimple, func(lo, hi int) { xs.apply1(relu, ys, lo, hi) })
 }
 
 // reluGo is relu's Go loop (ops_fastmath_amd64.s has the AVX2 one).
@@ -107,15 +107,16 @@ func reluGo(y, x []float32) {
 }
 
 // ReLUBackward implements kernels.Backend.
+// x may be bf16 or fp16 (a saved activation, widened as it is read).
 func (be *Backend) ReLUBackward(dx, dy, x kernels.Buffer) {
-	dxs, dys, xs := F(dx), F(dy), F(x)
+	dxs, dys, xs := F(dx), F(dy), savedOf(x)
 	mustLenOf("ReLUBackward", "dy", len(dys), len(dxs))
-	mustLenOf("ReLUBackward", "x", len(xs), len(dxs))
+	mustLenOf("ReLUBackward", "x", xs.Len(), len(dxs))
 	if be.serial(len(dxs), grainSimple) {
-		reluBackward(dxs, dys, xs)
+		xs.apply(reluBackward, dxs, dys, 0, len(dxs))
 		return
 	}
-	parallelFor(len(dxs), be.threads, grainSimple, func(lo, hi int) { reluBackward(dxs[lo:hi], dys[lo:hi], xs[lo:hi]) })
+	parallelFor(len(dxs), be.threads, grainSimple, func(lo, hi int) { xs.apply(reluBackward, dxs, dys, lo, hi) })
 }
 
 // reluBackwardGo is reluBackward's Go loop.
@@ -133,24 +134,25 @@ func reluBackwardGo(dx, dy, x []float32) {
 // GELU implements kernels.Backend: y = x·Φ(x), Φ the standard normal CDF,
 // which is PyTorch's x·(1 + erf(x/√2))/2.
 func (be *Backend) GELU(y, x kernels.Buffer) {
-	ys, xs := F(y), F(x)
-	mustLenOf("GELU", "x", len(xs), len(ys))
-	if be.serial(len(ys), grainExp) {
-		gelu(ys, xs)
+	ys, xs := savedOf(y), savedOf(x)
+	mustLenOf("GELU", "x", xs.Len(), ys.Len())
+	if be.serial(ys.Len(), grainExp) {
+		xs.apply1(gelu, ys, 0, ys.Len())
 		return
 	}
-	parallelFor(len(ys), be.threads, grainExp, func(lo, hi int) { gelu(ys[lo:hi], xs[lo:hi]) })
+	parallelFor(ys.Len(), be.threads, grainExp, func(lo, hi int) { xs.apply1(gelu, ys, lo, hi) })
 }
 
 // GELUBackward implements kernels.Backend: GELU'(x) = Φ(x) + x·φ(x), φ the
-// standard normal density.
+// standard normal density. x may be bf16 or fp16 (a saved activation,
+// widened as it is read).
 func (be *Backend) GELUBackward(dx, dy, x kernels.Buffer) {
-	dxs, dys, xs := F(dx), F(dy), F(x)
+	dxs, dys, xs := F(dx), F(dy), savedOf(x)
 	mustLenOf("GELUBackward", "dy", len(dys), len(dxs))
-	mustLenOf("GELUBackward", "x", len(xs), len(dxs))
+	mustLenOf("GELUBackward", "x", xs.Len(), len(dxs))
 	if be.serial(len(dxs), grainExp) {
-		geluBackward(dxs, dys, xs)
+		xs.apply(geluBackward, dxs, dys, 0, len(dxs))
 		return
 	}
-	parallelFor(len(dxs), be.threads, grainExp, func(lo, hi int) { geluBackward(dxs[lo:hi], dys[lo:hi], xs[lo:hi]) })
+	parallelFor(len(dxs), be.threads, grainExp, func(lo, hi int) { xs.apply(geluBackward, dxs, dys, lo, hi) })
 }

@@ -46,19 +46,20 @@ func layerNorm(y, mean, rstd, x, gamma, beta []float32, eps float32, lo, hi int)
 // g = dy·gamma, dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) row by row, split
 // over rows; dgamma += Σ_r dy·x̂ and dbeta += Σ_r dy are column sums, split
 // over column blocks with float64 accumulators (as SumRows), so that no two
-// goroutines add into the same column and the order is fixed.
+// goroutines add into the same column and the order is fixed. x may be
+// bf16 or fp16 (a saved activation, widened as it is read).
 func (be *Backend) LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma kernels.Buffer) {
-	dxs, dgs, dbs, dys, xs, ms, rs, gs := F(dx), F(dgamma), F(dbeta), F(dy), F(x), F(mean), F(rstd), F(gamma)
+	dxs, dgs, dbs, dys, xs, ms, rs, gs := F(dx), F(dgamma), F(dbeta), F(dy), savedOf(x), F(mean), F(rstd), F(gamma)
 	cols := len(gs)
-	rows := rowsOf("LayerNormBackward", "x", len(xs), cols)
-	mustLenOf("LayerNormBackward", "dx", len(dxs), len(xs))
-	mustLenOf("LayerNormBackward", "dy", len(dys), len(xs))
+	rows := rowsOf("LayerNormBackward", "x", xs.Len(), cols)
+	mustLenOf("LayerNormBackward", "dx", len(dxs), xs.Len())
+	mustLenOf("LayerNormBackward", "dy", len(dys), xs.Len())
 	mustLenOf("LayerNormBackward", "dgamma", len(dgs), cols)
 	mustLenOf("LayerNormBackward", "dbeta", len(dbs), cols)
 	mustLenOf("LayerNormBackward", "mean", len(ms), rows)
 	mustLenOf("LayerNormBackward", "rstd", len(rs), rows)
 	blocks := (cols + colBlock - 1) / colBlock
-	if be.serial(len(xs), grainSimple) {
+	if be.serial(xs.Len(), grainSimple) {
 		layerNormBackwardRows(dxs, dys, xs, ms, rs, gs, 0, rows)
 		layerNormBackwardParams(dgs, dbs, dys, xs, ms, rs, 0, blocks)
 		return
@@ -75,10 +76,11 @@ func (be *Backend) LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma
 	})
 }
 
-func layerNormBackwardRows(dx, dy, x, mean, rstd, gamma []float32, lo, hi int) {
+func layerNormBackwardRows(dx, dy []float32, x saved, mean, rstd, gamma []float32, lo, hi int) {
 	cols := len(gamma)
+	scratch := x.row(cols)
 	for r := lo; r < hi; r++ {
-		xr, dyr, dxr := x[r*cols:(r+1)*cols], dy[r*cols:(r+1)*cols], dx[r*cols:(r+1)*cols]
+		xr, dyr, dxr := x.at(r*cols, (r+1)*cols, scratch), dy[r*cols:(r+1)*cols], dx[r*cols:(r+1)*cols]
 		m, rs := mean[r], rstd[r]
 		// Σ g and Σ g·x̂ with g = dy·γ, two accumulators each so that the
 		// float64 additions overlap.
@@ -107,9 +109,10 @@ func layerNormBackwardRows(dx, dy, x, mean, rstd, gamma []float32, lo, hi int) {
 
 // layerNormBackwardParams accumulates dgamma and dbeta for column blocks
 // [blo, bhi).
-func layerNormBackwardParams(dgamma, dbeta, dy, x, mean, rstd []float32, blo, bhi int) {
+func layerNormBackwardParams(dgamma, dbeta, dy []float32, x saved, mean, rstd []float32, blo, bhi int) {
 	cols := len(dgamma)
 	var ag, ab [colBlock]float64
+	var wide [colBlock]float32
 	for b := blo; b < bhi; b++ {
 		c0, c1 := b*colBlock, min((b+1)*colBlock, cols)
 		g, bb := ag[:c1-c0], ab[:c1-c0]
@@ -117,7 +120,7 @@ func layerNormBackwardParams(dgamma, dbeta, dy, x, mean, rstd []float32, blo, bh
 		clear(bb)
 		for r := range mean {
 			m, rs := mean[r], rstd[r]
-			xr, dyr := x[r*cols+c0:r*cols+c1], dy[r*cols+c0:r*cols+c1]
+			xr, dyr := x.at(r*cols+c0, r*cols+c1, wide[:]), dy[r*cols+c0:r*cols+c1]
 			for j, e := range xr {
 				d := float64(dyr[j])
 				g[j] += d * float64((e-m)*rs)

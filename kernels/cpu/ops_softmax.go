@@ -215,11 +215,12 @@ func causalSoftmax(y, x []float32, t int, scale float32, lo, hi int) {
 	}
 }
 
-// SoftmaxBackward implements kernels.Backend.
+// SoftmaxBackward implements kernels.Backend. y may be bf16 or fp16 (a
+// saved activation, widened as it is read).
 func (be *Backend) SoftmaxBackward(dx, dy, y kernels.Buffer, cols int, scale float32) {
-	dxs, dys, ys := F(dx), F(dy), F(y)
+	dxs, dys, ys := F(dx), F(dy), savedOf(y)
 	mustLenOf("SoftmaxBackward", "dy", len(dys), len(dxs))
-	mustLenOf("SoftmaxBackward", "y", len(ys), len(dxs))
+	mustLenOf("SoftmaxBackward", "y", ys.Len(), len(dxs))
 	rows := rowsOf("SoftmaxBackward", "dx", len(dxs), cols)
 	if be.serial(len(dxs), grainSimple) {
 		softmaxBackward(dxs, dys, ys, cols, scale, 0, rows)
@@ -230,9 +231,10 @@ func (be *Backend) SoftmaxBackward(dx, dy, y kernels.Buffer, cols int, scale flo
 	})
 }
 
-func softmaxBackward(dx, dy, y []float32, cols int, scale float32, lo, hi int) {
+func softmaxBackward(dx, dy []float32, y saved, cols int, scale float32, lo, hi int) {
+	scratch := y.row(cols)
 	for r := lo; r < hi; r++ {
-		dxr, dyr, yr := dx[r*cols:(r+1)*cols], dy[r*cols:(r+1)*cols], y[r*cols:(r+1)*cols]
+		dxr, dyr, yr := dx[r*cols:(r+1)*cols], dy[r*cols:(r+1)*cols], y.at(r*cols, (r+1)*cols, scratch)
 		d := float32(dot64(dyr, yr))
 		for j, v := range yr {
 			dxr[j] = scale * v * (dyr[j] - d)

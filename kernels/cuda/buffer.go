@@ -54,6 +54,10 @@ func (be *Backend) buf(op string, b kernels.Buffer) *Buf {
 	return d
 }
 
+// saved is buf for an activation saved for a backward kernel: fp32, or
+// bf16 and fp16 under mixed precision (the kernel widens it as it reads).
+func (be *Backend) saved(op string, b kernels.Buffer) *Buf { return be.anyBuf(op, b) }
+
 // anyBuf is buf for the operations that take every type (kernels.LowPrecision).
 func (be *Backend) anyBuf(op string, b kernels.Buffer) *Buf {
 	be.check()

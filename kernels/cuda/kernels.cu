@@ -36,6 +36,71 @@ typedef long long i64;
 __device__ static i64 gtid() { return (i64)blockIdx.x * blockDim.x + threadIdx.x; }
 __device__ static i64 gstride() { return (i64)gridDim.x * blockDim.x; }
 
+// bf16 and fp16 values. A type code is kernels.DType's: 0 fp32, 1 bf16,
+// 2 fp16. The conversions are the CPU reference's, bit for bit
+// (kernels.BF16FromF32, F16FromF32, F32FromF16): round to nearest even, a
+// NaN stays a quiet NaN, fp16 overflows to ±Inf and keeps subnormals.
+
+__device__ static float bits_f32(uint32_t u) {
+#ifdef __CUDA_ARCH__
+	return __uint_as_float(u);
+#else
+	return emu_uint_as_float(u);
+#endif
+}
+
+__device__ static unsigned short f32_to_bf16(float x) {
+	uint32_t u = __float_as_uint(x);
+	if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);
+	return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+__device__ static float bf16_to_f32(unsigned short h) { return bits_f32((uint32_t)h << 16); }
+
+__device__ static unsigned short f32_to_f16(float x) {
+	uint32_t u = __float_as_uint(x);
+	unsigned short sign = (unsigned short)((u >> 16) & 0x8000u);
+	uint32_t a = u & 0x7fffffffu;
+	if (a > 0x7f800000u) return sign | 0x7e00 | (unsigned short)((a >> 13) & 0x1ffu);
+	if (a >= 0x477ff000u) return sign | 0x7c00;
+	if (a >= 0x38800000u) {
+		uint32_t v = a - 0x38000000u;
+		return sign | (unsigned short)((v + 0xfffu + ((v >> 13) & 1u)) >> 13);
+	}
+	if (a < 0x33000000u) return sign;
+	uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+	uint32_t shift = 126 - e, half = 1u << (shift - 1);
+	uint32_t r = m >> shift, rem = m & ((1u << shift) - 1);
+	if (rem > half || (rem == half && (r & 1u))) r++;
+	return sign | (unsigned short)r;
+}
+
+__device__ static float f16_to_f32(unsigned short h) {
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+	if (e == 0x1f) return bits_f32(sign | (m ? 0x7fc00000u | (m << 13) : 0x7f800000u));
+	if (e != 0) return bits_f32(sign | ((e + 112) << 23) | (m << 13));
+	if (m == 0) return bits_f32(sign);
+	return bits_f32(sign | __float_as_uint((float)m * (1.0f / 16777216.0f)));
+}
+
+__device__ static float low_to_f32(int t, unsigned short h) { return t == 1 ? bf16_to_f32(h) : f16_to_f32(h); }
+__device__ static unsigned short f32_to_low(int t, float x) { return t == 1 ? f32_to_bf16(x) : f32_to_f16(x); }
+
+// ldw is value i of an activation saved for a backward kernel, of type t
+// (fp32, or bf16/fp16 under mixed precision), widened exactly.
+__device__ static float ldw(const void* x, int t, i64 i) {
+	return t == 0 ? ((const float*)x)[i] : low_to_f32(t, ((const unsigned short*)x)[i]);
+}
+
+// stw stores v as value i of an activation of type t, rounding it once for
+// bf16 and fp16.
+__device__ static void stw(void* y, int t, i64 i, float v) {
+	if (t == 0)
+		((float*)y)[i] = v;
+	else
+		((unsigned short*)y)[i] = f32_to_low(t, v);
+}
+
 // block_sum_d returns the sum of v over the RB threads of the block, in a
 // fixed order (each of the first 32 threads adds a strided eighth, then
 // thread 0 adds those 32 in order); every thread gets the result. sh holds
@@ -117,32 +182,36 @@ extern "C" __global__ void k_add_bias(i64 n, i64 cols, float* y, const float* bi
 	for (i64 i = gtid(); i < n; i += gstride()) y[i] += bias[i % cols];
 }
 
-extern "C" __global__ void k_relu(i64 n, float* y, const float* x) {
+// k_relu: x of type xt (see ldw), y of type yt (see stw).
+extern "C" __global__ void k_relu(i64 n, void* y, const void* x, int xt, int yt) {
 	for (i64 i = gtid(); i < n; i += gstride()) {
-		float v = x[i];
+		float v = ldw(x, xt, i);
 		// v > 0 rather than max(v, 0): NaN stays NaN, as in PyTorch.
-		y[i] = (v > 0.0f || v != v) ? v : 0.0f;
+		stw(y, yt, i, (v > 0.0f || v != v) ? v : 0.0f);
 	}
 }
 
-extern "C" __global__ void k_relu_backward(i64 n, float* dx, const float* dy, const float* x) {
-	for (i64 i = gtid(); i < n; i += gstride()) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+// k_relu_backward: x of type xt (a saved activation, see ldw).
+extern "C" __global__ void k_relu_backward(i64 n, float* dx, const float* dy, const void* x, int xt) {
+	for (i64 i = gtid(); i < n; i += gstride()) dx[i] = ldw(x, xt, i) > 0.0f ? dy[i] : 0.0f;
 }
 
 // Φ(x) = erfc(−x/√2)/2, which keeps full relative precision in the left
 // tail where 1 + erf(x/√2) would cancel.
 __device__ static float norm_cdf(float x) { return 0.5f * erfcf(-x * 0.70710678118654752f); }
 
-extern "C" __global__ void k_gelu(i64 n, float* y, const float* x) {
+// k_gelu: x of type xt (see ldw), y of type yt (see stw).
+extern "C" __global__ void k_gelu(i64 n, void* y, const void* x, int xt, int yt) {
 	for (i64 i = gtid(); i < n; i += gstride()) {
-		float v = x[i];
-		y[i] = v * norm_cdf(v);
+		float v = ldw(x, xt, i);
+		stw(y, yt, i, v * norm_cdf(v));
 	}
 }
 
-extern "C" __global__ void k_gelu_backward(i64 n, float* dx, const float* dy, const float* x) {
+// k_gelu_backward: x of type xt (see ldw).
+extern "C" __global__ void k_gelu_backward(i64 n, float* dx, const float* dy, const void* x, int xt) {
 	for (i64 i = gtid(); i < n; i += gstride()) {
-		float v = x[i];
+		float v = ldw(x, xt, i);
 		float pdf = 0.39894228040143268f * expf(-0.5f * v * v);
 		dx[i] = dy[i] * (norm_cdf(v) + v * pdf);
 	}
@@ -231,33 +300,35 @@ extern "C" __global__ void k_layernorm(i64 rows, i64 cols, float* y, float* mean
 	}
 }
 
-// k_layernorm_dx: dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·γ.
-extern "C" __global__ void k_layernorm_dx(i64 rows, i64 cols, float* dx, const float* dy, const float* x,
-                                          const float* mean, const float* rstd, const float* gamma) {
+// k_layernorm_dx: dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·γ;
+// x of type xt (see ldw).
+extern "C" __global__ void k_layernorm_dx(i64 rows, i64 cols, float* dx, const float* dy, const void* x,
+                                          const float* mean, const float* rstd, const float* gamma, int xt) {
 	EMU_SHARED double sh[RB];
 	for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
-		const float *xr = x + r * cols, *dyr = dy + r * cols;
+		const float* dyr = dy + r * cols;
 		float* dxr = dx + r * cols;
 		float m = mean[r], rs = rstd[r];
 		double sg = 0, sgx = 0;
 		for (i64 c = threadIdx.x; c < cols; c += RB) {
 			double g = (double)(dyr[c] * gamma[c]);
 			sg += g;
-			sgx += g * (double)((xr[c] - m) * rs);
+			sgx += g * (double)((ldw(x, xt, r * cols + c) - m) * rs);
 		}
 		sg = block_sum_d(sg, sh);
 		sgx = block_sum_d(sgx, sh);
 		float mg = (float)(sg / (double)cols), mgx = (float)(sgx / (double)cols);
 		for (i64 c = threadIdx.x; c < cols; c += RB) {
-			float xh = (xr[c] - m) * rs;
+			float xh = (ldw(x, xt, r * cols + c) - m) * rs;
 			dxr[c] = rs * (dyr[c] * gamma[c] - mg - xh * mgx);
 		}
 	}
 }
 
-// k_layernorm_params: dgamma[c] += Σ_r dy·x̂, dbeta[c] += Σ_r dy, as k_sum_rows.
+// k_layernorm_params: dgamma[c] += Σ_r dy·x̂, dbeta[c] += Σ_r dy, as
+// k_sum_rows; x of type xt (see ldw).
 extern "C" __global__ void k_layernorm_params(i64 rows, i64 cols, float* dgamma, float* dbeta, const float* dy,
-                                              const float* x, const float* mean, const float* rstd) {
+                                              const void* x, const float* mean, const float* rstd, int xt) {
 	EMU_SHARED double shg[CL][CW];
 	EMU_SHARED double shb[CL][CW];
 	int tx = threadIdx.x % CW, ty = threadIdx.x / CW;
@@ -268,7 +339,7 @@ extern "C" __global__ void k_layernorm_params(i64 rows, i64 cols, float* dgamma,
 		if (c < cols)
 			for (i64 r = ty; r < rows; r += CL) {
 				double d = (double)dy[r * cols + c];
-				g += d * (double)((x[r * cols + c] - mean[r]) * rstd[r]);
+				g += d * (double)((ldw(x, xt, r * cols + c) - mean[r]) * rstd[r]);
 				b += d;
 			}
 		shg[ty][tx] = g;
@@ -441,17 +512,18 @@ extern "C" __global__ void k_causal_softmax(i64 rows, i64 t, float* y, const flo
 	}
 }
 
-// k_softmax_backward: dx = scale·y·(dy − Σ dy·y), row by row.
-extern "C" __global__ void k_softmax_backward(i64 rows, i64 cols, float* dx, const float* dy, const float* y,
-                                              float scale) {
+// k_softmax_backward: dx = scale·y·(dy − Σ dy·y), row by row; y of type
+// yt (see ldw).
+extern "C" __global__ void k_softmax_backward(i64 rows, i64 cols, float* dx, const float* dy, const void* y,
+                                              float scale, int yt) {
 	EMU_SHARED double sh[RB];
 	for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
-		const float *dyr = dy + r * cols, *yr = y + r * cols;
+		const float* dyr = dy + r * cols;
 		float* dxr = dx + r * cols;
 		double dot = 0;
-		for (i64 j = threadIdx.x; j < cols; j += RB) dot += (double)dyr[j] * (double)yr[j];
+		for (i64 j = threadIdx.x; j < cols; j += RB) dot += (double)dyr[j] * (double)ldw(y, yt, r * cols + j);
 		float d = (float)block_sum_d(dot, sh);
-		for (i64 j = threadIdx.x; j < cols; j += RB) dxr[j] = scale * yr[j] * (dyr[j] - d);
+		for (i64 j = threadIdx.x; j < cols; j += RB) dxr[j] = scale * ldw(y, yt, r * cols + j) * (dyr[j] - d);
 	}
 }
 
@@ -794,55 +866,7 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm_tf32(int ta, int tb, i6
 }
 
 // ---------------------------------------------------------------------------
-// bf16 and fp16 (kernels.LowPrecision). A type code is kernels.DType's:
-// 0 fp32, 1 bf16, 2 fp16. The conversions are the CPU reference's, bit for
-// bit (kernels.BF16FromF32, F16FromF32, F32FromF16): round to nearest even,
-// a NaN stays a quiet NaN, fp16 overflows to ±Inf and keeps subnormals.
-
-__device__ static float bits_f32(uint32_t u) {
-#ifdef __CUDA_ARCH__
-	return __uint_as_float(u);
-#else
-	return emu_uint_as_float(u);
-#endif
-}
-
-__device__ static unsigned short f32_to_bf16(float x) {
-	uint32_t u = __float_as_uint(x);
-	if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);
-	return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-__device__ static float bf16_to_f32(unsigned short h) { return bits_f32((uint32_t)h << 16); }
-
-__device__ static unsigned short f32_to_f16(float x) {
-	uint32_t u = __float_as_uint(x);
-	unsigned short sign = (unsigned short)((u >> 16) & 0x8000u);
-	uint32_t a = u & 0x7fffffffu;
-	if (a > 0x7f800000u) return sign | 0x7e00 | (unsigned short)((a >> 13) & 0x1ffu);
-	if (a >= 0x477ff000u) return sign | 0x7c00;
-	if (a >= 0x38800000u) {
-		uint32_t v = a - 0x38000000u;
-		return sign | (unsigned short)((v + 0xfffu + ((v >> 13) & 1u)) >> 13);
-	}
-	if (a < 0x33000000u) return sign;
-	uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
-	uint32_t shift = 126 - e, half = 1u << (shift - 1);
-	uint32_t r = m >> shift, rem = m & ((1u << shift) - 1);
-	if (rem > half || (rem == half && (r & 1u))) r++;
-	return sign | (unsigned short)r;
-}
-
-__device__ static float f16_to_f32(unsigned short h) {
-	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-	if (e == 0x1f) return bits_f32(sign | (m ? 0x7fc00000u | (m << 13) : 0x7f800000u));
-	if (e != 0) return bits_f32(sign | ((e + 112) << 23) | (m << 13));
-	if (m == 0) return bits_f32(sign);
-	return bits_f32(sign | __float_as_uint((float)m * (1.0f / 16777216.0f)));
-}
-
-__device__ static float low_to_f32(int t, unsigned short h) { return t == 1 ? bf16_to_f32(h) : f16_to_f32(h); }
-__device__ static unsigned short f32_to_low(int t, float x) { return t == 1 ? f32_to_bf16(x) : f32_to_f16(x); }
+// bf16 and fp16 (kernels.LowPrecision; the conversions are in Helpers).
 
 // k_convert copies n values of type st at src into type dt at dst, through
 // fp32 (exact for the widening, one rounding for the narrowing).

@@ -38,30 +38,31 @@ func (be *Backend) AddBias(y, bias kernels.Buffer) {
 
 // ReLU implements kernels.Backend.
 func (be *Backend) ReLU(y, x kernels.Buffer) {
-	ys, xs := be.buf("ReLU", y), be.buf("ReLU", x)
+	ys, xs := be.saved("ReLU", y), be.saved("ReLU", x)
 	mustLen("ReLU", "x", xs.n, ys.n)
-	be.launch1(kReLU, ys.n, argInt(ys.n), ys.arg(), xs.arg())
+	be.launch1(kReLU, ys.n, argInt(ys.n), ys.arg(), xs.arg(), uint64(xs.dt), uint64(ys.dt))
 }
 
-// ReLUBackward implements kernels.Backend.
+// ReLUBackward implements kernels.Backend (x fp32, bf16 or fp16).
 func (be *Backend) ReLUBackward(dx, dy, x kernels.Buffer) {
-	d, dys, xs := be.buf("ReLUBackward", dx), be.buf("ReLUBackward", dy), be.buf("ReLUBackward", x)
+	d, dys, xs := be.buf("ReLUBackward", dx), be.buf("ReLUBackward", dy), be.saved("ReLUBackward", x)
 	mustLen("ReLUBackward", "dy", dys.n, d.n)
 	mustLen("ReLUBackward", "x", xs.n, d.n)
-	be.launch1(kReLUBackward, d.n, argInt(d.n), d.arg(), dys.arg(), xs.arg())
+	be.launch1(kReLUBackward, d.n, argInt(d.n), d.arg(), dys.arg(), xs.arg(), uint64(xs.dt))
 }
 
 // GELU implements kernels.Backend: x·Φ(x) with Φ from erfcf.
 func (be *Backend) GELU(y, x kernels.Buffer) {
-	ys, xs := be.buf("GELU", y), be.buf("GELU", x)
+	ys, xs := be.saved("GELU", y), be.saved("GELU", x)
 	mustLen("GELU", "x", xs.n, ys.n)
-	be.launch1(kGELU, ys.n, argInt(ys.n), ys.arg(), xs.arg())
+	be.launch1(kGELU, ys.n, argInt(ys.n), ys.arg(), xs.arg(), uint64(xs.dt), uint64(ys.dt))
 }
 
-// GELUBackward implements kernels.Backend: dy·(Φ(x) + x·φ(x)).
+// GELUBackward implements kernels.Backend: dy·(Φ(x) + x·φ(x)), x fp32,
+// bf16 or fp16.
 func (be *Backend) GELUBackward(dx, dy, x kernels.Buffer) {
-	d, dys, xs := be.buf("GELUBackward", dx), be.buf("GELUBackward", dy), be.buf("GELUBackward", x)
+	d, dys, xs := be.buf("GELUBackward", dx), be.buf("GELUBackward", dy), be.saved("GELUBackward", x)
 	mustLen("GELUBackward", "dy", dys.n, d.n)
 	mustLen("GELUBackward", "x", xs.n, d.n)
-	be.launch1(kGELUBackward, d.n, argInt(d.n), d.arg(), dys.arg(), xs.arg())
+	be.launch1(kGELUBackward, d.n, argInt(d.n), d.arg(), dys.arg(), xs.arg(), uint64(xs.dt))
 }

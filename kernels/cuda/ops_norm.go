@@ -23,7 +23,7 @@ func (be *Backend) LayerNorm(y, mean, rstd, x, gamma, beta kernels.Buffer, eps f
 func (be *Backend) LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma kernels.Buffer) {
 	const op = "LayerNormBackward"
 	dxs, dgs, dbs, dys := be.buf(op, dx), be.buf(op, dgamma), be.buf(op, dbeta), be.buf(op, dy)
-	xs, ms, rs, gs := be.buf(op, x), be.buf(op, mean), be.buf(op, rstd), be.buf(op, gamma)
+	xs, ms, rs, gs := be.saved(op, x), be.buf(op, mean), be.buf(op, rstd), be.buf(op, gamma)
 	cols := gs.n
 	rows := rowsOf(op, "x", xs.n, cols)
 	mustLen(op, "dx", dxs.n, xs.n)
@@ -32,10 +32,10 @@ func (be *Backend) LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma
 	mustLen(op, "dbeta", dbs.n, cols)
 	mustLen(op, "mean", ms.n, rows)
 	mustLen(op, "rstd", rs.n, rows)
-	be.launchRows(kLayerNormDx, rows, argInt(rows), argInt(cols), dxs.arg(), dys.arg(), xs.arg(), ms.arg(), rs.arg(), gs.arg())
+	be.launchRows(kLayerNormDx, rows, argInt(rows), argInt(cols), dxs.arg(), dys.arg(), xs.arg(), ms.arg(), rs.arg(), gs.arg(), uint64(xs.dt))
 	if cols == 0 {
 		return
 	}
 	be.launch(kLayerNormParams, [3]int{be.colGrid(cols), 1, 1}, [3]int{blockThreads, 1, 1},
-		argInt(rows), argInt(cols), dgs.arg(), dbs.arg(), dys.arg(), xs.arg(), ms.arg(), rs.arg())
+		argInt(rows), argInt(cols), dgs.arg(), dbs.arg(), dys.arg(), xs.arg(), ms.arg(), rs.arg(), uint64(xs.dt))
 }

@@ -60,12 +60,12 @@ func (be *Backend) CausalSoftmax(y, x kernels.Buffer, t int, scale float32) {
 	be.launchRows(kCausalSoftmax, rows, argInt(rows), argInt(t), ys.arg(), xs.arg(), argF32(scale))
 }
 
-// SoftmaxBackward implements kernels.Backend.
+// SoftmaxBackward implements kernels.Backend (y fp32, bf16 or fp16).
 func (be *Backend) SoftmaxBackward(dx, dy, y kernels.Buffer, cols int, scale float32) {
 	const op = "SoftmaxBackward"
-	dxs, dys, ys := be.buf(op, dx), be.buf(op, dy), be.buf(op, y)
+	dxs, dys, ys := be.buf(op, dx), be.buf(op, dy), be.saved(op, y)
 	mustLen(op, "dy", dys.n, dxs.n)
 	mustLen(op, "y", ys.n, dxs.n)
 	rows := rowsOf(op, "dx", dxs.n, cols)
-	be.launchRows(kSoftmaxBackward, rows, argInt(rows), argInt(cols), dxs.arg(), dys.arg(), ys.arg(), argF32(scale))
+	be.launchRows(kSoftmaxBackward, rows, argInt(rows), argInt(cols), dxs.arg(), dys.arg(), ys.arg(), argF32(scale), uint64(ys.dt))
 }

@@ -177,3 +177,86 @@ func (c *tcase) lowGemm(lp kernels.LowPrecision, dt kernels.DType, outLow bool, 
 	}
 	c.check("C", got, want, tol)
 }
+
+// testLowSaved: the kernels that read an activation kept in the compute
+// type (ReLU, GELU and their backward kernels' x, LayerNormBackward's x,
+// SoftmaxBackward's y) take it in bf16 and fp16 and give, bit for bit,
+// what they give for its exact fp32 widening: nothing but the load
+// changes; ReLU and GELU into a 16-bit y give their fp32 result rounded. Sizes leave every tail of a vector loop and of a 512-value
+// piece; the element-wise ones also run in place (dx = dy).
+func testLowSaved(s *suite) {
+	lp, _ := s.lowPrecision()
+	same := func(c *tcase, what string, got, want []float32) {
+		c.Helper()
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				c.Fatalf("%s[%d] = %v with a 16-bit input, %v with its fp32 widening", what, i, got[i], want[i])
+			}
+		}
+	}
+	for _, dt := range lowTypes {
+		for _, n := range []int{1, 17, 1000, 1537} {
+			s.run(fmt.Sprintf("%v/elementwise/%d", dt, n), func(c *tcase) {
+				x := roundTo(dt, c.activationInputs(n))
+				dy := c.randn(n, 0, 1)
+				for _, k := range []struct {
+					name string
+					f    func(dx, dy, x kernels.Buffer)
+				}{{"ReLUBackward", c.be.ReLUBackward}, {"GELUBackward", c.be.GELUBackward}} {
+					want, got := c.up(make([]float32, n)), c.up(make([]float32, n))
+					k.f(want, c.up(dy), c.up(x))
+					xl := c.upAs(lp, dt, x)
+					k.f(got, c.up(dy), xl)
+					same(c, k.name, c.down(got), c.down(want))
+					inPlace := c.up(dy)
+					k.f(inPlace, inPlace, xl)
+					same(c, k.name+" in place", c.down(inPlace), c.down(want))
+				}
+				for _, k := range []struct {
+					name string
+					f    func(y, x kernels.Buffer)
+				}{{"ReLU", c.be.ReLU}, {"GELU", c.be.GELU}} {
+					want, got := c.up(make([]float32, n)), c.up(make([]float32, n))
+					k.f(want, c.up(x))
+					k.f(got, c.upAs(lp, dt, x))
+					same(c, k.name, c.down(got), c.down(want))
+					// a 16-bit output: the fp32 result rounded once
+					out := lp.AllocAs(n, dt)
+					k.f(out, c.upAs(lp, dt, x))
+					same(c, k.name+" into "+dt.String(), c.down(out), roundTo(dt, c.down(want)))
+				}
+			})
+		}
+		for _, sz := range [][2]int{{1, 1}, {7, 33}, {33, 1000}} {
+			rows, cols := sz[0], sz[1]
+			s.run(fmt.Sprintf("%v/LayerNormBackward/%dx%d", dt, rows, cols), func(c *tcase) {
+				x, gamma, beta := c.layerNormInputs(rows, cols)
+				x = roundTo(dt, x)
+				y, mean, rstd := c.up(make([]float32, rows*cols)), c.up(make([]float32, rows)), c.up(make([]float32, rows))
+				c.be.LayerNorm(y, mean, rstd, c.up(x), c.up(gamma), c.up(beta), 1e-5)
+				dy, g0, b0 := c.randn(rows*cols, 0, 1), c.randn(cols, 0, 1), c.randn(cols, 0, 1)
+				run := func(xb kernels.Buffer) (dx, dg, db []float32) {
+					dxb, dgb, dbb := c.up(make([]float32, rows*cols)), c.up(g0), c.up(b0)
+					c.be.LayerNormBackward(dxb, dgb, dbb, c.up(dy), xb, mean, rstd, c.up(gamma))
+					return c.down(dxb), c.down(dgb), c.down(dbb)
+				}
+				wx, wg, wb := run(c.up(x))
+				gx, gg, gb := run(c.upAs(lp, dt, x))
+				same(c, "dx", gx, wx)
+				same(c, "dgamma", gg, wg)
+				same(c, "dbeta", gb, wb)
+			})
+		}
+		for _, sz := range [][2]int{{3, 5}, {64, 64}, {4, 700}} {
+			rows, cols := sz[0], sz[1]
+			s.run(fmt.Sprintf("%v/SoftmaxBackward/%dx%d", dt, rows, cols), func(c *tcase) {
+				y := roundTo(dt, c.uniform(rows*cols, 0, 1))
+				dy := c.randn(rows*cols, 0, 1)
+				want, got := c.up(make([]float32, rows*cols)), c.up(make([]float32, rows*cols))
+				c.be.SoftmaxBackward(want, c.up(dy), c.up(y), cols, 0.125)
+				c.be.SoftmaxBackward(got, c.up(dy), c.upAs(lp, dt, y), cols, 0.125)
+				same(c, "dx", c.down(got), c.down(want))
+			})
+		}
+	}
+}

@@ -33,6 +33,7 @@ func Run(t *testing.T, be kernels.Backend) {
 		{"Gemm", testGemm},
 		{"Convert", testConvert},
 		{"LowGemm", testLowGemm},
+		{"LowSaved", testLowSaved},
 		{"Axpy", testAxpy},
 		{"Scale", testScale},
 		{"Add", testAdd},
