@@ -53,7 +53,8 @@ func (be *Backend) Add(dst, a, b kernels.Buffer) {
 	parallelFor(len(d), be.threads, grainSimple, func(lo, hi int) { add(d[lo:hi], as[lo:hi], bs[lo:hi]) })
 }
 
-func add(d, a, b []float32) {
+// addGo is add's Go loop.
+func addGo(d, a, b []float32) {
 	a, b = a[:len(d)], b[:len(d)]
 	for i := range d {
 		d[i] = a[i] + b[i]
@@ -76,9 +77,7 @@ func addBias(y, bias []float32) {
 	cols := len(bias)
 	for r := 0; r+cols <= len(y); r += cols {
 		row := y[r : r+cols]
-		for c, b := range bias {
-			row[c] += b
-		}
+		add(row, row, bias)
 	}
 }
 

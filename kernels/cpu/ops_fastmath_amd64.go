@@ -28,6 +28,12 @@ func reluAVX2(y, x *float32, n int)
 func reluBackwardAVX2(dx, dy, x *float32, n int)
 
 //go:noescape
+func addAVX2(d, a, b *float32, n int)
+
+//go:noescape
+func sumColsAVX2(acc *float64, x *float32, rows, stride, n int)
+
+//go:noescape
 func sgdMomentumAVX2(p, grad, buf *float32, n int, lr, wd, mom, damp float32)
 
 // expSum sets dst[i] = e^(scale·src[i] − shift) for i < len(dst) and returns
@@ -89,4 +95,31 @@ func sgdMomentum(p, g, buf []float32, lr, wd, mom, damp float32) {
 	}
 	_, _ = g[len(p)-1], buf[len(p)-1]
 	sgdMomentumAVX2(&p[0], &g[0], &buf[0], len(p), lr, wd, mom, damp)
+}
+
+// add sets d = a + b over len(d) elements (d may be a or b).
+func add(d, a, b []float32) {
+	n := len(d) &^ 7
+	if vecMath && n > 0 {
+		_, _ = a[len(d)-1], b[len(d)-1]
+		addAVX2(&d[0], &a[0], &b[0], n)
+	} else {
+		n = 0
+	}
+	addGo(d[n:], a[n:], b[n:])
+}
+
+// sumCols adds column j of the rows·stride values of x (rows of stride
+// values, the first len(acc) of each) into acc[j] in float64, rows in order.
+func sumCols(acc []float64, x []float32, rows, stride int) {
+	n := len(acc) &^ 3
+	if vecMath && n > 0 && rows > 0 {
+		_ = x[(rows-1)*stride+n-1]
+		sumColsAVX2(&acc[0], &x[0], rows, stride, n)
+	} else {
+		n = 0
+	}
+	if n < len(acc) {
+		sumColsGo(acc[n:], x[n:], rows, stride)
+	}
 }

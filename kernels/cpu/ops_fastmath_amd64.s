@@ -418,3 +418,65 @@ sgdTail:
 sgdDone:
 	VZEROUPPER
 	RET
+
+// func addAVX2(d, a, b *float32, n int)
+// d[i] = a[i] + b[i] for n a multiple of 8 (d may be a or b).
+TEXT ·addAVX2(SB), NOSPLIT, $0-32
+	MOVQ d+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DX
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JZ   adddone
+
+addloop:
+	VMOVUPS (SI), Y0
+	VADDPS  (DX), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, DI
+	DECQ    CX
+	JNZ     addloop
+
+adddone:
+	VZEROUPPER
+	RET
+
+// func sumColsAVX2(acc *float64, x *float32, rows, stride, n int)
+// acc[j] += float64(x[r·stride + j]) for r = 0, 1, … rows−1 in order and
+// j < n, n a multiple of 4: SumRows's float64 column sums, 4 columns a
+// vector, in the scalar loop's order of additions.
+TEXT ·sumColsAVX2(SB), NOSPLIT, $0-40
+	MOVQ  acc+0(FP), DI
+	MOVQ  x+8(FP), SI
+	MOVQ  rows+16(FP), R8
+	MOVQ  stride+24(FP), R9
+	SHLQ  $2, R9
+	MOVQ  n+32(FP), R10
+	SHRQ  $2, R10
+	TESTQ R8, R8
+	JZ    scdone
+	TESTQ R10, R10
+	JZ    scdone
+
+scrow:
+	MOVQ SI, AX
+	MOVQ DI, BX
+	MOVQ R10, CX
+
+sccol:
+	VCVTPS2PD (AX), Y0
+	VADDPD    (BX), Y0, Y0
+	VMOVUPD   Y0, (BX)
+	ADDQ      $16, AX
+	ADDQ      $32, BX
+	DECQ      CX
+	JNZ       sccol
+	ADDQ      R9, SI
+	DECQ      R8
+	JNZ       scrow
+
+scdone:
+	VZEROUPPER
+	RET

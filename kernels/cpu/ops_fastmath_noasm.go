@@ -21,3 +21,7 @@ func reluBackward(dx, dy, x []float32) { reluBackwardGo(dx, dy, x) }
 func sgdMomentum(p, g, buf []float32, lr, wd, mom, damp float32) {
 	sgdMomentumGo(p, g, buf, lr, wd, mom, damp)
 }
+
+func add(d, a, b []float32) { addGo(d, a, b) }
+
+func sumCols(acc []float64, x []float32, rows, stride int) { sumColsGo(acc, x, rows, stride) }

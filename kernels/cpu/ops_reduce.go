@@ -148,14 +148,21 @@ func sumRows(dst, x []float32, blo, bhi int) {
 		c0, c1 := b*colBlock, min((b+1)*colBlock, cols)
 		a := acc[:c1-c0]
 		clear(a)
-		for r := 0; r+cols <= len(x); r += cols {
-			row := x[r+c0 : r+c1]
-			for j, v := range row {
-				a[j] += float64(v)
-			}
+		if rows := len(x) / cols; rows > 0 {
+			sumCols(a, x[c0:], rows, cols)
 		}
 		for j, v := range a {
 			dst[c0+j] = float32(float64(dst[c0+j]) + v)
+		}
+	}
+}
+
+// sumColsGo is sumCols's Go loop.
+func sumColsGo(acc []float64, x []float32, rows, stride int) {
+	for r := 0; r < rows; r++ {
+		row := x[r*stride : r*stride+len(acc)]
+		for j, v := range row {
+			acc[j] += float64(v)
 		}
 	}
 }

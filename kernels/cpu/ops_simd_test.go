@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// The AVX2 ReLU, ReLU backward and SGD-momentum loops give the same bits as
+// The AVX2 ReLU, ReLU backward, SGD-momentum, add and column-sum loops give the same bits as
 // their Go loops, element by element: they use the same comparisons and
 // round every multiply and add separately. Checked at every length from 0
 // to 40 (the 16-, 8- and masked tails), at 1000, at unaligned starts, and on
@@ -59,6 +59,30 @@ func TestSimpleKernelsMatchGoLoops(t *testing.T) {
 			sgdMomentumGo(pGo, g, bufGo, 0.01, 1e-4, 0.9, 0.75)
 			same("sgdMomentum weights", n, p, pGo)
 			same("sgdMomentum buffer", n, buf, bufGo)
+
+			a, b := fill(n + off)[off:], fill(n)
+			add(y[:n], a, b)
+			addGo(yGo[:n], a, b)
+			same("add", n, y, yGo)
+			copy(yGo, a)
+			add(yGo[:n], yGo[:n], b) // in place
+			same("add in place", n, yGo, y)
+
+			// float64 column sums over 3 rows of n+off values, the first n
+			// of each row.
+			rows := fill(3 * (n + off))
+			acc, accGo := make([]float64, n+4), make([]float64, n+4)
+			for j := range acc {
+				acc[j] = float64(j) / 7
+				accGo[j] = acc[j]
+			}
+			sumCols(acc[:n], rows, 3, n+off)
+			sumColsGo(accGo[:n], rows, 3, n+off)
+			for j := range acc {
+				if math.Float64bits(acc[j]) != math.Float64bits(accGo[j]) && !(math.IsNaN(acc[j]) && math.IsNaN(accGo[j])) {
+					t.Fatalf("sumCols, n=%d: column %d is %v, the Go loop gives %v", n, j, acc[j], accGo[j])
+				}
+			}
 		}
 	}
 }
