@@ -41,15 +41,21 @@ func (be *Backend) Gemm(g kernels.GemmArgs, a, b, c kernels.Buffer) {
 	if be.tf32() && g.M >= be.cfg.TF32MinDim && g.N >= be.cfg.TF32MinDim && k >= be.cfg.TF32MinDim {
 		kern, tile = kGemmTF32, tcTile
 	}
-	grid := [3]int{
+	be.launch(kern, be.gemmGrid(g, tile), [3]int{blockThreads, 1, 1},
+		argBool(g.TransA), argBool(g.TransB), argInt(g.M), argInt(g.N), argInt(k), argF32(g.Alpha), argF32(g.Beta),
+		A.arg(), argInt(g.LDA), argInt(g.StrideA), B.arg(), argInt(g.LDB), argInt(g.StrideB),
+		C.arg(), argInt(g.LDC), argInt(g.StrideC), argInt(g.Batch))
+}
+
+// gemmGrid is the grid of a GEMM kernel with tile×tile blocks of C: x over
+// column tiles, y over row tiles, z over the batch, each capped (the
+// kernels grid-stride).
+func (be *Backend) gemmGrid(g kernels.GemmArgs, tile int) [3]int {
+	return [3]int{
 		min((g.N+tile-1)/tile, be.maxRowBlocks),
 		min((g.M+tile-1)/tile, be.info.maxGridY),
 		min(g.Batch, be.info.maxGridZ),
 	}
-	be.launch(kern, grid, [3]int{blockThreads, 1, 1},
-		argBool(g.TransA), argBool(g.TransB), argInt(g.M), argInt(g.N), argInt(k), argF32(g.Alpha), argF32(g.Beta),
-		A.arg(), argInt(g.LDA), argInt(g.StrideA), B.arg(), argInt(g.LDB), argInt(g.StrideB),
-		C.arg(), argInt(g.LDC), argInt(g.StrideC), argInt(g.Batch))
 }
 
 // checkGemm panics with a message naming the offending argument when the

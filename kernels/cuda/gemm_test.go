@@ -13,6 +13,27 @@ import (
 	"github.com/troupe-ml/troupe/kernels/kerneltest"
 )
 
+// paddedBatch is the GEMM of size sz (M, N, K) and transposes tr that the
+// large-shape tests run: α 0.75, β 0.5, a batch of 2 with padded leading
+// dimensions and strides; n is it normalised, rowsA and rowsB the stored
+// rows of one batch member's A and B.
+func paddedBatch(sz [3]int, tr [2]bool) (g, n kernels.GemmArgs, rowsA, rowsB int) {
+	g = kernels.GemmArgs{TransA: tr[0], TransB: tr[1], M: sz[0], N: sz[1], K: sz[2], Alpha: 0.75, Beta: 0.5, Batch: 2}
+	n = g.Normalize()
+	g.LDA, g.LDB, g.LDC = n.LDA+3, n.LDB+1, n.LDC+2
+	n = g.Normalize()
+	g.StrideA, g.StrideB, g.StrideC = n.StrideA+5, n.StrideB+7, n.StrideC+11
+	n = g.Normalize()
+	rowsA, rowsB = n.M, n.K
+	if n.TransA {
+		rowsA = n.K
+	}
+	if n.TransB {
+		rowsB = n.N
+	}
+	return g, n, rowsA, rowsB
+}
+
 // TestGemmLowLargeShapes covers k_gemm_low beyond the conformance suite's
 // single 128×128 tile: bf16 and fp16 operands, C in fp32 and in the
 // operands' type, every transpose, padded leading dimensions and a
@@ -46,19 +67,7 @@ func TestGemmLowLargeShapes(t *testing.T) {
 		for _, cLow := range []bool{false, true} {
 			for _, sz := range [][3]int{{129, 257, 40}, {130, 200, 67}} {
 				for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
-					g := kernels.GemmArgs{TransA: tr[0], TransB: tr[1], M: sz[0], N: sz[1], K: sz[2], Alpha: 0.75, Beta: 0.5, Batch: 2}
-					n := g.Normalize()
-					g.LDA, g.LDB, g.LDC = n.LDA+3, n.LDB+1, n.LDC+2
-					n = g.Normalize()
-					g.StrideA, g.StrideB, g.StrideC = n.StrideA+5, n.StrideB+7, n.StrideC+11
-					n = g.Normalize()
-					rowsA, rowsB := n.M, n.K
-					if n.TransA {
-						rowsA = n.K
-					}
-					if n.TransB {
-						rowsB = n.N
-					}
+					g, n, rowsA, rowsB := paddedBatch(sz, tr)
 					av := randn((n.Batch-1)*n.StrideA + rowsA*n.LDA)
 					bv := randn((n.Batch-1)*n.StrideB + rowsB*n.LDB)
 					cv := randn((n.Batch-1)*n.StrideC + n.M*n.LDC)
@@ -177,19 +186,7 @@ func TestGemmLargeShapes(t *testing.T) {
 			p := &pair{t: t, gpu: be, ref: cpu.New(1), rng: rand.New(rand.NewPCG(9, 10))}
 			for _, sz := range [][3]int{{129, 257, 13}, {130, 200, 67}, {256, 128, 1}} {
 				for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
-					g := kernels.GemmArgs{TransA: tr[0], TransB: tr[1], M: sz[0], N: sz[1], K: sz[2], Alpha: 0.75, Beta: 0.5, Batch: 2}
-					n := g.Normalize()
-					g.LDA, g.LDB, g.LDC = n.LDA+3, n.LDB+1, n.LDC+2
-					n = g.Normalize()
-					g.StrideA, g.StrideB, g.StrideC = n.StrideA+5, n.StrideB+7, n.StrideC+11
-					n = g.Normalize()
-					rowsA, rowsB := n.M, n.K
-					if n.TransA {
-						rowsA = n.K
-					}
-					if n.TransB {
-						rowsB = n.N
-					}
+					g, n, rowsA, rowsB := paddedBatch(sz, tr)
 					a := p.randn((n.Batch-1)*n.StrideA+rowsA*n.LDA, 1)
 					b := p.randn((n.Batch-1)*n.StrideB+rowsB*n.LDB, 1)
 					c := p.randn((n.Batch-1)*n.StrideC+n.M*n.LDC, 1)

@@ -797,6 +797,28 @@ __device__ static void mma_bf16(float* d, const uint32_t* a, const uint32_t* b) 
 #endif
 }
 
+// tc_frags loads a warp's fragments for one mma k-step at word column ks of
+// the shared tiles (W words a row, k-contiguous: a TF32 value or a pair of
+// 16-bit ones a word): 4 row tiles of A at the warp's 64 rows, 4 column
+// tiles of B at its 32 columns, in the layouts above.
+template <int W>
+__device__ static void tc_frags(uint32_t (*As)[W], uint32_t (*Bs)[W], int ks, uint32_t af[4][4], uint32_t bf[4][2]) {
+	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+	int wr = warp / 4, wc = warp % 4;
+	UNROLL for (int mi = 0; mi < 4; mi++) {
+		int rb = wr * 64 + mi * 16;
+		af[mi][0] = As[rb + g][ks + q];
+		af[mi][1] = As[rb + g + 8][ks + q];
+		af[mi][2] = As[rb + g][ks + q + 4];
+		af[mi][3] = As[rb + g + 8][ks + q + 4];
+	}
+	UNROLL for (int ni = 0; ni < 4; ni++) {
+		int cb = wc * 32 + ni * 8;
+		bf[ni][0] = Bs[cb + g][ks + q];
+		bf[ni][1] = Bs[cb + g][ks + q + 4];
+	}
+}
+
 // tc_store writes one warp's 4×4 mma tiles of accumulators to C with α and β.
 __device__ static void tc_store(float acc[4][4][4], float* C, i64 ldc, i64 M, i64 N, i64 wm0, i64 wn0, float alpha,
                                 float beta) {
@@ -818,7 +840,7 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm_tf32(int ta, int tb, i6
                                        i64 batch) {
 	EMU_SHARED uint32_t As[TT][TK32 + TPAD32];  // [m][k]
 	EMU_SHARED uint32_t Bs[TT][TK32 + TPAD32];  // [n][k]
-	int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+	int tid = threadIdx.x, warp = tid / 32;
 	int wr = warp / 4, wc = warp % 4;  // warp's 64-row half and 32-column quarter
 	i64 tilesM = (M + TT - 1) / TT, tilesN = (N + TT - 1) / TT;
 	for (i64 bt = blockIdx.z; bt < batch; bt += gridDim.z)
@@ -844,18 +866,7 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm_tf32(int ta, int tb, i6
 					__syncthreads();
 					UNROLL for (int ks = 0; ks < TK32; ks += 8) {
 						uint32_t af[4][4], bf[4][2];
-						UNROLL for (int mi = 0; mi < 4; mi++) {
-							int rb = wr * 64 + mi * 16;
-							af[mi][0] = As[rb + g][ks + q];
-							af[mi][1] = As[rb + g + 8][ks + q];
-							af[mi][2] = As[rb + g][ks + q + 4];
-							af[mi][3] = As[rb + g + 8][ks + q + 4];
-						}
-						UNROLL for (int ni = 0; ni < 4; ni++) {
-							int cb = wc * 32 + ni * 8;
-							bf[ni][0] = Bs[cb + g][ks + q];
-							bf[ni][1] = Bs[cb + g][ks + q + 4];
-						}
+						tc_frags<TK32 + TPAD32>(As, Bs, ks, af, bf);
 						UNROLL for (int mi = 0; mi < 4; mi++)
 							UNROLL for (int ni = 0; ni < 4; ni++) mma_tf32(acc[mi][ni], af[mi], bf[ni]);
 					}
@@ -948,18 +959,7 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm_low(int ta, int tb, i64
 					__syncthreads();
 					UNROLL for (int ks = 0; ks < KW; ks += 8) {  // k16 = 8 words
 						uint32_t af[4][4], bf[4][2];
-						UNROLL for (int mi = 0; mi < 4; mi++) {
-							int rb = wr * 64 + mi * 16;
-							af[mi][0] = As[rb + g][ks + q];
-							af[mi][1] = As[rb + g + 8][ks + q];
-							af[mi][2] = As[rb + g][ks + q + 4];
-							af[mi][3] = As[rb + g + 8][ks + q + 4];
-						}
-						UNROLL for (int ni = 0; ni < 4; ni++) {
-							int cb = wc * 32 + ni * 8;
-							bf[ni][0] = Bs[cb + g][ks + q];
-							bf[ni][1] = Bs[cb + g][ks + q + 4];
-						}
+						tc_frags<(TK16 + TPAD16) / 2>(As, Bs, ks, af, bf);
 						if (ab == 1) {
 							UNROLL for (int mi = 0; mi < 4; mi++)
 								UNROLL for (int ni = 0; ni < 4; ni++) mma_bf16(acc[mi][ni], af[mi], bf[ni]);

@@ -55,12 +55,7 @@ func (be *Backend) gemmLow(g kernels.GemmArgs, A, B, C *Buf) {
 		be.gemmWidened(g, A, B, C)
 		return
 	}
-	grid := [3]int{
-		min((g.N+tcTile-1)/tcTile, be.maxRowBlocks),
-		min((g.M+tcTile-1)/tcTile, be.info.maxGridY),
-		min(g.Batch, be.info.maxGridZ),
-	}
-	be.launch(kGemmLow, grid, [3]int{blockThreads, 1, 1},
+	be.launch(kGemmLow, be.gemmGrid(g, tcTile), [3]int{blockThreads, 1, 1},
 		argBool(g.TransA), argBool(g.TransB), argInt(g.M), argInt(g.N), argInt(k), argF32(g.Alpha), argF32(g.Beta),
 		A.arg(), argInt(g.LDA), argInt(g.StrideA), B.arg(), argInt(g.LDB), argInt(g.StrideB),
 		C.arg(), argInt(g.LDC), argInt(g.StrideC), argInt(g.Batch), uint64(A.dt), uint64(C.dt))
