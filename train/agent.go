@@ -638,11 +638,12 @@ func (a *agent) train(o *trainOrder) {
 }
 
 // continueScaler gives t the loss scaler's state after the step layout l
-// continues from: the one the job reported for that step (or, for a step
-// the last leader ran but did not report, the one before it updated by
-// the outcome this node's worker saw), or the checkpoint's the state
-// comes from; without any (this node's worker did not run the step) the
-// scaler starts again from its initial scale, and says so.
+// continues from: the one the job reported for that step, or else the one
+// a worker that ran it ran with, updated by its outcome (this node's, or
+// the one whose training state the generation takes: the scaler's state
+// travels with the training state), or the checkpoint's the state comes
+// from; without any the scaler starts again from its initial scale, and
+// says so.
 func (a *agent) continueScaler(t *trainer, l layout) {
 	if t.scaler == nil || l.Step == 0 {
 		return
@@ -650,9 +651,7 @@ func (a *agent) continueScaler(t *trainer, l layout) {
 	if l.Source.Kind != worker.FromCheckpoint {
 		var last lastRun
 		if _, ok := a.scalers[l.Step]; !ok {
-			if st, err := a.ownStatus(); err == nil {
-				last = lastRun{Step: int(st.LastStep), Applied: int(st.Applied), LossScale: st.LastLossScale, Skipped: st.LastSkipped}
-			}
+			last = a.lastRunAt(l)
 		}
 		if st, ok := t.scaler.at(l.Step, a.scalers, last); ok {
 			t.scaler.restore(&st)
@@ -667,6 +666,35 @@ func (a *agent) continueScaler(t *trainer, l layout) {
 		}
 	}
 	a.log.Warn("the loss scaler's state after this step is unknown here: it starts again from its initial scale", zap.Int("step", l.Step), zap.Float64("scale", t.scaler.Scale))
+}
+
+// lastRunAt is what a worker that ran the last step before layout l's says
+// of it: this node's, or else that of the member whose state the
+// generation takes (the first part's root).
+func (a *agent) lastRunAt(l layout) lastRun {
+	of := func(st *workerpb.Status) lastRun {
+		return lastRun{Step: int(st.LastStep), Applied: int(st.Applied), LossScale: st.LastLossScale,
+			Tracker: int(st.LastLossScaleTracker), Skipped: st.LastSkipped}
+	}
+	if st, err := a.ownStatus(); err == nil && int(st.LastStep) == l.Step-1 && int(st.Applied) == l.Step {
+		return of(st)
+	}
+	if i := sourceMember(l); i >= 0 && a.gen != nil && i < len(a.gen.pids) {
+		res, err := a.sys.Root().RequestFuture(a.gen.pids[i], &workerpb.StatusRequest{}, salvageTimeout).Result()
+		if st, ok := res.(*workerpb.Status); err == nil && ok && st.Failed() == nil {
+			return of(st)
+		}
+	}
+	return lastRun{}
+}
+
+// sourceMember is the member whose worker's state layout l's first model
+// part takes from (−1: none, the state comes from elsewhere).
+func sourceMember(l layout) int {
+	if l.Source.Kind != worker.FromReplica || len(l.Source.Roots) == 0 {
+		return -1
+	}
+	return slices.Index(l.Rank, l.Source.Roots[0])
 }
 
 // lead runs generation g's step loop to the job's last step and saves the

@@ -221,7 +221,8 @@ func (e *groupExecutor) Form(ctx context.Context, form func(rank int, peer uint3
 func (e *groupExecutor) Step(ctx context.Context, req worker.StepRequest) (stepStats, error) {
 	replies, err := e.callWithin(ctx, e.byRank(func(_ int, p uint32) any {
 		return &workerpb.RunStep{Peer: p, Generation: e.gen, Step: uint64(req.Step), Cursor: uint64(req.Cursor), Batch: uint32(req.Batch),
-			Lr: req.LR, GlobalTargets: uint64(req.GlobalTargets), Checksum: req.Checksum, LossScale: req.LossScale}
+			Lr: req.LR, GlobalTargets: uint64(req.GlobalTargets), Checksum: req.Checksum, LossScale: req.LossScale,
+			LossScaleTracker: uint32(req.LossScaleTracker)}
 	}), e.stepLag)
 	if err != nil {
 		// A hang: the ranks' flight recorders are asked before the abort

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/worker"
 )
 
 // refGradScaler is PyTorch's GradScaler.update, written from its
@@ -202,9 +203,12 @@ func TestMixedPrecisionInEveryWorld(t *testing.T) {
 }
 
 // A new elastic leader's scaler: the state the job reported after the
-// step it resumes at; for a step the old leader ran but did not report,
-// the state before it updated by the outcome a worker that ran it saw
-// (checked against the scale that worker ran with); else unknown.
+// step it resumes at; else the state a worker that ran that step ran with
+// (scale and growth tracker) updated by its outcome, checked against the
+// job's report of the step before when there is one (a leader that died
+// before reporting the step), used alone when there is none (a node that
+// joined after the reports: the state comes from the member whose training
+// state the generation takes); else unknown.
 func TestLossScalerAtAHandOver(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Precision, cfg.LossScaleWindow = "fp16", 2
@@ -218,23 +222,49 @@ func TestLossScalerAtAHandOver(t *testing.T) {
 	}
 	// Step 10 (index 9) unreported: it ran at 1024 and grew, or skipped.
 	delete(known, 10)
-	if st, ok := s.at(10, known, lastRun{Step: 9, Applied: 10, LossScale: 1024}); !ok || st.Scale != 2048 || st.GrowthTracker != 0 {
+	if st, ok := s.at(10, known, lastRun{Step: 9, Applied: 10, LossScale: 1024, Tracker: 1}); !ok || st.Scale != 2048 || st.GrowthTracker != 0 {
 		t.Errorf("an unreported good step: %+v %v", st, ok)
 	}
-	if st, ok := s.at(10, known, lastRun{Step: 9, Applied: 10, LossScale: 1024, Skipped: true}); !ok || st.Scale != 512 || st.GrowthTracker != 0 {
+	if st, ok := s.at(10, known, lastRun{Step: 9, Applied: 10, LossScale: 1024, Tracker: 1, Skipped: true}); !ok || st.Scale != 512 || st.GrowthTracker != 0 {
 		t.Errorf("an unreported skipped step: %+v %v", st, ok)
 	}
 	for _, last := range []lastRun{
-		{Step: 8, Applied: 9, LossScale: 1024},  // the worker did not run step 10
-		{Step: 9, Applied: 9, LossScale: 1024},  // it ran it but did not apply it
-		{Step: 9, Applied: 10, LossScale: 4096}, // at another scale than the job's
+		{Step: 8, Applied: 9, LossScale: 1024, Tracker: 1},  // the worker did not run step 10
+		{Step: 9, Applied: 9, LossScale: 1024, Tracker: 1},  // it ran it but did not apply it
+		{Step: 9, Applied: 10, LossScale: 4096, Tracker: 1}, // at another scale than the job's
+		{Step: 9, Applied: 10, LossScale: 1024, Tracker: 0}, // with another tracker
 	} {
 		if st, ok := s.at(10, known, last); ok {
 			t.Errorf("%+v: resolved to %+v", last, st)
 		}
 	}
-	if _, ok := s.at(12, known, lastRun{Step: 11, Applied: 12, LossScale: 1024}); ok {
-		t.Error("two unreported steps resolved")
+	// Nothing reported here: the worker's state alone, with the job's
+	// factors and interval.
+	none := map[int]checkpoint.ScalerState{}
+	if st, ok := s.at(10, none, lastRun{Step: 9, Applied: 10, LossScale: 1024, Tracker: 1}); !ok || st.Scale != 2048 || st.GrowthTracker != 0 || st.GrowthInterval != 2 {
+		t.Errorf("a worker's state alone, good step: %+v %v", st, ok)
+	}
+	if st, ok := s.at(10, none, lastRun{Step: 9, Applied: 10, LossScale: 1024, Tracker: 0}); !ok || st.Scale != 1024 || st.GrowthTracker != 1 {
+		t.Errorf("a worker's state alone, tracker counting: %+v %v", st, ok)
+	}
+	if _, ok := s.at(10, none, lastRun{Step: 9, Applied: 10}); ok {
+		t.Error("a worker that ran without a scaler resolved")
+	}
+	if _, ok := s.at(12, known, lastRun{Step: 10, Applied: 11, LossScale: 1024}); ok {
+		t.Error("a worker a step behind resolved")
+	}
+}
+
+// The member whose state a generation takes: the first part's root, by
+// mesh rank; none when the state comes from a checkpoint or the seed.
+func TestSourceMember(t *testing.T) {
+	l := layout{Rank: []int{-1, 1, 0, 2}, Source: worker.Source{Kind: worker.FromReplica, Roots: []int{0, 1}}}
+	if i := sourceMember(l); i != 2 {
+		t.Errorf("member %d, want 2 (mesh rank 0)", i)
+	}
+	l.Source = worker.Source{Kind: worker.FromCheckpoint, Step: 5}
+	if i := sourceMember(l); i != -1 {
+		t.Errorf("a checkpoint's state: member %d", i)
 	}
 }
 

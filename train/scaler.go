@@ -35,6 +35,14 @@ func (s *lossScaler) scale() float64 {
 	return s.Scale
 }
 
+// tracker is the growth tracker (0 without a scaler).
+func (s *lossScaler) tracker() int {
+	if s == nil {
+		return 0
+	}
+	return s.GrowthTracker
+}
+
 // update takes a step's outcome (skipped: its gradients overflowed). An
 // overflow at the floor is an error naming the step.
 func (s *lossScaler) update(skipped bool, step int) error {
@@ -75,27 +83,36 @@ func (s *lossScaler) restore(st *checkpoint.ScalerState) {
 }
 
 // lastRun is what a worker says of the last step it ran: its index
-// (0-based), the steps it holds applied, the loss scale it ran with and
-// whether it skipped the update.
+// (0-based), the steps it holds applied, the loss scaler's state it ran
+// with (scale and growth tracker) and whether it skipped the update.
 type lastRun struct {
 	Step, Applied int
 	LossScale     float64
+	Tracker       int
 	Skipped       bool
 }
 
-// scalerAt is the loss scaler's state after applied steps, from the states
-// the job reported after its last steps (known, by the steps applied) and,
-// for the one step the job may not have reported (its leader died after
-// the workers ran it and before it told the members), what a worker that
-// ran it says: the state after the step before, updated by its outcome.
-// ok is false when neither tells.
+// scalerAt is the loss scaler's state after applied steps: the state the
+// job reported after that step (known, by the steps applied), or else, from
+// a worker that ran the last of them (the job may not have reported it:
+// its leader died after the workers ran it and before it told the members;
+// or this node joined after the reports), the state it ran with updated by
+// its outcome — checked against the job's report of the step before when
+// there is one. ok is false when neither tells.
 func (s *lossScaler) at(applied int, known map[int]checkpoint.ScalerState, last lastRun) (checkpoint.ScalerState, bool) {
 	if st, ok := known[applied]; ok {
 		return st, true
 	}
-	prev, ok := known[applied-1]
-	if !ok || last.Step != applied-1 || last.Applied != applied || last.LossScale != prev.Scale {
+	if last.Step != applied-1 || last.Applied != applied || !(last.LossScale > 0) {
 		return checkpoint.ScalerState{}, false
+	}
+	prev, ok := known[applied-1]
+	if ok && (last.LossScale != prev.Scale || last.Tracker != prev.GrowthTracker) {
+		return checkpoint.ScalerState{}, false // the worker ran another state than the job's
+	}
+	if !ok {
+		prev = s.ScalerState // the factors and the interval are the job's
+		prev.Scale, prev.GrowthTracker = last.LossScale, last.Tracker
 	}
 	next := lossScaler{ScalerState: prev, min: s.min}
 	if err := next.update(last.Skipped, applied); err != nil {

@@ -128,7 +128,7 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 		check := cfg.CheckEvery > 0 && (step+1)%cfg.CheckEvery == 0
 		lossScale := t.scaler.scale()
 		st, err := seg.ex.Step(ctx, worker.StepRequest{Step: step, Cursor: cursor, Batch: seg.batch, LR: lr,
-			GlobalTargets: globalTargets(&b), Checksum: check, LossScale: lossScale})
+			GlobalTargets: globalTargets(&b), Checksum: check, LossScale: lossScale, LossScaleTracker: t.scaler.tracker()})
 		var adopted *adoptedError
 		if errors.As(err, &adopted) {
 			// The step may count: its line goes with the error, for the

@@ -212,7 +212,7 @@ func (a *shellActor) Receive(c actor.Context) {
 		last := a.w.Last()
 		st.LastStep, st.LastComputed = int64(last.Step), last.Computed
 		st.LastLossSum, st.LastTargets, st.LastCorrect = last.LossSum, uint64(last.Targets), uint64(last.Correct)
-		st.LastLossScale, st.LastSkipped = last.LossScale, last.Skipped
+		st.LastLossScale, st.LastSkipped, st.LastLossScaleTracker = last.LossScale, last.Skipped, uint32(last.LossScaleTracker)
 		if m.Checksum {
 			st.Checksum = a.w.Checksum()
 		}
@@ -368,7 +368,8 @@ func (a *shellActor) step(m *workerpb.RunStep) *workerpb.StepDone {
 		mark = flight.Next()
 	}
 	res, err := a.w.Step(ctx, StepRequest{Generation: m.Generation, Step: int(m.Step), Cursor: data.Cursor(m.Cursor),
-		Batch: int(m.Batch), LR: m.Lr, GlobalTargets: int(m.GlobalTargets), Checksum: m.Checksum, LossScale: m.LossScale})
+		Batch: int(m.Batch), LR: m.Lr, GlobalTargets: int(m.GlobalTargets), Checksum: m.Checksum, LossScale: m.LossScale,
+		LossScaleTracker: int(m.LossScaleTracker)})
 	if a.cfg.ShipTrace && a.w.rec != nil && a.w.st != nil {
 		tl := a.w.rec.Take()
 		st := a.w.st.coord.PP

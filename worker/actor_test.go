@@ -140,3 +140,27 @@ func TestShellAbortStopsAStepInFlight(t *testing.T) {
 		}
 	}
 }
+
+// A worker keeps the loss scaler's state a step ran with (scale and growth
+// tracker, from the request) with its last step, and its status tells it:
+// whoever takes the training state from this worker can continue the
+// scaler from it.
+func TestShellStatusKeepsTheScalerState(t *testing.T) {
+	s := mlpSetup(t)
+	_, _, g := shells(t, s.spec(t, 1, 1, pipeline.Kind1F1B, false, 0), 1, nil, nil)
+	step := steps(1, s)
+	rs := step[0].(*workerpb.RunStep)
+	rs.LossScale, rs.LossScaleTracker = 1024, 7
+	if _, err := g.Call(context.Background(), step); err != nil {
+		t.Fatal(err)
+	}
+	replies, err := g.Call(context.Background(), []any{&workerpb.StatusRequest{Peer: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := replies[0].(*workerpb.Status)
+	if st.LastStep != 0 || st.Applied != 1 || st.LastLossScale != 1024 || st.LastLossScaleTracker != 7 || st.LastSkipped {
+		t.Errorf("status after a step at scale 1024, tracker 7: last step %d, applied %d, scale %v, tracker %d, skipped %v",
+			st.LastStep, st.Applied, st.LastLossScale, st.LastLossScaleTracker, st.LastSkipped)
+	}
+}

@@ -37,6 +37,11 @@ type StepRequest struct {
 	// the update, and a step whose gradients hold an inf or NaN on any
 	// rank is skipped on every rank (StepResult.Skipped).
 	LossScale float64
+	// LossScaleTracker is the scaler's growth tracker before this step
+	// (its good steps in a row): with LossScale, the scaler's whole
+	// state, which the worker keeps with its last step (LastStep) so that
+	// whoever takes the training state from it can continue the scaler.
+	LossScaleTracker int
 }
 
 // Result is what a pass over some rows gives.
@@ -92,10 +97,12 @@ type LastStep struct {
 	// Result is what its passes gave, complete when Computed.
 	Result
 	Computed bool
-	// LossScale is the fp16 loss scale it ran with (0: none) and Skipped
-	// whether its gradients overflowed and no rank applied it.
-	LossScale float64
-	Skipped   bool
+	// LossScale and LossScaleTracker are the fp16 loss scaler's state it
+	// ran with (scale 0: none) and Skipped whether its gradients
+	// overflowed and no rank applied it.
+	LossScale        float64
+	LossScaleTracker int
+	Skipped          bool
 }
 
 // Step runs one optimizer step. On an error nothing was applied: the update
@@ -111,7 +118,8 @@ func (w *Worker) Step(ctx context.Context, req StepRequest) (StepResult, error) 
 		w.keepUndo()
 	}
 	res, err := w.st.step(ctx, req)
-	w.last = LastStep{Step: req.Step, Result: res.Result, Computed: res.Computed, LossScale: req.LossScale, Skipped: res.Skipped}
+	w.last = LastStep{Step: req.Step, Result: res.Result, Computed: res.Computed, LossScale: req.LossScale,
+		LossScaleTracker: req.LossScaleTracker, Skipped: res.Skipped}
 	if err != nil {
 		if w.st.updated {
 			w.undoFailedStep(req.Step, err)

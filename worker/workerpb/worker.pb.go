@@ -182,8 +182,11 @@ type Status struct {
 	// step ran with and whether its update was skipped (overflow).
 	LastLossScale float64 `protobuf:"fixed64,18,opt,name=last_loss_scale,json=lastLossScale,proto3" json:"last_loss_scale,omitempty"`
 	LastSkipped   bool    `protobuf:"varint,19,opt,name=last_skipped,json=lastSkipped,proto3" json:"last_skipped,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// last_loss_scale_tracker is the scaler's growth tracker the last step
+	// ran with: with last_loss_scale, the scaler's state before it.
+	LastLossScaleTracker uint32 `protobuf:"varint,20,opt,name=last_loss_scale_tracker,json=lastLossScaleTracker,proto3" json:"last_loss_scale_tracker,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Status) Reset() {
@@ -347,6 +350,13 @@ func (x *Status) GetLastSkipped() bool {
 		return x.LastSkipped
 	}
 	return false
+}
+
+func (x *Status) GetLastLossScaleTracker() uint32 {
+	if x != nil {
+		return x.LastLossScaleTracker
+	}
+	return 0
 }
 
 // Form places a worker in a generation (see worker.Form): its rank in a
@@ -587,10 +597,12 @@ type RunStep struct {
 	GlobalTargets uint64                 `protobuf:"varint,7,opt,name=global_targets,json=globalTargets,proto3" json:"global_targets,omitempty"`
 	Checksum      bool                   `protobuf:"varint,8,opt,name=checksum,proto3" json:"checksum,omitempty"`
 	// loss_scale, when positive, is fp16's dynamic loss scale (see
-	// worker.StepRequest.LossScale).
-	LossScale     float64 `protobuf:"fixed64,9,opt,name=loss_scale,json=lossScale,proto3" json:"loss_scale,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// worker.StepRequest.LossScale), and loss_scale_tracker the scaler's
+	// growth tracker before this step (worker.StepRequest.LossScaleTracker).
+	LossScale        float64 `protobuf:"fixed64,9,opt,name=loss_scale,json=lossScale,proto3" json:"loss_scale,omitempty"`
+	LossScaleTracker uint32  `protobuf:"varint,10,opt,name=loss_scale_tracker,json=lossScaleTracker,proto3" json:"loss_scale_tracker,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RunStep) Reset() {
@@ -682,6 +694,13 @@ func (x *RunStep) GetChecksum() bool {
 func (x *RunStep) GetLossScale() float64 {
 	if x != nil {
 		return x.LossScale
+	}
+	return 0
+}
+
+func (x *RunStep) GetLossScaleTracker() uint32 {
+	if x != nil {
+		return x.LossScaleTracker
 	}
 	return 0
 }
@@ -1955,7 +1974,7 @@ const file_worker_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"?\n" +
 	"\rStatusRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1a\n" +
-	"\bchecksum\x18\x02 \x01(\bR\bchecksum\"\xe7\x04\n" +
+	"\bchecksum\x18\x02 \x01(\bR\bchecksum\"\x9e\x05\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x12\n" +
@@ -1976,7 +1995,8 @@ const file_worker_proto_rawDesc = "" +
 	"\x0fheld_zero_group\x18\x10 \x01(\rR\rheldZeroGroup\x12&\n" +
 	"\x0fheld_zero_shard\x18\x11 \x01(\rR\rheldZeroShard\x12&\n" +
 	"\x0flast_loss_scale\x18\x12 \x01(\x01R\rlastLossScale\x12!\n" +
-	"\flast_skipped\x18\x13 \x01(\bR\vlastSkipped\"\xeb\x02\n" +
+	"\flast_skipped\x18\x13 \x01(\bR\vlastSkipped\x125\n" +
+	"\x17last_loss_scale_tracker\x18\x14 \x01(\rR\x14lastLossScaleTracker\"\xeb\x02\n" +
 	"\x04Form\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1e\n" +
 	"\n" +
@@ -2000,7 +2020,7 @@ const file_worker_proto_rawDesc = "" +
 	"\x06Formed\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1a\n" +
-	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\"\xf1\x01\n" +
+	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\"\x9f\x02\n" +
 	"\aRunStep\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1e\n" +
 	"\n" +
@@ -2013,7 +2033,9 @@ const file_worker_proto_rawDesc = "" +
 	"\x0eglobal_targets\x18\a \x01(\x04R\rglobalTargets\x12\x1a\n" +
 	"\bchecksum\x18\b \x01(\bR\bchecksum\x12\x1d\n" +
 	"\n" +
-	"loss_scale\x18\t \x01(\x01R\tlossScale\"\xed\b\n" +
+	"loss_scale\x18\t \x01(\x01R\tlossScale\x12,\n" +
+	"\x12loss_scale_tracker\x18\n" +
+	" \x01(\rR\x10lossScaleTracker\"\xed\b\n" +
 	"\bStepDone\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1e\n" +
