@@ -345,7 +345,7 @@ func (a *commActor) recoverPanic(ctx actor.Context) {
 	if p := recover(); p != nil {
 		a.failed = fmt.Errorf("%w: Comm actor of rank %d panicked: %v", collective.ErrClosed, a.rank, p)
 		a.logger.Error("Comm actor panicked", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
-		a.engine.Fail(a.failed)
+		a.engine.Fail(time.Now(), a.failed)
 	}
 }
 
@@ -377,7 +377,7 @@ func (a *commActor) stopped() {
 	if err == nil {
 		err = collective.ErrClosed
 	}
-	a.engine.Fail(err)
+	a.engine.Fail(time.Now(), err)
 	a.signalReady(fmt.Errorf("%w: Comm actor of rank %d stopped", ErrHandshake, a.rank))
 	a.shell.markStopped(err)
 }

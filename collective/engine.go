@@ -241,13 +241,14 @@ func (e *Engine) Busy() bool {
 	return false
 }
 
-// Fail resolves every pending handle with err at once: the shell is
-// stopping and will deliver nothing more.
-func (e *Engine) Fail(err error) {
+// Fail resolves every pending handle with err at once (the flight recorder
+// marks them failed at now): the shell is stopping and will deliver
+// nothing more.
+func (e *Engine) Fail(now time.Time, err error) {
 	for _, g := range e.groups {
 		for id, h := range g.handles {
 			h.resolve(id, &OpError{ID: id, Kind: h.kind, Rank: g.core.Rank(), Err: err, Culprit: -1})
-			e.flight.finish(time.Now(), g.id, id, err, -1)
+			e.flight.finish(now, g.id, id, err, -1)
 			delete(g.handles, id)
 		}
 	}

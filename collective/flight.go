@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"sync"
 	"time"
@@ -163,19 +164,20 @@ func (r *FlightRecorder) Next() uint64 {
 	return r.next
 }
 
-// Since returns the operations entered from mark (see Next) on that have
-// resolved, oldest first: a step's collectives.
-func (r *FlightRecorder) Since(mark uint64) []FlightOp {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []FlightOp
-	first := max(mark, r.next-uint64(len(r.ops)))
-	for s := first; s < r.next; s++ {
-		if op := r.ops[s%uint64(cap(r.ops))]; op.State != FlightRunning {
-			out = append(out, op)
+// Since yields the operations entered from mark (see Next) on that have
+// resolved, oldest first: a step's collectives. The recorder is locked
+// while it yields, so the loop's body must not call it.
+func (r *FlightRecorder) Since(mark uint64) iter.Seq[FlightOp] {
+	return func(yield func(FlightOp) bool) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		first := max(mark, r.next-uint64(len(r.ops)))
+		for s := first; s < r.next; s++ {
+			if op := r.ops[s%uint64(cap(r.ops))]; op.State != FlightRunning && !yield(op) {
+				return
+			}
 		}
 	}
-	return out
 }
 
 // Dump copies the recorder, stamped now with reason.

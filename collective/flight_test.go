@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -46,12 +47,19 @@ func TestFlightRecorderRing(t *testing.T) {
 	if d.Ops[1].Culprit != 0 || !strings.Contains(d.Ops[1].Err, "timeout") {
 		t.Errorf("failed op: culprit %d, error %q", d.Ops[1].Culprit, d.Ops[1].Err)
 	}
-	if got := r.Since(3); len(got) != 1 || got[0].Op != 3 {
+	if got := slices.Collect(r.Since(3)); len(got) != 1 || got[0].Op != 3 {
 		t.Errorf("Since(3) = %+v, want op 3 only (op 4 runs)", got)
 	}
-	if got := r.Since(0); len(got) != 2 {
+	if got := slices.Collect(r.Since(0)); len(got) != 2 {
 		t.Errorf("Since(0) = %d ops, want the 2 kept and resolved", len(got))
 	}
+	for op := range r.Since(0) {
+		if op.Op != 2 {
+			t.Errorf("the first op yielded is %d, want 2", op.Op)
+		}
+		break // stopping early unlocks the recorder
+	}
+	r.Next()
 	// A finish for an operation overwritten in the ring changes nothing.
 	r.finish(t0, WorldGroup, OpID{Op: 0}, nil, -1)
 	if d2 := r.Dump(t0, ""); d2.Ops[0].Op != 2 {

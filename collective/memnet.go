@@ -318,7 +318,7 @@ func (r *memRank) loop() {
 	defer close(r.stopped)
 	ticker := time.NewTicker(r.tick)
 	defer ticker.Stop()
-	defer r.engine.Fail(ErrClosed)
+	defer func() { r.engine.Fail(time.Now(), ErrClosed) }()
 	for {
 		select {
 		case <-r.stop:

@@ -391,7 +391,7 @@ func (a *shellActor) step(m *workerpb.RunStep) *workerpb.StepDone {
 	done.SentAllReduceBytes, done.SentReduceScatterBytes = res.Sent.AllReduce, res.Sent.ReduceScatter
 	done.SentAllGatherBytes, done.SentBroadcastBytes = res.Sent.AllGather, res.Sent.Broadcast
 	if flight != nil {
-		for _, op := range flight.Since(mark) {
+		for op := range flight.Since(mark) {
 			if k, ok := collective.ParseKind(op.Kind); ok && op.State == collective.FlightDone {
 				done.Collectives = append(done.Collectives, &workerpb.OpTime{Kind: uint32(k), Seconds: op.End.Sub(op.Start).Seconds()})
 			}

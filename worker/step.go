@@ -209,6 +209,8 @@ type stepper struct {
 	byKey map[string]collective.Communicator
 	// meter counts what the groups send.
 	meter *collective.Meter
+	// flag is the loss scaler's overflow flag, all-reduced every fp16 step.
+	flag [1]float32
 }
 
 // SentBytes is what a rank sent in a step's collectives, by kind.
@@ -580,7 +582,8 @@ func (s *stepper) unscale(ctx context.Context, res *StepResult, req StepRequest)
 		found = 1
 	}
 	if s.w.comm != nil && s.mesh.Size() > 1 {
-		flag := []float32{found}
+		flag := s.flag[:]
+		flag[0] = found
 		start := time.Now()
 		err := s.w.comm.AllReduce(ctx, flag, collective.Max).Wait()
 		res.addExposed(time.Since(start))
