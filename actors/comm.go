@@ -508,7 +508,7 @@ func localCommName(world string, seq int64, rank int) string {
 }
 
 func spawnComm(sys *System, a *commActor, name string) (*actor.PID, error) {
-	props := actor.PropsFromProducer(func() actor.Actor { return a },
+	props := Props(func() actor.Actor { return a },
 		// A Comm actor never restarts: its state is the operations in
 		// flight; recoverPanic fails them instead.
 		actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))

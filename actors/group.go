@@ -58,7 +58,7 @@ func NewGroup(sys *System, cfg GroupConfig) (*Group, error) {
 		cfg.PeerName = func(p int) string { return fmt.Sprintf("peer %d", p) }
 	}
 	a := &groupActor{cfg: cfg, log: sys.Logger(), peers: append([]*actor.PID(nil), cfg.Peers...), lost: map[int]string{}}
-	pid, err := sys.Root().SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return a }), cfg.Name)
+	pid, err := sys.Root().SpawnNamed(Props(func() actor.Actor { return a }), cfg.Name)
 	if err != nil {
 		return nil, fmt.Errorf("actors: spawning group %s: %w", cfg.Name, err)
 	}

@@ -125,7 +125,7 @@ func Start(ctx context.Context, cfg Config, sys *actors.System, opts ...Option) 
 	}
 
 	a := &memberActor{n: n, core: core, addrs: map[string]string{self.ID: self.ActorAddr}, members: map[string]Member{}, refused: map[string]bool{}, badSenders: map[string]bool{}}
-	pid, err := sys.Root().SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return a }), actorName(self.ID))
+	pid, err := sys.Root().SpawnNamed(actors.Props(func() actor.Actor { return a }), actorName(self.ID))
 	if err != nil {
 		return nil, fmt.Errorf("elastic: spawning the membership actor: %w", err)
 	}

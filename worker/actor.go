@@ -103,17 +103,19 @@ func Spawn(sys *actors.System, w *Worker, cfg ShellConfig) (*Shell, error) {
 	s.rank.Store(-1)
 	a := &shellActor{w: w, cfg: cfg, shell: s, log: cfg.Logger}
 	var err error
-	if s.pid, err = sys.Root().SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return a }), cfg.Name); err != nil {
+	if s.pid, err = sys.Root().SpawnNamed(actors.Props(func() actor.Actor { return a }), cfg.Name); err != nil {
 		return nil, fmt.Errorf("worker: spawning %s: %w", cfg.Name, err)
 	}
-	ctl := actor.PropsFromFunc(func(c actor.Context) {
-		switch m := c.Message().(type) {
-		case *workerpb.Abort:
-			s.Abort(m.Reason)
-		case *workerpb.FlightRequest:
-			b, err := json.Marshal(s.Flight(m.Reason))
-			c.Respond(&workerpb.FlightRecord{Peer: m.Peer, Failure: workerpb.FailureOf(err), Dump: b})
-		}
+	ctl := actors.Props(func() actor.Actor {
+		return actor.ReceiveFunc(func(c actor.Context) {
+			switch m := c.Message().(type) {
+			case *workerpb.Abort:
+				s.Abort(m.Reason)
+			case *workerpb.FlightRequest:
+				b, err := json.Marshal(s.Flight(m.Reason))
+				c.Respond(&workerpb.FlightRecord{Peer: m.Peer, Failure: workerpb.FailureOf(err), Dump: b})
+			}
+		})
 	})
 	if s.ctl, err = sys.Root().SpawnNamed(ctl, ControlName(cfg.Name)); err != nil {
 		s.Stop()
