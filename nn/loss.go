@@ -49,12 +49,20 @@ func (h Hooks) after(i int) {
 	}
 }
 
-// ForwardWith is Forward with hooks around each layer.
+// ForwardWith is Forward with hooks around each layer. Under mixed
+// precision the layers may hand each other activations in the compute type
+// (an activation function's output, which the next linear layer takes as
+// its GEMM operand); what the pass returns is fp32 (widened, exactly),
+// whatever its last layer was: a pipeline stage's output crosses to the
+// next stage as fp32, logits go to the fp32 loss.
 func ForwardWith(c *Ctx, layers []Layer, x Act, h Hooks) Act {
 	for i, l := range layers {
 		h.before(i)
 		x = l.Forward(c, x)
 		h.after(i)
+	}
+	if x.X != nil {
+		x.X = c.widen(x.X)
 	}
 	return x
 }

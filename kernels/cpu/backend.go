@@ -72,7 +72,7 @@ func F(b kernels.Buffer) []float32 {
 func notF32(b kernels.Buffer) string {
 	if h, ok := b.(Half); ok {
 		dt := h.T
-		return fmt.Sprintf("kernels/cpu: a %v buffer where an fp32 one is needed (only Gemm, View, Copy, Fill, Upload, Download and Convert take %v)", dt, dt)
+		return fmt.Sprintf("kernels/cpu: a %v buffer where an fp32 one is needed (besides the buffer operations, Convert and Gemm, only the kernels that read a kept activation take %v: ReLU, GELU, their backward kernels, LayerNormBackward's x, SoftmaxBackward's y)", dt, dt)
 	}
 	return "kernels/cpu: not a CPU fp32 buffer (one of another backend?)"
 }
