@@ -86,10 +86,10 @@ func (be *Backend) ReLU(y, x kernels.Buffer) {
 	ys, xs := savedOf(y), savedOf(x)
 	mustLenOf("ReLU", "x", xs.Len(), ys.Len())
 	if be.serial(ys.Len(), grainSimple) {
-		xs.apply1(relu, ys, 0, ys.Len())
+		xs.apply1(actReLU, ys, 0, ys.Len())
 		return
 	}
-	parallelFor(ys.Len(), be.threads, grainSimple, func(lo, hi int) { xs.apply1(relu, ys, lo, hi) })
+	parallelFor(ys.Len(), be.threads, grainSimple, func(lo, hi int) { xs.apply1(actReLU, ys, lo, hi) })
 }
 
 // reluGo is relu's Go loop (ops_fastmath_amd64.s has the AVX2 one).
@@ -112,10 +112,10 @@ func (be *Backend) ReLUBackward(dx, dy, x kernels.Buffer) {
 	mustLenOf("ReLUBackward", "dy", len(dys), len(dxs))
 	mustLenOf("ReLUBackward", "x", xs.Len(), len(dxs))
 	if be.serial(len(dxs), grainSimple) {
-		xs.apply(reluBackward, dxs, dys, 0, len(dxs))
+		xs.apply(actReLU, dxs, dys, 0, len(dxs))
 		return
 	}
-	parallelFor(len(dxs), be.threads, grainSimple, func(lo, hi int) { xs.apply(reluBackward, dxs, dys, lo, hi) })
+	parallelFor(len(dxs), be.threads, grainSimple, func(lo, hi int) { xs.apply(actReLU, dxs, dys, lo, hi) })
 }
 
 // reluBackwardGo is reluBackward's Go loop.
@@ -136,10 +136,10 @@ func (be *Backend) GELU(y, x kernels.Buffer) {
 	ys, xs := savedOf(y), savedOf(x)
 	mustLenOf("GELU", "x", xs.Len(), ys.Len())
 	if be.serial(ys.Len(), grainExp) {
-		xs.apply1(gelu, ys, 0, ys.Len())
+		xs.apply1(actGELU, ys, 0, ys.Len())
 		return
 	}
-	parallelFor(ys.Len(), be.threads, grainExp, func(lo, hi int) { xs.apply1(gelu, ys, lo, hi) })
+	parallelFor(ys.Len(), be.threads, grainExp, func(lo, hi int) { xs.apply1(actGELU, ys, lo, hi) })
 }
 
 // GELUBackward implements kernels.Backend: GELU'(x) = Φ(x) + x·φ(x), φ the
@@ -150,8 +150,8 @@ func (be *Backend) GELUBackward(dx, dy, x kernels.Buffer) {
 	mustLenOf("GELUBackward", "dy", len(dys), len(dxs))
 	mustLenOf("GELUBackward", "x", xs.Len(), len(dxs))
 	if be.serial(len(dxs), grainExp) {
-		xs.apply(geluBackward, dxs, dys, 0, len(dxs))
+		xs.apply(actGELU, dxs, dys, 0, len(dxs))
 		return
 	}
-	parallelFor(len(dxs), be.threads, grainExp, func(lo, hi int) { xs.apply(geluBackward, dxs, dys, lo, hi) })
+	parallelFor(len(dxs), be.threads, grainExp, func(lo, hi int) { xs.apply(actGELU, dxs, dys, lo, hi) })
 }

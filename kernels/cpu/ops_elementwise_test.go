@@ -3,6 +3,8 @@ package cpu
 import (
 	"math"
 	"testing"
+
+	"github.com/troupe-ml/troupe/kernels"
 )
 
 // TestGELUHandWorked checks values of x·Φ(x) from tables of the normal
@@ -52,4 +54,12 @@ func TestElementwiseNoAllocs(t *testing.T) {
 	mustNotAlloc(t, "ReLUBackward", func() { be.ReLUBackward(z, y, x) })
 	mustNotAlloc(t, "GELU", func() { be.GELU(y, x) })
 	mustNotAlloc(t, "GELUBackward", func() { be.GELUBackward(z, y, x) })
+	// Under mixed precision the kept activation is bf16, widened as read.
+	low := be.AllocAs(1000, kernels.BF16)
+	mustNotAlloc(t, "GELU of bf16 into bf16", func() { be.GELU(low, low) })
+	mustNotAlloc(t, "GELUBackward of bf16", func() { be.GELUBackward(z, y, low) })
+	mean, rstd, gamma := make(Buf, 10), make(Buf, 10), make(Buf, 100)
+	lx := be.AllocAs(1000, kernels.BF16)
+	mustNotAlloc(t, "LayerNormBackward of bf16", func() { be.LayerNormBackward(z, gamma, gamma, y, lx, mean, rstd, gamma) })
+	mustNotAlloc(t, "SoftmaxBackward of bf16", func() { be.SoftmaxBackward(z, y, low, 100, 1) })
 }

@@ -78,7 +78,8 @@ func (be *Backend) LayerNormBackward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma
 
 func layerNormBackwardRows(dx, dy []float32, x saved, mean, rstd, gamma []float32, lo, hi int) {
 	cols := len(gamma)
-	scratch := x.row(cols)
+	var stack [wideRow]float32
+	scratch := x.row(cols, stack[:])
 	for r := lo; r < hi; r++ {
 		xr, dyr, dxr := x.at(r*cols, (r+1)*cols, scratch), dy[r*cols:(r+1)*cols], dx[r*cols:(r+1)*cols]
 		m, rs := mean[r], rstd[r]

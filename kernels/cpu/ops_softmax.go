@@ -232,7 +232,8 @@ func (be *Backend) SoftmaxBackward(dx, dy, y kernels.Buffer, cols int, scale flo
 }
 
 func softmaxBackward(dx, dy []float32, y saved, cols int, scale float32, lo, hi int) {
-	scratch := y.row(cols)
+	var stack [wideRow]float32
+	scratch := y.row(cols, stack[:])
 	for r := lo; r < hi; r++ {
 		dxr, dyr, yr := dx[r*cols:(r+1)*cols], dy[r*cols:(r+1)*cols], y.at(r*cols, (r+1)*cols, scratch)
 		d := float32(dot64(dyr, yr))

@@ -49,47 +49,84 @@ func (s saved) low() bool { return s.h.V != nil }
 // on the stack.
 const wideBlock = 512
 
-// apply runs the element-wise backward kernel k (dx, dy, x) over [lo, hi)
-// with x's values in fp32: in one call for fp32, in pieces of wideBlock
-// values widened on the stack for a 16-bit x.
-func (s saved) apply(k func(dx, dy, x []float32), dx, dy []float32, lo, hi int) {
+// activation names the element-wise kernels that read a kept activation:
+// the functions and their derivatives. apply and apply1 switch on it rather
+// than take a function value, which would make the compiler move their
+// stack buffers to the heap on every call.
+type activation uint8
+
+const (
+	actReLU activation = iota
+	actGELU
+)
+
+// backward is the fp32 backward kernel of f: dx = dy·f'(x).
+func (f activation) backward(dx, dy, x []float32) {
+	if f == actReLU {
+		reluBackward(dx, dy, x)
+	} else {
+		geluBackward(dx, dy, x)
+	}
+}
+
+// forward is the fp32 kernel of f: y = f(x).
+func (f activation) forward(y, x []float32) {
+	if f == actReLU {
+		relu(y, x)
+	} else {
+		gelu(y, x)
+	}
+}
+
+// apply runs f's backward kernel over [lo, hi) with x's values in fp32:
+// in one call for fp32, in pieces of wideBlock values widened on the
+// stack for a 16-bit x.
+func (s saved) apply(f activation, dx, dy []float32, lo, hi int) {
 	if !s.low() {
-		k(dx[lo:hi], dy[lo:hi], s.f[lo:hi])
+		f.backward(dx[lo:hi], dy[lo:hi], s.f[lo:hi])
 		return
 	}
 	var tmp [wideBlock]float32
 	for a := lo; a < hi; a += wideBlock {
 		b := min(a+wideBlock, hi)
-		k(dx[a:b], dy[a:b], s.at(a, b, tmp[:]))
+		f.backward(dx[a:b], dy[a:b], s.at(a, b, tmp[:]))
 	}
 }
 
-// apply1 runs the forward kernel k (y, x) over [lo, hi), x's values read
-// in fp32 (widened in pieces when 16-bit) and y written in fp32 or, for a
-// 16-bit y, computed in fp32 and rounded once (ToLow).
-func (s saved) apply1(k func(y, x []float32), y saved, lo, hi int) {
+// apply1 runs f over [lo, hi), x's values read in fp32 (widened in pieces
+// when 16-bit) and y written in fp32 or, for a 16-bit y, computed in fp32
+// and rounded once (ToLow).
+func (s saved) apply1(f activation, y saved, lo, hi int) {
 	if !s.low() && !y.low() {
-		k(y.f[lo:hi], s.f[lo:hi])
+		f.forward(y.f[lo:hi], s.f[lo:hi])
 		return
 	}
 	var tx, ty [wideBlock]float32
 	for a := lo; a < hi; a += wideBlock {
 		b := min(a+wideBlock, hi)
 		if !y.low() {
-			k(y.f[a:b], s.at(a, b, tx[:]))
+			f.forward(y.f[a:b], s.at(a, b, tx[:]))
 			continue
 		}
 		out := ty[:b-a]
-		k(out, s.at(a, b, tx[:]))
+		f.forward(out, s.at(a, b, tx[:]))
 		convert.ToLow(y.h.T, y.h.V[a:b], out)
 	}
 }
 
+// wideRow is the longest row the row kernels widen on the stack; longer
+// rows get a scratch row from the heap, once per call.
+const wideRow = 1024
+
 // row returns a scratch row for widening rows of cols values: nil for an
-// fp32 operand (at slices the buffer).
-func (s saved) row(cols int) []float32 {
-	if !s.low() {
+// fp32 operand (at slices the buffer), stack (the caller's array) when the
+// row fits it.
+func (s saved) row(cols int, stack []float32) []float32 {
+	switch {
+	case !s.low():
 		return nil
+	case cols <= len(stack):
+		return stack[:cols]
 	}
 	return make([]float32, cols)
 }
