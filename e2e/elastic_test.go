@@ -52,14 +52,36 @@ type cluster struct {
 	extra []string
 }
 
+// handedOut holds every address freePort returned in this test binary.
+var handedOut = struct {
+	sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
+
+// freePort returns a loopback address that nothing listened on when it
+// was picked and that no earlier call returned: the kernel may hand a
+// just-closed ephemeral port out again at once, and two agents given the
+// same address fail (seen: TestElasticPartKill's second node could not
+// bind the third node's port).
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		handedOut.Lock()
+		fresh := !handedOut.addrs[addr]
+		handedOut.addrs[addr] = true
+		handedOut.Unlock()
+		if fresh {
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no loopback port not handed out before in 100 tries")
+	return ""
 }
 
 func newCluster(t *testing.T, nodes, minNodes int) *cluster {
@@ -620,5 +642,18 @@ func TestElasticLostStageWithoutCheckpointFails(t *testing.T) {
 				t.Fatalf("agent %s: no %q in its error output", n, want)
 			}
 		}
+	}
+}
+
+// freePort never hands out an address twice, however the kernel reuses
+// closed ports.
+func TestFreePortNeverRepeats(t *testing.T) {
+	seen := map[string]bool{}
+	for range 300 {
+		a := freePort(t)
+		if seen[a] {
+			t.Fatalf("%s handed out twice", a)
+		}
+		seen[a] = true
 	}
 }
