@@ -310,7 +310,10 @@ func (a *agent) start(ctx context.Context) error {
 	spec := a.j.workerSpec()
 	// A torn step (some parts or ZeRO shards updated, others not) can then
 	// be undone.
-	spec.KeepUndo = cfg.PP*cfg.TP > 1 || cfg.Zero > 0
+	// A torn step is undone: one some parts of a replica applied (a
+	// pipeline, tensor parallelism), some ZeRO shards, or some replicas
+	// (a synchronisation round that ended on some of them).
+	spec.KeepUndo = cfg.PP*cfg.TP > 1 || cfg.Zero > 0 || cfg.sync().Local()
 	w, err := worker.New(spec, a.be, worker.WithLogger(a.log))
 	if err != nil {
 		return err
@@ -342,7 +345,7 @@ func (a *agent) start(ctx context.Context) error {
 	if ac.Key != "" {
 		key, _ = elastic.ParseKey(ac.Key)
 	}
-	a.core = newLeaderCore(leaderConfig{Stages: cfg.PP, Shards: cfg.TP, ZeroGroup: a.j.zeroGroup(cfg.DP), ZeroShards: a.j.zeroShards(), MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR,
+	a.core = newLeaderCore(leaderConfig{Stages: cfg.PP, Shards: cfg.TP, ZeroGroup: a.j.zeroGroup(cfg.DP), ZeroShards: a.j.zeroShards(), MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR, Rounds: cfg.sync().Local(),
 		Resume: cfg.Resume, Target: a.j.steps, LostStageTimeout: ac.LostStageTimeout, RetryDelay: 3 * time.Second}, time.Now())
 	if a.o.Progress != nil {
 		a.bar = newProgress(a.o.Progress, a.j.steps)

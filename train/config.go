@@ -12,6 +12,7 @@ import (
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/pipeline"
+	"github.com/troupe-ml/troupe/worker"
 )
 
 // ModelKind is the model family.
@@ -163,6 +164,28 @@ type Config struct {
 	LossScaleInit   float64
 	LossScaleWindow int
 	LossScaleMin    float64
+	// Sync is how the data-parallel replicas synchronise: "step" (or
+	// empty: every step's gradients are reduced, PyTorch DDP),
+	// "local-sgd" (each replica steps on its own gradients, the
+	// parameters are averaged every SyncEvery steps, the optimizer state
+	// stays local) or "diloco" (each replica steps on its own gradients
+	// with the inner optimizer, Optim; every SyncEvery steps the
+	// pseudo-gradients θ_global − θ_local are averaged and applied to the
+	// global parameters by the outer optimizer, SGD with OuterLR,
+	// OuterMomentum and OuterNesterov, and every replica continues from
+	// them). A round also ends at the last step, and evaluations,
+	// checksum checks and checkpoints fall on round ends (their cadences
+	// must be multiples of SyncEvery), when the replicas agree.
+	Sync      string
+	SyncEvery int
+	// OuterLR, OuterMomentum and OuterNesterov are DiLoCo's outer
+	// optimizer (DefaultConfig: 0.7 and 0.9, the DiLoCo paper's, and no
+	// Nesterov; OuterMomentum 0 is none).
+	OuterLR, OuterMomentum float64
+	OuterNesterov          bool
+	// SyncDType is the type DiLoCo's pseudo-gradients travel in between
+	// replicas: fp32 (or empty), or bf16 or fp16 (half the bytes).
+	SyncDType string
 	// CheckEvery compares the replicas' parameter checksums every so many
 	// steps and fails on divergence (0: never).
 	CheckEvery int
@@ -221,6 +244,7 @@ func DefaultConfig() Config {
 		Seed: 1, LogEvery: 10, Device: "cpu", Keep: 3,
 		DP: 1, BucketMB: 25, Transport: actors.TransportTCP, PP: 1, TP: 1, MicroBatches: 1, PipelineSchedule: pipeline.Kind1F1B,
 		LossScaleInit: 65536, LossScaleWindow: 2000, LossScaleMin: 1,
+		OuterLR: 0.7, OuterMomentum: 0.9,
 		Partition: ByParams, CollectiveTimeout: 30 * time.Second, StepTimeout: 10 * time.Minute, StragglerThreshold: 500 * time.Millisecond,
 	}
 }
@@ -280,6 +304,9 @@ func (c Config) withDefaults() Config {
 	if c.LossScaleMin == 0 {
 		c.LossScaleMin = d.LossScaleMin
 	}
+	if c.OuterLR == 0 {
+		c.OuterLR = d.OuterLR
+	}
 	if c.LogEvery <= 0 {
 		c.LogEvery = d.LogEvery
 	}
@@ -322,6 +349,9 @@ func (c *Config) check() error {
 		return err
 	}
 	if err := c.checkWorld(); err != nil {
+		return err
+	}
+	if err := c.checkSync(); err != nil {
 		return err
 	}
 	return c.checkOutputs()
@@ -441,6 +471,73 @@ func (c *Config) checkWorld() error {
 		return fieldErr("CollectiveTimeout", "and {StepTimeout} must be positive")
 	}
 	return nil
+}
+
+func (c *Config) checkSync() error {
+	mode, err := worker.ParseSyncMode(c.Sync)
+	if err != nil {
+		return fieldErr("Sync", "%q: want step, local-sgd or diloco", c.Sync)
+	}
+	local := mode != worker.SyncStep
+	switch {
+	case !local && c.SyncEvery != 0:
+		return fieldErr("SyncEvery", "applies with {Sync} local-sgd or diloco (step synchronises every step)")
+	case local && c.SyncEvery < 1:
+		return fieldErr("SyncEvery", "must be at least 1 with {Sync} %v: the steps of a round, e.g. 20", mode)
+	case !dtypeOK(c.SyncDType):
+		return fieldErr("SyncDType", "%q: want fp32, bf16 or fp16", c.SyncDType)
+	case c.syncDType() != kernels.F32 && mode != worker.SyncDiLoCo:
+		return fieldErr("SyncDType", "%s applies to DiLoCo's pseudo-gradients ({Sync} diloco); step's gradients travel in {ReduceDType}, and local SGD averages the parameters themselves, which 16 bits would round", c.SyncDType)
+	case c.OuterNesterov && mode != worker.SyncDiLoCo:
+		return fieldErr("OuterNesterov", "applies with {Sync} diloco")
+	case local && c.Zero > 0:
+		return fieldErr("Zero", "%d shards the optimizer state among the replicas; {Sync} %v keeps each replica's whole (use ZeRO 0)", c.Zero, mode)
+	case local && c.CkptEvery%c.SyncEvery != 0:
+		return fieldErr("CkptEvery", "%d must be a multiple of {SyncEvery} %d: a checkpoint is taken at a round's end, when the replicas agree", c.CkptEvery, c.SyncEvery)
+	case local && c.CheckEvery%c.SyncEvery != 0:
+		return fieldErr("CheckEvery", "%d must be a multiple of {SyncEvery} %d: the replicas agree only at a round's end", c.CheckEvery, c.SyncEvery)
+	case local && c.EvalEvery%c.SyncEvery != 0:
+		return fieldErr("EvalEvery", "%d must be a multiple of {SyncEvery} %d: the model is evaluated at a round's end, when the replicas agree", c.EvalEvery, c.SyncEvery)
+	}
+	if err := c.sync().Validate(); err != nil {
+		return fieldErr("Sync", "%v", err)
+	}
+	return nil
+}
+
+// sync is the replicas' synchronisation (the Sync fields parsed).
+func (c *Config) sync() worker.Sync {
+	mode, _ := worker.ParseSyncMode(c.Sync)
+	return worker.Sync{Mode: mode, OuterLR: c.OuterLR, OuterMomentum: c.OuterMomentum, OuterNesterov: c.OuterNesterov, DType: c.syncDType()}
+}
+
+// syncDType is DiLoCo's pseudo-gradient wire type (fp32 when empty).
+func (c *Config) syncDType() kernels.DType {
+	dt, _ := kernels.ParseDType(c.SyncDType)
+	return dt
+}
+
+// roundAt reports whether step (0-based) of a run of total steps ends a
+// synchronisation round (false when the replicas synchronise every step):
+// every SyncEvery steps, and at the last.
+func (c *Config) roundAt(step, total int) bool {
+	if c.SyncEvery < 1 || !c.sync().Local() {
+		return false
+	}
+	return (step+1)%c.SyncEvery == 0 || step+1 == total
+}
+
+// roundsUpTo is the number of rounds that ended by step (0-based) of a
+// run of total steps.
+func (c *Config) roundsUpTo(step, total int) int {
+	if c.SyncEvery < 1 || !c.sync().Local() {
+		return 0
+	}
+	n := (step + 1) / c.SyncEvery
+	if step+1 == total && total%c.SyncEvery != 0 {
+		n++
+	}
+	return n
 }
 
 func (c *Config) checkOutputs() error {

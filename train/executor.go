@@ -41,6 +41,9 @@ type stepStats struct {
 	ParamBytes, GradHeldBytes, OptimBytes int64
 	PeakParamBytes, PeakGradBytes         int64
 	Sent                                  worker.SentBytes
+	// SyncBytes is the most bytes any rank sent to its part's other
+	// replicas (worker.StepResult.SyncBytes).
+	SyncBytes int64
 	// StragglerRank is the replica that computed longest beside the
 	// others of its model part, StragglerLagMs by how much it passed their
 	// median (−1 and 0: no part has two replicas).
@@ -222,7 +225,7 @@ func (e *groupExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 	replies, err := e.callWithin(ctx, e.byRank(func(_ int, p uint32) any {
 		return &workerpb.RunStep{Peer: p, Generation: e.gen, Step: uint64(req.Step), Cursor: uint64(req.Cursor), Batch: uint32(req.Batch),
 			Lr: req.LR, GlobalTargets: uint64(req.GlobalTargets), Checksum: req.Checksum, LossScale: req.LossScale,
-			LossScaleTracker: uint32(req.LossScaleTracker)}
+			LossScaleTracker: uint32(req.LossScaleTracker), Round: req.Round}
 	}), e.stepLag)
 	if err != nil {
 		// A hang: the ranks' flight recorders are asked before the abort
@@ -444,6 +447,7 @@ func aggregateStep(m mesh.Mesh, zeroShards int, dones []*workerpb.StepDone, step
 		st.Sent.ReduceScatter = max(st.Sent.ReduceScatter, d.SentReduceScatterBytes)
 		st.Sent.AllGather = max(st.Sent.AllGather, d.SentAllGatherBytes)
 		st.Sent.Broadcast = max(st.Sent.Broadcast, d.SentBroadcastBytes)
+		st.SyncBytes = max(st.SyncBytes, d.SyncBytes)
 		st.CommMs = math.Max(st.CommMs, d.CommMs)
 		if d.CommMs > 0 {
 			hidden += 1 - d.ExposedCommMs/d.CommMs

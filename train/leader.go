@@ -56,6 +56,10 @@ type leaderConfig struct {
 	LinearLR bool
 	// Resume starts a fresh job from the latest checkpoint.
 	Resume bool
+	// Rounds: the replicas synchronise in rounds (local SGD, DiLoCo) and
+	// differ between them, so a generation formed mid-round is not
+	// checked for divergence (the end is: the last step ends a round).
+	Rounds bool
 	// Target is the job's last step.
 	Target int
 	// LostStageTimeout is how long a stage that no member holds and no
@@ -216,6 +220,10 @@ func (c *leaderCore) replies(gen uint64, ph leaderPhase, replies []any, err erro
 		}
 		c.plan()
 	case phaseForm:
+		if c.cfg.Rounds {
+			c.startTraining()
+			return
+		}
 		if err := c.checkReplicas(replies, func(r any) uint64 { return r.(*workerpb.Formed).Checksum }, c.lay.Step); err != nil {
 			c.end(err)
 			return

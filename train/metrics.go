@@ -63,6 +63,14 @@ type StepMetrics struct {
 	SentReduceScatterBytes int64 `json:"sent_reduce_scatter_bytes,omitempty"`
 	SentAllGatherBytes     int64 `json:"sent_all_gather_bytes,omitempty"`
 	SentBroadcastBytes     int64 `json:"sent_broadcast_bytes,omitempty"`
+	// SyncBytes is the most bytes a rank sent to its part's other
+	// replicas in the step: the gradient reduction (and ZeRO's gathers)
+	// under --sync step, a round's average under local-sgd and diloco (0
+	// between rounds). SyncRound says the step ended a round and
+	// SyncRounds counts the rounds so far (local-sgd and diloco only).
+	SyncBytes  int64 `json:"sync_bytes"`
+	SyncRound  bool  `json:"sync_round,omitempty"`
+	SyncRounds int   `json:"sync_rounds,omitempty"`
 	// StragglerRank is the replica that computed longest beside the other
 	// replicas of its model part and StragglerLagMs how much longer than
 	// their median (−1 and 0 without replicas to compare).

@@ -127,8 +127,9 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 		lr := t.sched.LR(step) * seg.lrScale
 		check := cfg.CheckEvery > 0 && (step+1)%cfg.CheckEvery == 0
 		lossScale := t.scaler.scale()
+		round := cfg.roundAt(step, t.total())
 		st, err := seg.ex.Step(ctx, worker.StepRequest{Step: step, Cursor: cursor, Batch: seg.batch, LR: lr,
-			GlobalTargets: globalTargets(&b), Checksum: check, LossScale: lossScale, LossScaleTracker: t.scaler.tracker()})
+			GlobalTargets: globalTargets(&b), Checksum: check, LossScale: lossScale, LossScaleTracker: t.scaler.tracker(), Round: round})
 		var adopted *adoptedError
 		if errors.As(err, &adopted) {
 			// The step may count: its line goes with the error, for the
@@ -182,6 +183,16 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 	return sum, nil
 }
 
+// total is the number of steps the loop runs from the start of training:
+// the job's, or fewer with Options.StopAfter (the last step ends a
+// synchronisation round).
+func (t *trainer) total() int {
+	if t.stopAfter > 0 && t.stopAfter < t.job.steps {
+		return t.stopAfter
+	}
+	return t.job.steps
+}
+
 // afterStep does what the run's cadence asks after step m.Step (its
 // metrics, completed with what it does): evaluate, checkpoint, observe.
 func (t *trainer) afterStep(ctx context.Context, seg segment, m *StepMetrics, sampler *data.Sampler, cursor data.Cursor, sum *Summary) error {
@@ -223,7 +234,10 @@ func (t *trainer) metrics(seg segment, step int, cursor data.Cursor, lr, loss fl
 		SentAllReduceBytes: st.Sent.AllReduce, SentReduceScatterBytes: st.Sent.ReduceScatter, SentAllGatherBytes: st.Sent.AllGather,
 		SentBroadcastBytes: st.Sent.Broadcast, PeakMicro: st.PeakMicro, BubbleFraction: st.BubbleFraction,
 		StragglerRank: st.StragglerRank, StragglerLagMs: st.StragglerLagMs, RankComputeMs: st.RankComputeMs,
-		Collectives: st.Collectives,
+		Collectives: st.Collectives, SyncBytes: st.SyncBytes,
+	}
+	if j.cfg.sync().Local() {
+		sm.SyncRound, sm.SyncRounds = j.cfg.roundAt(step, t.total()), j.cfg.roundsUpTo(step, t.total())
 	}
 	if m.PP > 1 {
 		sm.FormulaBubble = pipeline.FormulaBubble(m.PP, j.cfg.MicroBatches)

@@ -371,7 +371,7 @@ func (a *shellActor) step(m *workerpb.RunStep) *workerpb.StepDone {
 	}
 	res, err := a.w.Step(ctx, StepRequest{Generation: m.Generation, Step: int(m.Step), Cursor: data.Cursor(m.Cursor),
 		Batch: int(m.Batch), LR: m.Lr, GlobalTargets: int(m.GlobalTargets), Checksum: m.Checksum, LossScale: m.LossScale,
-		LossScaleTracker: int(m.LossScaleTracker)})
+		LossScaleTracker: int(m.LossScaleTracker), Round: m.Round})
 	if a.cfg.ShipTrace && a.w.rec != nil && a.w.st != nil {
 		tl := a.w.rec.Take()
 		st := a.w.st.coord.PP
@@ -392,6 +392,7 @@ func (a *shellActor) step(m *workerpb.RunStep) *workerpb.StepDone {
 	done.PeakParamBytes, done.PeakGradBytes = res.PeakParamBytes, res.PeakGradBytes
 	done.SentAllReduceBytes, done.SentReduceScatterBytes = res.Sent.AllReduce, res.Sent.ReduceScatter
 	done.SentAllGatherBytes, done.SentBroadcastBytes = res.Sent.AllGather, res.Sent.Broadcast
+	done.SyncBytes = res.SyncBytes
 	if flight != nil {
 		for op := range flight.Since(mark) {
 			if k, ok := collective.ParseKind(op.Kind); ok && op.State == collective.FlightDone {

@@ -309,8 +309,9 @@ func (s *stepper) clip(ctx context.Context, res *StepResult) (float64, error) {
 // broadcastState gives every rank of the part's data-parallel group the
 // weights and optimizer state of mesh rank root; with ZeRO, every rank of
 // root's replicate group (the same shard in each shard group) root's
-// shard of them.
-func (s *stepper) broadcastState(ctx context.Context, root int) error {
+// shard of them. A rank that keeps its own state takes part and drops
+// what it receives.
+func (s *stepper) broadcastState(ctx context.Context, root int, keep bool) error {
 	comm, group := s.dp, s.mesh.Group(mesh.DP, s.rank)
 	if zr := s.zero; zr != nil {
 		comm, group = zr.replicate, zr.repRanks
@@ -337,7 +338,9 @@ func (s *stepper) broadcastState(ctx context.Context, root int) error {
 		if err := comm.Broadcast(ctx, host, at).Wait(); err != nil {
 			return fmt.Errorf("state of stage %d from rank %d: %w", s.coord.PP, root, err)
 		}
-		be.Upload(b, host)
+		if !keep {
+			be.Upload(b, host)
+		}
 	}
 	// The optimizer's update count (the steps applied less those the loss
 	// scaler skipped): exact in a float32 below 2²⁴.
@@ -345,6 +348,8 @@ func (s *stepper) broadcastState(ctx context.Context, root int) error {
 	if err := comm.Broadcast(ctx, count, at).Wait(); err != nil {
 		return fmt.Errorf("optimizer step count of stage %d from rank %d: %w", s.coord.PP, root, err)
 	}
-	s.w.opt.SetSteps(int(count[0]))
+	if !keep {
+		s.w.opt.SetSteps(int(count[0]))
+	}
 	return nil
 }

@@ -78,6 +78,10 @@ type Spec struct {
 	// data-parallel all-reduce, ZeRO's reduce-scatter and replicate
 	// all-reduce, and the tied embedding's sum across stages.
 	ReduceDType kernels.DType
+	// Sync is how the data-parallel replicas synchronise: every step
+	// (the zero value), or in rounds (local SGD, DiLoCo) whose ends the
+	// step loop marks (StepRequest.Round).
+	Sync Sync
 	// Straggler, when set, makes the worker at its mesh rank compute
 	// Delay longer every step: a slow replica for tests of straggler
 	// detection (troupe sets it from TROUPE_TEST_STRAGGLER=RANK:DELAY).
@@ -151,6 +155,12 @@ func (s *Spec) Validate() error {
 	if s.Train == nil {
 		return fmt.Errorf("%w: no training data", ErrConfig)
 	}
+	if err := s.Sync.Validate(); err != nil {
+		return err
+	}
+	if s.Sync.Local() && s.Zero > 0 {
+		return fmt.Errorf("%w: %v keeps each replica's optimizer whole; ZeRO shards it among the replicas (use --zero 0)", ErrConfig, s.Sync.Mode)
+	}
 	return nil
 }
 
@@ -187,6 +197,9 @@ func (s *Spec) buildPart(be kernels.Backend, part int) (*nn.Model, optim.Optimiz
 	opt, err := optim.New(m.Set, s.Optim)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if s.Sync.Mode == SyncDiLoCo {
+		opt = newOuter(m.Set, opt, s.Sync)
 	}
 	return m, opt, nil
 }

@@ -42,6 +42,10 @@ type StepRequest struct {
 	// state, which the worker keeps with its last step (LastStep) so that
 	// whoever takes the training state from it can continue the scaler.
 	LossScaleTracker int
+	// Round ends a synchronisation round after this step's update (local
+	// SGD, DiLoCo: Spec.Sync); ignored when the replicas synchronise
+	// every step.
+	Round bool
 }
 
 // Result is what a pass over some rows gives.
@@ -84,6 +88,11 @@ type StepResult struct {
 	PeakParamBytes, PeakGradBytes     int64
 	// Sent is the bytes this rank sent in the step's collectives.
 	Sent SentBytes
+	// SyncBytes is the part of them sent to the part's other replicas:
+	// the gradient reduction (and ZeRO's gathers) when they synchronise
+	// every step; a round's average, or nothing between rounds, when they
+	// synchronise in rounds.
+	SyncBytes int64
 	// Computed: the forward and backward passes of every micro-batch ran
 	// (Result is then this rank's whole share of the step, also when the
 	// step failed afterwards, in its gradient sums).
@@ -207,8 +216,11 @@ type stepper struct {
 	// member list.
 	comm  collective.Communicator
 	byKey map[string]collective.Communicator
-	// meter counts what the groups send.
-	meter *collective.Meter
+	// meter counts what the groups send; syncMeter what the groups over
+	// the replicas send (the data-parallel and ZeRO groups).
+	meter, syncMeter *collective.Meter
+	// avg is the host buffer of a local-SGD round's average.
+	avg []float32
 	// flag is the loss scaler's overflow flag, all-reduced every fp16 step.
 	flag [1]float32
 }
@@ -243,13 +255,13 @@ func newStepper(w *Worker, m mesh.Mesh, rank int, comm collective.Communicator) 
 		return nil, err
 	}
 	s := &stepper{w: w, mesh: m, rank: rank, coord: c, sched: sched, cursor: cur, staging: map[kernels.Buffer][]float32{},
-		mbs: make([]micro, sched.MicroBatches), comm: comm, byKey: map[string]collective.Communicator{}, meter: collective.NewMeter()}
+		mbs: make([]micro, sched.MicroBatches), comm: comm, byKey: map[string]collective.Communicator{}, meter: collective.NewMeter(), syncMeter: collective.NewMeter()}
 	s.hostMem, _ = w.be.(kernels.HostMemory)
 	if err := s.openGroups(); err != nil {
 		s.release()
 		return nil, err
 	}
-	if s.dp != nil {
+	if s.dp != nil && !w.spec.Sync.Local() {
 		if s.reducer, err = newReducer(s); err != nil {
 			s.release()
 			return nil, err
@@ -284,6 +296,16 @@ func (s *stepper) group(ranks ...int) (collective.Communicator, error) {
 	return g, nil
 }
 
+// replicaGroup is group for a group over the part's replicas: what it
+// sends is counted in syncMeter too.
+func (s *stepper) replicaGroup(ranks ...int) (collective.Communicator, error) {
+	g, err := s.group(ranks...)
+	if err != nil {
+		return nil, err
+	}
+	return s.syncMeter.Wrap(g), nil
+}
+
 // openGroups creates the part's communicator groups.
 func (s *stepper) openGroups() error {
 	m, c, self := s.mesh, s.coord, s.rank
@@ -312,7 +334,7 @@ func (s *stepper) openGroups() error {
 		}
 	}
 	if m.DP > 1 {
-		if s.dp, err = group(m.Group(mesh.DP, self)...); err != nil {
+		if s.dp, err = s.replicaGroup(m.Group(mesh.DP, self)...); err != nil {
 			return err
 		}
 	}
@@ -401,6 +423,12 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 			// unscale divides them back before the update.
 			scale = float32(req.LossScale / float64(req.GlobalTargets))
 		}
+		if s.w.spec.Sync.Local() {
+			// Each replica steps on its own gradient: its share of the
+			// global mean's, times the replicas, so that their average
+			// is the global mean's gradient (what a round averages).
+			scale *= float32(s.mesh.DP)
+		}
 	}
 	m.Set.ZeroGrads()
 	w.pool.ResetPeak()
@@ -423,6 +451,7 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 		s.tp.reset(ctx)
 	}
 	s.meter.Take()
+	s.syncMeter.Take()
 	var busy time.Duration
 	err := s.refreshLow()
 	if d := w.spec.delayAt(s.rank); d > 0 && err == nil {
@@ -481,6 +510,11 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	}
 	w.opt.Step(float32(req.LR))
 	s.updated = true
+	if req.Round && w.spec.Sync.Local() {
+		if err := s.round(ctx, &res); err != nil {
+			return res, err
+		}
+	}
 	if s.zero != nil && s.zero.g3 == nil {
 		if err := s.gatherWeights(ctx, &res); err != nil {
 			return res, fmt.Errorf("stage %d: ZeRO weight gather: %w", s.coord.PP, err)
@@ -516,6 +550,9 @@ func (s *stepper) finish(res StepResult, start time.Time, req StepRequest, norm 
 		res.OptimBytes += 4 * int64(st.Buf.Len())
 	}
 	res.Sent = sentOf(s.meter.Take())
+	for _, n := range s.syncMeter.Take() {
+		res.SyncBytes += n
+	}
 	res.PeakMicro = s.peak
 	return res, nil
 }

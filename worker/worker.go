@@ -158,12 +158,20 @@ func (w *Worker) Form(ctx context.Context, f Form, comm collective.Communicator)
 			return err
 		}
 	case plan.Root >= 0:
-		if plan.Root != f.Rank {
+		// Replicas that synchronise in rounds differ between them: a
+		// replica that holds its part at the generation's step keeps its
+		// own state (its progress in the round); the others take the
+		// root's, and under DiLoCo start from its global parameters.
+		keep := w.spec.Sync.Local() && plan.Build < 0 && w.hold.Part == f.Mesh.Part(f.Rank) && w.hold.Applied == f.Step
+		if plan.Root != f.Rank && !keep {
 			w.hold.Part = -1 // a failed transfer leaves a mix; the root keeps its state
 		}
-		if err := st.broadcastState(ctx, plan.Root); err != nil {
+		if err := st.broadcastState(ctx, plan.Root, keep); err != nil {
 			st.release()
 			return err
+		}
+		if plan.Root != f.Rank && !keep {
+			w.adoptGlobal()
 		}
 	}
 	// The optimizer's update count came with the state (its own, the

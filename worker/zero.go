@@ -85,11 +85,11 @@ func (s *stepper) openZero() error {
 	shardRanks, repRanks, z := zeroGroups(m, s.rank, S)
 	zr := &zero{stage: spec.Zero, S: S, z: z, repRanks: repRanks}
 	var err error
-	if zr.shard, err = s.group(shardRanks...); err != nil {
+	if zr.shard, err = s.replicaGroup(shardRanks...); err != nil {
 		return err
 	}
 	if len(repRanks) > 1 {
-		if zr.replicate, err = s.group(repRanks...); err != nil {
+		if zr.replicate, err = s.replicaGroup(repRanks...); err != nil {
 			return err
 		}
 	}

@@ -41,6 +41,10 @@ type trainFlags struct {
 	seed                                         uint64
 	init, save, metricsOut, metricsAddr, dumpDir string
 	precision, reduceDType                       string
+	sync, syncDType                              string
+	syncEvery                                    int
+	outerLR, outerMomentum                       float64
+	outerNesterov                                bool
 	lossScaleInit, lossScaleMin                  float64
 	lossScaleWindow                              int
 	evalEvery, evalBatches, logEvery             int
@@ -253,6 +257,12 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.zeroGroup, "zero-group", 0, "with --zero: shard within groups of this many replicas and replicate across groups (hybrid sharding; 0: all replicas)")
 	fl.StringVar(&f.precision, "precision", "fp32", "compute type: fp32, or bf16 or fp16 for mixed precision (fp32 master weights and optimizer state; GEMMs in the low type with fp32 accumulation; activations kept in it)")
 	fl.StringVar(&f.reduceDType, "reduce-dtype", "fp32", "the type gradients travel in between replicas: fp32, or bf16 or fp16 (half the bytes; each hop of the ring rounds its sums)")
+	fl.StringVar(&f.sync, "sync", "step", "how the replicas synchronise: step (every step's gradients, DDP), local-sgd (parameters averaged every --sync-every steps) or diloco (pseudo-gradients averaged every --sync-every steps into an outer Nesterov-momentum SGD)")
+	fl.IntVar(&f.syncEvery, "sync-every", 0, "with --sync local-sgd or diloco: the steps of a round (H)")
+	fl.Float64Var(&f.outerLR, "outer-lr", d.OuterLR, "with --sync diloco: the outer optimizer's learning rate")
+	fl.Float64Var(&f.outerMomentum, "outer-momentum", d.OuterMomentum, "with --sync diloco: the outer optimizer's momentum (0: none)")
+	fl.BoolVar(&f.outerNesterov, "outer-nesterov", false, "with --sync diloco: Nesterov momentum for the outer optimizer (the DiLoCo paper's)")
+	fl.StringVar(&f.syncDType, "sync-dtype", "fp32", "with --sync diloco: the type the pseudo-gradients travel in between replicas: fp32, or bf16 or fp16 (half the bytes)")
 	fl.Float64Var(&f.lossScaleInit, "loss-scale-init", d.LossScaleInit, "fp16: the dynamic loss scale to start from (PyTorch GradScaler's init_scale)")
 	fl.IntVar(&f.lossScaleWindow, "loss-scale-window", d.LossScaleWindow, "fp16: double the loss scale after this many steps in a row without an overflow (growth_interval)")
 	fl.Float64Var(&f.lossScaleMin, "loss-scale-min", d.LossScaleMin, "fp16: a step that overflows at this loss scale ends the run")
@@ -335,6 +345,13 @@ func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 	cfg.Init, cfg.Save, cfg.MetricsOut, cfg.MetricsAddr, cfg.DumpDir = f.init, f.save, f.metricsOut, f.metricsAddr, f.dumpDir
 	cfg.Precision, cfg.ReduceDType = f.precision, f.reduceDType
 	cfg.LossScaleInit, cfg.LossScaleWindow, cfg.LossScaleMin = f.lossScaleInit, f.lossScaleWindow, f.lossScaleMin
+	cfg.Sync, cfg.SyncEvery, cfg.SyncDType, cfg.OuterNesterov = f.sync, f.syncEvery, f.syncDType, f.outerNesterov
+	cfg.OuterLR, cfg.OuterMomentum = f.outerLR, f.outerMomentum
+	for _, name := range []string{"outer-lr", "outer-momentum"} {
+		if fl.Changed(name) && f.sync != "diloco" {
+			return cfg, fmt.Errorf("%w: --%s applies with --sync diloco", errUsage, name)
+		}
+	}
 	cfg.EvalEvery, cfg.EvalBatches, cfg.LogEvery = f.evalEvery, f.evalBatches, f.logEvery
 	cfg.Device, cfg.Threads = f.device, f.threads
 	set("dp", func() { cfg.DP = f.dp })

@@ -601,8 +601,11 @@ type RunStep struct {
 	// growth tracker before this step (worker.StepRequest.LossScaleTracker).
 	LossScale        float64 `protobuf:"fixed64,9,opt,name=loss_scale,json=lossScale,proto3" json:"loss_scale,omitempty"`
 	LossScaleTracker uint32  `protobuf:"varint,10,opt,name=loss_scale_tracker,json=lossScaleTracker,proto3" json:"loss_scale_tracker,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// round ends a synchronisation round after the step's update (local
+	// SGD, DiLoCo; see worker.StepRequest.Round).
+	Round         bool `protobuf:"varint,11,opt,name=round,proto3" json:"round,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunStep) Reset() {
@@ -705,6 +708,13 @@ func (x *RunStep) GetLossScaleTracker() uint32 {
 	return 0
 }
 
+func (x *RunStep) GetRound() bool {
+	if x != nil {
+		return x.Round
+	}
+	return false
+}
+
 // StepDone answers RunStep (see worker.StepResult).
 type StepDone struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -755,7 +765,10 @@ type StepDone struct {
 	Collectives []*OpTime `protobuf:"bytes,29,rep,name=collectives,proto3" json:"collectives,omitempty"`
 	// skipped: the gradients overflowed under the loss scale on some rank
 	// and no rank updated.
-	Skipped       bool `protobuf:"varint,30,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Skipped bool `protobuf:"varint,30,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// sync_bytes is the part of the sent bytes that went to the part's
+	// other replicas (worker.StepResult.SyncBytes).
+	SyncBytes     int64 `protobuf:"varint,31,opt,name=sync_bytes,json=syncBytes,proto3" json:"sync_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -998,6 +1011,13 @@ func (x *StepDone) GetSkipped() bool {
 		return x.Skipped
 	}
 	return false
+}
+
+func (x *StepDone) GetSyncBytes() int64 {
+	if x != nil {
+		return x.SyncBytes
+	}
+	return 0
 }
 
 // OpTime is one collective operation's kind and duration.
@@ -2020,7 +2040,7 @@ const file_worker_proto_rawDesc = "" +
 	"\x06Formed\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1a\n" +
-	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\"\x9f\x02\n" +
+	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\"\xb5\x02\n" +
 	"\aRunStep\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1e\n" +
 	"\n" +
@@ -2035,7 +2055,8 @@ const file_worker_proto_rawDesc = "" +
 	"\n" +
 	"loss_scale\x18\t \x01(\x01R\tlossScale\x12,\n" +
 	"\x12loss_scale_tracker\x18\n" +
-	" \x01(\rR\x10lossScaleTracker\"\xed\b\n" +
+	" \x01(\rR\x10lossScaleTracker\x12\x14\n" +
+	"\x05round\x18\v \x01(\bR\x05round\"\x8c\t\n" +
 	"\bStepDone\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1e\n" +
@@ -2072,7 +2093,9 @@ const file_worker_proto_rawDesc = "" +
 	"\x10peak_param_bytes\x18\x1b \x01(\x03R\x0epeakParamBytes\x12&\n" +
 	"\x0fpeak_grad_bytes\x18\x1c \x01(\x03R\rpeakGradBytes\x12:\n" +
 	"\vcollectives\x18\x1d \x03(\v2\x18.troupe.worker.v1.OpTimeR\vcollectives\x12\x18\n" +
-	"\askipped\x18\x1e \x01(\bR\askipped\"6\n" +
+	"\askipped\x18\x1e \x01(\bR\askipped\x12\x1d\n" +
+	"\n" +
+	"sync_bytes\x18\x1f \x01(\x03R\tsyncBytes\"6\n" +
 	"\x06OpTime\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x18\n" +
 	"\aseconds\x18\x02 \x01(\x01R\aseconds\"q\n" +

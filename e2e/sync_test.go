@@ -1,0 +1,90 @@
+package e2e
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// Elastic agents that synchronise in rounds (local SGD, DiLoCo every 20
+// steps): kill -9 of one of three mid-round, the survivors re-form and go
+// on from their own progress; a fourth node joins and takes a replica's
+// state; the job reaches its last step with every replica holding the
+// same bits (the last step ends a round), every sample of the stream
+// trained once (the cursor advances by one batch a step), and the loss
+// falling to a tenth of the first without ever passing 1.5× it. The losses are not the synchronous run's: replicas step
+// on their own gradients between rounds.
+func TestElasticSyncKillAndJoin(t *testing.T) {
+	for _, mode := range []string{"local-sgd", "diloco"} {
+		t.Run(mode, func(t *testing.T) {
+			c := newCluster(t, 4, 2)
+			c.extra = []string{"--sync", mode, "--sync-every", "20"}
+			if mode == "diloco" {
+				// An outer momentum of 0.9 on top of the inner SGD's 0.9
+				// makes this MLP's steps ~7× larger and the loss blow up
+				// (measured): a milder outer optimizer.
+				c.extra = append(c.extra, "--outer-lr", "0.5", "--outer-momentum", "0.5", "--outer-nesterov")
+			}
+			c.startWorld(3)
+			c.agents["n2"].cmd.Process.Kill()
+			killed := time.Now()
+			r := c.waitWorld(2, 300)
+			t.Logf("kill -9 of n2; a world of 2 completed step %d %.0f ms later", r.Step, float64(time.Since(killed).Milliseconds()))
+			c.start(3)
+			back := c.waitWorld(3, r.Step)
+			t.Logf("n4 joined: a world of 3 from step %d", back.Step)
+			sums := c.finish("n1", "n3", "n4")
+			checkReplicas(t, sums)
+			recs := c.steps()
+			seen := map[int]bool{}
+			for i, r := range recs {
+				if seen[r.Step] {
+					t.Fatalf("step %d logged twice", r.Step)
+				}
+				seen[r.Step] = true
+				if i > 0 {
+					p := recs[i-1]
+					if want := p.Cursor + uint64(p.Batch)*uint64(r.Step-p.Step); r.Cursor != want {
+						t.Fatalf("step %d starts at sample %d, want %d: samples skipped or trained twice", r.Step, r.Cursor, want)
+					}
+				}
+			}
+			first, last := recs[0], recs[len(recs)-1]
+			if last.Step != elasticSteps || !(last.Loss < first.Loss/10) || !(last.Loss > 0) {
+				t.Errorf("last step %d with loss %v, first %v: want step %d and a loss below a tenth of the first", last.Step, last.Loss, first.Loss, elasticSteps)
+			}
+			for _, r := range recs {
+				if !(r.Loss <= 1.5*first.Loss) {
+					t.Fatalf("step %d: loss %v, the first %v: training blew up", r.Step, r.Loss, first.Loss)
+				}
+			}
+			t.Logf("loss %.4g → %.4g; worlds by generation: %v", first.Loss, last.Loss, generationsOf(recs))
+		})
+	}
+}
+
+// Rounds across worker processes are the rounds of worker actors in one
+// process: --procs 2 gives --dp 2's losses under local-sgd and diloco
+// (the same sums in the same order; 1e-6 relative for the transports'
+// chunking), with the replicas compared at every round (--check-every).
+func TestSyncAcrossProcesses(t *testing.T) {
+	for _, mode := range [][]string{
+		{"--sync", "local-sgd", "--sync-every", "4"},
+		{"--sync", "diloco", "--sync-every", "4", "--outer-nesterov", "--sync-dtype", "bf16"},
+	} {
+		t.Run(mode[1], func(t *testing.T) {
+			base := append([]string{"train", "--model", "gpt", "--d-model", "32", "--n-layers", "2", "--n-heads", "4", "--context", "16",
+				"--data", "synthetic-tokens", "--batch", "16", "--steps", "12", "--check-every", "4", "--threads", "2"}, mode...)
+			ref := runLosses(t, append(append([]string{}, base...), "--dp", "2"))
+			got := runLosses(t, append(append([]string{}, base...), "--procs", "2"))
+			if len(got) != len(ref) || len(got) != 12 {
+				t.Fatalf("%d steps across processes, %d in one; want 12", len(got), len(ref))
+			}
+			for i := range ref {
+				if math.Abs(got[i]-ref[i]) > 1e-6*math.Abs(ref[i]) {
+					t.Errorf("step %d: loss %.8f across processes, %.8f in one", i+1, got[i], ref[i])
+				}
+			}
+		})
+	}
+}

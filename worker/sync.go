@@ -1,0 +1,199 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/nn"
+	"github.com/troupe-ml/troupe/nn/optim"
+)
+
+// SyncMode is how the data-parallel replicas keep their parameters
+// together.
+type SyncMode uint8
+
+const (
+	// SyncStep reduces the gradients every step (PyTorch DDP): the
+	// replicas never differ.
+	SyncStep SyncMode = iota
+	// SyncLocalSGD steps each replica on its own gradients and averages
+	// the parameters at the end of each round (local SGD); the optimizer
+	// state stays local.
+	SyncLocalSGD
+	// SyncDiLoCo steps each replica on its own gradients (the inner
+	// optimizer) and, at the end of each round, averages the
+	// pseudo-gradients θ_global − θ_local and applies them to the global
+	// parameters with an outer SGD with (Nesterov) momentum; every replica
+	// then continues from the new global parameters (DiLoCo).
+	SyncDiLoCo
+)
+
+func (m SyncMode) String() string {
+	switch m {
+	case SyncStep:
+		return "step"
+	case SyncLocalSGD:
+		return "local-sgd"
+	case SyncDiLoCo:
+		return "diloco"
+	}
+	return fmt.Sprintf("sync(%d)", uint8(m))
+}
+
+// ParseSyncMode reads "step", "local-sgd" or "diloco" ("" is step).
+func ParseSyncMode(s string) (SyncMode, error) {
+	switch s {
+	case "", "step":
+		return SyncStep, nil
+	case "local-sgd", "localsgd":
+		return SyncLocalSGD, nil
+	case "diloco":
+		return SyncDiLoCo, nil
+	}
+	return 0, fmt.Errorf("%w: sync mode %q: want step, local-sgd or diloco", ErrConfig, s)
+}
+
+// Sync is how the replicas synchronise (Spec.Sync). When a round ends is
+// the step loop's business (StepRequest.Round).
+type Sync struct {
+	Mode SyncMode
+	// OuterLR, OuterMomentum and OuterNesterov are DiLoCo's outer
+	// optimizer: torch.optim.SGD on the global parameters, the averaged
+	// pseudo-gradient its gradient.
+	OuterLR, OuterMomentum float64
+	OuterNesterov          bool
+	// DType is the type DiLoCo's pseudo-gradients travel in between
+	// replicas: F32 (the zero value), or BF16 or F16, half the bytes.
+	DType kernels.DType
+}
+
+// Local reports whether the replicas step on their own gradients between
+// rounds.
+func (s Sync) Local() bool { return s.Mode != SyncStep }
+
+// Validate checks the settings.
+func (s Sync) Validate() error {
+	switch {
+	case s.Mode > SyncDiLoCo:
+		return fmt.Errorf("%w: sync mode %v", ErrConfig, s.Mode)
+	case s.DType != kernels.F32 && (s.Mode != SyncDiLoCo || !s.DType.Low()):
+		return fmt.Errorf("%w: %v rounds cannot send %v (16-bit rounds are DiLoCo's pseudo-gradients)", ErrConfig, s.Mode, s.DType)
+	case s.Mode != SyncDiLoCo:
+		return nil
+	case !(s.OuterLR > 0) || math.IsInf(s.OuterLR, 0):
+		return fmt.Errorf("%w: DiLoCo's outer learning rate must be positive, got %g", ErrConfig, s.OuterLR)
+	case !(s.OuterMomentum >= 0 && s.OuterMomentum < 1):
+		return fmt.Errorf("%w: DiLoCo's outer momentum must be in [0, 1), got %g", ErrConfig, s.OuterMomentum)
+	case s.OuterNesterov && s.OuterMomentum == 0:
+		return fmt.Errorf("%w: DiLoCo's outer Nesterov momentum needs an outer momentum above 0", ErrConfig)
+	}
+	return nil
+}
+
+// The names of DiLoCo's outer state among a part's optimizer states
+// (checkpoint.OptimName gives each parameter's tensor).
+const (
+	OuterParams   = "outer_params"
+	OuterMomentum = "outer_momentum_buffer"
+)
+
+// outer is a part's optimizer under DiLoCo: the inner optimizer, and the
+// outer state beside it, the global parameters (the part's weights when the
+// last round ended) and the outer momentum buffer. Its States are the
+// inner optimizer's followed by those two, so that a checkpoint, the
+// transfer of a replica's state and the undo of a step carry them with the
+// rest; its step count and configuration are the inner optimizer's.
+type outer struct {
+	optim.Optimizer
+	global, mom kernels.Buffer
+}
+
+// newOuter puts DiLoCo's outer state beside inner, the global parameters
+// starting as the part's weights.
+func newOuter(set *nn.ParamSet, inner optim.Optimizer, s Sync) *outer {
+	be := set.Backend()
+	o := &outer{Optimizer: inner, global: be.Alloc(set.Len())}
+	be.Copy(o.global, set.Weights())
+	if s.OuterMomentum > 0 {
+		o.mom = be.Alloc(set.Len()) // zeroed
+	}
+	return o
+}
+
+func (o *outer) States() []optim.State {
+	st := append([]optim.State(nil), o.Optimizer.States()...)
+	st = append(st, optim.State{Name: OuterParams, Buf: o.global})
+	if o.mom != nil {
+		st = append(st, optim.State{Name: OuterMomentum, Buf: o.mom})
+	}
+	return st
+}
+
+// round ends a synchronisation round after the step's update: local SGD
+// averages the parameters over the part's data-parallel group; DiLoCo
+// averages the pseudo-gradients θ_global − θ_local, steps the global
+// parameters with the outer optimizer and makes them the part's weights.
+// Nothing of the weights or the outer state changes before the average
+// has arrived, so a round that fails leaves the step's local update only
+// (which Worker.Step undoes when it kept a copy).
+func (s *stepper) round(ctx context.Context, res *StepResult) error {
+	sync, set, be := s.w.spec.Sync, s.w.model.Set, s.w.be
+	switch sync.Mode {
+	case SyncLocalSGD:
+		if s.dp == nil {
+			return nil // one replica: its parameters are the average
+		}
+		s.avg = grow(s.avg, set.Len())
+		be.Download(s.avg, set.Weights())
+		if err := s.average(ctx, res, s.avg, collective.Avg); err != nil {
+			return err
+		}
+		be.Upload(set.Weights(), s.avg)
+	case SyncDiLoCo:
+		o, ok := s.w.opt.(*outer)
+		if !ok {
+			return fmt.Errorf("%w: a DiLoCo round on a part without outer state", ErrConfig)
+		}
+		// The gradient buffer is free until the next step zeroes it: the
+		// pseudo-gradient goes there.
+		delta := set.Grads()
+		be.Copy(delta, o.global)
+		be.Axpy(-1, set.Weights(), delta)
+		if s.dp != nil {
+			if err := s.average(ctx, res, s.host(delta, true), collective.Avg.In(sync.DType)); err != nil {
+				return err
+			}
+			s.landed(delta)
+		}
+		// torch.optim.SGD's first step sets the buffer to the gradient;
+		// with no dampening that is momentum·0 + gradient, what a zeroed
+		// buffer gives every round alike.
+		be.SGDStep(o.global, delta, o.mom, kernels.SGDHyper{LR: float32(sync.OuterLR), Momentum: float32(sync.OuterMomentum),
+			Nesterov: sync.OuterNesterov}, false)
+		be.Copy(set.Weights(), o.global)
+	}
+	return nil
+}
+
+// average reduces buf over the part's data-parallel group with op.
+func (s *stepper) average(ctx context.Context, res *StepResult, buf []float32, op collective.ReduceOp) error {
+	start := time.Now()
+	err := s.dp.AllReduce(ctx, buf, op).Wait()
+	res.addExposed(time.Since(start))
+	if err != nil {
+		return fmt.Errorf("stage %d: %v round over the replicas: %w", s.coord.PP, s.w.spec.Sync.Mode, err)
+	}
+	return nil
+}
+
+// adoptGlobal makes a DiLoCo part's weights its global parameters (a
+// worker that took its state from another replica starts its round there).
+func (w *Worker) adoptGlobal() {
+	if o, ok := w.opt.(*outer); ok {
+		w.be.Copy(w.model.Set.Weights(), o.global)
+	}
+}
