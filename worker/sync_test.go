@@ -13,21 +13,11 @@ import (
 	"github.com/troupe-ml/troupe/pipeline"
 )
 
-// roundStep runs step i on every worker of wd, ending a round when round.
+// roundStep runs step i on every worker of wd, ending a round when round;
+// every rank must succeed.
 func (wd *world) roundStep(t *testing.T, s setup, i int, round bool) []StepResult {
 	t.Helper()
-	n := len(wd.workers)
-	res, errs := make([]StepResult, n), make([]error, n)
-	var wg sync.WaitGroup
-	for r, w := range wd.workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res[r], errs[r] = w.Step(context.Background(), StepRequest{Generation: wd.gen, Step: i, Cursor: data.Cursor(i * s.batch),
-				Batch: s.batch, LR: 1e-2, GlobalTargets: s.globalTargets(s.batch), Checksum: true, Round: round})
-		}()
-	}
-	wg.Wait()
+	res, errs := wd.stepRound(s, i, s.batch, round)
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("step %d rank %d: %v", i+1, r, err)

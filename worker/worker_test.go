@@ -128,7 +128,10 @@ func newWrappedWorld(t *testing.T, spec *Spec, D int, wrap func(rank int, c coll
 }
 
 // step runs step i of a batch of batch rows on every rank at once.
-func (wd *world) step(s setup, i, batch int) ([]StepResult, []error) {
+func (wd *world) step(s setup, i, batch int) ([]StepResult, []error) { return wd.stepRound(s, i, batch, false) }
+
+// stepRound is step, ending a synchronisation round when round.
+func (wd *world) stepRound(s setup, i, batch int, round bool) ([]StepResult, []error) {
 	n := len(wd.workers)
 	res, errs := make([]StepResult, n), make([]error, n)
 	var wg sync.WaitGroup
@@ -137,7 +140,7 @@ func (wd *world) step(s setup, i, batch int) ([]StepResult, []error) {
 		go func() {
 			defer wg.Done()
 			res[r], errs[r] = w.Step(context.Background(), StepRequest{Generation: wd.gen, Step: i, Cursor: data.Cursor(i * batch),
-				Batch: batch, LR: 1e-2, GlobalTargets: s.globalTargets(batch), Checksum: true})
+				Batch: batch, LR: 1e-2, GlobalTargets: s.globalTargets(batch), Checksum: true, Round: round})
 		}()
 	}
 	wg.Wait()
