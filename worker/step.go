@@ -498,22 +498,28 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 		if res.Skipped, err = s.unscale(ctx, &res, req); err != nil {
 			return res, err
 		}
-		if res.Skipped {
-			// Nothing is applied: the weights, the optimizer state (and
-			// its step count) stay; the next step zeroes the gradients.
-			return s.finish(res, start, req, 0)
+	}
+	var norm float64
+	if !res.Skipped {
+		if norm, err = s.clip(ctx, &res); err != nil {
+			return res, err
 		}
+		w.opt.Step(float32(req.LR))
+		s.updated = true
 	}
-	norm, err := s.clip(ctx, &res)
-	if err != nil {
-		return res, err
-	}
-	w.opt.Step(float32(req.LR))
-	s.updated = true
 	if req.Round && w.spec.Sync.Local() {
+		// Also after a skipped update: the round averages what the
+		// replicas hold.
 		if err := s.round(ctx, &res); err != nil {
 			return res, err
 		}
+		s.updated = true
+	}
+	if res.Skipped {
+		// Nothing of the step is applied: the weights, the optimizer
+		// state (and its step count) stay; the next step zeroes the
+		// gradients.
+		return s.finish(res, start, req, 0)
 	}
 	if s.zero != nil && s.zero.g3 == nil {
 		if err := s.gatherWeights(ctx, &res); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/kernels/cpu"
 	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/pipeline"
@@ -134,6 +135,43 @@ func TestNewGenerationKeepsRoundProgress(t *testing.T) {
 			for r := range res {
 				if res[r].Checksum != res[0].Checksum {
 					t.Fatalf("after the round rank %d differs from rank 0", r)
+				}
+			}
+		})
+	}
+}
+
+// A round's step that the fp16 loss scaler skips (an inf on one rank)
+// still ends the round: no replica applies its update, and the replicas
+// agree afterwards.
+func TestSkippedStepStillEndsTheRound(t *testing.T) {
+	s := gptSetup(t)
+	for _, mode := range []SyncMode{SyncLocalSGD, SyncDiLoCo} {
+		t.Run(mode.String(), func(t *testing.T) {
+			spec := s.spec(t, 1, 1, pipeline.Kind1F1B, false, 0)
+			spec.Sync, spec.Precision = Sync{Mode: mode, OuterLR: 0.7, OuterMomentum: 0.9}, kernels.F16
+			spec.Overflow = &Overflow{Rank: 1, Step: 2}
+			wd := newWorld(t, spec, 2)
+			for i, round := range []bool{false, true} {
+				res := make([]StepResult, 2)
+				errs := make([]error, 2)
+				var wg sync.WaitGroup
+				for r, w := range wd.workers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						res[r], errs[r] = w.Step(context.Background(), StepRequest{Generation: 1, Step: i, Cursor: data.Cursor(i * s.batch),
+							Batch: s.batch, LR: 1e-2, GlobalTargets: s.globalTargets(s.batch), Checksum: true, Round: round, LossScale: 1024})
+					}()
+				}
+				wg.Wait()
+				for r := range errs {
+					if errs[r] != nil {
+						t.Fatalf("step %d rank %d: %v", i+1, r, errs[r])
+					}
+				}
+				if round && (!res[0].Skipped || !res[1].Skipped || res[0].Checksum != res[1].Checksum) {
+					t.Errorf("the round's step: skipped %v/%v, checksums %x/%x; want skipped on both and equal", res[0].Skipped, res[1].Skipped, res[0].Checksum, res[1].Checksum)
 				}
 			}
 		})
