@@ -28,13 +28,17 @@ func (w *Worker) Capture(snap *checkpoint.Snapshot) error {
 // partOptions says what this rank writes of its part: with every, each
 // data-parallel rank adds the weights (they are partitioned among the
 // part's ranks), else replica 0 does; the ZeRO shard of the optimizer
-// state goes with the rank that holds it in the first shard group. ok is
-// false when the rank adds nothing.
+// state goes with the rank that holds it in the first shard group, and
+// when the replicas synchronise in rounds replica 0's whole. ok is false
+// when the rank adds nothing.
 func (w *Worker) partOptions(every bool) (o checkpoint.PartOptions, ok bool) {
 	d := w.st.coord.DP
 	o = checkpoint.PartOptions{Weights: every || d == 0, Owner: -1}
 	if z := w.st.zero; z != nil && d < z.S {
 		o.Owner = d
+	}
+	if w.spec.Sync.Local() && d == 0 {
+		o.Owner = 0 // replica 0's optimizer state, whole (see local)
 	}
 	if g := w.zeroWeights(); g != nil && w.model.Set.Weights() == nil {
 		// ZeRO-3: the weights are sharded like the optimizer state.

@@ -198,7 +198,10 @@ func (s *Spec) buildPart(be kernels.Backend, part int) (*nn.Model, optim.Optimiz
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	if s.Sync.Mode == SyncDiLoCo {
+	switch s.Sync.Mode {
+	case SyncLocalSGD:
+		opt = &local{Optimizer: opt, n: m.Set.Len()}
+	case SyncDiLoCo:
 		opt = newOuter(m.Set, opt, s.Sync)
 	}
 	return m, opt, nil

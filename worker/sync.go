@@ -94,6 +94,31 @@ func (s Sync) Validate() error {
 	return nil
 }
 
+// local is a part's optimizer when the replicas synchronise in rounds:
+// their optimizer states differ, so a checkpoint takes one replica's
+// whole instead of rows from each (a multi-process checkpoint splits the
+// rows of what the replicas hold alike among them). Its States cover the
+// whole part as one range, which checkpoint.Snapshot writes from the
+// owner, replica 0 (Worker.partOptions), and a restore reads whole.
+type local struct {
+	optim.Optimizer
+	n int // the part's parameters
+}
+
+func (o *local) States() []optim.State { return wholeRange(o.Optimizer.States(), o.n) }
+
+// wholeRange gives states over the whole part the range [0, n).
+func wholeRange(st []optim.State, n int) []optim.State {
+	out := make([]optim.State, len(st))
+	for i, s := range st {
+		if s.Ranges == nil {
+			s.Ranges = []optim.Range{{Lo: 0, Hi: n}}
+		}
+		out[i] = s
+	}
+	return out
+}
+
 // The names of DiLoCo's outer state among a part's optimizer states
 // (checkpoint.OptimName gives each parameter's tensor).
 const (
@@ -106,7 +131,8 @@ const (
 // last round ended) and the outer momentum buffer. Its States are the
 // inner optimizer's followed by those two, so that a checkpoint, the
 // transfer of a replica's state and the undo of a step carry them with the
-// rest; its step count and configuration are the inner optimizer's.
+// rest; its step count and configuration are the inner optimizer's. Like
+// local's, its States are replica 0's in a checkpoint.
 type outer struct {
 	optim.Optimizer
 	global, mom kernels.Buffer
@@ -130,7 +156,7 @@ func (o *outer) States() []optim.State {
 	if o.mom != nil {
 		st = append(st, optim.State{Name: OuterMomentum, Buf: o.mom})
 	}
-	return st
+	return wholeRange(st, o.global.Len())
 }
 
 // round ends a synchronisation round after the step's update: local SGD
