@@ -128,7 +128,9 @@ func newWrappedWorld(t *testing.T, spec *Spec, D int, wrap func(rank int, c coll
 }
 
 // step runs step i of a batch of batch rows on every rank at once.
-func (wd *world) step(s setup, i, batch int) ([]StepResult, []error) { return wd.stepRound(s, i, batch, false) }
+func (wd *world) step(s setup, i, batch int) ([]StepResult, []error) {
+	return wd.stepRound(s, i, batch, false)
+}
 
 // stepRound is step, ending a synchronisation round when round.
 func (wd *world) stepRound(s setup, i, batch int, round bool) ([]StepResult, []error) {
