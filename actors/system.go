@@ -8,12 +8,14 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -129,6 +131,12 @@ func NewSystem(cfg SystemConfig) (*System, error) {
 		remote.WithDialOptions(
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(n), grpc.MaxCallSendMsgSize(n)),
+			// A connection attempt whose SYN a cut link dropped would
+			// wait for the kernel's retransmissions (1 s, then 3 s, …)
+			// after the link heals: attempts are bounded and retried
+			// soon instead, so a healed peer is reached within a second.
+			grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: dialAttempt,
+				Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}),
 		),
 		remote.WithEndpointWriterBatchSize(batch),
 	)
@@ -143,6 +151,9 @@ func NewSystem(cfg SystemConfig) (*System, error) {
 	}
 	return s, nil
 }
+
+// dialAttempt bounds one connection attempt to a peer's actor system.
+const dialAttempt = 500 * time.Millisecond
 
 // remoteStart serialises protoactor remote start-ups: each sets gRPC's
 // global logger, which two systems starting at once in one process race on.
@@ -169,6 +180,19 @@ func (s *System) Root() *actor.RootContext { return s.actors.Root }
 
 // Address is host:port of a remote system, "nonhost" for a local one.
 func (s *System) Address() string { return s.actors.Address() }
+
+// DropPeer forgets this system's connection to the system at address, a
+// peer that membership found dead: the next message to it dials anew, and
+// watchers of its actors learn that they terminated. A connection kept
+// open through a partition (no reset crossed it) would deliver what was
+// sent after the heal only when TCP's retransmission backoff lets it,
+// seconds later; a fresh one delivers at once.
+func (s *System) DropPeer(address string) {
+	if s.remote == nil || address == "" || address == s.Address() {
+		return
+	}
+	s.actors.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: address})
+}
 
 // IsRemote reports whether the system serves protoactor remote.
 func (s *System) IsRemote() bool { return s.remote != nil }

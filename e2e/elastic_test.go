@@ -34,10 +34,29 @@ type agentProc struct {
 	name    string
 	cmd     *exec.Cmd
 	stdout  bytes.Buffer
-	stderr  bytes.Buffer
+	stderr  syncBuffer // read while the agent runs
 	metrics string
 	done    chan error
 	started time.Time
+}
+
+// syncBuffer is a bytes.Buffer that the process's writes and the test's
+// reads may use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 type cluster struct {
@@ -50,6 +69,10 @@ type cluster struct {
 	ctx    context.Context
 	// extra flags every agent of this cluster gets.
 	extra []string
+	// net, when set, holds the test hosts agent i runs on (host i).
+	net *testNet
+	// env is added to every agent's environment.
+	env []string
 }
 
 // handedOut holds every address freePort returned in this test binary.
@@ -108,7 +131,14 @@ func (c *cluster) startWith(i int, own ...string) *agentProc {
 		"--log-format", "json"}, elasticTrainArgs()...)
 	args = append(append(args, c.extra...), own...)
 	a.cmd = exec.CommandContext(c.ctx, troupeBin, args...)
+	if c.net != nil {
+		// `ip netns exec` execs the agent: the process is the agent's.
+		a.cmd = c.net.command(c.ctx, i, troupeBin, args...)
+	}
 	a.cmd.Stdout, a.cmd.Stderr = &a.stdout, &a.stderr
+	if c.env != nil {
+		a.cmd.Env = append(os.Environ(), c.env...)
+	}
 	if err := a.cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}

@@ -153,7 +153,17 @@ func (a *memberActor) onMember(now time.Time, e *mlEvent) {
 		}
 		_, known := a.members[id]
 		a.members[id], a.addrs[id] = m, m.ActorAddr
-		a.n.failed.take(e.node.Address())
+		if down := a.n.failed.take(e.node.Address()); !known && !down.IsZero() {
+			// Back after it was found failing (a partition, a hang): a
+			// connection to it that stayed open (no reset crossed the
+			// cut) would carry the next world's proposal only at TCP's
+			// retransmission backoff, seconds later, even when this node
+			// noticed the failure only just now; the next message dials
+			// anew. (Dropped here and not when it failed: a false alarm's
+			// connection still works, and may carry a reply the leader
+			// waits for.)
+			a.n.sys.DropPeer(m.ActorAddr)
+		}
 		a.publishMembers()
 		a.core.MemberUp(m)
 		if !known {

@@ -39,7 +39,8 @@ type Timings struct {
 	Retry time.Duration
 	// Reconnect: how often a node tries to reach its join addresses and
 	// the members it saw fail, so that a healed partition merges again
-	// (memberlist itself stops talking to dead members).
+	// (memberlist itself stops talking to dead members); the time from a
+	// heal to the merge is at most about this.
 	Reconnect time.Duration
 	// ReconnectTimeout: members that failed longer ago are not tried again.
 	ReconnectTimeout time.Duration
@@ -61,7 +62,7 @@ func FastTimings() Timings {
 		Tick:             50 * time.Millisecond,
 		Settle:           200 * time.Millisecond,
 		Retry:            500 * time.Millisecond,
-		Reconnect:        time.Second,
+		Reconnect:        250 * time.Millisecond,
 		ReconnectTimeout: 10 * time.Minute,
 	}
 }

@@ -335,9 +335,19 @@ func (s *stamps) since(t time.Time) []string {
 // that failed recently and are not live: memberlist stops gossiping to
 // dead members, so without it two sides of a healed partition (or two
 // seeds that started at the same time) would never merge. It runs
-// outside memberlist's callbacks, so it may call Join.
+// outside memberlist's callbacks, so it may call Join. Each address gets
+// a new attempt every tick while fewer than maxJoins of its attempts are
+// still in flight: an attempt whose SYN a cut link dropped waits for the
+// kernel's retransmission (a second), and a fresh one after the heal
+// gets through at once. Every attempt ends within TCPTimeout, and the
+// reconnector waits for them before it returns.
 func (n *Node) reconnector() {
 	defer n.wg.Done()
+	const maxJoins = 4
+	var joins sync.WaitGroup
+	defer joins.Wait()
+	var mu sync.Mutex
+	inflight := map[string]int{}
 	t := time.NewTicker(n.cfg.Timings.Reconnect)
 	defer t.Stop()
 	seeds, _ := n.seeds()
@@ -358,16 +368,27 @@ func (n *Node) reconnector() {
 			}
 		}
 		for _, a := range try {
-			select {
-			case <-n.stop:
-				return
-			default:
+			mu.Lock()
+			busy := inflight[a] >= maxJoins
+			if !busy {
+				inflight[a]++
 			}
-			if k, err := n.ml.Join([]string{a}); k > 0 {
-				n.logger.Info("elastic: reconnected", zap.String("gossip", a))
-			} else {
-				n.logger.Debug("elastic: reconnect failed", zap.String("gossip", a), zap.Error(err))
+			mu.Unlock()
+			if busy {
+				continue
 			}
+			joins.Add(1)
+			go func() {
+				defer joins.Done()
+				if k, err := n.ml.Join([]string{a}); k > 0 {
+					n.logger.Info("elastic: reconnected", zap.String("gossip", a))
+				} else {
+					n.logger.Debug("elastic: reconnect failed", zap.String("gossip", a), zap.Error(err))
+				}
+				mu.Lock()
+				inflight[a]--
+				mu.Unlock()
+			}()
 		}
 	}
 }

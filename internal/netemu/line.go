@@ -1,18 +1,24 @@
-// Package netemu emulates a slow network link for tests and benchmarks
-// on one machine: a delay line that holds every packet for a fixed time
-// before passing it on, in order, the part of Linux's netem a kernel
-// without sch_netem lacks (tc's tbf still limits the rate). Line is the
+// Package netemu emulates a slow or lossy network link for tests and
+// benchmarks on one machine: a delay line that drops a share of the
+// packets at random and holds every other for a fixed time before
+// passing it on, in order, the part of Linux's netem a kernel without
+// sch_netem lacks (tc's tbf still limits the rate). Line is the
 // pure queue; Run is its shell on a TUN device (Linux only), through
 // which a router namespace sends the packets it forwards.
 package netemu
 
 import (
 	"errors"
+	"math/rand/v2"
 	"time"
 )
 
-// ErrFull is a packet dropped because the line holds Limit packets.
-var ErrFull = errors.New("netemu: delay line full, packet dropped")
+var (
+	// ErrFull is a packet dropped because the line holds Limit packets.
+	ErrFull = errors.New("netemu: delay line full, packet dropped")
+	// ErrLost is a packet dropped at random (Line.Loss).
+	ErrLost = errors.New("netemu: packet lost")
+)
 
 // Line holds packets for Delay each and releases them in arrival order.
 // It is not safe for concurrent use.
@@ -21,7 +27,12 @@ type Line struct {
 	// line holds at most (a longer queue drops, as netem's limit does).
 	Delay time.Duration
 	Limit int
-	q     []held
+	// Loss is the probability that a packet is dropped (0: none), drawn
+	// from a generator seeded with Seed, so a test's losses repeat.
+	Loss float64
+	Seed uint64
+	rng  *rand.Rand
+	q    []held
 }
 
 type held struct {
@@ -32,6 +43,14 @@ type held struct {
 // Push takes a packet that arrived at now (the line keeps pkt: the caller
 // must not reuse it).
 func (l *Line) Push(pkt []byte, now time.Time) error {
+	if l.Loss > 0 {
+		if l.rng == nil {
+			l.rng = rand.New(rand.NewPCG(l.Seed, 0x6e6574656d75))
+		}
+		if l.rng.Float64() < l.Loss {
+			return ErrLost
+		}
+	}
 	if l.Limit > 0 && len(l.q) >= l.Limit {
 		return ErrFull
 	}

@@ -37,3 +37,38 @@ func TestLineHoldsEachPacketForItsDelay(t *testing.T) {
 		t.Fatalf("an empty line gave %v, wait %v, len %d", p, wait, l.Len())
 	}
 }
+
+// A lossy line drops about its share of the packets, the same ones for
+// the same seed, and keeps the others' order.
+func TestLineLosesItsShare(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	run := func(seed uint64) []byte {
+		l := &Line{Loss: 0.2, Seed: seed}
+		lost := 0
+		for i := range 10000 {
+			if err := l.Push([]byte{byte(i)}, t0); errors.Is(err, ErrLost) {
+				lost++
+			} else if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if lost < 1800 || lost > 2200 {
+			t.Errorf("lost %d of 10000 packets at 20 %%", lost)
+		}
+		var kept []byte
+		for p, _ := l.Pop(t0); p != nil; p, _ = l.Pop(t0) {
+			kept = append(kept, p[0])
+		}
+		if len(kept) != 10000-lost {
+			t.Errorf("%d packets came out, %d went in", len(kept), 10000-lost)
+		}
+		return kept
+	}
+	a, b := run(7), run(7)
+	if string(a) != string(b) {
+		t.Error("the same seed lost other packets")
+	}
+	if string(a) == string(run(8)) {
+		t.Error("another seed lost the same packets")
+	}
+}

@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// waitLog waits until agent name's log holds text.
+func (c *cluster) waitLog(name, text string) {
+	c.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if strings.Contains(c.agents[name].stderr.String(), text) {
+			return
+		}
+	}
+	c.dump()
+	c.t.Fatalf("agent %s never logged %q", name, text)
+}
+
+// lastStep is the last step any leader logged (0: none).
+func (c *cluster) lastStep() int {
+	if s := c.steps(); len(s) > 0 {
+		return s[len(s)-1].Step
+	}
+	return 0
+}
+
+// worldsBelow fails the test when a step ran in a world of fewer than
+// n members (a side of a partition that should not have trained).
+func (c *cluster) noWorldBelow(n int) {
+	c.t.Helper()
+	for _, r := range c.steps() {
+		if r.World < n {
+			c.t.Errorf("step %d ran in a world of %d (generation %d): a side without a quorum trained", r.Step, r.World, r.Generation)
+		}
+	}
+}
+
+// The partition scenarios slow every step by 5 ms (rank 0 of each world
+// computes longer), so that the job outlasts a detection, a heal and a
+// rejoin (about 15 s of training instead of 5).
+var slowSteps = []string{"TROUPE_TEST_STRAGGLER=0:5ms"}
+
+// A host cut off from the others (its packets dropped silently, no
+// reset): the two others re-form and train on; the cut-off minority
+// trains nothing (it logs that it lacks a quorum); after the heal it
+// rejoins, and the job ends with identical replicas, every sample trained
+// once, and the fault-free run's losses.
+func TestNetMinorityCutAndHeal(t *testing.T) {
+	ref := faultFree(t)
+	c, tn := newNetCluster(t, 3, 2)
+	c.env = slowSteps
+	c.startWorld(3)
+	tn.cut(2)
+	cut := time.Now()
+	r := c.waitWorld(2, 300)
+	t.Logf("n3 cut off; a world of 2 completed step %d %.0f ms later", r.Step, float64(time.Since(cut).Milliseconds()))
+	c.waitLog("n3", "no quorum")
+	tn.heal()
+	healed := time.Now()
+	back := c.waitWorld(3, c.lastStep())
+	t.Logf("healed: n3 training again in a world of 3 from step %d, %.0f ms after the heal", back.Step, float64(time.Since(healed).Milliseconds()))
+	c.noWorldBelow(2)
+	c.check(c.finish("n1", "n2", "n3"), ref)
+}
+
+// An even split, 2 | 2: neither side has a strict majority of the
+// generation of 4, so neither trains a step (each logs that it lacks a
+// quorum); after the heal one world of 4 forms again, and the job ends
+// with identical replicas, every sample trained once, and the fault-free
+// run's losses.
+func TestNetEvenSplitAndHeal(t *testing.T) {
+	ref := faultFree(t)
+	c, tn := newNetCluster(t, 4, 2)
+	c.env = slowSteps
+	c.startWorld(4)
+	tn.split(0, 1)
+	c.waitLog("n1", "no quorum")
+	c.waitLog("n3", "no quorum")
+	before := c.lastStep()
+	t.Logf("split 2 | 2 after step %d: both sides lack a quorum", before)
+	tn.heal()
+	healed := time.Now()
+	back := c.waitWorld(4, before)
+	t.Logf("healed: a world of 4 trained step %d, %.0f ms after the heal", back.Step, float64(time.Since(healed).Milliseconds()))
+	c.noWorldBelow(4)
+	c.check(c.finish("n1", "n2", "n3", "n4"), ref)
+}
