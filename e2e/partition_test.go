@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -86,4 +87,45 @@ func TestNetEvenSplitAndHeal(t *testing.T) {
 	t.Logf("healed: a world of 4 trained step %d, %.0f ms after the heal", back.Step, float64(time.Since(healed).Milliseconds()))
 	c.noWorldBelow(4)
 	c.check(c.finish("n1", "n2", "n3", "n4"), ref)
+}
+
+// Links of 100 ms one way (every packet a host sends waits 100 ms in the
+// router): with the lan timings (probes answered within 500 ms) no member
+// is falsely found failing, so the whole job runs in its first
+// generation, with identical replicas and the fault-free run's losses.
+// (The fast timings' 100 ms probe timeout is below this round trip.) A
+// step pays the ring's four hops and the leader's round trips: the job is
+// cut to 30 steps.
+func TestNetDelayedLinks(t *testing.T) {
+	const steps = 30
+	ref := faultFreeSteps(t, steps)
+	c, tn := newNetCluster(t, 3, 3)
+	c.extra = []string{"--steps", fmt.Sprint(steps), "--timings", "lan"}
+	for i := range 3 {
+		tn.impair(i, 100*time.Millisecond, 0)
+	}
+	for i := range 3 {
+		c.start(i)
+	}
+	c.check(c.finish("n1", "n2", "n3"), ref)
+	if gens := generationsOf(c.steps()); len(gens) != 1 || gens[0] != 3 {
+		t.Errorf("worlds by generation %v: a member was found failing over the delayed links", gens)
+	}
+}
+
+// 20 % of the packets one host sends are lost (one-way, as a bad cable or
+// a congested uplink): TCP's retransmissions carry the data plane and the
+// control messages through, and whatever the failure detector makes of
+// the lost probes, training continues to the last step with identical
+// replicas, each sample trained once and the fault-free run's losses.
+func TestNetLossyLink(t *testing.T) {
+	const steps = 60
+	ref := faultFreeSteps(t, steps)
+	c, tn := newNetCluster(t, 3, 2)
+	c.extra = []string{"--steps", fmt.Sprint(steps)}
+	tn.impair(1, 0, 0.2)
+	for i := range 3 {
+		c.start(i)
+	}
+	c.check(c.finish("n1", "n2", "n3"), ref)
 }
