@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -128,4 +130,43 @@ func TestNetLossyLink(t *testing.T) {
 		c.start(i)
 	}
 	c.check(c.finish("n1", "n2", "n3"), ref)
+}
+
+// A host cut off until the job ended without it: the two others finish
+// the job (the fault-free run's losses, each sample once); when the link
+// heals nothing listens at their addresses any more, and the stale agent
+// exits within 30 s of the heal, non-zero, saying that the job ended
+// without it (elastic.Timings.Gone: 5 s of refused connections). While
+// it was cut off (no answer at all, a partition) it waited.
+func TestNetStaleNodeAfterTheJobEnded(t *testing.T) {
+	ref := faultFree(t)
+	c, tn := newNetCluster(t, 3, 2)
+	c.env = slowSteps
+	c.startWorld(3)
+	tn.cut(2)
+	c.waitWorld(2, 300)
+	sums := c.finish("n1", "n2")
+	c.check(sums, ref)
+	stale := c.agents["n3"]
+	select {
+	case err := <-stale.done:
+		t.Fatalf("n3 exited while still cut off (%v): a partition must keep it waiting\n%s", err, stale.stderr.String())
+	default:
+	}
+	tn.heal()
+	healed := time.Now()
+	select {
+	case err := <-stale.done:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			t.Fatalf("n3 after the heal: %v, want a non-zero exit", err)
+		}
+		if !strings.Contains(stale.stderr.String(), "the job ended without this node") {
+			t.Errorf("n3 exited %v without saying the job ended without it:\n%s", err, stale.stderr.String())
+		}
+		t.Logf("n3 exited (%v) %.1f s after the heal", err, time.Since(healed).Seconds())
+	case <-time.After(30 * time.Second):
+		c.dump()
+		t.Fatal("n3 still running 30 s after the heal, its job long ended")
+	}
 }

@@ -167,6 +167,7 @@ func (a *memberActor) onMember(now time.Time, e *mlEvent) {
 		a.publishMembers()
 		a.core.MemberUp(m)
 		if !known {
+			a.n.hadPeers.Store(true)
 			a.mark(now)
 			a.n.logger.Info("elastic: member joined", zap.String("id", id), zap.String("gossip", e.node.Address()))
 			a.n.events.push(Event{Kind: EventJoined, Member: m, Time: now})

@@ -44,6 +44,13 @@ type Timings struct {
 	Reconnect time.Duration
 	// ReconnectTimeout: members that failed longer ago are not tried again.
 	ReconnectTimeout time.Duration
+	// Gone: a node that had peers and is alone gives up (Failed, ErrGone)
+	// once every address it knows has refused connections this long: no
+	// process listens there any more, so the job ended without it (it
+	// was cut off until the others finished) or every other node
+	// stopped. Addresses that do not answer at all (a partition) keep it
+	// waiting.
+	Gone time.Duration
 }
 
 // FastTimings are the defaults: memberlist's DefaultLocalConfig tuned as in
@@ -64,6 +71,7 @@ func FastTimings() Timings {
 		Retry:            500 * time.Millisecond,
 		Reconnect:        250 * time.Millisecond,
 		ReconnectTimeout: 10 * time.Minute,
+		Gone:             5 * time.Second,
 	}
 }
 
@@ -82,6 +90,7 @@ func LANTimings() Timings {
 		Retry:            2 * time.Second,
 		Reconnect:        5 * time.Second,
 		ReconnectTimeout: time.Hour,
+		Gone:             15 * time.Second,
 	}
 }
 
@@ -90,7 +99,7 @@ func WANTimings() Timings {
 	t := LANTimings()
 	t.ProbeInterval, t.ProbeTimeout, t.GossipInterval = 5*time.Second, 3*time.Second, 500*time.Millisecond
 	t.SuspicionMult, t.PushPullInterval, t.TCPTimeout = 6, 60*time.Second, 30*time.Second
-	t.Settle, t.Retry, t.Reconnect = 3*time.Second, 5*time.Second, 15*time.Second
+	t.Settle, t.Retry, t.Reconnect, t.Gone = 3*time.Second, 5*time.Second, 15*time.Second, time.Minute
 	return t
 }
 
@@ -114,7 +123,7 @@ func (t *Timings) validate() error {
 		def time.Duration
 	}{{&t.ProbeInterval, d.ProbeInterval}, {&t.ProbeTimeout, d.ProbeTimeout}, {&t.GossipInterval, d.GossipInterval},
 		{&t.PushPullInterval, d.PushPullInterval}, {&t.TCPTimeout, d.TCPTimeout}, {&t.Tick, d.Tick}, {&t.Settle, d.Settle},
-		{&t.Retry, d.Retry}, {&t.Reconnect, d.Reconnect}, {&t.ReconnectTimeout, d.ReconnectTimeout}} {
+		{&t.Retry, d.Retry}, {&t.Reconnect, d.Reconnect}, {&t.ReconnectTimeout, d.ReconnectTimeout}, {&t.Gone, d.Gone}} {
 		if *f.v == 0 {
 			*f.v = f.def
 		}

@@ -16,6 +16,10 @@ var (
 	ErrWire = failure.New(failure.Internal, "elastic: bad rendezvous message")
 	// ErrJoin: no seed of Config.Join could be reached before JoinTimeout.
 	ErrJoin = failure.New(failure.PeerLost, "elastic: cannot join the cluster")
+	// ErrGone: this node is alone and every address it knows refuses
+	// connections (Timings.Gone): the job ended without it, or every
+	// other node stopped.
+	ErrGone = failure.New(failure.PeerLost, "elastic: the job's other nodes are gone")
 	// ErrCrashed: the membership actor panicked; the node must stop.
 	ErrCrashed = failure.New(failure.Crashed, "elastic: membership crashed")
 	// ErrClosed: the node is closed.

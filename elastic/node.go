@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -59,6 +62,9 @@ type Node struct {
 	pushState atomic.Pointer[[]byte]
 	acks      stamps // member ID → last probe answer
 	failed    stamps // gossip address → when it was seen failing
+	// hadPeers: some other member was live once (a node that never had
+	// any waits for them, up to JoinTimeout at the start).
+	hadPeers atomic.Bool
 
 	worlds chan World // size 1: the newest committed world replaces an unread one
 	events *eventQueue
@@ -351,18 +357,31 @@ func (n *Node) reconnector() {
 	t := time.NewTicker(n.cfg.Timings.Reconnect)
 	defer t.Stop()
 	seeds, _ := n.seeds()
+	var refused time.Time // since when every known address refused (alone)
 	for {
 		select {
 		case <-n.stop:
 			return
 		case <-t.C:
 		}
+		members := n.ml.Members()
 		live := map[string]bool{}
-		for _, m := range n.ml.Members() {
+		for _, m := range members {
 			live[m.Address()] = true
 		}
+		known := append(slices.Clone(seeds), n.failed.since(time.Now().Add(-n.cfg.Timings.ReconnectTimeout))...)
+		if len(members) > 1 || !n.hadPeers.Load() || !allRefuse(known, n.cfg.Timings.TCPTimeout) {
+			refused = time.Time{}
+		} else if now := time.Now(); refused.IsZero() {
+			refused = now
+		} else if now.Sub(refused) >= n.cfg.Timings.Gone {
+			n.logger.Error("elastic: every other node is gone", zap.Strings("refused", known), zap.Duration("for", now.Sub(refused)))
+			n.crash(fmt.Errorf("%w: this node is alone and every address it knows (%s) has refused connections for %v: the job ended without this node (it was cut off until the others finished), or every other node stopped",
+				ErrGone, strings.Join(known, ", "), now.Sub(refused).Round(100*time.Millisecond)))
+			return
+		}
 		var try []string
-		for _, a := range append(slices.Clone(seeds), n.failed.since(time.Now().Add(-n.cfg.Timings.ReconnectTimeout))...) {
+		for _, a := range known {
 			if !live[a] && !slices.Contains(try, a) && len(try) < 3 {
 				try = append(try, a)
 			}
@@ -391,6 +410,26 @@ func (n *Node) reconnector() {
 			}()
 		}
 	}
+}
+
+// allRefuse reports whether every address refuses a TCP connection (a
+// reset: the host is there, nothing listens), each tried within timeout;
+// false for none, or for one that answers or stays silent.
+func allRefuse(addrs []string, timeout time.Duration) bool {
+	if len(addrs) == 0 {
+		return false
+	}
+	for _, a := range addrs {
+		c, err := net.DialTimeout("tcp", a, min(timeout, time.Second))
+		if err == nil {
+			c.Close()
+			return false
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return false
+		}
+	}
+	return true
 }
 
 // Self is this node's member record.
