@@ -181,12 +181,13 @@ func (s *System) Root() *actor.RootContext { return s.actors.Root }
 // Address is host:port of a remote system, "nonhost" for a local one.
 func (s *System) Address() string { return s.actors.Address() }
 
-// DropPeer forgets this system's connection to the system at address, a
-// peer that membership found dead: the next message to it dials anew, and
-// watchers of its actors learn that they terminated. A connection kept
-// open through a partition (no reset crossed it) would deliver what was
-// sent after the heal only when TCP's retransmission backoff lets it,
-// seconds later; a fresh one delivers at once.
+// DropPeer forgets this system's connection to the system at address (a
+// peer that membership found failing and that came back): the next
+// message to it dials anew, and watchers of its actors learn that they
+// terminated; messages still queued for the old connection are lost. A
+// connection kept open through a partition (no reset crossed it) would
+// deliver what was sent after the heal only when TCP's retransmission
+// backoff lets it, seconds later; a fresh one delivers at once.
 func (s *System) DropPeer(address string) {
 	if s.remote == nil || address == "" || address == s.Address() {
 		return
