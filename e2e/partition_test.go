@@ -46,26 +46,40 @@ func (c *cluster) noWorldBelow(n int) {
 var slowSteps = []string{"TROUPE_TEST_STRAGGLER=0:5ms"}
 
 // A host cut off from the others (its packets dropped silently, no
-// reset): the two others re-form and train on; the cut-off minority
-// trains nothing (it logs that it lacks a quorum); after the heal it
-// rejoins, and the job ends with identical replicas, every sample trained
-// once, and the fault-free run's losses.
+// reset), under each preset meant for these links: the two others
+// re-form and train on; the cut-off minority trains nothing (it logs that
+// it lacks a quorum); after the heal it rejoins, and the job ends with
+// identical replicas, every sample trained once, and the fault-free run's
+// losses. The log lines give the preset's times: cut → a world of two
+// trained a step (detection and re-forming), heal → a world of three
+// trained a step (the lan preset reconnects every 5 s, so its steps are
+// slowed more, for the job to outlast its detection and rejoin).
 func TestNetMinorityCutAndHeal(t *testing.T) {
 	ref := faultFree(t)
-	c, tn := newNetCluster(t, 3, 2)
-	c.env = slowSteps
-	c.startWorld(3)
-	tn.cut(2)
-	cut := time.Now()
-	r := c.waitWorld(2, 300)
-	t.Logf("n3 cut off; a world of 2 completed step %d %.0f ms later", r.Step, float64(time.Since(cut).Milliseconds()))
-	c.waitLog("n3", "no quorum")
-	tn.heal()
-	healed := time.Now()
-	back := c.waitWorld(3, c.lastStep())
-	t.Logf("healed: n3 training again in a world of 3 from step %d, %.0f ms after the heal", back.Step, float64(time.Since(healed).Milliseconds()))
-	c.noWorldBelow(2)
-	c.check(c.finish("n1", "n2", "n3"), ref)
+	for _, tc := range []struct {
+		timings string
+		slow    []string
+	}{
+		{"loopback", slowSteps},
+		{"lan", []string{"TROUPE_TEST_STRAGGLER=0:12ms"}},
+	} {
+		t.Run(tc.timings, func(t *testing.T) {
+			c, tn := newNetCluster(t, 3, 2)
+			c.env, c.extra = tc.slow, []string{"--timings", tc.timings}
+			c.startWorld(3)
+			tn.cut(2)
+			cut := time.Now()
+			r := c.waitWorld(2, 300)
+			t.Logf("%s: n3 cut off; a world of 2 completed step %d %.0f ms later", tc.timings, r.Step, float64(time.Since(cut).Milliseconds()))
+			c.waitLog("n3", "no quorum")
+			tn.heal()
+			healed := time.Now()
+			back := c.waitWorld(3, c.lastStep())
+			t.Logf("%s: healed: n3 training again in a world of 3 from step %d, %.0f ms after the heal", tc.timings, back.Step, float64(time.Since(healed).Milliseconds()))
+			c.noWorldBelow(2)
+			c.check(c.finish("n1", "n2", "n3"), ref)
+		})
+	}
 }
 
 // An even split, 2 | 2: neither side has a strict majority of the
@@ -95,7 +109,7 @@ func TestNetEvenSplitAndHeal(t *testing.T) {
 // router): with the lan timings (probes answered within 500 ms) no member
 // is falsely found failing, so the whole job runs in its first
 // generation, with identical replicas and the fault-free run's losses.
-// (The fast timings' 100 ms probe timeout is below this round trip.) A
+// (The loopback preset's 100 ms probe timeout is below this round trip.) A
 // step pays the ring's four hops and the leader's round trips: the job is
 // cut to 30 steps.
 func TestNetDelayedLinks(t *testing.T) {

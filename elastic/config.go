@@ -53,7 +53,7 @@ type Timings struct {
 	Gone time.Duration
 }
 
-// FastTimings are the defaults: memberlist's DefaultLocalConfig tuned as in
+// FastTimings are the defaults, the loopback preset: memberlist's DefaultLocalConfig tuned as in
 // DESIGN.md ("failure signals"): probe 200 ms, timeout 100 ms, gossip
 // 50 ms, suspicion multiplier 3. A killed or hung member is declared dead
 // in about a second (0.85–1.04 s measured on loopback), a graceful leave
@@ -103,17 +103,18 @@ func WANTimings() Timings {
 	return t
 }
 
-// ParseTimings reads a preset name: fast, lan or wan.
+// ParseTimings reads a preset, named for the network it fits: loopback
+// (FastTimings; "fast" is its earlier name), lan or wan.
 func ParseTimings(s string) (Timings, error) {
 	switch s {
-	case "fast", "":
+	case "loopback", "fast", "":
 		return FastTimings(), nil
 	case "lan":
 		return LANTimings(), nil
 	case "wan":
 		return WANTimings(), nil
 	}
-	return Timings{}, fmt.Errorf("%w: timings %q: want fast, lan or wan", ErrBadConfig, s)
+	return Timings{}, fmt.Errorf("%w: timings %q: want loopback, lan or wan", ErrBadConfig, s)
 }
 
 func (t *Timings) validate() error {

@@ -39,7 +39,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestParseTimings(t *testing.T) {
-	for in, want := range map[string]Timings{"": FastTimings(), "fast": FastTimings(), "lan": LANTimings(), "wan": WANTimings()} {
+	for in, want := range map[string]Timings{"": FastTimings(), "loopback": FastTimings(), "fast": FastTimings(), "lan": LANTimings(), "wan": WANTimings()} {
 		got, err := ParseTimings(in)
 		if err != nil || got != want {
 			t.Errorf("%q: %+v, %v", in, got, err)

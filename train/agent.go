@@ -60,8 +60,9 @@ type AgentConfig struct {
 	// Key is the cluster key (see elastic.ParseKey); empty: gossip is not
 	// encrypted.
 	Key string
-	// Timings is the failure detector preset: "fast" (default), "lan" or
-	// "wan".
+	// Timings is the failure detector preset, named for its network:
+	// "loopback" (default; "fast" is its earlier name), "lan" or "wan"
+	// (see elastic.ParseTimings).
 	Timings string
 	// JoinTimeout bounds the wait for an answer from the Join list
 	// (default 30 s).
@@ -85,7 +86,7 @@ func (c AgentConfig) withDefaults() AgentConfig {
 		c.LostStageTimeout = time.Minute
 	}
 	if c.Timings == "" {
-		c.Timings = "fast"
+		c.Timings = "loopback"
 	}
 	if c.MinNodes == 0 {
 		c.MinNodes = 1

@@ -77,7 +77,7 @@ without it cannot join. At the end each agent prints a JSON summary (step, check
 	fl.IntVar(&ac.MaxNodes, "max-nodes", 0, "at most this many nodes train (more wait as standby; 0: no limit)")
 	fl.StringVar(&quorum, "quorum", "majority", "a new generation needs: majority (of the previous one; no split brain) or any")
 	fl.StringVar(&ac.Key, "key", "", "cluster key: hex:…, base64:…, passphrase:… (default $TROUPE_CLUSTER_KEY)")
-	fl.StringVar(&ac.Timings, "timings", "fast", "failure detection preset: fast (~1 s), lan (~5 s) or wan")
+	fl.StringVar(&ac.Timings, "timings", "loopback", "failure detection preset for the network: loopback (one host or a quiet LAN; detects a lost node in ~1 s), lan (links up to ~100 ms; ~5 s) or wan (across regions); fast is loopback's earlier name")
 	fl.DurationVar(&ac.JoinTimeout, "join-timeout", 30*time.Second, "give up when no node of --join answers within this time")
 	fl.DurationVar(&ac.LostStageTimeout, "lost-stage-timeout", time.Minute, "with --pp: end the job with an error when a stage no member holds, and no checkpoint can restore, stays lost this long")
 	fl.StringVar(&rescale, "rescale", string(train.KeepGlobalBatch), "on a world of another size keep the global batch (keep-global-batch) or each rank's batch and scale the LR (linear-lr)")
