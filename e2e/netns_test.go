@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -164,27 +165,23 @@ func (tn *testNet) remove() {
 	}
 }
 
-var delayLine struct {
-	path string
-	err  error
-	done atomic.Bool
-}
+// buildDelayLine builds the delay line command once for the package.
+var buildDelayLine = sync.OnceValues(func() (string, error) {
+	path := filepath.Join(filepath.Dir(troupeBin), "delayline")
+	if out, err := exec.Command("go", "build", "-o", path, "../internal/netemu/cmd/delayline").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the delay line: %v: %s", err, out)
+	}
+	return path, nil
+})
 
-// delayLineBin builds the delay line command once for the package.
+// delayLineBin is the delay line command, built on first use.
 func delayLineBin(t *testing.T) string {
 	t.Helper()
-	if !delayLine.done.Load() {
-		delayLine.path = filepath.Join(filepath.Dir(troupeBin), "delayline")
-		out, err := exec.Command("go", "build", "-o", delayLine.path, "../internal/netemu/cmd/delayline").CombinedOutput()
-		if err != nil {
-			delayLine.err = fmt.Errorf("building the delay line: %v: %s", err, out)
-		}
-		delayLine.done.Store(true)
+	path, err := buildDelayLine()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if delayLine.err != nil {
-		t.Fatal(delayLine.err)
-	}
-	return delayLine.path
+	return path
 }
 
 // newNetCluster is newCluster with agent i on test host i, gossiping on

@@ -38,7 +38,7 @@ func (w *Worker) partOptions(every bool) (o checkpoint.PartOptions, ok bool) {
 		o.Owner = d
 	}
 	if w.spec.Sync.Local() && d == 0 {
-		o.Owner = 0 // replica 0's optimizer state, whole (see local)
+		o.Owner = 0 // replica 0's optimizer state, whole (see rounds)
 	}
 	if g := w.zeroWeights(); g != nil && w.model.Set.Weights() == nil {
 		// ZeRO-3: the weights are sharded like the optimizer state.

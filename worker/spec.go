@@ -198,11 +198,8 @@ func (s *Spec) buildPart(be kernels.Backend, part int) (*nn.Model, optim.Optimiz
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	switch s.Sync.Mode {
-	case SyncLocalSGD:
-		opt = &local{Optimizer: opt, n: m.Set.Len()}
-	case SyncDiLoCo:
-		opt = newOuter(m.Set, opt, s.Sync)
+	if s.Sync.Local() {
+		opt = newRounds(m.Set, opt, s.Sync)
 	}
 	return m, opt, nil
 }

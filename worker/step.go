@@ -219,8 +219,6 @@ type stepper struct {
 	// meter counts what the groups send; syncMeter what the groups over
 	// the replicas send (the data-parallel and ZeRO groups).
 	meter, syncMeter *collective.Meter
-	// avg is the host buffer of a local-SGD round's average.
-	avg []float32
 	// flag is the loss scaler's overflow flag, all-reduced every fp16 step.
 	flag [1]float32
 }
@@ -516,9 +514,9 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 		s.updated = true
 	}
 	if res.Skipped {
-		// Nothing of the step is applied: the weights, the optimizer
-		// state (and its step count) stay; the next step zeroes the
-		// gradients.
+		// The step's update is not applied (a round that ended here
+		// was): the optimizer state and its step count stay; the next
+		// step zeroes the gradients.
 		return s.finish(res, start, req, 0)
 	}
 	if s.zero != nil && s.zero.g3 == nil {

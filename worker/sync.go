@@ -94,31 +94,6 @@ func (s Sync) Validate() error {
 	return nil
 }
 
-// local is a part's optimizer when the replicas synchronise in rounds:
-// their optimizer states differ, so a checkpoint takes one replica's
-// whole instead of rows from each (a multi-process checkpoint splits the
-// rows of what the replicas hold alike among them). Its States cover the
-// whole part as one range, which checkpoint.Snapshot writes from the
-// owner, replica 0 (Worker.partOptions), and a restore reads whole.
-type local struct {
-	optim.Optimizer
-	n int // the part's parameters
-}
-
-func (o *local) States() []optim.State { return wholeRange(o.Optimizer.States(), o.n) }
-
-// wholeRange gives states over the whole part the range [0, n).
-func wholeRange(st []optim.State, n int) []optim.State {
-	out := make([]optim.State, len(st))
-	for i, s := range st {
-		if s.Ranges == nil {
-			s.Ranges = []optim.Range{{Lo: 0, Hi: n}}
-		}
-		out[i] = s
-	}
-	return out
-}
-
 // The names of DiLoCo's outer state among a part's optimizer states
 // (checkpoint.OptimName gives each parameter's tensor).
 const (
@@ -126,38 +101,47 @@ const (
 	OuterMomentum = "outer_momentum_buffer"
 )
 
-// outer is a part's optimizer under DiLoCo: the inner optimizer, and the
-// outer state beside it, the global parameters (the part's weights when the
-// last round ended) and the outer momentum buffer. Its States are the
-// inner optimizer's followed by those two, so that a checkpoint, the
-// transfer of a replica's state and the undo of a step carry them with the
-// rest; its step count and configuration are the inner optimizer's. Like
-// local's, its States are replica 0's in a checkpoint.
-type outer struct {
+// rounds is a part's optimizer when the replicas synchronise in rounds:
+// the inner optimizer (its step count and configuration are rounds'),
+// and under DiLoCo the outer state beside it, the global parameters (the
+// part's weights when the last round ended) and the outer momentum
+// buffer. Its States are the inner optimizer's followed by the outer
+// ones, so that a checkpoint, the transfer of a replica's state and the
+// undo of a step carry them with the rest. The replicas' states differ,
+// so a checkpoint takes one replica's whole instead of rows from each (a
+// multi-process checkpoint splits the rows of what the replicas hold
+// alike among them): every state covers the whole part as one range,
+// which checkpoint.Snapshot writes from the owner, replica 0
+// (Worker.partOptions), and a restore reads whole.
+type rounds struct {
 	optim.Optimizer
-	global, mom kernels.Buffer
+	global, mom kernels.Buffer // DiLoCo's (nil under local SGD; mom nil without outer momentum)
+	states      []optim.State  // the buffers never change: listed once
 }
 
-// newOuter puts DiLoCo's outer state beside inner, the global parameters
-// starting as the part's weights.
-func newOuter(set *nn.ParamSet, inner optim.Optimizer, s Sync) *outer {
+// newRounds wraps inner for s.Mode; under DiLoCo the global parameters
+// start as the part's weights.
+func newRounds(set *nn.ParamSet, inner optim.Optimizer, s Sync) *rounds {
 	be := set.Backend()
-	o := &outer{Optimizer: inner, global: be.Alloc(set.Len())}
-	be.Copy(o.global, set.Weights())
-	if s.OuterMomentum > 0 {
-		o.mom = be.Alloc(set.Len()) // zeroed
+	o := &rounds{Optimizer: inner, states: inner.States()}
+	if s.Mode == SyncDiLoCo {
+		o.global = be.Alloc(set.Len())
+		be.Copy(o.global, set.Weights())
+		o.states = append(o.states, optim.State{Name: OuterParams, Buf: o.global})
+		if s.OuterMomentum > 0 {
+			o.mom = be.Alloc(set.Len()) // zeroed
+			o.states = append(o.states, optim.State{Name: OuterMomentum, Buf: o.mom})
+		}
+	}
+	for i := range o.states {
+		if o.states[i].Ranges == nil {
+			o.states[i].Ranges = []optim.Range{{Lo: 0, Hi: set.Len()}}
+		}
 	}
 	return o
 }
 
-func (o *outer) States() []optim.State {
-	st := append([]optim.State(nil), o.Optimizer.States()...)
-	st = append(st, optim.State{Name: OuterParams, Buf: o.global})
-	if o.mom != nil {
-		st = append(st, optim.State{Name: OuterMomentum, Buf: o.mom})
-	}
-	return wholeRange(st, o.global.Len())
-}
+func (o *rounds) States() []optim.State { return o.states }
 
 // round ends a synchronisation round after the step's update: local SGD
 // averages the parameters over the part's data-parallel group; DiLoCo
@@ -168,25 +152,26 @@ func (o *outer) States() []optim.State {
 // (which Worker.Step undoes when it kept a copy).
 func (s *stepper) round(ctx context.Context, res *StepResult) error {
 	sync, set, be := s.w.spec.Sync, s.w.model.Set, s.w.be
+	// The gradient buffer is free until the next step zeroes it: what a
+	// round averages goes there.
+	buf := set.Grads()
 	switch sync.Mode {
 	case SyncLocalSGD:
 		if s.dp == nil {
 			return nil // one replica: its parameters are the average
 		}
-		s.avg = grow(s.avg, set.Len())
-		be.Download(s.avg, set.Weights())
-		if err := s.average(ctx, res, s.avg, collective.Avg); err != nil {
+		be.Copy(buf, set.Weights())
+		if err := s.average(ctx, res, s.host(buf, true), collective.Avg); err != nil {
 			return err
 		}
-		be.Upload(set.Weights(), s.avg)
+		s.landed(buf)
+		be.Copy(set.Weights(), buf)
 	case SyncDiLoCo:
-		o, ok := s.w.opt.(*outer)
-		if !ok {
+		o, ok := s.w.opt.(*rounds)
+		if !ok || o.global == nil {
 			return fmt.Errorf("%w: a DiLoCo round on a part without outer state", ErrConfig)
 		}
-		// The gradient buffer is free until the next step zeroes it: the
-		// pseudo-gradient goes there.
-		delta := set.Grads()
+		delta := buf // the pseudo-gradient
 		be.Copy(delta, o.global)
 		be.Axpy(-1, set.Weights(), delta)
 		if s.dp != nil {
@@ -219,7 +204,7 @@ func (s *stepper) average(ctx context.Context, res *StepResult, buf []float32, o
 // adoptGlobal makes a DiLoCo part's weights its global parameters (a
 // worker that took its state from another replica starts its round there).
 func (w *Worker) adoptGlobal() {
-	if o, ok := w.opt.(*outer); ok {
+	if o, ok := w.opt.(*rounds); ok && o.global != nil {
 		w.be.Copy(w.model.Set.Weights(), o.global)
 	}
 }

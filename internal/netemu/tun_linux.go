@@ -15,7 +15,10 @@ import (
 // router namespace that routes forwarded packets into the device thus
 // delays them. It returns the packets passed and dropped.
 func Run(ctx context.Context, dev string, line *Line) (passed, dropped int64, err error) {
-	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	// Non-blocking, so that os.NewFile puts it in the runtime's poller
+	// and closing it ends the reader's Read (a blocking descriptor's
+	// Read would hold the close until the next packet).
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return 0, 0, fmt.Errorf("netemu: opening /dev/net/tun: %w", err)
 	}
