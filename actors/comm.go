@@ -102,6 +102,9 @@ func (c *CommConfig) Validate() error {
 		return fmt.Errorf("%w: TickInterval %v, HandshakeTimeout %v, ActorWindow %d", ErrBadConfig, c.TickInterval, c.HandshakeTimeout, c.ActorWindow)
 	}
 	c.DataPlane.MaxFrameBytes = max(c.DataPlane.MaxFrameBytes, c.Collective.SubChunkBytes)
+	if c.DataPlane.Logger == nil {
+		c.DataPlane.Logger = c.Logger
+	}
 	if err := c.DataPlane.Validate(); err != nil {
 		return err
 	}

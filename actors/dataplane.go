@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,7 +14,10 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/internal/pki"
 	"github.com/troupe-ml/troupe/kernels"
 )
 
@@ -30,8 +34,15 @@ type DataPlaneConfig struct {
 	MaxFrameBytes int
 	// Key authenticates connections: the dialer answers the listener's
 	// random challenge with an HMAC-SHA256 under this key. Empty means every
-	// peer of the same world may connect (loopback tests).
+	// peer of the same world may connect (loopback tests). It is checked
+	// inside TLS too, when TLS is on.
 	Key []byte
+	// TLS, when set, runs every connection over mutually authenticated TLS
+	// 1.3: a peer whose certificate the cluster CA did not sign is refused
+	// (and logged), and the bytes on the wire are encrypted.
+	TLS *pki.Identity
+	// Logger receives refused connections. Default: a no-op logger.
+	Logger *zap.Logger
 	// DialTimeout bounds a connection attempt and its handshake. Default 5 s.
 	DialTimeout time.Duration
 	// WriteTimeout breaks a connection on which one frame could not be
@@ -59,6 +70,9 @@ func (c *DataPlaneConfig) Validate() error {
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = d.WriteTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
 	}
 	if c.Window < 1 || c.Window > 1<<16 || c.MaxFrameBytes < 4 || c.MaxFrameBytes > 1<<30 || c.DialTimeout < 0 || c.WriteTimeout < 0 {
 		return fmt.Errorf("%w: data plane Window %d, MaxFrameBytes %d, timeouts %v/%v",
@@ -239,6 +253,9 @@ type DataPlane struct {
 	ln      net.Listener
 	deliver func(collective.Message)
 	lost    func(peer int, err error)
+	// srvTLS and cliTLS are the listener's and the dialers' TLS
+	// configurations; nil without TLS.
+	srvTLS, cliTLS *tls.Config
 
 	mu     sync.Mutex
 	addrs  map[int]string
@@ -268,6 +285,12 @@ func ListenDataPlane(addr, world string, rank, size int, cfg DataPlaneConfig, de
 	}
 	d := &DataPlane{cfg: cfg, world: world, rank: rank, size: size, ln: ln, deliver: deliver, lost: lost,
 		addrs: map[int]string{}, out: map[int]*dpOut{}, conns: map[net.Conn]struct{}{}}
+	if cfg.TLS != nil {
+		refused := func(peer string, err error) {
+			cfg.Logger.Warn("data plane: refused a peer", zap.String("world", world), zap.Int("rank", rank), zap.String("peer", peer), zap.Error(err))
+		}
+		d.srvTLS, d.cliTLS = cfg.TLS.Server(refused), cfg.TLS.Client(refused)
+	}
 	d.wg.Add(1)
 	go d.accept()
 	return d, nil
@@ -468,9 +491,26 @@ func (d *DataPlane) handshakeIn(c net.Conn) (int, error) {
 func (d *DataPlane) serveIn(c net.Conn) {
 	defer d.wg.Done()
 	defer d.untrack(c)
+	if d.srvTLS != nil {
+		tc := tls.Server(c, d.srvTLS)
+		tc.SetDeadline(time.Now().Add(d.cfg.DialTimeout))
+		if err := tc.Handshake(); err != nil {
+			// A peer the CA did not sign was logged by the verifier; one
+			// that refused this node's certificate, or spoke no TLS, here.
+			if !errors.Is(err, pki.ErrPeerRefused) && !d.isClosed() {
+				d.cfg.Logger.Warn("data plane: TLS handshake failed", zap.Int("rank", d.rank), zap.String("peer", c.RemoteAddr().String()), zap.Error(err))
+			}
+			return
+		}
+		c = tc
+	}
 	peer, err := d.handshakeIn(c)
 	if err != nil {
-		return // a stranger or a broken dial: the dialer reports it
+		if !d.isClosed() {
+			// A stranger or a broken dial (the dialer reports it too).
+			d.cfg.Logger.Warn("data plane: refused a connection", zap.Int("rank", d.rank), zap.String("peer", c.RemoteAddr().String()), zap.Error(err))
+		}
+		return
 	}
 	W, maxCount := d.cfg.Window, uint32(d.cfg.MaxFrameBytes/4)
 	free := make(chan int, W)
@@ -607,10 +647,11 @@ func (o *dpOut) dial() error {
 
 func (o *dpOut) connect(addr string) error {
 	d := o.d
-	c, err := net.DialTimeout("tcp", addr, d.cfg.DialTimeout)
+	raw, err := net.DialTimeout("tcp", addr, d.cfg.DialTimeout)
 	if err != nil {
 		return fmt.Errorf("%w: dial rank %d at %s: %w", ErrDataPlane, o.peer, addr, err)
 	}
+	var c net.Conn = raw
 	o.mu.Lock()
 	o.conn = c
 	closed := o.closed
@@ -620,6 +661,18 @@ func (o *dpOut) connect(addr string) error {
 		return net.ErrClosed
 	}
 	c.SetDeadline(time.Now().Add(d.cfg.DialTimeout))
+	if d.cliTLS != nil {
+		cfg := d.cliTLS.Clone()
+		cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		tc := tls.Client(raw, cfg)
+		if err := tc.Handshake(); err != nil {
+			return fmt.Errorf("%w: TLS with rank %d at %s: %w", ErrDataPlane, o.peer, addr, err)
+		}
+		c = tc
+		o.mu.Lock()
+		o.conn = c
+		o.mu.Unlock()
+	}
 	ch := make([]byte, dpChallengeLen)
 	if _, err := io.ReadFull(c, ch); err != nil {
 		return fmt.Errorf("%w: handshake with rank %d: %w", ErrDataPlane, o.peer, err)

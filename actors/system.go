@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,7 +17,10 @@ import (
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/troupe-ml/troupe/internal/pki"
 )
 
 // SystemConfig configures a node's actor system.
@@ -40,6 +44,11 @@ type SystemConfig struct {
 	// endpoint writer batches at most MaxMessageBytes/MaxActorMessageBytes
 	// messages. Default 1 MiB + 4 KiB.
 	MaxActorMessageBytes int
+	// TLS, when set, serves and dials protoactor remote over mutually
+	// authenticated TLS 1.3 with this node's identity: a peer whose
+	// certificate the cluster CA did not sign is refused and logged (Warn),
+	// and its messages never reach an actor. nil: plaintext gRPC.
+	TLS *pki.Identity
 	// Logger receives protoactor's logs (its Info, Warn and Error at Debug
 	// level, see zapSlog). Default: a no-op logger.
 	Logger *zap.Logger
@@ -124,12 +133,21 @@ func NewSystem(cfg SystemConfig) (*System, error) {
 	}
 	batch := max(1, cfg.MaxMessageBytes/cfg.MaxActorMessageBytes-1)
 	n := cfg.MaxMessageBytes
+	// Close stops the server, then the endpoint writers: once Stop
+	// returns no handler may still be delivering a peer's message.
+	serverOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n), grpc.WaitForHandlers(true)}
+	dialCreds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		refused := func(peer string, err error) {
+			cfg.Logger.Warn("actors: refused a peer", zap.String("peer", peer), zap.Error(err))
+		}
+		serverOpts = append(serverOpts, grpc.Creds(loggedCreds{credentials.NewTLS(cfg.TLS.Server(refused)), cfg.Logger}))
+		dialCreds = credentials.NewTLS(cfg.TLS.Client(refused))
+	}
 	rc := remote.Configure(cfg.Host, port,
-		// Close stops the server, then the endpoint writers: once Stop
-		// returns no handler may still be delivering a peer's message.
-		remote.WithServerOptions(grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n), grpc.WaitForHandlers(true)),
+		remote.WithServerOptions(serverOpts...),
 		remote.WithDialOptions(
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithTransportCredentials(dialCreds),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(n), grpc.MaxCallSendMsgSize(n)),
 			// A connection attempt whose SYN a cut link dropped would
 			// wait for the kernel's retransmissions (1 s, then 3 s, …)
@@ -150,6 +168,26 @@ func NewSystem(cfg SystemConfig) (*System, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// loggedCreds logs the server's failed TLS handshakes that the certificate
+// check did not (a client that refused this node's certificate, or spoke
+// no TLS); gRPC itself only tells its own logger.
+type loggedCreds struct {
+	credentials.TransportCredentials
+	log *zap.Logger
+}
+
+func (c loggedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	tc, info, err := c.TransportCredentials.ServerHandshake(conn)
+	if err != nil && !errors.Is(err, pki.ErrPeerRefused) {
+		c.log.Warn("actors: TLS handshake failed", zap.String("peer", conn.RemoteAddr().String()), zap.Error(err))
+	}
+	return tc, info, err
+}
+
+func (c loggedCreds) Clone() credentials.TransportCredentials {
+	return loggedCreds{c.TransportCredentials.Clone(), c.log}
 }
 
 // dialAttempt bounds one connection attempt to a peer's actor system.
