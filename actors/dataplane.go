@@ -289,7 +289,7 @@ func ListenDataPlane(addr, world string, rank, size int, cfg DataPlaneConfig, de
 		refused := func(peer string, err error) {
 			cfg.Logger.Warn("data plane: refused a peer", zap.String("world", world), zap.Int("rank", rank), zap.String("peer", peer), zap.Error(err))
 		}
-		d.srvTLS, d.cliTLS = cfg.TLS.Server(refused), cfg.TLS.Client(refused)
+		d.srvTLS, d.cliTLS = cfg.TLS.Server(refused), cfg.TLS.Client()
 	}
 	d.wg.Add(1)
 	go d.accept()
@@ -666,6 +666,9 @@ func (o *dpOut) connect(addr string) error {
 		cfg.ServerName, _, _ = net.SplitHostPort(addr)
 		tc := tls.Client(raw, cfg)
 		if err := tc.Handshake(); err != nil {
+			if errors.Is(err, pki.ErrPeerRefused) {
+				d.cfg.Logger.Warn("data plane: refused a peer", zap.String("world", d.world), zap.Int("rank", d.rank), zap.String("peer", addr), zap.Error(err))
+			}
 			return fmt.Errorf("%w: TLS with rank %d at %s: %w", ErrDataPlane, o.peer, addr, err)
 		}
 		c = tc

@@ -20,11 +20,7 @@ import (
 // testIdentity issues a node certificate of ca.
 func testIdentity(t testing.TB, ca *pki.CA, name string) *pki.Identity {
 	t.Helper()
-	cert, key, err := ca.Issue(name, nil, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := pki.FromPEM(ca.CertPEM(), cert, key)
+	id, err := ca.Identity(name, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

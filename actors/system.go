@@ -142,7 +142,7 @@ func NewSystem(cfg SystemConfig) (*System, error) {
 			cfg.Logger.Warn("actors: refused a peer", zap.String("peer", peer), zap.Error(err))
 		}
 		serverOpts = append(serverOpts, grpc.Creds(loggedCreds{credentials.NewTLS(cfg.TLS.Server(refused)), cfg.Logger}))
-		dialCreds = credentials.NewTLS(cfg.TLS.Client(refused))
+		dialCreds = loggedCreds{credentials.NewTLS(cfg.TLS.Client()), cfg.Logger}
 	}
 	rc := remote.Configure(cfg.Host, port,
 		remote.WithServerOptions(serverOpts...),
@@ -170,9 +170,10 @@ func NewSystem(cfg SystemConfig) (*System, error) {
 	return s, nil
 }
 
-// loggedCreds logs the server's failed TLS handshakes that the certificate
-// check did not (a client that refused this node's certificate, or spoke
-// no TLS); gRPC itself only tells its own logger.
+// loggedCreds logs failed TLS handshakes: a server the cluster CA did not
+// sign, and on the server side those the certificate check did not log (a
+// client that refused this node's certificate, or spoke no TLS); gRPC
+// itself only tells its own logger.
 type loggedCreds struct {
 	credentials.TransportCredentials
 	log *zap.Logger
@@ -182,6 +183,14 @@ func (c loggedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthI
 	tc, info, err := c.TransportCredentials.ServerHandshake(conn)
 	if err != nil && !errors.Is(err, pki.ErrPeerRefused) {
 		c.log.Warn("actors: TLS handshake failed", zap.String("peer", conn.RemoteAddr().String()), zap.Error(err))
+	}
+	return tc, info, err
+}
+
+func (c loggedCreds) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	tc, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, conn)
+	if errors.Is(err, pki.ErrPeerRefused) {
+		c.log.Warn("actors: refused a peer", zap.String("peer", conn.RemoteAddr().String()), zap.Error(err))
 	}
 	return tc, info, err
 }
@@ -232,6 +241,10 @@ func (s *System) DropPeer(address string) {
 	}
 	s.actors.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: address})
 }
+
+// TLS is the node identity the system's remote runs with; nil without TLS.
+// The node's other channels (gossip streams, the data plane) use the same.
+func (s *System) TLS() *pki.Identity { return s.cfg.TLS }
 
 // IsRemote reports whether the system serves protoactor remote.
 func (s *System) IsRemote() bool { return s.remote != nil }

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-ml/troupe/actors"
+	"github.com/troupe-ml/troupe/internal/pki"
 )
 
 // Option configures an optional collaborator of a Node.
@@ -169,6 +170,9 @@ func (n *Node) startMemberlist(o options) error {
 		return fmt.Errorf("elastic: gossip listener on %s: %w", n.cfg.BindAddr, err)
 	}
 	var tr memberlist.NodeAwareTransport = nt
+	if id := n.sys.TLS(); id != nil {
+		tr = newTLSTransport(nt, id, n.logger)
+	}
 	if o.wrapTransport != nil {
 		tr = o.wrapTransport(nt)
 	}
@@ -180,7 +184,7 @@ func (n *Node) startMemberlist(o options) error {
 		ah, ap, _ := splitHostPort(n.cfg.AdvertiseAddr)
 		aip, err := resolveIP(ah)
 		if err != nil {
-			nt.Shutdown()
+			tr.Shutdown()
 			return fmt.Errorf("%w: AdvertiseAddr %s: %v", ErrBadConfig, n.cfg.AdvertiseAddr, err)
 		}
 		c.AdvertiseAddr, c.AdvertisePort = aip.String(), ap
@@ -193,7 +197,7 @@ func (n *Node) startMemberlist(o options) error {
 	c.Logger = mlLog
 	ml, err := memberlist.Create(c)
 	if err != nil {
-		nt.Shutdown()
+		tr.Shutdown()
 		return fmt.Errorf("elastic: starting memberlist: %w", err)
 	}
 	n.ml = ml
@@ -263,13 +267,21 @@ func (n *Node) join(ctx context.Context) error {
 			n.logger.Info("elastic: joined", zap.String("gossip", n.gossip), zap.Int("contacted", k))
 			return nil
 		}
-		if seed {
+		// A seed starts the cluster when no other seed answers; one that
+		// answered but whose certificate check failed (either way) says
+		// this node is not of its cluster, and it may not start another.
+		tlsRefused := n.sys.TLS() != nil && err != nil && (errors.Is(err, pki.ErrPeerRefused) || strings.Contains(err.Error(), pki.ErrPeerRefused.Error()) || strings.Contains(err.Error(), "tls:"))
+		if seed && !tlsRefused {
 			n.logger.Info("elastic: no other seed answered; starting the cluster", zap.String("gossip", n.gossip), zap.Error(err))
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: no answer from %v within %v (a node without the cluster's key gets none: the others drop what they cannot decrypt): %v",
-				ErrJoin, others, n.cfg.JoinTimeout, err)
+			if tlsRefused {
+				return fmt.Errorf("%w: the nodes at %v did not admit this node within %v (TLS: they refused its certificate, or theirs is not signed by its CA; check --tls-ca and --tls-cert): %s",
+					ErrJoin, others, n.cfg.JoinTimeout, oneLine(err))
+			}
+			return fmt.Errorf("%w: no answer from %v within %v (a node without the cluster's key gets none: the others drop what they cannot decrypt): %s",
+				ErrJoin, others, n.cfg.JoinTimeout, oneLine(err))
 		}
 		select {
 		case <-ctx.Done():
@@ -277,6 +289,15 @@ func (n *Node) join(ctx context.Context) error {
 		case <-time.After(min(200*time.Millisecond, time.Until(deadline))):
 		}
 	}
+}
+
+// oneLine joins memberlist's multi-line error list into one line.
+func oneLine(err error) string {
+	if err == nil {
+		return "no error"
+	}
+	f := strings.Fields(strings.ReplaceAll(err.Error(), "\n\t* ", "; "))
+	return strings.ReplaceAll(strings.Join(f, " "), ":; ", ": ")
 }
 
 // ticker passes the time to the actor.

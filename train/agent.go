@@ -19,6 +19,7 @@ import (
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/elastic"
+	"github.com/troupe-ml/troupe/internal/pki"
 	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/worker"
@@ -60,6 +61,14 @@ type AgentConfig struct {
 	// Key is the cluster key (see elastic.ParseKey); empty: gossip is not
 	// encrypted.
 	Key string
+	// TLS, when its files are given, runs every channel between nodes over
+	// mutually authenticated TLS 1.3 with certificates of one cluster CA
+	// (troupe certs makes them): the actors' gRPC, the gossip streams and
+	// the data plane. A node whose certificate the CA did not sign cannot
+	// join, and its connections are refused and logged. Empty: plaintext,
+	// with the cluster Key encrypting gossip and authenticating the data
+	// plane.
+	TLS TLSFiles
 	// Timings is the failure detector preset, named for its network:
 	// "loopback" (default; "fast" is its earlier name), "lan" or "wan"
 	// (see elastic.ParseTimings).
@@ -75,6 +84,30 @@ type AgentConfig struct {
 	// Rescale is what a world of another size keeps (default
 	// KeepGlobalBatch).
 	Rescale Rescale
+}
+
+// TLSFiles are a node's PEM files: the cluster CA's certificate, the
+// node's certificate and its private key. All three or none.
+type TLSFiles struct {
+	CA, Cert, Key string
+}
+
+// On reports whether TLS is asked for.
+func (f TLSFiles) On() bool { return f != TLSFiles{} }
+
+// load reads the identity; nil when TLS is off.
+func (f TLSFiles) load() (*pki.Identity, error) {
+	if !f.On() {
+		return nil, nil
+	}
+	if f.CA == "" || f.Cert == "" || f.Key == "" {
+		return nil, fieldErr("TLS", "needs the CA, the certificate and the key (--tls-ca, --tls-cert, --tls-key); got CA %q, certificate %q, key %q", f.CA, f.Cert, f.Key)
+	}
+	id, err := pki.Load(f.CA, f.Cert, f.Key)
+	if err != nil {
+		return nil, fieldErr("TLS", "%v", err)
+	}
+	return id, nil
 }
 
 func (c AgentConfig) withDefaults() AgentConfig {
@@ -137,6 +170,9 @@ func (c AgentConfig) Validate() error {
 		if _, err := elastic.ParseKey(r.Key); err != nil {
 			return fieldErr("Key", "%v", err)
 		}
+	}
+	if _, err := r.TLS.load(); err != nil {
+		return err
 	}
 	return nil
 }
@@ -301,8 +337,15 @@ type trainResult struct {
 func (a *agent) start(ctx context.Context) error {
 	ac, cfg := &a.ac, &a.j.cfg
 	host, _, _ := net.SplitHostPort(ac.Listen)
-	var err error
-	if a.sys, err = actors.NewSystem(actors.SystemConfig{Remote: true, Host: host, Logger: a.log}); err != nil {
+	id, err := ac.TLS.load()
+	if err != nil {
+		return err
+	}
+	var key []byte
+	if ac.Key != "" {
+		key, _ = elastic.ParseKey(ac.Key)
+	}
+	if a.sys, err = actors.NewSystem(actors.SystemConfig{Remote: true, Host: host, TLS: id, Logger: a.log}); err != nil {
 		return err
 	}
 	if a.be, err = kernels.Open(cfg.Device, kernels.Options{Threads: cfg.Threads}); err != nil {
@@ -320,6 +363,7 @@ func (a *agent) start(ctx context.Context) error {
 		return err
 	}
 	cc := commConfig(cfg, a.log)
+	cc.DataPlane.Key, cc.DataPlane.TLS = key, id
 	a.gate = &nodeGate{}
 	if a.shell, err = worker.Spawn(a.sys, w, worker.ShellConfig{Name: worker.ActorName, Node: ac.Name, Gate: a.gate, Logger: a.log,
 		Notify: a.notes.put,
@@ -342,10 +386,6 @@ func (a *agent) start(ctx context.Context) error {
 	a.ckpt.setObserver(a.prom.m())
 	quorum := ac.Quorum
 	timings, _ := elastic.ParseTimings(ac.Timings)
-	var key []byte
-	if ac.Key != "" {
-		key, _ = elastic.ParseKey(ac.Key)
-	}
 	a.core = newLeaderCore(leaderConfig{Stages: cfg.PP, Shards: cfg.TP, ZeroGroup: a.j.zeroGroup(cfg.DP), ZeroShards: a.j.zeroShards(), MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR, Rounds: cfg.sync().Local(),
 		Resume: cfg.Resume, Target: a.j.steps, LostStageTimeout: ac.LostStageTimeout, RetryDelay: 3 * time.Second}, time.Now())
 	if a.o.Progress != nil {

@@ -27,9 +27,15 @@ The first agents form the job when --min-nodes are present; more join up to --ma
 job re-forms (a new generation) when a node joins, leaves (SIGTERM) or dies, resuming from a
 surviving replica at the step boundary. Every agent of a job gets the same training flags and
 the same --join list. The cluster key (--key, or $TROUPE_CLUSTER_KEY) encrypts the gossip: a node
-without it cannot join. At the end each agent prints a JSON summary (step, checksum) on stdout.`,
+without it cannot join. With --tls-ca, --tls-cert and --tls-key every channel between nodes (the
+actors' gRPC, the gossip streams, the data plane) runs over mutually authenticated TLS: a node
+whose certificate the cluster CA did not sign cannot join, and is refused and logged (troupe certs
+makes a CA and node certificates). At the end each agent prints a JSON summary (step, checksum) on
+stdout.`,
 		Example: `  troupe agent --name n1 --listen 127.0.0.1:7101 --join 127.0.0.1:7101 --min-nodes 2 --steps 500
   troupe agent --name n2 --listen 127.0.0.1:7102 --join 127.0.0.1:7101 --min-nodes 2 --steps 500
+  troupe certs --out certs --nodes n1,n2 && troupe agent --name n1 --listen 127.0.0.1:7101 \
+      --tls-ca certs/ca.pem --tls-cert certs/n1.pem --tls-key certs/n1-key.pem …
   scripts/local-cluster.sh 3    # a 3-node cluster on loopback`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -77,6 +83,9 @@ without it cannot join. At the end each agent prints a JSON summary (step, check
 	fl.IntVar(&ac.MaxNodes, "max-nodes", 0, "at most this many nodes train (more wait as standby; 0: no limit)")
 	fl.StringVar(&quorum, "quorum", "majority", "a new generation needs: majority (of the previous one; no split brain) or any")
 	fl.StringVar(&ac.Key, "key", "", "cluster key: hex:…, base64:…, passphrase:… (default $TROUPE_CLUSTER_KEY)")
+	fl.StringVar(&ac.TLS.CA, "tls-ca", "", "TLS between nodes: the cluster CA's certificate (PEM); with --tls-cert and --tls-key (see troupe certs)")
+	fl.StringVar(&ac.TLS.Cert, "tls-cert", "", "TLS: this node's certificate (PEM), signed by the cluster CA")
+	fl.StringVar(&ac.TLS.Key, "tls-key", "", "TLS: this node's private key (PEM)")
 	fl.StringVar(&ac.Timings, "timings", "loopback", "failure detection preset for the network: loopback (one host or a quiet LAN; detects a lost node in ~1 s), lan (links up to ~100 ms; ~5 s) or wan (across regions); fast is loopback's earlier name")
 	fl.DurationVar(&ac.JoinTimeout, "join-timeout", 30*time.Second, "give up when no node of --join answers within this time")
 	fl.DurationVar(&ac.LostStageTimeout, "lost-stage-timeout", time.Minute, "with --pp: end the job with an error when a stage no member holds, and no checkpoint can restore, stays lost this long")

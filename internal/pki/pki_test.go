@@ -49,7 +49,7 @@ func handshake(t *testing.T, client, server *Identity) (cerr, serr error, crefus
 			mu.Unlock()
 		}
 	}
-	cc := client.Client(rec(&crefused))
+	cc := client.Client()
 	cc.ServerName = "server"
 	cs := tls.Client(a, cc)
 	ss := tls.Server(b, server.Server(rec(&srefused)))
@@ -63,6 +63,9 @@ func handshake(t *testing.T, client, server *Identity) (cerr, serr error, crefus
 		}
 	}()
 	cerr = cs.Handshake()
+	if errors.Is(cerr, ErrPeerRefused) {
+		crefused = append(crefused, "server: "+cerr.Error())
+	}
 	if cerr == nil {
 		// TLS 1.3: the client finishes before the server has checked its
 		// certificate; a read sees the server's verdict.

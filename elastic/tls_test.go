@@ -1,0 +1,111 @@
+package elastic
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/troupe-ml/troupe/actors"
+	"github.com/troupe-ml/troupe/internal/pki"
+)
+
+// TestNodesTLS: nodes whose actor systems hold certificates of the cluster
+// CA form a world (gossip streams and rendezvous messages over TLS); a
+// node with the cluster key but a certificate of another CA cannot join:
+// Start fails with ErrJoin naming TLS, the cluster logs the refusal, and
+// the world stays without it.
+func TestNodesTLS(t *testing.T) {
+	ca, err := pki.NewCA("cluster", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.NewCA("intruder-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.WarnLevel)
+	log := zap.New(core)
+	start := func(name string, from *pki.CA, join []string, bind ...string) (*Node, error) {
+		id, err := from.Identity(name, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := actors.DefaultSystemConfig()
+		sc.Remote, sc.TLS, sc.Logger = true, id, log
+		sys, err := actors.NewSystem(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		cfg.Name, cfg.Key, cfg.Join, cfg.JoinTimeout = name, testKey(0), join, 2*time.Second
+		if len(bind) > 0 {
+			cfg.BindAddr = bind[0]
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		n, err := Start(ctx, cfg, sys, WithLogger(log))
+		t.Cleanup(func() {
+			if n != nil {
+				n.Close()
+			}
+			sys.Close()
+		})
+		return n, err
+	}
+	a, err := start("a", ca, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := start("b", ca, []string{a.GossipAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(b)
+	waitWorld(t, a, "a b", hasNames("a b"))
+
+	// The rogue is listed as a seed too: it must not start a cluster of
+	// its own when the seeds that answered refused its certificate.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := ln.Addr().String()
+	ln.Close()
+	_, err = start("rogue", other, []string{a.GossipAddr(), b.GossipAddr(), own}, own)
+	t.Logf("the rogue: %v", err)
+	if !errors.Is(err, ErrJoin) || !strings.Contains(err.Error(), "TLS") {
+		t.Fatalf("a node of another CA: %v, want ErrJoin naming TLS", err)
+	}
+	if !logged(logs, "gossip refused a peer") && !logged(logs, "bad certificate") {
+		t.Fatalf("the cluster did not log the refusal: %v", logs.All())
+	}
+	for _, m := range a.Members() {
+		if m.Name == "rogue" {
+			t.Fatalf("the rogue is a member: %v", a.Members())
+		}
+	}
+	if w := a.World(); namesOf(w) != "a b" {
+		t.Fatalf("world %s", w)
+	}
+}
+
+func logged(logs *observer.ObservedLogs, s string) bool {
+	for _, e := range logs.All() {
+		if strings.Contains(e.Message, s) {
+			return true
+		}
+		for _, f := range e.Context {
+			if err, ok := f.Interface.(error); ok && strings.Contains(err.Error(), s) {
+				return true
+			}
+		}
+	}
+	return false
+}
