@@ -591,6 +591,60 @@ func (d *DataPlane) serveIn(c net.Conn) {
 	}
 }
 
+// batchConn holds what TLS writes, a record of at most 16 KiB at a time,
+// until Flush (after each frame) or a read: a frame of 1 MiB is then one
+// write of 64 records, not 64 system calls. Measured on loopback (troupe
+// bench allreduce --tls, 2 ranks, 16 MiB): busbw 0.60 GB/s with a write
+// per record, 0.64–0.68 with this. (Reading ahead in large reads on the
+// receiving side, the mirror of this, made 64 MiB slower: 0.60 against
+// 0.74–0.77, one more copy of every byte on two busy cores.)
+type batchConn struct {
+	net.Conn
+	mu  sync.Mutex // tls.Conn's Close writes its alert from another goroutine
+	buf []byte
+}
+
+const batchBytes = 1 << 20
+
+func (b *batchConn) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.buf)+len(p) > batchBytes {
+		if err := b.flushLocked(); err != nil {
+			return 0, err
+		}
+	}
+	if len(p) >= batchBytes {
+		return b.Conn.Write(p)
+	}
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+// Flush writes what is held.
+func (b *batchConn) Flush() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.flushLocked()
+}
+
+func (b *batchConn) flushLocked() error {
+	if len(b.buf) == 0 {
+		return nil
+	}
+	_, err := b.Conn.Write(b.buf)
+	b.buf = b.buf[:0]
+	return err
+}
+
+// Read writes what is held first: the peer may wait for it (the handshake).
+func (b *batchConn) Read(p []byte) (int, error) {
+	if err := b.Flush(); err != nil {
+		return 0, err
+	}
+	return b.Conn.Read(p)
+}
+
 // dpOut is the outbound connection to one peer.
 type dpOut struct {
 	d    *DataPlane
@@ -604,6 +658,9 @@ type dpOut struct {
 	writing bool
 	current collective.Message
 	conn    net.Conn
+	// batch, with TLS, gathers a frame's records into one write (nil
+	// without TLS, where a frame is one writev already).
+	batch   *batchConn
 	err     error
 	closed  bool
 }
@@ -664,7 +721,8 @@ func (o *dpOut) connect(addr string) error {
 	if d.cliTLS != nil {
 		cfg := d.cliTLS.Clone()
 		cfg.ServerName, _, _ = net.SplitHostPort(addr)
-		tc := tls.Client(raw, cfg)
+		bc := &batchConn{Conn: raw}
+		tc := tls.Client(bc, cfg)
 		if err := tc.Handshake(); err != nil {
 			if errors.Is(err, pki.ErrPeerRefused) {
 				d.cfg.Logger.Warn("data plane: refused a peer", zap.String("world", d.world), zap.Int("rank", d.rank), zap.String("peer", addr), zap.Error(err))
@@ -673,7 +731,7 @@ func (o *dpOut) connect(addr string) error {
 		}
 		c = tc
 		o.mu.Lock()
-		o.conn = c
+		o.conn, o.batch = c, bc
 		o.mu.Unlock()
 	}
 	ch := make([]byte, dpChallengeLen)
@@ -785,6 +843,9 @@ func (o *dpOut) run() {
 			o.conn.SetWriteDeadline(time.Now().Add(o.d.cfg.WriteTimeout))
 			bufs := net.Buffers{hb[:], payload}
 			_, err = bufs.WriteTo(o.conn)
+			if err == nil && o.batch != nil {
+				err = o.batch.Flush()
+			}
 		}
 		o.mu.Lock()
 		o.writing, o.current = false, collective.Message{}

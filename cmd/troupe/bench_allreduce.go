@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,7 +23,9 @@ import (
 
 	"github.com/troupe-ml/troupe/actors"
 	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/internal/pki"
 	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/train"
 )
 
 type benchAllReduceFlags struct {
@@ -37,6 +40,9 @@ type benchAllReduceFlags struct {
 	window    int
 	timeout   time.Duration
 	json      bool
+	tls       bool
+	// a rank process's TLS files (allreduce-worker)
+	tlsFiles train.TLSFiles
 }
 
 func newBenchAllReduceCmd() *cobra.Command {
@@ -62,6 +68,10 @@ summed in fp32 and rounded at each hop, as --reduce-dtype does for
 gradients): S bytes are then S/2 values, and algbw and busbw count the
 16-bit bytes, as nccl-tests count a bf16 all-reduce's.
 
+--tls runs the ranks' gRPC and data plane over mutually authenticated TLS
+1.3, as agents with --tls-ca do (certificates of a CA made for the run), to
+measure what encryption costs (tcp and actor transports).
+
 --bytes takes one size or a comma-separated list (1MiB,16MiB,…; K, M, G
 are binary, kB, MB, GB decimal); --json then prints one JSON object per
 size, one per line.`,
@@ -83,6 +93,7 @@ size, one per line.`,
 	fl.IntVar(&f.window, "window", 0, "frames (tcp) or messages (actor) in flight per peer (default 8)")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up (and stop every rank process) after this long")
 	fl.BoolVar(&f.json, "json", false, "print JSON lines")
+	fl.BoolVar(&f.tls, "tls", false, "TLS between the rank processes (tcp and actor transports)")
 	return cmd
 }
 
@@ -103,6 +114,7 @@ type benchAllReduceResult struct {
 	DType         string  `json:"dtype"`
 	MiB           float64 `json:"mib"`
 	SubChunkBytes int     `json:"sub_chunk_bytes"`
+	TLS           bool    `json:"tls"`
 	Iters         int     `json:"iters"`
 	TimeMedS      float64 `json:"time_med_s"`
 	TimeMinS      float64 `json:"time_min_s"`
@@ -172,11 +184,12 @@ type allreducePlan struct {
 	dtype     kernels.DType
 	iters     int
 	warmup    int
+	tls       bool
 	comm      actors.CommConfig
 }
 
 func allreducePlanOf(f benchAllReduceFlags) (*allreducePlan, error) {
-	p := &allreducePlan{ranks: f.ranks, iters: f.iters, warmup: f.warmup, transport: f.transport}
+	p := &allreducePlan{ranks: f.ranks, iters: f.iters, warmup: f.warmup, transport: f.transport, tls: f.tls}
 	if f.ranks < 1 || f.ranks > 64 {
 		return nil, fmt.Errorf("%w: --ranks %d: want 1…64", errUsage, f.ranks)
 	}
@@ -214,6 +227,9 @@ func allreducePlanOf(f benchAllReduceFlags) (*allreducePlan, error) {
 		p.comm.Transport = actors.TransportActor
 	default:
 		return nil, fmt.Errorf("%w: --transport %q: want local, tcp or actor", errUsage, f.transport)
+	}
+	if f.tls && p.transport == "local" {
+		return nil, fmt.Errorf("%w: --tls: the local transport passes chunks by pointer in one process; use --transport tcp or actor", errUsage)
 	}
 	sub := f.subChunk
 	n, err := allreduceParseSize(sub)
@@ -265,8 +281,12 @@ func runBenchAllReduce(ctx context.Context, w io.Writer, f benchAllReduceFlags) 
 			fmt.Fprintln(w, string(b))
 			continue
 		}
-		fmt.Fprintf(w, "allreduce %-6s %-5s %s P=%d %9.2f MiB  median %9.3f ms  algbw %6.2f GB/s  busbw %6.2f GB/s  (%d iters, min %.3f ms, max %.3f ms, correct %v)\n",
-			r.Transport, r.Algo, r.DType, r.Ranks, r.MiB, r.TimeMedS*1e3, r.AlgbwGBs, r.BusbwGBs, r.Iters, r.TimeMinS*1e3, r.TimeMaxS*1e3, r.Correct)
+		transport := r.Transport
+		if r.TLS {
+			transport += "+tls"
+		}
+		fmt.Fprintf(w, "allreduce %-9s %-5s %s P=%d %9.2f MiB  median %9.3f ms  algbw %6.2f GB/s  busbw %6.2f GB/s  (%d iters, min %.3f ms, max %.3f ms, correct %v)\n",
+			transport, r.Algo, r.DType, r.Ranks, r.MiB, r.TimeMedS*1e3, r.AlgbwGBs, r.BusbwGBs, r.Iters, r.TimeMinS*1e3, r.TimeMaxS*1e3, r.Correct)
 	}
 	for _, r := range results {
 		if !r.Correct {
@@ -347,7 +367,7 @@ func allreduceSummarize(plan *allreducePlan, bytes int64, procs int, ranks []all
 	return benchAllReduceResult{
 		Bench: "allreduce", Backend: "troupe", Transport: plan.transport, Algo: algo,
 		Procs: procs, Ranks: P, Bytes: bytes, DType: plan.dtype.String(), MiB: float64(bytes) / (1 << 20),
-		SubChunkBytes: plan.comm.Collective.SubChunkBytes, Iters: iters,
+		SubChunkBytes: plan.comm.Collective.SubChunkBytes, TLS: plan.tls, Iters: iters,
 		TimeMedS: med, TimeMinS: per[0], TimeMaxS: per[iters-1],
 		AlgbwGBs: alg, BusbwGBs: alg * 2 * float64(P-1) / float64(P), Correct: correct,
 	}
@@ -433,6 +453,20 @@ func runAllReduceProcesses(ctx context.Context, plan *allreducePlan, f benchAllR
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	P := plan.ranks
+	var tlsDir string
+	if plan.tls {
+		if tlsDir, err = os.MkdirTemp("", "troupe-bench-certs-"); err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(tlsDir)
+		names := make([]string, P)
+		for r := range names {
+			names[r] = fmt.Sprintf("rank%d", r)
+		}
+		if err := runCerts(io.Discard, certsFlags{out: tlsDir, nodes: strings.Join(names, ","), caName: "troupe bench CA", valid: 24 * time.Hour}); err != nil {
+			return nil, fmt.Errorf("making the ranks' certificates: %w", err)
+		}
+	}
 	type worker struct {
 		cmd   *exec.Cmd
 		stdin io.WriteCloser
@@ -457,6 +491,10 @@ func runAllReduceProcesses(ctx context.Context, plan *allreducePlan, f benchAllR
 			"--iters", strconv.Itoa(plan.iters), "--warmup", strconv.Itoa(plan.warmup),
 			"--sub-chunk", strconv.Itoa(plan.comm.Collective.SubChunkBytes), "--window", strconv.Itoa(f.window),
 			"--log-level", logLevel, "--log-format", "json"}
+		if plan.tls {
+			n := filepath.Join(tlsDir, fmt.Sprintf("rank%d", r))
+			args = append(args, "--tls", "--tls-ca", filepath.Join(tlsDir, "ca.pem"), "--tls-cert", n+".pem", "--tls-key", n+"-key.pem")
+		}
 		cmd := exec.CommandContext(ctx, exe, args...)
 		cmd.Env = append(os.Environ(), allreduceWorkerEnv...)
 		cmd.Stderr = os.Stderr
@@ -577,6 +615,10 @@ func newBenchAllReduceWorkerCmd() *cobra.Command {
 	fl.IntVar(&f.warmup, "warmup", 3, "untimed iterations")
 	fl.StringVar(&f.subChunk, "sub-chunk", "1MiB", "sub-chunk bytes")
 	fl.IntVar(&f.window, "window", 0, "window")
+	fl.BoolVar(&f.tls, "tls", false, "TLS")
+	fl.StringVar(&f.tlsFiles.CA, "tls-ca", "", "CA certificate")
+	fl.StringVar(&f.tlsFiles.Cert, "tls-cert", "", "certificate")
+	fl.StringVar(&f.tlsFiles.Key, "tls-key", "", "key")
 	return cmd
 }
 
@@ -595,6 +637,13 @@ func runAllReduceWorker(ctx context.Context, stdin io.Reader, stdout io.Writer, 
 	sc := actors.DefaultSystemConfig()
 	sc.Remote = true
 	sc.Logger = logger.With(zap.Int("rank", rank))
+	if plan.tls {
+		id, err := pki.Load(f.tlsFiles.CA, f.tlsFiles.Cert, f.tlsFiles.Key)
+		if err != nil {
+			return err
+		}
+		sc.TLS, plan.comm.DataPlane.TLS = id, id
+	}
 	sys, err := actors.NewSystem(sc)
 	if err != nil {
 		return err
