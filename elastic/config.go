@@ -5,6 +5,7 @@ import (
 	"net"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -155,8 +156,10 @@ type Config struct {
 	// AdvertiseAddr is the gossip address others dial, if not BindAddr's
 	// (NAT, 0.0.0.0 binds). Optional.
 	AdvertiseAddr string
-	// Join lists gossip addresses of nodes to join (--join). Every node of
-	// a job should get the same list. Entries equal to this node's own
+	// Join lists gossip addresses of nodes to join (--join): host:port, or
+	// dns:NAME:PORT for every address NAME resolves to (A and AAAA
+	// records; a Kubernetes headless service), at PORT, resolved again
+	// while the node runs. Every node of a job should get the same list. Entries equal to this node's own
 	// address are skipped; a node whose list holds only itself, or
 	// nothing, starts a cluster.
 	Join []string
@@ -167,6 +170,8 @@ type Config struct {
 	// DataAddr is this node's tensor data plane address, advertised to
 	// the others. Optional.
 	DataAddr string
+	// Resolver resolves dns: entries of Join. Default net.DefaultResolver.
+	Resolver *net.Resolver
 	// Devices names the node's local devices, advertised to the others.
 	Devices []string
 	// MinNodes: no world forms with fewer members (--min-nodes). Default 1.
@@ -214,9 +219,18 @@ func (c *Config) Validate() error {
 		}
 	}
 	for _, j := range c.Join {
+		if strings.HasPrefix(j, dnsPrefix) {
+			if _, _, ok := dnsJoin(j); !ok {
+				return fmt.Errorf("%w: Join: %q: want dns:NAME:PORT (a DNS name and a port in 1..65535)", ErrBadConfig, j)
+			}
+			continue
+		}
 		if _, _, err := splitHostPort(j); err != nil {
 			return fmt.Errorf("%w: Join: %v", ErrBadConfig, err)
 		}
+	}
+	if c.Resolver == nil {
+		c.Resolver = net.DefaultResolver
 	}
 	if c.JoinTimeout == 0 {
 		c.JoinTimeout = d.JoinTimeout
@@ -246,6 +260,35 @@ func (c *Config) Validate() error {
 }
 
 // splitHostPort reads host:port with a numeric port.
+const dnsPrefix = "dns:"
+
+// dnsJoin splits a dns:NAME:PORT join entry.
+func dnsJoin(a string) (name, port string, ok bool) {
+	rest, ok := strings.CutPrefix(a, dnsPrefix)
+	if !ok {
+		return "", "", false
+	}
+	i := strings.LastIndexByte(rest, ':')
+	if i <= 0 {
+		return "", "", false
+	}
+	name, port = rest[:i], rest[i+1:]
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 || strings.ContainsAny(name, ":/ ") {
+		return "", "", false
+	}
+	return name, port, true
+}
+
+func (c *Config) hasDNSJoin() bool {
+	for _, j := range c.Join {
+		if strings.HasPrefix(j, dnsPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
 func splitHostPort(a string) (string, int, error) {
 	host, port, err := net.SplitHostPort(a)
 	if err != nil {

@@ -235,43 +235,83 @@ func (n *Node) isSelf(a string) bool {
 	my := net.ParseIP(myHost)
 	bindHost, _, _ := splitHostPort(n.cfg.BindAddr)
 	bind, _ := resolveIP(bindHost)
-	return ip.Equal(my) || ip.IsLoopback() && (my.IsLoopback() || bind.IsUnspecified())
+	// A loopback address of the other family (localhost as ::1 for a node
+	// on 127.0.0.1) is this node too; 127.0.0.2 is not 127.0.0.1 (test
+	// hosts on one machine, as a DNS name may list them).
+	sameFamily := (ip.To4() == nil) == (my.To4() == nil)
+	return ip.Equal(my) || ip.IsLoopback() && (bind.IsUnspecified() || my.IsLoopback() && !sameFamily)
 }
 
-// seeds are the join addresses other than this node's own; seed says
-// whether this node is one of its own join addresses.
-func (n *Node) seeds() (others []string, seed bool) {
-	for _, a := range n.cfg.Join {
+// dnsLookupTimeout bounds one resolution of a dns: join entry.
+const dnsLookupTimeout = 2 * time.Second
+
+// seeds are the join addresses other than this node's own, with each
+// dns:NAME:PORT entry resolved now to every address of NAME; seed says
+// whether this node is one of its own join addresses. err says which
+// entries resolved to nothing (the others are still returned).
+func (n *Node) seeds(ctx context.Context) (others []string, seed bool, err error) {
+	var errs []error
+	add := func(a string) {
 		if n.isSelf(a) {
 			seed = true
-		} else {
+		} else if !slices.Contains(others, a) {
 			others = append(others, a)
 		}
 	}
-	return others, seed || len(n.cfg.Join) == 0
+	for _, a := range n.cfg.Join {
+		name, port, ok := dnsJoin(a)
+		if !ok {
+			add(a)
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, dnsLookupTimeout)
+		ips, err := n.cfg.Resolver.LookupHost(lctx, name)
+		cancel()
+		if err == nil && len(ips) == 0 {
+			err = errors.New("no address")
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a, err))
+			continue
+		}
+		slices.Sort(ips)
+		for _, ip := range ips {
+			add(net.JoinHostPort(ip, port))
+		}
+	}
+	return others, seed || len(n.cfg.Join) == 0, errors.Join(errs...)
 }
 
 // join contacts the seeds until one answers. A seed (a node listed in its
 // own Join) starts alone when no other seed answers at once: the others
 // join it when they start, and the reconnector keeps trying the seeds.
 func (n *Node) join(ctx context.Context) error {
-	others, seed := n.seeds()
-	if len(others) == 0 {
-		n.logger.Info("elastic: starting a cluster", zap.String("gossip", n.gossip))
-		return nil
-	}
 	deadline := time.Now().Add(n.cfg.JoinTimeout)
 	for {
-		k, err := n.ml.Join(others)
-		if k > 0 {
-			n.logger.Info("elastic: joined", zap.String("gossip", n.gossip), zap.Int("contacted", k))
+		// A dns: entry that resolves to nothing yet (a pod not yet in
+		// its service's records) is asked again until the deadline.
+		others, seed, rerr := n.seeds(ctx)
+		if len(others) == 0 && rerr == nil {
+			n.logger.Info("elastic: starting a cluster", zap.String("gossip", n.gossip))
 			return nil
+		}
+		var k int
+		var err error
+		if len(others) > 0 {
+			k, err = n.ml.Join(others)
+		}
+		if k > 0 {
+			n.logger.Info("elastic: joined", zap.String("gossip", n.gossip), zap.Int("contacted", k), zap.Strings("seeds", others))
+			return nil
+		}
+		if rerr != nil {
+			err = errors.Join(rerr, err)
 		}
 		// A seed starts the cluster when no other seed answers; one that
 		// answered but whose certificate check failed (either way) says
 		// this node is not of its cluster, and it may not start another.
 		tlsRefused := n.sys.TLS() != nil && err != nil && (errors.Is(err, pki.ErrPeerRefused) || strings.Contains(err.Error(), pki.ErrPeerRefused.Error()) || strings.Contains(err.Error(), "tls:"))
-		if seed && !tlsRefused {
+		if seed && !tlsRefused && rerr == nil {
 			n.logger.Info("elastic: no other seed answered; starting the cluster", zap.String("gossip", n.gossip), zap.Error(err))
 			return nil
 		}
@@ -279,6 +319,9 @@ func (n *Node) join(ctx context.Context) error {
 			if tlsRefused {
 				return fmt.Errorf("%w: the nodes at %v did not admit this node within %v (TLS: they refused its certificate, or theirs is not signed by its CA; check --tls-ca and --tls-cert): %s",
 					ErrJoin, others, n.cfg.JoinTimeout, oneLine(err))
+			}
+			if len(others) == 0 {
+				return fmt.Errorf("%w: no address to join within %v: %s", ErrJoin, n.cfg.JoinTimeout, oneLine(err))
 			}
 			return fmt.Errorf("%w: no answer from %v within %v (a node without the cluster's key gets none: the others drop what they cannot decrypt): %s",
 				ErrJoin, others, n.cfg.JoinTimeout, oneLine(err))
@@ -377,13 +420,32 @@ func (n *Node) reconnector() {
 	inflight := map[string]int{}
 	t := time.NewTicker(n.cfg.Timings.Reconnect)
 	defer t.Stop()
-	seeds, _ := n.seeds()
+	// ctx ends a DNS resolution in flight when the node stops.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-n.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	seeds, _, _ := n.seeds(ctx)
+	resolved := time.Now()
 	var refused time.Time // since when every known address refused (alone)
 	for {
 		select {
 		case <-n.stop:
 			return
 		case <-t.C:
+		}
+		// dns: entries follow their records (pods come and go), asked at
+		// most once a second.
+		if n.cfg.hasDNSJoin() && time.Since(resolved) >= time.Second {
+			if s, _, err := n.seeds(ctx); err == nil || len(s) > 0 {
+				seeds = s
+			}
+			resolved = time.Now()
 		}
 		members := n.ml.Members()
 		live := map[string]bool{}

@@ -78,7 +78,7 @@ stdout.`,
 	fl := cmd.Flags()
 	fl.StringVar(&ac.Name, "name", "", "stable node name (unique in the job)")
 	fl.StringVar(&ac.Listen, "listen", "", "gossip address host:port; the node's actor system listens on the same host")
-	fl.StringVar(&join, "join", "", "comma-separated gossip addresses of nodes to join (the same list on every node)")
+	fl.StringVar(&join, "join", "", "comma-separated gossip addresses of nodes to join (the same list on every node); dns:NAME:PORT joins every address NAME resolves to (a Kubernetes headless service), resolved again as nodes come and go")
 	fl.IntVar(&ac.MinNodes, "min-nodes", 1, "the job forms once this many nodes are present")
 	fl.IntVar(&ac.MaxNodes, "max-nodes", 0, "at most this many nodes train (more wait as standby; 0: no limit)")
 	fl.StringVar(&quorum, "quorum", "majority", "a new generation needs: majority (of the previous one; no split brain) or any")
