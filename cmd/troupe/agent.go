@@ -10,15 +10,49 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/troupe-ml/troupe/elastic"
 	"github.com/troupe-ml/troupe/train"
 )
 
-func newAgentCmd() *cobra.Command {
-	f := &trainFlags{}
-	ac := train.AgentConfig{}
-	var join, quorum, rescale string
+// agentFlags are troupe agent's flags.
+type agentFlags struct {
+	train                 trainFlags
+	ac                    train.AgentConfig
+	join, quorum, rescale string
+}
+
+// config is the agent configuration the flags (and $TROUPE_CLUSTER_KEY)
+// say, validated.
+func (a *agentFlags) config(fl *pflag.FlagSet) (train.AgentConfig, error) {
+	cfg, err := a.train.build(fl)
+	if err != nil {
+		return train.AgentConfig{}, err
+	}
+	ac := a.ac
+	ac.Train = cfg // validated as an agent's below
+	if a.join != "" {
+		ac.Join = strings.Split(a.join, ",")
+	}
+	if ac.Key == "" {
+		ac.Key = os.Getenv("TROUPE_CLUSTER_KEY")
+	}
+	if ac.Quorum, err = elastic.ParseQuorum(a.quorum); err != nil {
+		return train.AgentConfig{}, fmt.Errorf("%w: --quorum: %v", errUsage, err)
+	}
+	ac.Rescale = train.Rescale(a.rescale)
+	if err := ac.Validate(); err != nil {
+		return train.AgentConfig{}, fmt.Errorf("%w: %w", errUsage, inFlags(err))
+	}
+	return ac, nil
+}
+
+func newAgentCmd() *cobra.Command { return newAgentCmdWith(&agentFlags{}) }
+
+// newAgentCmdWith binds troupe agent's flags to a.
+func newAgentCmdWith(a *agentFlags) *cobra.Command {
+	f, ac := &a.train, &a.ac
 	cmd := &cobra.Command{
 		Use:   "agent --name N --listen ADDR [--join ADDR[,ADDR]] [training flags]",
 		Short: "One node of an elastic job: joins the cluster, trains its share, survives the loss of others",
@@ -39,23 +73,9 @@ stdout.`,
   scripts/local-cluster.sh 3    # a 3-node cluster on loopback`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := f.build(cmd.Flags())
+			ac, err := a.config(cmd.Flags())
 			if err != nil {
 				return err
-			}
-			ac.Train = cfg // validated as an agent's below
-			if join != "" {
-				ac.Join = strings.Split(join, ",")
-			}
-			if ac.Key == "" {
-				ac.Key = os.Getenv("TROUPE_CLUSTER_KEY")
-			}
-			if ac.Quorum, err = elastic.ParseQuorum(quorum); err != nil {
-				return fmt.Errorf("%w: --quorum: %v", errUsage, err)
-			}
-			ac.Rescale = train.Rescale(rescale)
-			if err := ac.Validate(); err != nil {
-				return fmt.Errorf("%w: %w", errUsage, inFlags(err))
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -78,10 +98,10 @@ stdout.`,
 	fl := cmd.Flags()
 	fl.StringVar(&ac.Name, "name", "", "stable node name (unique in the job)")
 	fl.StringVar(&ac.Listen, "listen", "", "gossip address host:port; the node's actor system listens on the same host")
-	fl.StringVar(&join, "join", "", "comma-separated gossip addresses of nodes to join (the same list on every node); dns:NAME:PORT joins every address NAME resolves to (a Kubernetes headless service), resolved again as nodes come and go")
+	fl.StringVar(&a.join, "join", "", "comma-separated gossip addresses of nodes to join (the same list on every node); dns:NAME:PORT joins every address NAME resolves to (a Kubernetes headless service), resolved again as nodes come and go")
 	fl.IntVar(&ac.MinNodes, "min-nodes", 1, "the job forms once this many nodes are present")
 	fl.IntVar(&ac.MaxNodes, "max-nodes", 0, "at most this many nodes train (more wait as standby; 0: no limit)")
-	fl.StringVar(&quorum, "quorum", "majority", "a new generation needs: majority (of the previous one; no split brain) or any")
+	fl.StringVar(&a.quorum, "quorum", "majority", "a new generation needs: majority (of the previous one; no split brain) or any")
 	fl.StringVar(&ac.Key, "key", "", "cluster key: hex:…, base64:…, passphrase:… (default $TROUPE_CLUSTER_KEY)")
 	fl.StringVar(&ac.TLS.CA, "tls-ca", "", "TLS between nodes: the cluster CA's certificate (PEM); with --tls-cert and --tls-key (see troupe certs)")
 	fl.StringVar(&ac.TLS.Cert, "tls-cert", "", "TLS: this node's certificate (PEM), signed by the cluster CA")
@@ -89,7 +109,7 @@ stdout.`,
 	fl.StringVar(&ac.Timings, "timings", "loopback", "failure detection preset for the network: loopback (one host or a quiet LAN; detects a lost node in ~1 s), lan (links up to ~100 ms; ~5 s) or wan (across regions); fast is loopback's earlier name")
 	fl.DurationVar(&ac.JoinTimeout, "join-timeout", 30*time.Second, "give up when no node of --join answers within this time")
 	fl.DurationVar(&ac.LostStageTimeout, "lost-stage-timeout", time.Minute, "with --pp: end the job with an error when a stage no member holds, and no checkpoint can restore, stays lost this long")
-	fl.StringVar(&rescale, "rescale", string(train.KeepGlobalBatch), "on a world of another size keep the global batch (keep-global-batch) or each rank's batch and scale the LR (linear-lr)")
+	fl.StringVar(&a.rescale, "rescale", string(train.KeepGlobalBatch), "on a world of another size keep the global batch (keep-global-batch) or each rank's batch and scale the LR (linear-lr)")
 	return cmd
 }
 
