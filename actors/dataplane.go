@@ -660,9 +660,9 @@ type dpOut struct {
 	conn    net.Conn
 	// batch, with TLS, gathers a frame's records into one write (nil
 	// without TLS, where a frame is one writev already).
-	batch   *batchConn
-	err     error
-	closed  bool
+	batch  *batchConn
+	err    error
+	closed bool
 }
 
 func (o *dpOut) fail(err error) {
