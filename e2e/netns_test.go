@@ -132,8 +132,9 @@ func (tn *testNet) heal() {
 // impair sends every packet host i sends through a delay line in the
 // router: delay, and loss (0 to 1) of the packets at random. Packets to
 // host i are not impaired (one-way): impair both ends of a path for both
-// directions.
-func (tn *testNet) impair(i int, delay time.Duration, loss float64) {
+// directions. The returned function ends the impairment (packets already
+// in the line still come out late).
+func (tn *testNet) impair(i int, delay time.Duration, loss float64) (end func()) {
 	tn.t.Helper()
 	tn.lines++
 	dev, table := fmt.Sprintf("tun%d", tn.lines), fmt.Sprint(100+tn.lines)
@@ -150,7 +151,9 @@ func (tn *testNet) impair(i int, delay time.Duration, loss float64) {
 		tn.t.Fatal(err)
 	}
 	tn.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); log.Close() })
-	tn.ip("-n", tn.router, "rule", "add", "priority", "200", "iif", fmt.Sprintf("r%d", i+1), "table", table)
+	rule := []string{"priority", "200", "iif", fmt.Sprintf("r%d", i+1), "table", table}
+	tn.ip(append([]string{"-n", tn.router, "rule", "add"}, rule...)...)
+	return func() { tn.ip(append([]string{"-n", tn.router, "rule", "del"}, rule...)...) }
 }
 
 // remove ends every process in the test's namespaces and deletes them.

@@ -184,3 +184,51 @@ func TestNetStaleNodeAfterTheJobEnded(t *testing.T) {
 		t.Fatal("n3 still running 30 s after the heal, its job long ended")
 	}
 }
+
+// The leader cut off mid-rendezvous: three agents train, a fourth joins,
+// and the moment the leader (n1, whose link is slowed by 100 ms so that
+// its proposal is still on its way) logs the proposal of the world of
+// four, its host is cut off. Whatever the others had accepted, they form
+// a world without it under a new leader (n1 alone lacks a quorum and
+// trains nothing), n1 comes back after the heal, and the job ends with
+// identical replicas, every sample trained once and the fault-free run's
+// losses: no generation committed twice, no step half-applied.
+func TestNetLeaderCutMidRendezvous(t *testing.T) {
+	ref := faultFree(t)
+	c, tn := newNetCluster(t, 4, 2)
+	c.env, c.extra = slowSteps, []string{"--timings", "lan"}
+	slow := tn.impair(0, 100*time.Millisecond, 0)
+	for i := range 3 {
+		c.start(i)
+	}
+	c.waitWorld(3, 0)
+	c.start(3)
+	c.waitLine("n1", func(l string) bool { return strings.Contains(l, "new world proposed") && strings.Contains(l, `"n4"`) })
+	tn.cut(0)
+	cut := time.Now()
+	slow()
+	r := c.waitWorld(3, c.lastStep())
+	t.Logf("n1 cut off with its proposal in flight; a world of 3 trained step %d %.0f ms later", r.Step, float64(time.Since(cut).Milliseconds()))
+	// Heal while the job has steps left (the lan preset takes n1 ~30 s
+	// to find the others failed: it is not waited for).
+	c.waitSteps(r.Step + 100)
+	tn.heal()
+	healed := time.Now()
+	back := c.waitWorld(4, c.lastStep())
+	t.Logf("healed: a world of 4 trained step %d, %.0f ms after the heal", back.Step, float64(time.Since(healed).Milliseconds()))
+	c.check(c.finish("n1", "n2", "n3", "n4"), ref)
+}
+
+// waitLine waits until a line of agent name's log satisfies ok.
+func (c *cluster) waitLine(name string, ok func(string) bool) {
+	c.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for _, l := range strings.Split(c.agents[name].stderr.String(), "\n") {
+			if ok(l) {
+				return
+			}
+		}
+	}
+	c.dump()
+	c.t.Fatalf("agent %s never logged the line waited for", name)
+}
