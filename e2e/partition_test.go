@@ -3,6 +3,7 @@ package e2e
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -62,8 +63,15 @@ func TestNetMinorityCutAndHeal(t *testing.T) {
 	}{
 		{"loopback", slowSteps},
 		{"lan", []string{"TROUPE_TEST_STRAGGLER=0:12ms"}},
+		// wan finds a silent node in ~40 s and reconnects every 15 s:
+		// the job must outlast that (2.5 minutes in all), so it runs
+		// when asked for (TROUPE_E2E_WAN=1), not in every suite.
+		{"wan", []string{"TROUPE_TEST_STRAGGLER=0:30ms"}},
 	} {
 		t.Run(tc.timings, func(t *testing.T) {
+			if tc.timings == "wan" && os.Getenv("TROUPE_E2E_WAN") == "" {
+				t.Skip("the wan preset's measurement takes 2.5 minutes: TROUPE_E2E_WAN=1 runs it")
+			}
 			c, tn := newNetCluster(t, 3, 2)
 			c.env, c.extra = tc.slow, []string{"--timings", tc.timings}
 			c.startWorld(3)
