@@ -393,8 +393,8 @@ func (d *DataPlane) Close() error {
 			o.mu.Lock()
 		}
 		o.closed = true
-		if o.conn != nil {
-			o.conn.Close()
+		if o.raw != nil {
+			o.raw.Close()
 		}
 		o.cond.Broadcast()
 		o.mu.Unlock()
@@ -657,7 +657,10 @@ type dpOut struct {
 	maxVals int
 	writing bool
 	current collective.Message
-	conn    net.Conn
+	conn    net.Conn // frames and credits go through it (TLS or TCP)
+	// raw is conn's TCP connection, closed to stop it: a TLS Close would
+	// first write its alert, which waits behind a blocked frame write.
+	raw net.Conn
 	// batch, with TLS, gathers a frame's records into one write (nil
 	// without TLS, where a frame is one writev already).
 	batch  *batchConn
@@ -673,8 +676,8 @@ func (o *dpOut) fail(err error) {
 		o.queue = nil
 	}
 	o.closed = true
-	if o.conn != nil {
-		o.conn.Close()
+	if o.raw != nil {
+		o.raw.Close()
 	}
 	o.cond.Broadcast()
 	o.mu.Unlock()
@@ -710,7 +713,7 @@ func (o *dpOut) connect(addr string) error {
 	}
 	var c net.Conn = raw
 	o.mu.Lock()
-	o.conn = c
+	o.conn, o.raw = c, raw
 	closed := o.closed
 	o.mu.Unlock()
 	if closed {

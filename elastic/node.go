@@ -127,7 +127,10 @@ func Start(ctx context.Context, cfg Config, sys *actors.System, opts ...Option) 
 	n.meta.Store(&meta)
 	n.world.Store(&World{})
 	n.members.Store(&[]Member{})
-	if cfg.Key == nil {
+	switch {
+	case cfg.Key == nil && sys.TLS() != nil:
+		n.logger.Warn("elastic: no cluster key: gossip packets (UDP) are not encrypted; TLS covers the streams, and only nodes with a certificate of the cluster CA can join")
+	case cfg.Key == nil:
 		n.logger.Warn("elastic: no cluster key: gossip is not encrypted and anyone who reaches the gossip port can join")
 	}
 

@@ -335,7 +335,6 @@ func (id *Identity) Server(refused Refused) *tls.Config {
 	c.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 		cc := id.base()
 		cc.ClientAuth = tls.RequestClientCert
-		cc.NextProtos = c.NextProtos // (gRPC adds h2 to the config it is given)
 		peer := hello.Conn.RemoteAddr().String()
 		cc.VerifyConnection = func(cs tls.ConnectionState) error {
 			err := id.verifyPeer(cs)
