@@ -19,9 +19,9 @@ import (
 // router 10.78.(i+1).1. Faults are the router's: a cut host's packets and
 // the packets to it are dropped silently (blackhole rules, as a lost link
 // or a dead switch port does, no reset, no ICMP), a split drops what
-// crosses between two groups, and an impaired host's packets pass a delay
+// crosses between two groups, an impaired host's packets pass a delay
 // line (package internal/netemu: delay and random loss; the kernels here
-// have no sch_netem). Every address exists only inside these namespaces,
+// have no sch_netem), and a limited host's link is capped by tc's tbf. Every address exists only inside these namespaces,
 // and they are removed when the test ends.
 type testNet struct {
 	t      *testing.T
@@ -154,6 +154,22 @@ func (tn *testNet) impair(i int, delay time.Duration, loss float64) (end func())
 	rule := []string{"priority", "200", "iif", fmt.Sprintf("r%d", i+1), "table", table}
 	tn.ip(append([]string{"-n", tn.router, "rule", "add"}, rule...)...)
 	return func() { tn.ip(append([]string{"-n", tn.router, "rule", "del"}, rule...)...) }
+}
+
+// limit caps host i's link at rate (tc's units: 20mbit) both ways, with
+// tc's token bucket filter on the host's end and the router's (at most
+// 100 ms of queue: beyond it packets are dropped, as a switch does).
+func (tn *testNet) limit(i int, rate string) {
+	tn.t.Helper()
+	if _, err := exec.LookPath("tc"); err != nil {
+		tn.t.Skip("a bandwidth limit needs `tc` (iproute2)")
+	}
+	for _, at := range [][2]string{{tn.hosts[i], "eth0"}, {tn.router, fmt.Sprintf("r%d", i+1)}} {
+		if out, err := exec.Command("ip", "netns", "exec", at[0], "tc", "qdisc", "add", "dev", at[1], "root", "tbf",
+			"rate", rate, "burst", "32kb", "latency", "100ms").CombinedOutput(); err != nil {
+			tn.t.Fatalf("tc tbf on %s %s: %v: %s", at[0], at[1], err, out)
+		}
+	}
 }
 
 // remove ends every process in the test's namespaces and deletes them.

@@ -154,6 +154,28 @@ func TestNetLossyLink(t *testing.T) {
 	c.check(c.finish("n1", "n2", "n3"), ref)
 }
 
+// One host's link capped at 20 Mbit/s both ways (tc tbf, 100 ms of
+// queue at most): its data plane and gossip share the slow link, every
+// step waits for it, and with the lan timings no member is falsely found
+// failing: the job runs in its first generation to the last step, with
+// identical replicas, each sample once and the fault-free run's losses.
+func TestNetSlowLink(t *testing.T) {
+	const steps = 60
+	ref := faultFreeSteps(t, steps)
+	c, tn := newNetCluster(t, 3, 3)
+	c.extra = []string{"--steps", fmt.Sprint(steps), "--timings", "lan"}
+	tn.limit(2, "20mbit")
+	t0 := time.Now()
+	for i := range 3 {
+		c.start(i)
+	}
+	c.check(c.finish("n1", "n2", "n3"), ref)
+	if gens := generationsOf(c.steps()); len(gens) != 1 || gens[0] != 3 {
+		t.Errorf("worlds by generation %v: a member was found failing over the slow link", gens)
+	}
+	t.Logf("%d steps over a 20 Mbit/s link in %.1f s", steps, time.Since(t0).Seconds())
+}
+
 // A host cut off until the job ended without it: the two others finish
 // the job (the fault-free run's losses, each sample once); when the link
 // heals nothing listens at their addresses any more, and the stale agent

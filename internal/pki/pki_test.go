@@ -228,3 +228,33 @@ func TestLoadCARoundTrip(t *testing.T) {
 		t.Fatalf("missing CA key: %v", err)
 	}
 }
+
+// FuzzFromPEM: any bytes as the CA, certificate and key files give an
+// identity or an ErrBadIdentity, never a panic; an identity from fuzzed
+// bytes still verifies its own certificate against its CA.
+func FuzzFromPEM(f *testing.F) {
+	ca, err := NewCA("fuzz", time.Hour)
+	if err != nil {
+		f.Fatal(err)
+	}
+	cert, key, err := ca.Issue("n1", []string{"10.0.0.1"}, time.Hour)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(ca.CertPEM(), cert, key)
+	f.Add([]byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"), cert, key)
+	f.Add(ca.CertPEM(), key, cert)
+	f.Add([]byte{}, []byte{}, []byte{})
+	f.Fuzz(func(t *testing.T, caPEM, certPEM, keyPEM []byte) {
+		id, err := FromPEM(caPEM, certPEM, keyPEM)
+		if err != nil {
+			if !errors.Is(err, ErrBadIdentity) {
+				t.Fatalf("error %v is not ErrBadIdentity", err)
+			}
+			return
+		}
+		if err := id.verify(id.cert.Leaf, nil); err != nil {
+			t.Fatalf("an accepted identity does not verify: %v", err)
+		}
+	})
+}
