@@ -109,7 +109,12 @@ func TestNetEvenSplitAndHeal(t *testing.T) {
 	healed := time.Now()
 	back := c.waitWorld(4, before)
 	t.Logf("healed: a world of 4 trained step %d, %.0f ms after the heal", back.Step, float64(time.Since(healed).Milliseconds()))
-	c.noWorldBelow(4)
+	// A side is two nodes: no world of two may train. A world of three
+	// may, after the heal: the heal removes the split's rules one at a
+	// time, and three nodes that reach each other first are a majority of
+	// the four (a suite run saw steps 305–308 in such a world, then the
+	// world of four from step 310).
+	c.noWorldBelow(3)
 	c.check(c.finish("n1", "n2", "n3", "n4"), ref)
 }
 
