@@ -20,6 +20,11 @@ type SpeedupConfig struct {
 	// Overlap is the fraction F of the communication hidden behind compute,
 	// 0 (none) to 1 (all).
 	Overlap float64
+	// SyncEvery is H of synchronisation in rounds (--sync local-sgd or
+	// diloco --sync-every H): the replicas exchange once every H steps,
+	// at the round's last step, which waits for it (no overlap), so a step
+	// pays C/H on average. 0 or 1: every step (--sync step).
+	SyncEvery int
 }
 
 // DefaultSpeedupConfig returns p ranks of t ms compute and c ms
@@ -42,6 +47,12 @@ func (c SpeedupConfig) Validate() error {
 	if !(c.Overlap >= 0 && c.Overlap <= 1) {
 		return fmt.Errorf("%w: overlap %v must be between 0 and 1", ErrInvalidConfig, c.Overlap)
 	}
+	if c.SyncEvery < 0 {
+		return fmt.Errorf("%w: sync every %d steps: want 1 or more (0: every step)", ErrInvalidConfig, c.SyncEvery)
+	}
+	if c.SyncEvery > 1 && c.Overlap > 0 {
+		return fmt.Errorf("%w: overlap %v with a round every %d steps: a round's exchange waits for its last step, nothing hides it", ErrInvalidConfig, c.Overlap, c.SyncEvery)
+	}
 	return nil
 }
 
@@ -52,9 +63,12 @@ type SpeedupResult struct {
 	ComputeMs float64 `json:"compute_ms"`
 	CommMs    float64 `json:"comm_ms"`
 	Overlap   float64 `json:"overlap"`
-	// ExposedCommMs is (1 − F)·C, the communication the step waits for.
+	// SyncEvery is H (1: every step).
+	SyncEvery int `json:"sync_every"`
+	// ExposedCommMs is (1 − F)·C/H, the communication a step waits for
+	// (on average, with rounds).
 	ExposedCommMs float64 `json:"exposed_comm_ms"`
-	// StepMs is T + (1 − F)·C, one data-parallel step.
+	// StepMs is T + (1 − F)·C/H, one data-parallel step.
 	StepMs float64 `json:"step_ms"`
 	// SerialMs is P·T: one device working through all P shares.
 	SerialMs float64 `json:"serial_ms"`
@@ -72,12 +86,14 @@ func Speedup(cfg SpeedupConfig) (SpeedupResult, error) {
 	if err := cfg.Validate(); err != nil {
 		return SpeedupResult{}, err
 	}
+	h := max(1, cfg.SyncEvery)
 	r := SpeedupResult{
 		Ranks:         cfg.Ranks,
 		ComputeMs:     cfg.ComputeMs,
 		CommMs:        cfg.CommMs,
 		Overlap:       cfg.Overlap,
-		ExposedCommMs: (1 - cfg.Overlap) * cfg.CommMs,
+		SyncEvery:     h,
+		ExposedCommMs: (1 - cfg.Overlap) * cfg.CommMs / float64(h),
 		SerialMs:      float64(cfg.Ranks) * cfg.ComputeMs,
 	}
 	r.StepMs = cfg.ComputeMs + r.ExposedCommMs

@@ -21,6 +21,10 @@ func TestSpeedup(t *testing.T) {
 		{"one rank", SpeedupConfig{Ranks: 1, ComputeMs: 50}, 50, 50, 1},
 		// Communication longer than compute: slower than one device.
 		{"comm bound", SpeedupConfig{Ranks: 2, ComputeMs: 10, CommMs: 30}, 40, 20, 0.5},
+		// The same in rounds of 10 steps (local SGD, DiLoCo): 10 + 30/10.
+		{"rounds", SpeedupConfig{Ranks: 2, ComputeMs: 10, CommMs: 30, SyncEvery: 10}, 13, 20, 20.0 / 13},
+		// A round of one step is every step.
+		{"round of one", SpeedupConfig{Ranks: 8, ComputeMs: 100, CommMs: 25, Overlap: 0.5, SyncEvery: 1}, 112.5, 800, 800 / 112.5},
 	}
 	for _, c := range cases {
 		r, err := Speedup(c.cfg)
@@ -65,6 +69,8 @@ func TestSpeedupInvalid(t *testing.T) {
 		{Ranks: 2, ComputeMs: 1, Overlap: 1.5},
 		{Ranks: 2, ComputeMs: 1, Overlap: -0.1},
 		{Ranks: 2, ComputeMs: 1, Overlap: math.NaN()},
+		{Ranks: 2, ComputeMs: 1, SyncEvery: -1},
+		{Ranks: 2, ComputeMs: 1, SyncEvery: 4, Overlap: 0.5},
 	} {
 		if _, err := Speedup(cfg); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("Speedup(%+v) error = %v, want ErrInvalidConfig", cfg, err)

@@ -334,17 +334,23 @@ func newPlanSpeedupCmd() *cobra.Command {
 	var (
 		ranks                      int
 		computeMs, commMs, overlap float64
+		syncEvery                  int
 		gradBytes                  planSizeFlag
 		bandwidth                  planBandwidthFlag
 		asJSON                     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "speedup --ranks P (--comm-ms C | --grad-bytes S --bandwidth BW) --compute-ms T [--overlap F]",
+		Use:   "speedup --ranks P (--comm-ms C | --grad-bytes S --bandwidth BW) --compute-ms T [--overlap F | --sync-every H]",
 		Short: "Data-parallel speedup over one device for the same global batch",
 		Long: `A step on P ranks takes T + (1 − F)·C: the compute, plus the part of the
 all-reduce not hidden behind it. One device doing the same global batch takes
 P·T. speedup = P·T / (T + (1 − F)·C), efficiency = speedup / P. With
---grad-bytes and --bandwidth, C is the ring all-reduce time of the gradients.`,
+--grad-bytes and --bandwidth, C is the ring all-reduce time of the gradients.
+With --sync-every H (troupe train --sync local-sgd or diloco --sync-every H)
+the replicas exchange once a round of H steps, at its last step, which waits
+for it: a step pays C/H on average (the same bytes: parameters or
+pseudo-gradients instead of gradients; halve --grad-bytes for
+--sync-dtype bf16).`,
 		Args: planNoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
@@ -383,7 +389,10 @@ P·T. speedup = P·T / (T + (1 − F)·C), efficiency = speedup / P. With
 			default:
 				return planUsagef("give --comm-ms, or --grad-bytes with --bandwidth")
 			}
-			r, err := plan.Speedup(plan.SpeedupConfig{Ranks: ranks, ComputeMs: computeMs, CommMs: commMs, Overlap: overlap})
+			if syncEvery < 1 {
+				return planUsagef("--sync-every %d must be 1 or more", syncEvery)
+			}
+			r, err := plan.Speedup(plan.SpeedupConfig{Ranks: ranks, ComputeMs: computeMs, CommMs: commMs, Overlap: overlap, SyncEvery: syncEvery})
 			if err != nil {
 				return planErr(err)
 			}
@@ -403,6 +412,7 @@ P·T. speedup = P·T / (T + (1 − F)·C), efficiency = speedup / P. With
 	f.Var(&gradBytes, "grad-bytes", "gradient bytes all-reduced per step, e.g. 3GB (with --bandwidth)")
 	f.Var(&bandwidth, "bandwidth", "link bandwidth, e.g. 25GB/s or 200Gbps (with --grad-bytes)")
 	f.Float64Var(&overlap, "overlap", 0, "fraction F of the communication hidden behind compute, 0 to 1")
+	f.IntVar(&syncEvery, "sync-every", 1, "exchange once every H steps (local SGD, DiLoCo); 1: every step")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd
 }
@@ -416,7 +426,11 @@ func printPlanSpeedup(w io.Writer, r plan.SpeedupResult) error {
 		comm += fmt.Sprintf(" (ring all-reduce of %s at %s)", plan.FormatBytes(float64(r.GradBytes)), plan.FormatBandwidth(r.BandwidthBytesPerS))
 	}
 	t.row("communication", comm)
-	t.row("overlap", fmt.Sprintf("%s hidden, %s exposed", plan.FormatPercent(r.Overlap), plan.FormatMillis(r.ExposedCommMs)))
+	if r.SyncEvery > 1 {
+		t.row("rounds", fmt.Sprintf("one exchange every %d steps: %s per step on average", r.SyncEvery, plan.FormatMillis(r.ExposedCommMs)))
+	} else {
+		t.row("overlap", fmt.Sprintf("%s hidden, %s exposed", plan.FormatPercent(r.Overlap), plan.FormatMillis(r.ExposedCommMs)))
+	}
 	t.row("step", plan.FormatMillis(r.StepMs)+" (compute + exposed communication)")
 	t.row("serial", plan.FormatMillis(r.SerialMs)+" (one device, same global batch)")
 	t.row("speedup", strconv.FormatFloat(r.Speedup, 'f', 2, 64)+"×")
