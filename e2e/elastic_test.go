@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -81,30 +83,59 @@ var handedOut = struct {
 	addrs map[string]bool
 }{addrs: map[string]bool{}}
 
-// freePort returns a loopback address that nothing listened on when it
-// was picked and that no earlier call returned: the kernel may hand a
-// just-closed ephemeral port out again at once, and two agents given the
-// same address fail (seen: TestElasticPartKill's second node could not
-// bind the third node's port).
+// freePort returns a loopback address that nothing listened on (TCP or
+// UDP) when it was picked, that no earlier call returned, and that lies
+// below the kernel's ephemeral range: agents pick their actor and data
+// plane ports from that range while others start, and one took a port
+// handed out for another agent's gossip, which then could not bind it
+// (seen twice: TestElasticPartKill, TestElasticTLS).
 func freePort(t *testing.T) string {
 	t.Helper()
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+	lo := ephemeralLow()
+	for range 200 {
+		port := 10000 + rand.IntN(lo-10000)
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		handedOut.Lock()
 		fresh := !handedOut.addrs[addr]
+		handedOut.Unlock()
+		if !fresh {
+			continue
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			continue
+		}
+		pc.Close()
+		handedOut.Lock()
 		handedOut.addrs[addr] = true
 		handedOut.Unlock()
-		if fresh {
-			return addr
-		}
+		return addr
 	}
-	t.Fatal("no loopback port not handed out before in 100 tries")
+	t.Fatal("no free loopback port below the ephemeral range in 200 tries")
 	return ""
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 32768
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil || lo <= 11000 {
+		return 32768
+	}
+	return lo
 }
 
 func newCluster(t *testing.T, nodes, minNodes int) *cluster {
