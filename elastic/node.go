@@ -177,7 +177,7 @@ func (n *Node) startMemberlist(o options) error {
 		tr = newTLSTransport(nt, id, n.logger)
 	}
 	if o.wrapTransport != nil {
-		tr = o.wrapTransport(nt)
+		tr = o.wrapTransport(tr)
 	}
 	c := memberlist.DefaultLocalConfig()
 	c.Name = n.self.ID
