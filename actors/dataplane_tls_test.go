@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -122,7 +123,7 @@ func TestDataPlaneTLSCarriesFramesEncrypted(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			p.tx.Send(dataMsg(uint32(i), payload))
 			m := p.recv(t)
-			if m.Seq != uint32(i) || !slicesEqual(m.Payload, payload) {
+			if m.Seq != uint32(i) || !slices.Equal(m.Payload, payload) {
 				t.Fatalf("TLS %v: frame %d arrived as seq %d, %d values", withTLS, i, m.Seq, len(m.Payload))
 			}
 			m.Release()
@@ -135,18 +136,6 @@ func TestDataPlaneTLSCarriesFramesEncrypted(t *testing.T) {
 			t.Fatalf("TLS %v: %v", withTLS, errs)
 		}
 	}
-}
-
-func slicesEqual(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestDataPlaneTLSRefusesStrangers: a rank whose certificate another CA
