@@ -288,9 +288,6 @@ func verdict(a *Alignment) *Verdict {
 		case FlightRunning, FlightDone, FlightFailed:
 			v.Waiting = append(v.Waiting, bestG.Members[i])
 		}
-		if v.Detail == "" && best.Errs[i] != "" {
-			v.Detail = fmt.Sprintf("rank %d: %s", bestG.Members[i], best.Errs[i])
-		}
 	}
 	switch {
 	case blamed(FlightNotEntered, FlightSkipped) >= 0:
@@ -304,7 +301,48 @@ func verdict(a *Alignment) *Verdict {
 		}
 		v.Rank, v.What = bestG.Members[i], "did not finish"
 	}
+	v.Detail = verdictDetail(best, bestG.Members, v.Rank)
 	return v
+}
+
+// verdictDetail picks the error the verdict quotes: the first member's
+// error that names the blamed rank, else the first member's error. Which
+// waiting member times out first is a race (on a ring, a rank may time out
+// on its neighbour that is itself stuck on the culprit), so the error that
+// names the culprit is the one worth reading, when there is one.
+func verdictDetail(op *AlignedOp, members []int, rank int) string {
+	first := -1
+	for i, e := range op.Errs {
+		if e == "" {
+			continue
+		}
+		if first < 0 {
+			first = i
+		}
+		if namesRank(e, rank) {
+			return fmt.Sprintf("rank %d: %s", members[i], e)
+		}
+	}
+	if first < 0 {
+		return ""
+	}
+	return fmt.Sprintf("rank %d: %s", members[first], op.Errs[first])
+}
+
+// namesRank reports whether text holds "rank N" for this N as a whole
+// number ("rank 2" does not name rank 20).
+func namesRank(text string, rank int) bool {
+	word := fmt.Sprintf("rank %d", rank)
+	for rest := text; ; {
+		i := strings.Index(rest, word)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(word):]
+		if rest == "" || rest[0] < '0' || rest[0] > '9' {
+			return true
+		}
+	}
 }
 
 // alignContext is how many finished operations before a group's first
