@@ -496,7 +496,7 @@ func StartLocal(sys *System, size int, cfg CommConfig) ([]collective.Communicato
 			return nil, err
 		}
 		pids[r], shells[r] = shell.pid, shell
-		comms[r] = collective.NewCommunicator(r, size, shell.post, shell.close, a.engine.Flight())
+		comms[r] = collective.NewCommunicator(r, size, shell.post, shell.close, a.engine)
 	}
 	for _, pid := range pids {
 		sys.Root().Send(pid, &commInit{peers: pids})
@@ -596,7 +596,7 @@ func StartRemote(sys *System, w RemoteWorld, cfg CommConfig) (collective.Communi
 		}
 		return nil, fmt.Errorf("%w: spawning the Comm actor: %w", ErrBadConfig, err)
 	}
-	comm := collective.NewCommunicator(w.Rank, size, shell.post, shell.close, a.engine.Flight())
+	comm := collective.NewCommunicator(w.Rank, size, shell.post, shell.close, a.engine)
 	if size == 1 {
 		a.signalReady(nil)
 	}

@@ -67,8 +67,8 @@ func startRemoteWorld(t *testing.T, P int, cfg CommConfig) ([]*System, []collect
 
 // TestRemoteAllReduce: the two cross-process transports (the TCP data plane,
 // and chunks as protobuf bytes through protoactor remote) against a plain
-// sum, with several operations in flight and chunks bigger than the
-// transports' windows.
+// sum, with several operations in flight, small ones by recursive doubling
+// and chunks bigger than the transports' windows by the ring.
 func TestRemoteAllReduce(t *testing.T) {
 	for _, tr := range []Transport{TransportTCP, TransportActor} {
 		t.Run(string(tr), func(t *testing.T) {
@@ -80,7 +80,17 @@ func TestRemoteAllReduce(t *testing.T) {
 			cfg.ActorWindow = 4
 			_, comms := startRemoteWorld(t, P, cfg)
 			rng := rand.New(rand.NewPCG(1, 1))
+			// up to the 4 KiB sub-chunk by recursive doubling, then the ring
 			sizes := []int{0, 1, 2, 1000, 100_003}
+			for _, n := range sizes {
+				want := collective.AlgoRecursiveDoubling
+				if 4*n > cfg.Collective.SubChunkBytes {
+					want = collective.AlgoRing
+				}
+				if got := collective.AlgorithmOf(comms[0], n, collective.Sum); got != want {
+					t.Fatalf("%d values: %s, want %s", n, got, want)
+				}
+			}
 			ins := make([][][]float32, len(sizes))
 			outs := make([][][]float32, len(sizes))
 			for k, n := range sizes {

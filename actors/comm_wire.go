@@ -14,7 +14,7 @@ import (
 // commProtocol is the version of the Comm actors' wire protocol (actorspb
 // messages and the data plane framing); peers with another version refuse
 // to talk.
-const commProtocol = 2
+const commProtocol = 3
 
 // littleEndian: float32 payloads go on the wire little-endian, which on
 // such hosts is their memory layout, so they are written and read in place.
@@ -66,7 +66,7 @@ func decodeFloats(b []byte) []float32 {
 func toWire(m collective.Message, withPayload bool) *actorspb.CollectiveMsg {
 	pb := &actorspb.CollectiveMsg{
 		Type: uint32(m.Type), Group: m.Group, From: uint32(m.From), To: uint32(m.To),
-		Gen: m.Gen, Op: m.Op, Seq: m.Seq, Kind: uint32(m.Kind), Len: m.Len, Root: uint32(m.Root), Wire: uint32(m.Wire),
+		Gen: m.Gen, Op: m.Op, Seq: m.Seq, Kind: uint32(m.Kind), Algo: uint32(m.Algo), Len: m.Len, Root: uint32(m.Root), Wire: uint32(m.Wire),
 		Code: m.Code, Culprit: int32(m.Culprit), Reason: m.Reason,
 	}
 	if withPayload && m.Type == collective.MsgData {
@@ -92,10 +92,12 @@ func fromWire(pb *actorspb.CollectiveMsg, size int) (collective.Message, error) 
 		return collective.Message{}, fmt.Errorf("%w: kind %d, root %d, reason of %d bytes", ErrWire, pb.Kind, pb.Root, len(pb.Reason))
 	case pb.Wire > math.MaxUint8 || (kernels.DType(pb.Wire) != kernels.F32 && !kernels.DType(pb.Wire).Low()):
 		return collective.Message{}, fmt.Errorf("%w: wire type %d", ErrWire, pb.Wire)
+	case pb.Algo > math.MaxUint8 || !collective.Algorithm(pb.Algo).Valid():
+		return collective.Message{}, fmt.Errorf("%w: algorithm %d", ErrWire, pb.Algo)
 	}
 	return collective.Message{
 		Type: t, Group: pb.Group, From: int(pb.From), To: int(pb.To),
-		Gen: pb.Gen, Op: pb.Op, Seq: pb.Seq, Kind: collective.Kind(pb.Kind), Len: pb.Len, Root: int(pb.Root), Wire: kernels.DType(pb.Wire),
+		Gen: pb.Gen, Op: pb.Op, Seq: pb.Seq, Kind: collective.Kind(pb.Kind), Algo: collective.Algorithm(pb.Algo), Len: pb.Len, Root: int(pb.Root), Wire: kernels.DType(pb.Wire),
 		Payload: decodeFloats(pb.Payload), Code: pb.Code, Culprit: int(pb.Culprit), Reason: pb.Reason,
 	}, nil
 }

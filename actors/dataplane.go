@@ -90,6 +90,8 @@ func (c *DataPlaneConfig) Validate() error {
 //	welcome (listener → dialer):   status:u8 (0) window:u32 maxFrameBytes:u32
 //	                            or status:u8 (1) len:u16 reason
 //	frame (dialer → listener):     header:[56] payload:[count·4]
+//	                               header = type:u8 kind:u8 wire:u8 algo:u8 group:u32 from:u32 to:u32
+//	                                        gen:u64 op:u64 seq:u32 root:u32 len:u64 count:u32 reserved:u32 (0)
 //	credit (listener → dialer):    frames:u32
 const (
 	dpMagic        = "TRDP"
@@ -108,6 +110,7 @@ const (
 type frameHeader struct {
 	typ   collective.MsgType
 	kind  collective.Kind
+	algo  collective.Algorithm
 	group uint32
 	from  uint32
 	to    uint32
@@ -124,7 +127,7 @@ func (h *frameHeader) put(b []byte) {
 	b[0] = byte(h.typ)
 	b[1] = byte(h.kind)
 	b[2] = byte(h.wire)
-	b[3] = 0
+	b[3] = byte(h.algo)
 	binary.LittleEndian.PutUint32(b[4:], h.group)
 	binary.LittleEndian.PutUint32(b[8:], h.from)
 	binary.LittleEndian.PutUint32(b[12:], h.to)
@@ -145,6 +148,7 @@ func parseFrameHeader(b []byte, maxCount uint32) (frameHeader, error) {
 	h := frameHeader{
 		typ:   collective.MsgType(b[0]),
 		kind:  collective.Kind(b[1]),
+		algo:  collective.Algorithm(b[3]),
 		group: binary.LittleEndian.Uint32(b[4:]),
 		from:  binary.LittleEndian.Uint32(b[8:]),
 		to:    binary.LittleEndian.Uint32(b[12:]),
@@ -161,7 +165,9 @@ func parseFrameHeader(b []byte, maxCount uint32) (frameHeader, error) {
 		return h, fmt.Errorf("%w: frame type %d", ErrDataPlane, b[0])
 	case h.wire != kernels.F32 && !h.wire.Low():
 		return h, fmt.Errorf("%w: wire type %d", ErrDataPlane, b[2])
-	case b[3] != 0 || binary.LittleEndian.Uint32(b[52:]) != 0:
+	case !h.algo.Valid():
+		return h, fmt.Errorf("%w: algorithm %d", ErrDataPlane, b[3])
+	case binary.LittleEndian.Uint32(b[52:]) != 0:
 		return h, fmt.Errorf("%w: reserved header bytes are not zero", ErrDataPlane)
 	case h.typ == collective.MsgDone && h.count != 0:
 		return h, fmt.Errorf("%w: done frame with %d values", ErrDataPlane, h.count)
@@ -556,7 +562,7 @@ func (d *DataPlane) serveIn(c net.Conn) {
 			break
 		}
 		m := collective.Message{Type: h.typ, Group: h.group, From: int(h.from), To: int(h.to), Gen: h.gen, Op: h.op,
-			Seq: h.seq, Kind: h.kind, Len: h.len, Root: int(h.root), Wire: h.wire, Culprit: -1}
+			Seq: h.seq, Kind: h.kind, Algo: h.algo, Len: h.len, Root: int(h.root), Wire: h.wire, Culprit: -1}
 		if h.typ == collective.MsgData {
 			var i int
 			select {
@@ -833,7 +839,7 @@ func (o *dpOut) run() {
 		if len(m.Payload) > maxVals {
 			err = fmt.Errorf("%w: a chunk of %d values exceeds rank %d's frames of %d values (SubChunkBytes > MaxFrameBytes)", ErrDataPlane, len(m.Payload), o.peer, maxVals)
 		} else {
-			h := frameHeader{typ: m.Type, kind: m.Kind, group: m.Group, from: uint32(m.From), to: uint32(m.To),
+			h := frameHeader{typ: m.Type, kind: m.Kind, algo: m.Algo, group: m.Group, from: uint32(m.From), to: uint32(m.To),
 				gen: m.Gen, op: m.Op, seq: m.Seq, root: uint32(m.Root), len: m.Len, count: uint32(len(m.Payload)), wire: m.Wire}
 			h.put(hb[:])
 			var payload []byte

@@ -182,14 +182,31 @@ func (r *Request) Fail(err error) {
 type PostFunc func(*Request) error
 
 // NewCommunicator returns the world communicator of rank rank among size
-// ranks, posting its requests with post. closeFn stops the shell; its
-// Close calls it. flight is the rank's Engine's recorder (FlightOf).
-func NewCommunicator(rank, size int, post PostFunc, closeFn func() error, flight *FlightRecorder) Communicator {
+// ranks, posting its requests with post to the shell that owns e (the
+// communicator reads only e's configuration and flight recorder, which
+// never change). closeFn stops the shell; its Close calls it.
+func NewCommunicator(rank, size int, post PostFunc, closeFn func() error, e *Engine) Communicator {
 	members := make([]int, size)
 	for i := range members {
 		members[i] = i
 	}
-	return &frontend{group: WorldGroup, rank: rank, members: members, post: post, closeFn: closeFn, flight: flight}
+	return &frontend{group: WorldGroup, rank: rank, members: members, post: post, closeFn: closeFn, flight: e.flight, cfg: e.cfg}
+}
+
+// Algorithms is a communicator that says which algorithm its AllReduce of
+// n values with op runs (the frontends of this package, and wrappers that
+// pass it on).
+type Algorithms interface {
+	AllReduceAlgorithm(n int, op ReduceOp) Algorithm
+}
+
+// AlgorithmOf is the algorithm c's AllReduce of n values with op runs:
+// what c says (Algorithms), else the ring.
+func AlgorithmOf(c Communicator, n int, op ReduceOp) Algorithm {
+	if a, ok := c.(Algorithms); ok {
+		return a.AllReduceAlgorithm(n, op)
+	}
+	return AlgoRing
 }
 
 // Flighted is a communicator whose operations a FlightRecorder records.
@@ -215,6 +232,13 @@ type frontend struct {
 	post    PostFunc
 	closeFn func() error
 	flight  *FlightRecorder
+	cfg     Config
+}
+
+// AllReduceAlgorithm is the algorithm this group's AllReduce of n values
+// with op runs (Config.AllReduceAlgorithm).
+func (f *frontend) AllReduceAlgorithm(n int, op ReduceOp) Algorithm {
+	return f.cfg.AllReduceAlgorithm(n, op, len(f.members))
 }
 
 // Flight is the recorder of this rank's operations, in every group.
@@ -224,7 +248,7 @@ func (f *frontend) Rank() int { return f.rank }
 func (f *frontend) Size() int { return len(f.members) }
 
 func (f *frontend) AllReduce(ctx context.Context, buf []float32, op ReduceOp) *Handle {
-	return f.start(ctx, Spec{Kind: KindAllReduce, Buf: buf, Reduce: op})
+	return f.start(ctx, Spec{Kind: KindAllReduce, Buf: buf, Reduce: op, Algo: f.AllReduceAlgorithm(len(buf), op)})
 }
 
 func (f *frontend) ReduceScatter(ctx context.Context, buf []float32, op ReduceOp) *Handle {
@@ -310,7 +334,7 @@ func (f *frontend) Group(ranks []int) (Communicator, error) {
 	if err := <-reply; err != nil {
 		return nil, err
 	}
-	return &frontend{group: id, rank: self, members: members, post: f.post, flight: f.flight}, nil
+	return &frontend{group: id, rank: self, members: members, post: f.post, flight: f.flight, cfg: f.cfg}, nil
 }
 
 func (f *frontend) Close() error {

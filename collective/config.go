@@ -31,6 +31,12 @@ type Config struct {
 	// Generation is the first generation of every group's operations. An
 	// elastic layer that rebuilds a world passes the new world's generation.
 	Generation uint64
+	// SmallAllReduceBytes: an AllReduce of at most this many bytes that
+	// travels as float32 runs recursive doubling instead of the ring
+	// (Config.AllReduceAlgorithm); capped at SubChunkBytes. Every rank of a
+	// world must use the same. Default DefaultSmallAllReduceBytes; negative:
+	// always the ring.
+	SmallAllReduceBytes int
 	// FlightOps is how many operations the flight recorder of each rank
 	// keeps (Engine.Flight). Default DefaultFlightOps.
 	FlightOps int
@@ -44,8 +50,14 @@ func DefaultConfig() Config {
 		AbortAckTimeout: 2 * time.Second,
 		MaxEarlyBytes:   1 << 30,
 		FlightOps:       DefaultFlightOps,
+
+		SmallAllReduceBytes: DefaultSmallAllReduceBytes,
 	}
 }
+
+// DefaultSmallAllReduceBytes is where recursive doubling hands over to the
+// ring, chosen by measurement (docs/BENCHMARKS.md, "Small all-reduces").
+const DefaultSmallAllReduceBytes = 64 << 10
 
 // Validate fills zero fields with their defaults and rejects the rest that
 // is out of range.
@@ -72,6 +84,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxEarlyBytes == 0 {
 		c.MaxEarlyBytes = d.MaxEarlyBytes
+	}
+	if c.SmallAllReduceBytes == 0 {
+		c.SmallAllReduceBytes = d.SmallAllReduceBytes
 	}
 	if c.FlightOps == 0 {
 		c.FlightOps = d.FlightOps

@@ -96,6 +96,9 @@ type opState struct {
 	k    uint32 // completion count this rank sent
 
 	sentTo []bool
+	// rd is the state of a recursive-doubling all-reduce (nil: the ring
+	// or another kind).
+	rd *rdState
 	// wire is where a 16-bit wire type's payloads are packed (see pack):
 	// each sent message's own piece, read by the transport until the
 	// operation completes; next is the first free word.
@@ -194,6 +197,9 @@ func CheckSpec(spec Spec, size int) error {
 		// sequence numbers are uint32: 2(P−1) steps of at most n/P+1 values
 		return fmt.Errorf("%w: a buffer of %d values; split it below 2³¹", ErrBadArgument, len(spec.Buf))
 	}
+	if !spec.Algo.Valid() || spec.Algo != AlgoAuto && spec.Kind != KindAllReduce {
+		return fmt.Errorf("%w: algorithm %s for %s: only AllReduce chooses one", ErrBadArgument, spec.Algo, spec.Kind)
+	}
 	if spec.Kind == KindBarrier && len(spec.Buf) != 0 {
 		return fmt.Errorf("%w: a barrier takes no buffer", ErrBadArgument)
 	}
@@ -206,6 +212,19 @@ func CheckSpec(spec Spec, size int) error {
 func (c *Core) Start(now time.Time, spec Spec) (OpID, error) {
 	if err := CheckSpec(spec, c.size); err != nil {
 		return OpID{}, err
+	}
+	if spec.Kind == KindAllReduce {
+		if spec.Algo == AlgoAuto {
+			spec.Algo = c.cfg.AllReduceAlgorithm(len(spec.Buf), spec.Reduce, c.size)
+		}
+		if c.size == 1 {
+			spec.Algo = AlgoRing // nothing to send either way
+		}
+		if spec.Algo == AlgoRecursiveDoubling {
+			if err := rdCheck(c.cfg, spec); err != nil {
+				return OpID{}, err
+			}
+		}
 	}
 	id := OpID{Gen: c.gen, Op: c.nextOp}
 	c.nextOp++
@@ -242,6 +261,10 @@ func (c *Core) newOp(id OpID, spec Spec, now time.Time) *opState {
 	P := c.size
 	n := len(spec.Buf)
 	op := &opState{id: id, spec: spec, n: n, started: now, sentTo: make([]bool, P)}
+	if spec.Algo == AlgoRecursiveDoubling {
+		c.newRD(op)
+		return op
+	}
 	switch spec.Kind {
 	case KindAllReduce, KindReduceScatter, KindAllGather:
 		_, hi := ChunkRange(n, P, 0)
@@ -280,6 +303,10 @@ func (c *Core) newOp(id OpID, spec Spec, now time.Time) *opState {
 
 // begin sends an operation's first messages.
 func (c *Core) begin(op *opState) {
+	if op.rd != nil {
+		c.rdBegin(op)
+		return
+	}
 	P, r := c.size, c.rank
 	if P > 1 {
 		switch op.spec.Kind {
@@ -325,7 +352,7 @@ func (c *Core) header(t MsgType, op *opState, to int) Message {
 	return Message{
 		Type: t, Group: c.group, From: c.rank, To: to,
 		Gen: op.id.Gen, Op: op.id.Op,
-		Kind: op.spec.Kind, Len: uint64(op.n), Root: op.spec.Root, Wire: op.spec.Reduce.Wire(), Culprit: -1,
+		Kind: op.spec.Kind, Algo: op.spec.Algo, Len: uint64(op.n), Root: op.spec.Root, Wire: op.spec.Reduce.Wire(), Culprit: -1,
 	}
 }
 
@@ -457,10 +484,16 @@ func (c *Core) hold(now time.Time, m Message) {
 func heldSize(m *Message) int64 { return max(64, int64(4*len(m.Payload))) }
 
 func (c *Core) onOpMessage(now time.Time, op *opState, m *Message) {
-	if m.Kind != op.spec.Kind || m.Len != uint64(op.n) || (op.spec.Kind == KindBroadcast && m.Root != op.spec.Root) || m.Wire != op.spec.Reduce.Wire() {
+	if m.Kind != op.spec.Kind || m.Len != uint64(op.n) || (op.spec.Kind == KindBroadcast && m.Root != op.spec.Root) || m.Wire != op.spec.Reduce.Wire() || m.Algo != op.spec.Algo {
 		m.release()
-		c.abortGen(now, fmt.Errorf("%w: %s issued %s of %d %v values (root %d) as %s, this rank %s of %d %v values (root %d)",
-			ErrMismatch, c.peerName(m.From), m.Kind, m.Len, m.Wire, m.Root, op.id, op.spec.Kind, op.n, op.spec.Reduce.Wire(), op.spec.Root), m.From, c.gen)
+		c.abortGen(now, fmt.Errorf("%w: %s issued %s of %d %v values (root %d, algorithm %s) as %s, this rank %s of %d %v values (root %d, algorithm %s)",
+			ErrMismatch, c.peerName(m.From), m.Kind, m.Len, m.Wire, m.Root, m.Algo, op.id, op.spec.Kind, op.n, op.spec.Reduce.Wire(), op.spec.Root, op.spec.Algo), m.From, c.gen)
+		return
+	}
+	if op.rd != nil {
+		if err := c.onRD(op, m); err != nil {
+			c.abortGen(now, err, m.From, c.gen)
+		}
 		return
 	}
 	if m.Type == MsgDone {
@@ -608,6 +641,12 @@ func (c *Core) onData(op *opState, m *Message) error {
 
 // awaited returns the peers an operation waits on.
 func (c *Core) awaited(op *opState, yield func(int) bool) {
+	if op.rd != nil {
+		if p := c.rdAwaited(op); p >= 0 {
+			yield(p)
+		}
+		return
+	}
 	if op.spec.Kind == KindNaiveAllReduce && op.recvGot < op.recvNeed {
 		if c.rank != 0 {
 			yield(0)

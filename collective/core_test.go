@@ -170,7 +170,7 @@ func TestChunkRangeCoversInOrder(t *testing.T) {
 // worked by hand: P = 3, one value per chunk.
 func TestTraceHandWorked(t *testing.T) {
 	bufs := [][]float32{{1, 2, 3}, {10, 20, 30}, {100, 200, 300}}
-	steps, err := Trace(KindAllReduce, bufs, Sum, 0)
+	steps, err := Trace(KindAllReduce, AlgoRing, bufs, Sum, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,11 +417,11 @@ func TestOldGenerationAndDuplicateDropped(t *testing.T) {
 	}
 	now := time.Unix(0, 0)
 	buf := []float32{1, 1}
-	if _, err := c.Start(now, Spec{Kind: KindAllReduce, Buf: buf}); err != nil {
+	if _, err := c.Start(now, Spec{Kind: KindAllReduce, Buf: buf, Algo: AlgoRing}); err != nil {
 		t.Fatal(err)
 	}
 	c.Ready()
-	data := Message{Type: MsgData, From: 0, To: 1, Gen: 0, Op: 0, Seq: 0, Kind: KindAllReduce, Len: 2, Payload: []float32{5}}
+	data := Message{Type: MsgData, From: 0, To: 1, Gen: 0, Op: 0, Seq: 0, Kind: KindAllReduce, Algo: AlgoRing, Len: 2, Payload: []float32{5}}
 	// rank 1 receives chunk 0 at reduce-scatter step 1 and owns it.
 	c.Step(now, data)
 	c.Step(now, data) // duplicate: ignored
@@ -485,7 +485,7 @@ func TestDroppedMessageFailsEveryRank(t *testing.T) {
 			}
 			bufs := randBufs(rand.New(rand.NewPCG(1, 1)), P, 40)
 			for r := range bufs {
-				s.start(r, Spec{Kind: KindAllReduce, Buf: bufs[r]})
+				s.start(r, Spec{Kind: KindAllReduce, Buf: bufs[r], Algo: AlgoRing})
 			}
 			s.run()
 			if !dropped {
@@ -664,23 +664,40 @@ func FuzzCoreStep(f *testing.F) {
 	f.Add(uint8(2), 2, uint64(0), uint64(0), uint32(4), uint8(1), uint64(8), 0, 0)
 	f.Add(uint8(1), 0, uint64(0), uint64(0), uint32(9), uint8(6), uint64(8), 3, 0)
 	f.Add(uint8(3), 1, uint64(0), uint64(0), uint32(0), uint8(0), uint64(0), 0, 5)
+	// recursive doubling: rank 1's fold (data seq 0) reaching rank 0, rank
+	// 0's result (seq 2) reaching rank 1, a done of round 1 from rank 2
+	f.Add(uint8(1), 1, uint64(0), uint64(0), uint32(0), uint8(1|2<<6), uint64(8), 8, 0)
+	f.Add(uint8(1), 0, uint64(0), uint64(0), uint32(2), uint8(1|2<<6), uint64(8), 8, 0)
+	f.Add(uint8(2), 2, uint64(0), uint64(0), uint32(1), uint8(1|2<<6), uint64(8), 0, 0)
 	f.Fuzz(func(t *testing.T, typ uint8, from int, gen, op uint64, seq uint32, kind uint8, n uint64, plen int, code int) {
-		for _, k := range []Kind{KindAllReduce, KindNaiveAllReduce, KindBroadcast} {
+		type run struct {
+			kind Kind
+			algo Algorithm
+			rank int
+		}
+		// recursive doubling on 3 ranks: rank 0 kept with a folded
+		// partner, rank 1 folded, rank 2 kept alone
+		for _, k := range []run{{KindAllReduce, AlgoRing, 1}, {KindNaiveAllReduce, AlgoAuto, 1}, {KindBroadcast, AlgoAuto, 1},
+			{KindAllReduce, AlgoRecursiveDoubling, 0}, {KindAllReduce, AlgoRecursiveDoubling, 1}, {KindAllReduce, AlgoRecursiveDoubling, 2}} {
 			cfg := DefaultConfig()
 			cfg.SubChunkBytes = 8
-			c, err := NewCore(cfg, 0, 1, 3, nil)
+			if k.algo == AlgoRecursiveDoubling {
+				cfg.SubChunkBytes = 32
+			}
+			c, err := NewCore(cfg, 0, k.rank, 3, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			buf := make([]float32, 8)
 			now := time.Unix(0, 0)
-			if _, err := c.Start(now, Spec{Kind: k, Buf: buf[:8:8], Root: 1}); err != nil {
+			if _, err := c.Start(now, Spec{Kind: k.kind, Buf: buf[:8:8], Root: 1, Algo: k.algo}); err != nil {
 				t.Fatal(err)
 			}
 			if plen < 0 || plen > 64 {
 				plen = 3
 			}
-			c.Step(now, Message{Type: MsgType(typ), From: from, To: 1, Gen: gen, Op: op, Seq: seq, Kind: Kind(kind), Len: n,
+			// kind's top two bits pick the message's algorithm
+			c.Step(now, Message{Type: MsgType(typ), From: from, To: k.rank, Gen: gen, Op: op, Seq: seq, Kind: Kind(kind & 63), Algo: Algorithm(kind >> 6), Len: n,
 				Payload: make([]float32, plen), Code: uint32(code), Culprit: -1})
 			c.Ready()
 			c.Tick(now.Add(time.Hour))

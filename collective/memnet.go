@@ -117,7 +117,7 @@ func (n *MemNetwork) Start(cfg Config) ([]Communicator, error) {
 			return nil, err
 		}
 		mr.engine = e
-		mr.comm = NewCommunicator(r, n.size, mr.post, mr.close, e.Flight())
+		mr.comm = NewCommunicator(r, n.size, mr.post, mr.close, e)
 		comms[r] = mr.comm
 		n.ranks = append(n.ranks, mr)
 	}

@@ -62,25 +62,41 @@ func cloneBufs(b [][]float32) [][]float32 {
 
 // TestMemAllReduceProperty: the communicator over the in-memory transport
 // gives every rank the same bits, equal to a plain sum within float32
-// summation error, for P = 1…8 and sizes that P does not divide.
+// summation error, for P = 1…8 and sizes that P does not divide, by the
+// ring (small sub-chunks) and by recursive doubling (a threshold above
+// every size).
 func TestMemAllReduceProperty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	for P := 1; P <= 8; P++ {
-		cfg := DefaultConfig()
-		cfg.SubChunkBytes = 4 * (1 + rng.IntN(50))
-		_, comms := startMem(t, P, cfg)
-		for _, n := range []int{0, 1, P - 1, P + 1, 1 + rng.IntN(500), 2000 + rng.IntN(5000)} {
-			for _, op := range []ReduceOp{Sum, Avg, Max} {
-				bufs := randBufs(rng, P, max(n, 0))
-				sum, mag := refSum(bufs)
-				top := refMax(bufs)
-				noErrors(t, allReduceEverywhere(comms, bufs, op))
-				if op == Max {
-					checkMax(t, bufs, top)
-					continue
-				}
-				checkReduced(t, bufs, sum, mag, P, op, 0, len(sum))
+	for _, algo := range []Algorithm{AlgoRing, AlgoRecursiveDoubling} {
+		for P := 1; P <= 8; P++ {
+			memAllReduceProperty(t, rng, P, algo)
+		}
+	}
+}
+
+func memAllReduceProperty(t *testing.T, rng *rand.Rand, P int, algo Algorithm) {
+	cfg := DefaultConfig()
+	cfg.SubChunkBytes = 4 * (1 + rng.IntN(50))
+	cfg.SmallAllReduceBytes = -1
+	if algo == AlgoRecursiveDoubling {
+		cfg.SubChunkBytes, cfg.SmallAllReduceBytes = 1<<20, 1<<20
+	}
+	net, comms := startMem(t, P, cfg)
+	defer net.Close()
+	for _, n := range []int{0, 1, P - 1, P + 1, 1 + rng.IntN(500), 2000 + rng.IntN(5000)} {
+		for _, op := range []ReduceOp{Sum, Avg, Max} {
+			if got := AlgorithmOf(comms[0], n, op); P > 1 && got != algo {
+				t.Fatalf("P=%d n=%d: the communicator runs %s, want %s", P, n, got, algo)
 			}
+			bufs := randBufs(rng, P, max(n, 0))
+			sum, mag := refSum(bufs)
+			top := refMax(bufs)
+			noErrors(t, allReduceEverywhere(comms, bufs, op))
+			if op == Max {
+				checkMax(t, bufs, top)
+				continue
+			}
+			checkReduced(t, bufs, sum, mag, P, op, 0, len(sum))
 		}
 	}
 }
@@ -113,38 +129,49 @@ func checkMax(t *testing.T, got [][]float32, want []float32) {
 // delayed messages leave exactly the bits of a clean run.
 func TestMemDuplicateReorderDelayChangeNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const P, n = 5, 997
-		rng := rand.New(rand.NewPCG(1, 3))
-		bufs := randBufs(rng, P, n)
-		cfg := DefaultConfig()
-		cfg.SubChunkBytes = 4 * 37
-
-		clean := cloneBufs(bufs)
-		net, comms := startMem(t, P, cfg)
-		noErrors(t, allReduceEverywhere(comms, clean, Sum))
-		net.Close()
-
-		net, comms = startMem(t, P, cfg)
-		var k int
-		every := func(mod int) func(Message) bool {
-			return func(Message) bool { k++; return k%mod == 0 }
-		}
-		dup := net.Inject(Fault{Action: FaultDuplicate, Match: every(3)})
-		reo := net.Inject(Fault{Action: FaultReorder, Match: every(4)})
-		del := net.Inject(Fault{Action: FaultDelay, Delay: 50 * time.Millisecond, Match: every(5)})
-		faulty := cloneBufs(bufs)
-		noErrors(t, allReduceEverywhere(comms, faulty, Sum))
-		if dup.Hits(net) == 0 || reo.Hits(net) == 0 || del.Hits(net) == 0 {
-			t.Fatalf("faults acted %d/%d/%d times", dup.Hits(net), reo.Hits(net), del.Hits(net))
-		}
-		for r := range faulty {
-			for i := range faulty[r] {
-				if math.Float32bits(faulty[r][i]) != math.Float32bits(clean[r][i]) {
-					t.Fatalf("rank %d element %d: %v with faults, %v without", r, i, faulty[r][i], clean[r][i])
-				}
-			}
+		for _, algo := range []Algorithm{AlgoRing, AlgoRecursiveDoubling} {
+			memFaultsChangeNothing(t, algo)
 		}
 	})
+}
+
+func memFaultsChangeNothing(t *testing.T, algo Algorithm) {
+	const P, n = 5, 997
+	rng := rand.New(rand.NewPCG(1, 3))
+	bufs := randBufs(rng, P, n)
+	cfg := DefaultConfig()
+	cfg.SubChunkBytes, cfg.SmallAllReduceBytes = 4*37, -1
+	if algo == AlgoRecursiveDoubling {
+		cfg.SubChunkBytes, cfg.SmallAllReduceBytes = 4*n, 4*n
+	}
+
+	clean := cloneBufs(bufs)
+	net, comms := startMem(t, P, cfg)
+	noErrors(t, allReduceEverywhere(comms, clean, Sum))
+	net.Close()
+
+	net, comms = startMem(t, P, cfg)
+	var k int
+	every := func(mod int) func(Message) bool {
+		return func(Message) bool { k++; return k%mod == 0 }
+	}
+	dup := net.Inject(Fault{Action: FaultDuplicate, Match: every(3)})
+	reo := net.Inject(Fault{Action: FaultReorder, Match: every(4)})
+	del := net.Inject(Fault{Action: FaultDelay, Delay: 50 * time.Millisecond, Match: every(5)})
+	faulty := cloneBufs(bufs)
+	noErrors(t, allReduceEverywhere(comms, faulty, Sum))
+	if dup.Hits(net) == 0 || reo.Hits(net) == 0 || del.Hits(net) == 0 {
+		t.Fatalf("faults acted %d/%d/%d times", dup.Hits(net), reo.Hits(net), del.Hits(net))
+	}
+	for r := range faulty {
+		for i := range faulty[r] {
+			if math.Float32bits(faulty[r][i]) != math.Float32bits(clean[r][i]) {
+				t.Fatalf("%s: rank %d element %d: %v with faults, %v without", algo, r, i, faulty[r][i], clean[r][i])
+			}
+		}
+	}
+	net.Close()
+
 }
 
 // TestMemDroppedMessage: a lost message fails the operation on every rank

@@ -53,9 +53,11 @@ type Message struct {
 	// or is the count of a MsgDone.
 	Seq uint32
 	// Kind and Len describe the operation as the sender issued it, so that
-	// mismatched calls are caught instead of silently mixing buffers. Root
-	// is the broadcast root.
+	// mismatched calls are caught instead of silently mixing buffers. Algo
+	// is an AllReduce's algorithm (AlgoAuto for the other kinds); Root is
+	// the broadcast root.
 	Kind Kind
+	Algo Algorithm
 	Len  uint64
 	Root int
 	// Wire is the type the payload's values travel in: F32, or BF16 and

@@ -8,16 +8,22 @@ import (
 )
 
 // SentValues is how many values rank sends in one operation of kind over
-// a buffer of n values in a group of size ranks, by the ring schedules of
-// this package: a reduce-scatter sends every chunk but the one the rank
+// a buffer of n values in a group of size ranks, by the schedules of this
+// package: a ring reduce-scatter sends every chunk but the one the rank
 // ends up owning, an all-gather every chunk but the one it receives last,
-// an all-reduce both, and a broadcast the whole buffer from every rank but
-// the last on the ring from root. A barrier and a group of one send
-// nothing; the naive all-reduce sends (size − 1)·n from its root and n
-// from every other rank.
-func SentValues(kind Kind, n, rank, size, root int) int64 {
+// a ring all-reduce both, and a broadcast the whole buffer from every rank
+// but the last on the ring from root. A recursive-doubling all-reduce
+// (algo) sends the whole buffer once per message of its plan: log₂P'
+// rounds, one more for a rank with a folded partner, one in all for a
+// folded rank. A barrier and a group of one send nothing; the naive
+// all-reduce sends (size − 1)·n from its root and n from every other rank.
+// algo applies to KindAllReduce only (AlgoAuto counts as the ring).
+func SentValues(kind Kind, algo Algorithm, n, rank, size, root int) int64 {
 	if size <= 1 {
 		return 0
+	}
+	if kind == KindAllReduce && algo == AlgoRecursiveDoubling {
+		return rdSentValues(n, rank, size)
 	}
 	chunk := func(c int) int {
 		lo, hi := ChunkRange(n, size, c)
@@ -87,11 +93,20 @@ type metered struct {
 func (c *metered) Flight() *FlightRecorder { return FlightOf(c.Communicator) }
 
 func (c *metered) count(kind Kind, n, root int, wire kernels.DType) {
-	c.m.add(kind, SentValues(kind, n, c.Rank(), c.Size(), root)*int64(wire.Size()))
+	c.countBy(kind, AlgoAuto, n, root, wire)
+}
+
+func (c *metered) countBy(kind Kind, algo Algorithm, n, root int, wire kernels.DType) {
+	c.m.add(kind, SentValues(kind, algo, n, c.Rank(), c.Size(), root)*int64(wire.Size()))
+}
+
+// AllReduceAlgorithm passes on the wrapped communicator's answer.
+func (c *metered) AllReduceAlgorithm(n int, op ReduceOp) Algorithm {
+	return AlgorithmOf(c.Communicator, n, op)
 }
 
 func (c *metered) AllReduce(ctx context.Context, buf []float32, op ReduceOp) *Handle {
-	c.count(KindAllReduce, len(buf), 0, op.Wire())
+	c.countBy(KindAllReduce, c.AllReduceAlgorithm(len(buf), op), len(buf), 0, op.Wire())
 	return c.Communicator.AllReduce(ctx, buf, op)
 }
 

@@ -7,16 +7,32 @@ import (
 	"testing"
 )
 
-// SentValues is what the ring schedules really send: every rank's payload
+// SentValues is what the schedules really send: every rank's payload
 // values, counted on the in-memory network's wire, for each kind, group
-// sizes 1 to 5 and sizes the group does not divide; a Meter wrapping the
-// communicators reports the same totals.
+// sizes 1 to 6 and sizes the group does not divide, the all-reduce by the
+// ring and by recursive doubling; a Meter wrapping the communicators
+// reports the same totals.
 func TestSentValuesMatchTheWire(t *testing.T) {
-	for P := 1; P <= 5; P++ {
+	type op struct {
+		kind Kind
+		algo Algorithm
+	}
+	ops := []op{{KindAllReduce, AlgoRing}, {KindAllReduce, AlgoRecursiveDoubling}, {KindReduceScatter, AlgoAuto},
+		{KindAllGather, AlgoAuto}, {KindBroadcast, AlgoAuto}, {KindNaiveAllReduce, AlgoAuto}}
+	for P := 1; P <= 6; P++ {
 		for _, n := range []int{0, 1, P + 1, 97} {
-			for _, kind := range []Kind{KindAllReduce, KindReduceScatter, KindAllGather, KindBroadcast, KindNaiveAllReduce} {
-				t.Run(fmt.Sprintf("P%d/n%d/%s", P, n, kind), func(t *testing.T) {
-					net, comms := startMem(t, P, DefaultConfig())
+			for _, o := range ops {
+				kind, algo := o.kind, o.algo
+				cfg := DefaultConfig()
+				cfg.SmallAllReduceBytes = -1 // the ring
+				if algo == AlgoRecursiveDoubling {
+					cfg.SmallAllReduceBytes = 1 << 20
+				}
+				t.Run(fmt.Sprintf("P%d/n%d/%s/%s", P, n, kind, algo), func(t *testing.T) {
+					net, comms := startMem(t, P, cfg)
+					if got := AlgorithmOf(NewMeter().Wrap(comms[0]), n, Sum); kind == KindAllReduce && P > 1 && got != algo {
+						t.Fatalf("the communicator says %s, want %s", got, algo)
+					}
 					var mu sync.Mutex
 					wire := make([]int64, P)
 					net.Inject(Fault{Action: FaultDrop, Match: func(m Message) bool {
@@ -58,7 +74,7 @@ func TestSentValuesMatchTheWire(t *testing.T) {
 						if errs[r] != nil {
 							t.Fatal(errs[r])
 						}
-						if want := SentValues(kind, n, r, P, root); wire[r] != want {
+						if want := SentValues(kind, algo, n, r, P, root); wire[r] != want {
 							t.Errorf("rank %d sent %d values, SentValues says %d", r, wire[r], want)
 						}
 						total += wire[r]

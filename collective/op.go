@@ -141,6 +141,9 @@ type Spec struct {
 	Reduce ReduceOp
 	// Root is the broadcasting rank of a Broadcast (a group rank).
 	Root int
+	// Algo is an AllReduce's algorithm; AlgoAuto (the zero value) lets
+	// Config.AllReduceAlgorithm choose. Other kinds take AlgoAuto only.
+	Algo Algorithm
 }
 
 // Completion reports that an operation finished: Err is nil when it

@@ -9,20 +9,45 @@ import (
 // TraceStep is every rank's buffer after one step of a lockstep run.
 type TraceStep struct {
 	// Phase is "start", "reduce-scatter", "all-gather", "broadcast",
-	// "gather" or "scatter".
+	// "gather", "scatter" or "recursive-doubling".
 	Phase string
 	// Step counts the steps of Phase from 1 (0 for "start").
 	Step int
 	// Buffers holds a copy of each rank's buffer.
 	Buffers [][]float32
+	// Data lists the data messages delivered in the step, in order.
+	Data []TraceMsg
+}
+
+// TraceMsg is one data message of a trace: group ranks and its sequence
+// number (for recursive doubling: 0 the fold, 1…log₂P' the rounds, then
+// the unfold; see RDStage).
+type TraceMsg struct {
+	From, To int
+	Seq      int
+}
+
+// RDStage names data seq of a recursive-doubling all-reduce among size
+// ranks: "fold", "round k" or "unfold".
+func RDStage(seq, size int) string {
+	p := newRDPlan(0, size)
+	switch {
+	case seq == 0:
+		return "fold"
+	case seq > p.rounds:
+		return "unfold"
+	}
+	return fmt.Sprintf("round %d", seq)
 }
 
 // Trace runs one operation on len(bufs) cores in one goroutine, in lockstep:
 // every message of a step is delivered before any message of the next. It
 // returns every rank's buffer at the start and after each step, and leaves
 // the results in bufs. Trace drives the same Core that the transports drive,
-// with one sub-chunk per chunk, so that each step moves whole chunks.
-func Trace(kind Kind, bufs [][]float32, reduce ReduceOp, root int) ([]TraceStep, error) {
+// with one sub-chunk per chunk, so that each step moves whole chunks. algo
+// is an AllReduce's algorithm (AlgoAuto runs the ring); other kinds take
+// AlgoAuto.
+func Trace(kind Kind, algo Algorithm, bufs [][]float32, reduce ReduceOp, root int) ([]TraceStep, error) {
 	P := len(bufs)
 	if P == 0 {
 		return nil, fmt.Errorf("%w: no ranks", ErrBadArgument)
@@ -60,7 +85,10 @@ func Trace(kind Kind, bufs [][]float32, reduce ReduceOp, root int) ([]TraceStep,
 	}
 	steps := []TraceStep{snapshot("start", 0)}
 	for r, c := range cores {
-		spec := Spec{Kind: kind, Buf: bufs[r], Reduce: reduce, Root: root}
+		spec := Spec{Kind: kind, Buf: bufs[r], Reduce: reduce, Root: root, Algo: algo}
+		if kind == KindAllReduce && algo == AlgoAuto {
+			spec.Algo = AlgoRing
+		}
 		if _, err := c.Start(now, spec); err != nil {
 			return nil, err
 		}
@@ -70,16 +98,23 @@ func Trace(kind Kind, bufs [][]float32, reduce ReduceOp, root int) ([]TraceStep,
 	for len(queue) > 0 {
 		batch := queue
 		queue = nil
-		data := false
+		var sent []TraceMsg
 		for _, m := range batch {
-			data = data || m.Type == MsgData
+			if m.Type == MsgData {
+				sent = append(sent, TraceMsg{From: m.From, To: m.To, Seq: int(m.Seq)})
+			}
 			cores[m.To].Step(now, m)
 			collect(cores[m.To])
 		}
-		if data {
+		if len(sent) > 0 {
 			round++
 			phase, step := tracePhase(kind, round, P)
-			steps = append(steps, snapshot(phase, step))
+			if algo == AlgoRecursiveDoubling {
+				phase = "recursive-doubling"
+			}
+			st := snapshot(phase, step)
+			st.Data = sent
+			steps = append(steps, st)
 		}
 	}
 	var errs []error

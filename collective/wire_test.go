@@ -179,7 +179,7 @@ func TestLowWireHalvesTheBytes(t *testing.T) {
 			noErrors(t, allReduceEverywhere(metered, bufs, Sum.In(w)))
 			var values int64
 			for r := range P {
-				values += SentValues(KindAllReduce, n, r, P, 0)
+				values += SentValues(KindAllReduce, AlgoRing, n, r, P, 0)
 			}
 			if got := meter.Take()[KindAllReduce]; got != 2*values {
 				t.Errorf("meter: %d bytes, want %d (2 per value)", got, 2*values)

@@ -144,7 +144,10 @@ type CollectiveMsg struct {
 	Reason  string `protobuf:"bytes,14,opt,name=reason,proto3" json:"reason,omitempty"`
 	// wire is the payload's value type (kernels.DType): 0 float32, 1 bf16
 	// and 2 fp16 packed two to a word.
-	Wire          uint32 `protobuf:"varint,15,opt,name=wire,proto3" json:"wire,omitempty"`
+	Wire uint32 `protobuf:"varint,15,opt,name=wire,proto3" json:"wire,omitempty"`
+	// algo is an all-reduce's algorithm (collective.Algorithm): 1 the ring,
+	// 2 recursive doubling; 0 for the other kinds.
+	Algo          uint32 `protobuf:"varint,16,opt,name=algo,proto3" json:"algo,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -284,6 +287,13 @@ func (x *CollectiveMsg) GetWire() uint32 {
 	return 0
 }
 
+func (x *CollectiveMsg) GetAlgo() uint32 {
+	if x != nil {
+		return x.Algo
+	}
+	return 0
+}
+
 // CommCredit returns flow-control credit on the actor transport: the sender
 // of the acknowledged data messages may send that many more.
 type CommCredit struct {
@@ -351,7 +361,7 @@ const file_comm_proto_rawDesc = "" +
 	"\x04size\x18\x04 \x01(\rR\x04size\x12\x1c\n" +
 	"\ttransport\x18\x05 \x01(\tR\ttransport\x12\x1b\n" +
 	"\tdata_addr\x18\x06 \x01(\tR\bdataAddr\x12\x14\n" +
-	"\x05reply\x18\a \x01(\bR\x05reply\"\xbf\x02\n" +
+	"\x05reply\x18\a \x01(\bR\x05reply\"\xd3\x02\n" +
 	"\rCollectiveMsg\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\rR\x04type\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\rR\x05group\x12\x12\n" +
@@ -368,7 +378,8 @@ const file_comm_proto_rawDesc = "" +
 	"\x04code\x18\f \x01(\rR\x04code\x12\x18\n" +
 	"\aculprit\x18\r \x01(\x05R\aculprit\x12\x16\n" +
 	"\x06reason\x18\x0e \x01(\tR\x06reason\x12\x12\n" +
-	"\x04wire\x18\x0f \x01(\rR\x04wire\"<\n" +
+	"\x04wire\x18\x0f \x01(\rR\x04wire\x12\x12\n" +
+	"\x04algo\x18\x10 \x01(\rR\x04algo\"<\n" +
 	"\n" +
 	"CommCredit\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x1a\n" +

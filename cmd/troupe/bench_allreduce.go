@@ -72,10 +72,17 @@ gradients): S bytes are then S/2 values, and algbw and busbw count the
 1.3, as agents with --tls-ca do (certificates of a CA made for the run), to
 measure what encryption costs (tcp and actor transports).
 
---bytes takes one size or a comma-separated list (1MiB,16MiB,…; K, M, G
-are binary, kB, MB, GB decimal); --json then prints one JSON object per
-size, one per line.`,
-		Example: "  troupe bench allreduce --ranks 2 --bytes 16MiB --transport tcp --json",
+--algo picks how the all-reduce runs: auto (the default, what training
+runs: recursive doubling up to the sub-chunk size and 64 KiB, the ring
+above), ring, rd (recursive doubling: log₂P exchanges of the whole buffer,
+for sizes up to --sub-chunk), or naive (gather to rank 0, then send the
+result back). The "algo" field of each result names what ran.
+
+--bytes (or --sizes) takes one size or a comma-separated list (4KiB,64KiB,
+1MiB,…; K, M, G are binary, kB, MB, GB decimal); --json then prints one
+JSON object per size, one per line.`,
+		Example: "  troupe bench allreduce --ranks 2 --bytes 16MiB --transport tcp --json\n" +
+			"  troupe bench allreduce --ranks 4 --transport tcp --algo rd --sizes 4KiB,64KiB,1MiB",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBenchAllReduce(cmd.Context(), cmd.OutOrStdout(), f)
@@ -84,8 +91,9 @@ size, one per line.`,
 	fl := cmd.Flags()
 	fl.IntVar(&f.ranks, "ranks", 2, "number of ranks P")
 	fl.StringVar(&f.bytes, "bytes", "16MiB", "bytes per rank: a size or a comma-separated list of sizes")
+	fl.StringVar(&f.bytes, "sizes", "16MiB", "the same as --bytes")
 	fl.StringVar(&f.transport, "transport", "local", "local, tcp or actor")
-	fl.StringVar(&f.algo, "algo", "ring", "ring, or naive (gather to rank 0, then send the result back)")
+	fl.StringVar(&f.algo, "algo", "auto", "auto, ring, rd (recursive doubling) or naive (gather to rank 0, then send the result back)")
 	fl.StringVar(&f.dtype, "dtype", "fp32", "the type the values travel in: fp32, or bf16 or fp16 (ring only)")
 	fl.IntVar(&f.iters, "iters", 0, "timed iterations per size (0: 50 up to 1 MiB, 20 up to 16 MiB, 10 above, as the gloo anchor)")
 	fl.IntVar(&f.warmup, "warmup", 3, "untimed iterations before the timed ones")
@@ -179,7 +187,8 @@ type allreducePlan struct {
 	ranks     int
 	sizes     []int64
 	transport string
-	algo      collective.Kind
+	kind      collective.Kind      // KindAllReduce or KindNaiveAllReduce
+	algo      collective.Algorithm // an AllReduce's
 	op        collective.ReduceOp
 	dtype     kernels.DType
 	iters     int
@@ -201,19 +210,17 @@ func allreducePlanOf(f benchAllReduceFlags) (*allreducePlan, error) {
 		return nil, err
 	}
 	p.sizes = sizes
-	switch f.algo {
-	case "ring":
-		p.algo = collective.KindAllReduce
-	case "naive":
-		p.algo = collective.KindNaiveAllReduce
-	default:
-		return nil, fmt.Errorf("%w: --algo %q: want ring or naive", errUsage, f.algo)
+	p.kind = collective.KindAllReduce
+	if f.algo == "naive" {
+		p.kind = collective.KindNaiveAllReduce
+	} else if p.algo, err = collective.ParseAlgorithm(f.algo); err != nil {
+		return nil, fmt.Errorf("%w: --algo %q: want auto, ring, rd or naive", errUsage, f.algo)
 	}
 	dt, err := kernels.ParseDType(f.dtype)
 	if err != nil {
 		return nil, fmt.Errorf("%w: --dtype: %v", errUsage, err)
 	}
-	if dt != kernels.F32 && p.algo != collective.KindAllReduce {
+	if dt != kernels.F32 && (p.kind != collective.KindAllReduce || p.algo == collective.AlgoRecursiveDoubling) {
 		return nil, fmt.Errorf("%w: --dtype %v: only the ring sends 16-bit values", errUsage, dt)
 	}
 	p.dtype, p.op = dt, collective.Sum.In(dt)
@@ -241,6 +248,17 @@ func allreducePlanOf(f benchAllReduceFlags) (*allreducePlan, error) {
 	}
 	p.comm.Collective.SubChunkBytes = int(n)
 	p.comm.DataPlane.MaxFrameBytes = int(n)
+	switch p.algo {
+	case collective.AlgoRing:
+		p.comm.Collective.SmallAllReduceBytes = -1
+	case collective.AlgoRecursiveDoubling:
+		for _, b := range p.sizes {
+			if b > n {
+				return nil, fmt.Errorf("%w: --algo rd sends the whole buffer in one message: size %d exceeds --sub-chunk %d", errUsage, b, n)
+			}
+		}
+		p.comm.Collective.SmallAllReduceBytes = int(n)
+	}
 	if f.window < 0 {
 		return nil, fmt.Errorf("%w: --window %d", errUsage, f.window)
 	}
@@ -319,7 +337,7 @@ func allreduceRank(ctx context.Context, c collective.Communicator, plan *allredu
 		}
 		t0 := time.Now()
 		var h *collective.Handle
-		if plan.algo == collective.KindNaiveAllReduce {
+		if plan.kind == collective.KindNaiveAllReduce {
 			h = c.NaiveAllReduce(ctx, buf, plan.op)
 		} else {
 			h = c.AllReduce(ctx, buf, plan.op)
@@ -360,9 +378,12 @@ func allreduceSummarize(plan *allreducePlan, bytes int64, procs int, ranks []all
 	}
 	P := plan.ranks
 	alg := float64(bytes) / med / 1e9
-	algo := "ring"
-	if plan.algo == collective.KindNaiveAllReduce {
-		algo = "naive"
+	algo := "naive"
+	if plan.kind == collective.KindAllReduce {
+		cfg := plan.comm.Collective
+		if err := cfg.Validate(); err == nil {
+			algo = cfg.AllReduceAlgorithm(int(bytes)/plan.dtype.Size(), plan.op, P).String()
+		}
 	}
 	return benchAllReduceResult{
 		Bench: "allreduce", Backend: "troupe", Transport: plan.transport, Algo: algo,
@@ -609,7 +630,7 @@ func newBenchAllReduceWorkerCmd() *cobra.Command {
 	fl.IntVar(&f.ranks, "ranks", 2, "number of ranks")
 	fl.StringVar(&f.bytes, "bytes", "16MiB", "sizes")
 	fl.StringVar(&f.transport, "transport", "tcp", "tcp or actor")
-	fl.StringVar(&f.algo, "algo", "ring", "ring or naive")
+	fl.StringVar(&f.algo, "algo", "auto", "auto, ring, rd or naive")
 	fl.StringVar(&f.dtype, "dtype", "fp32", "fp32, bf16 or fp16")
 	fl.IntVar(&f.iters, "iters", 0, "timed iterations")
 	fl.IntVar(&f.warmup, "warmup", 3, "untimed iterations")

@@ -101,6 +101,18 @@ func TestBenchAllReduceLocal(t *testing.T) {
 		t.Fatal(rs[0])
 	}
 	allreduceCheckResults(t, rs, "local", 2, 64<<10)
+	// auto: recursive doubling up to the threshold, the ring above; rd
+	// forced on every size
+	rs = allreduceRunBench(t, "--ranks", "3", "--sizes", "4KiB,1MiB", "--transport", "local", "--algo", "auto", "--iters", "2", "--warmup", "1")
+	allreduceCheckResults(t, rs, "local", 3, 4<<10, 1<<20)
+	if rs[0].Algo != "rd" || rs[1].Algo != "ring" {
+		t.Fatalf("auto ran %s and %s, want rd and ring", rs[0].Algo, rs[1].Algo)
+	}
+	rs = allreduceRunBench(t, "--ranks", "5", "--sizes", "4KiB,1MiB", "--transport", "local", "--algo", "rd", "--iters", "2", "--warmup", "1")
+	allreduceCheckResults(t, rs, "local", 5, 4<<10, 1<<20)
+	if rs[0].Algo != "rd" || rs[1].Algo != "rd" {
+		t.Fatalf("--algo rd ran %s and %s", rs[0].Algo, rs[1].Algo)
+	}
 	// 16-bit values: S bytes are S/2 values, each rank's ones summing to
 	// exactly P in either type
 	for _, dt := range []string{"bf16", "fp16"} {
@@ -120,11 +132,17 @@ func TestBenchAllReduceProcesses(t *testing.T) {
 	}
 	allreduceWorkerEnv = []string{allreduceWorkerTestEnv + "=1"}
 	defer func() { allreduceWorkerEnv = nil }()
+	// tcp: bf16 by the ring; actor: auto, so the 4 KiB all-reduce runs
+	// recursive doubling and the 256 KiB one the ring
 	for _, tr := range []string{"tcp", "actor"} {
-		rs := allreduceRunBench(t, "--ranks", "2", "--bytes", "4KiB,256KiB", "--transport", tr, "--iters", "2", "--warmup", "1", "--sub-chunk", "64KiB", "--timeout", "2m", "--dtype", map[string]string{"tcp": "bf16", "actor": "fp32"}[tr])
+		rs := allreduceRunBench(t, "--ranks", "2", "--bytes", "4KiB,256KiB", "--transport", tr, "--iters", "2", "--warmup", "1", "--sub-chunk", "64KiB", "--timeout", "2m",
+			"--dtype", map[string]string{"tcp": "bf16", "actor": "fp32"}[tr], "--algo", map[string]string{"tcp": "ring", "actor": "auto"}[tr])
 		allreduceCheckResults(t, rs, tr, 2, 4<<10, 256<<10)
 		if rs[0].Procs != 2 {
 			t.Fatalf("procs %d", rs[0].Procs)
+		}
+		if want := map[string]string{"tcp": "ring", "actor": "rd"}[tr]; rs[0].Algo != want || rs[1].Algo != "ring" {
+			t.Fatalf("%s ran %s and %s, want %s and ring", tr, rs[0].Algo, rs[1].Algo, want)
 		}
 	}
 }
@@ -140,6 +158,8 @@ func TestBenchAllReduceUsage(t *testing.T) {
 		{"--sub-chunk", "6"},
 		{"--dtype", "fp8"},
 		{"--algo", "naive", "--dtype", "bf16"},
+		{"--algo", "rd", "--dtype", "bf16"},
+		{"--algo", "rd", "--bytes", "2MiB"},
 	} {
 		var out bytes.Buffer
 		rootCmd.SetOut(&out)

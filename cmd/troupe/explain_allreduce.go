@@ -12,17 +12,18 @@ import (
 )
 
 type explainAllReduceFlags struct {
-	ranks  int
-	values string
-	op     string
-	json   bool
+	ranks     int
+	values    string
+	op        string
+	algorithm string
+	json      bool
 }
 
 func newExplainAllReduceCmd() *cobra.Command {
 	var f explainAllReduceFlags
 	cmd := &cobra.Command{
-		Use:   "allreduce --ranks P --values v1,v2,…,vn",
-		Short: "Print every rank's buffer after every step of a ring all-reduce",
+		Use:   "allreduce --ranks P --values v1,v2,…,vn [--algorithm ring|rd]",
+		Short: "Print every rank's buffer after every step of a ring or recursive-doubling all-reduce",
 		Long: `Runs a ring all-reduce on P in-process ranks, one step at a time, with the
 same schedule code the transports run, and prints every rank's buffer at the
 start and after each reduce-scatter and all-gather step.
@@ -37,8 +38,17 @@ Ring order (NCCL, Horovod): rank r sends to rank r+1. At reduce-scatter step
 s (1-based) rank r sends chunk (r−s+1) mod P and adds the chunk (r−s) mod P
 that arrives; after P−1 steps rank r owns the full sum of chunk (r+1) mod P.
 The all-gather then circulates the owned chunks for P−1 more steps: at step
-t rank r sends chunk (r−t+2) mod P and copies chunk (r−t+1) mod P.`,
-		Example: "  troupe explain allreduce --ranks 3 --values 1,2,3,10,20,30,100,200,300",
+t rank r sends chunk (r−t+2) mod P and copies chunk (r−t+1) mod P.
+
+--algorithm rd shows recursive doubling, what small all-reduces run (up to
+64 KiB): with P' the largest power of two ≤ P and e = P − P', the odd ranks
+below 2e first fold their buffer into the rank before them ("fold"); the P'
+ranks left exchange whole buffers with the rank whose index among them
+differs in bit k−1 at round k = 1…log₂P' and add what arrives; then each
+folded rank gets the result ("unfold"). A step is every message that can
+go at once, so a rank without a folded partner may be a round ahead.`,
+		Example: "  troupe explain allreduce --ranks 3 --values 1,2,3,10,20,30,100,200,300\n" +
+			"  troupe explain allreduce --ranks 5 --values 1,2,3,4,5 --algorithm rd",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runExplainAllReduce(cmd.OutOrStdout(), f)
@@ -47,6 +57,7 @@ t rank r sends chunk (r−t+2) mod P and copies chunk (r−t+1) mod P.`,
 	cmd.Flags().IntVar(&f.ranks, "ranks", 0, "number of ranks P (required)")
 	cmd.Flags().StringVar(&f.values, "values", "", "comma-separated values: the ranks' buffers end to end, n/P each (required)")
 	cmd.Flags().StringVar(&f.op, "op", "sum", "reduction: sum, avg or max")
+	cmd.Flags().StringVar(&f.algorithm, "algorithm", "ring", "ring, or rd (recursive doubling)")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print one JSON document")
 	return cmd
 }
@@ -61,6 +72,15 @@ type allreduceExplainRank struct {
 	// received from rank−1 in this step (absent at the start).
 	SentChunk *int `json:"sent_chunk,omitempty"`
 	RecvChunk *int `json:"recv_chunk,omitempty"`
+	// Received lists what a recursive-doubling rank received in the step.
+	Received []allreduceExplainMsg `json:"received,omitempty"`
+}
+
+// allreduceExplainMsg is one recursive-doubling message: from whom, and
+// its stage ("fold", "round k", "unfold").
+type allreduceExplainMsg struct {
+	From  int    `json:"from"`
+	Stage string `json:"stage"`
 }
 
 type allreduceExplainStep struct {
@@ -71,10 +91,11 @@ type allreduceExplainStep struct {
 
 type allreduceExplanation struct {
 	Ranks         int                    `json:"ranks"`
+	Algorithm     string                 `json:"algorithm"`
 	Op            string                 `json:"op"`
 	ValuesPerRank int                    `json:"values_per_rank"`
-	Chunks        [][2]int               `json:"chunks"`
-	Owned         []int                  `json:"owned_chunk"`
+	Chunks        [][2]int               `json:"chunks,omitempty"`
+	Owned         []int                  `json:"owned_chunk,omitempty"`
 	Steps         []allreduceExplainStep `json:"steps"`
 }
 
@@ -102,6 +123,10 @@ func allreduceExplainDoc(f explainAllReduceFlags) (*allreduceExplanation, error)
 	if err != nil {
 		return nil, fmt.Errorf("%w: --op %q: want sum, avg or max", errUsage, f.op)
 	}
+	algo, err := collective.ParseAlgorithm(f.algorithm)
+	if err != nil || algo == collective.AlgoAuto {
+		return nil, fmt.Errorf("%w: --algorithm %q: want ring or rd", errUsage, f.algorithm)
+	}
 	vals, err := allreduceParseValues(f.values)
 	if err != nil {
 		return nil, err
@@ -115,11 +140,27 @@ func allreduceExplainDoc(f explainAllReduceFlags) (*allreduceExplanation, error)
 	for r := range bufs {
 		bufs[r] = vals[r*m : (r+1)*m : (r+1)*m]
 	}
-	steps, err := collective.Trace(collective.KindAllReduce, bufs, op, 0)
+	steps, err := collective.Trace(collective.KindAllReduce, algo, bufs, op, 0)
 	if err != nil {
 		return nil, err
 	}
-	doc := &allreduceExplanation{Ranks: P, Op: op.String(), ValuesPerRank: m}
+	doc := &allreduceExplanation{Ranks: P, Algorithm: algo.String(), Op: op.String(), ValuesPerRank: m}
+	if algo == collective.AlgoRecursiveDoubling {
+		for _, st := range steps {
+			es := allreduceExplainStep{Phase: st.Phase, Step: len(doc.Steps)}
+			for r, b := range st.Buffers {
+				er := allreduceExplainRank{Rank: r, Buffer: b}
+				for _, d := range st.Data {
+					if d.To == r {
+						er.Received = append(er.Received, allreduceExplainMsg{From: d.From, Stage: collective.RDStage(d.Seq, P)})
+					}
+				}
+				es.Ranks = append(es.Ranks, er)
+			}
+			doc.Steps = append(doc.Steps, es)
+		}
+		return doc, nil
+	}
 	for c := 0; c < P; c++ {
 		lo, hi := collective.ChunkRange(m, P, c)
 		doc.Chunks = append(doc.Chunks, [2]int{lo, hi})
@@ -155,6 +196,10 @@ func runExplainAllReduce(w io.Writer, f explainAllReduceFlags) error {
 		return writeJSON(w, doc)
 	}
 	P := doc.Ranks
+	if doc.Algorithm == collective.AlgoRecursiveDoubling.String() {
+		writeExplainRD(w, doc)
+		return nil
+	}
 	fmt.Fprintf(w, "ring all-reduce (%s) on %d ranks, %d values each, cut into %d chunks\n", doc.Op, P, doc.ValuesPerRank, P)
 	fmt.Fprintf(w, "rank r sends to rank (r+1) mod %d; <…> marks the chunk received in the step\n", P)
 	if doc.Op == collective.Avg.String() {
@@ -225,4 +270,49 @@ func allreduceFormatChunks(buf []float32, chunks [][2]int, mark *int) string {
 	}
 	b.WriteByte(']')
 	return b.String()
+}
+
+// writeExplainRD prints a recursive-doubling trace.
+func writeExplainRD(w io.Writer, doc *allreduceExplanation) {
+	P := doc.Ranks
+	pow := 1
+	for pow*2 <= P {
+		pow *= 2
+	}
+	rounds := 0
+	for 1<<rounds < pow {
+		rounds++
+	}
+	fmt.Fprintf(w, "recursive-doubling all-reduce (%s) on %d ranks, %d values each: %d rounds among %d ranks", doc.Op, P, doc.ValuesPerRank, rounds, pow)
+	if e := P - pow; e > 0 {
+		fmt.Fprintf(w, ", %d folded (odd ranks below %d, into the rank before)", e, 2*e)
+	}
+	fmt.Fprintln(w)
+	if doc.Op == collective.Avg.String() {
+		fmt.Fprintln(w, "avg: each rank of the rounds divides the full sum by P once, after the last round")
+	}
+	whole := [][2]int{{0, doc.ValuesPerRank}}
+	for _, st := range doc.Steps {
+		fmt.Fprintln(w)
+		if st.Phase == "start" {
+			fmt.Fprintln(w, "start")
+		} else {
+			fmt.Fprintf(w, "step %d\n", st.Step)
+		}
+		for _, r := range st.Ranks {
+			fmt.Fprintf(w, "  rank %d: %s", r.Rank, allreduceFormatChunks(r.Buffer, whole, nil))
+			for i, m := range r.Received {
+				sep := "   "
+				if i > 0 {
+					sep = "; "
+				}
+				if m.Stage == "unfold" {
+					fmt.Fprintf(w, "%scopied the result from rank %d (unfold)", sep, m.From)
+					continue
+				}
+				fmt.Fprintf(w, "%sadded %s from rank %d", sep, m.Stage, m.From)
+			}
+			fmt.Fprintln(w)
+		}
+	}
 }
