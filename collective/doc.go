@@ -1,7 +1,9 @@
 // Package collective holds troupe's collectives as pure schedules: ring
-// reduce-scatter, all-gather and all-reduce (sum and average), a pipelined
-// ring broadcast, a barrier, and a naive gather-to-root-then-broadcast
-// all-reduce kept as a baseline.
+// reduce-scatter, all-gather and all-reduce (sum, average and max), a
+// recursive-doubling all-reduce for small buffers (up to
+// Config.SmallAllReduceBytes, 64 KiB by default, where its log₂P steps beat
+// the ring's 2(P−1)), a pipelined ring broadcast, a barrier, and a naive
+// gather-to-root-then-broadcast all-reduce kept as a baseline.
 //
 // The protocol lives in Core, a per-rank state machine in the style of
 // etcd's raft: it has no goroutines, no clock and no I/O. Its inputs are
