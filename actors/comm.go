@@ -28,7 +28,13 @@ const (
 	// TransportActor carries chunks as protobuf bytes through protoactor
 	// remote itself: slower (several copies per chunk), kept for comparison.
 	TransportActor Transport = "actor"
+	// TransportShm is TransportTCP's data plane with the payloads in shared
+	// memory (DataPlaneConfig.SharedMemory): every rank on one host, Linux.
+	TransportShm Transport = "shm"
 )
+
+// dataPlane reports whether t carries chunks on the framed data plane.
+func (t Transport) dataPlane() bool { return t == TransportTCP || t == TransportShm }
 
 // CommConfig configures the Comm actors of one world.
 type CommConfig struct {
@@ -50,7 +56,7 @@ type CommConfig struct {
 	// to one peer on TransportActor (protoactor's remote Send never blocks,
 	// so flow control is ours). Default 8.
 	ActorWindow int
-	// DataPlane tunes TransportTCP. Its MaxFrameBytes (the receive buffers'
+	// DataPlane tunes TransportTCP and TransportShm. Its MaxFrameBytes (the receive buffers'
 	// size) defaults to Collective.SubChunkBytes, and is raised to it if
 	// smaller.
 	DataPlane DataPlaneConfig
@@ -83,8 +89,11 @@ func (c *CommConfig) Validate() error {
 	if c.Transport == "" {
 		c.Transport = d.Transport
 	}
-	if c.Transport != TransportTCP && c.Transport != TransportActor {
-		return fmt.Errorf("%w: transport %q: want %q or %q", ErrBadConfig, c.Transport, TransportTCP, TransportActor)
+	if c.Transport != TransportTCP && c.Transport != TransportActor && c.Transport != TransportShm {
+		return fmt.Errorf("%w: transport %q: want %q, %q or %q", ErrBadConfig, c.Transport, TransportTCP, TransportShm, TransportActor)
+	}
+	if c.Transport == TransportShm {
+		c.DataPlane.SharedMemory = true
 	}
 	if c.World == "" {
 		c.World = d.World
@@ -410,7 +419,7 @@ func (a *commActor) Send(m collective.Message) {
 	switch {
 	case a.local[to]:
 		root.Send(a.peers[to], &localMsg{m: m})
-	case a.cfg.Transport == TransportTCP && (m.Type == collective.MsgData || m.Type == collective.MsgDone):
+	case a.cfg.Transport.dataPlane() && (m.Type == collective.MsgData || m.Type == collective.MsgDone):
 		a.dp.Send(m)
 	case a.cfg.Transport == TransportActor && m.Type == collective.MsgData:
 		a.queued[to] = append(a.queued[to], m)
@@ -567,7 +576,7 @@ func StartRemote(sys *System, w RemoteWorld, cfg CommConfig) (collective.Communi
 	}
 	a.peers = peers
 	root, self := sys.Root(), peers[w.Rank]
-	if cfg.Transport == TransportTCP {
+	if cfg.Transport.dataPlane() {
 		addr := cfg.DataAddr
 		if addr == "" {
 			addr = net.JoinHostPort(sys.cfg.Host, "0")
@@ -647,7 +656,7 @@ func (a *commActor) onHello(ctx actor.Context, h *actorspb.CommHello) {
 		err = fmt.Errorf("%w: hello from rank %d of %d in world %q; this is rank %d of %d in %q", ErrHandshake, h.Rank, h.Size, h.World, a.rank, a.size, a.cfg.World)
 	case Transport(h.Transport) != a.cfg.Transport:
 		err = fmt.Errorf("%w: rank %d uses transport %q, this rank %q", ErrHandshake, r, h.Transport, a.cfg.Transport)
-	case a.cfg.Transport == TransportTCP && h.DataAddr == "":
+	case a.cfg.Transport.dataPlane() && h.DataAddr == "":
 		err = fmt.Errorf("%w: rank %d has no data plane address", ErrHandshake, r)
 	}
 	if err != nil {

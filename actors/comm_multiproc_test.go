@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -234,7 +236,7 @@ func TestMultiProcessAllReduce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	for _, tr := range []Transport{TransportTCP, TransportActor} {
+	for _, tr := range []Transport{TransportTCP, TransportShm, TransportActor} {
 		t.Run(string(tr), func(t *testing.T) {
 			const P = 3
 			kids := startChildren(t, "reduce", tr, P)
@@ -264,6 +266,20 @@ func TestMultiProcessAllReduce(t *testing.T) {
 	}
 }
 
+// devShm lists /dev/shm (empty where there is none).
+func devShm(t *testing.T) []string {
+	t.Helper()
+	es, err := os.ReadDir("/dev/shm")
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
 // TestMultiProcessKilledRank: SIGKILL one rank's process while the others
 // are inside an operation: both survivors fail at once with an error naming
 // it (the failure signal, not the one-minute timeout), then reduce in a
@@ -272,9 +288,10 @@ func TestMultiProcessKilledRank(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	for _, tr := range []Transport{TransportTCP, TransportActor} {
+	for _, tr := range []Transport{TransportTCP, TransportShm, TransportActor} {
 		t.Run(string(tr), func(t *testing.T) {
 			const P = 3
+			shmBefore := devShm(t)
 			kids := startChildren(t, "kill", tr, P)
 			readChild(t, kids[P-1], P-1) // it is up and waiting
 			time.Sleep(200 * time.Millisecond)
@@ -291,6 +308,12 @@ func TestMultiProcessKilledRank(t *testing.T) {
 				if l.ElapS > 30 {
 					t.Fatalf("rank %d learned after %.1f s", r, l.ElapS)
 				}
+				t.Logf("%s: rank %d learned of the kill after %.3f s", tr, r, l.ElapS)
+			}
+			// shared memory: the killed rank's regions and sockets have
+			// no names, so nothing of it is left in /dev/shm
+			if after := devShm(t); !slices.Equal(after, shmBefore) {
+				t.Fatalf("/dev/shm held %v before, %v after the kill", shmBefore, after)
 			}
 			var hash uint64
 			for r := 0; r < P-1; r++ {

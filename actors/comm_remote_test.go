@@ -70,7 +70,7 @@ func startRemoteWorld(t *testing.T, P int, cfg CommConfig) ([]*System, []collect
 // sum, with several operations in flight, small ones by recursive doubling
 // and chunks bigger than the transports' windows by the ring.
 func TestRemoteAllReduce(t *testing.T) {
-	for _, tr := range []Transport{TransportTCP, TransportActor} {
+	for _, tr := range []Transport{TransportTCP, TransportShm, TransportActor} {
 		t.Run(string(tr), func(t *testing.T) {
 			const P = 3
 			cfg := DefaultCommConfig()
@@ -159,7 +159,7 @@ func checkLowSum(t *testing.T, w kernels.DType, in, out [][]float32) {
 // go away, as when a process dies) fails the operation on the other ranks
 // promptly, naming the lost rank, long before the timeout.
 func TestRemoteSystemDies(t *testing.T) {
-	for _, tr := range []Transport{TransportTCP, TransportActor} {
+	for _, tr := range []Transport{TransportTCP, TransportShm, TransportActor} {
 		t.Run(string(tr), func(t *testing.T) {
 			const P = 3
 			cfg := DefaultCommConfig()

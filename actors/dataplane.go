@@ -48,6 +48,15 @@ type DataPlaneConfig struct {
 	// WriteTimeout breaks a connection on which one frame could not be
 	// written for this long (a peer that stopped reading). Default 30 s.
 	WriteTimeout time.Duration
+	// SharedMemory moves the payloads through memory both processes map
+	// instead of the socket, for ranks on one host: the listener is then a
+	// Unix socket in Linux's abstract namespace (the address given to
+	// ListenDataPlane is ignored), each inbound connection's Window
+	// buffers are slots of a region the receiver creates and passes to the
+	// sender, a frame on the socket carries only its header and slot, and
+	// the receiver reduces straight from the slot (see shm_linux.go).
+	// Linux only; not with TLS (the bytes never leave the host).
+	SharedMemory bool
 }
 
 // DefaultDataPlaneConfig returns the defaults described on each field.
@@ -79,6 +88,12 @@ func (c *DataPlaneConfig) Validate() error {
 			ErrBadConfig, c.Window, c.MaxFrameBytes, c.DialTimeout, c.WriteTimeout)
 	}
 	c.MaxFrameBytes &^= 3
+	if c.SharedMemory && c.TLS != nil {
+		return fmt.Errorf("%w: a shared-memory data plane never leaves the host: it takes no TLS", ErrBadConfig)
+	}
+	if c.SharedMemory && !shmSupported {
+		return fmt.Errorf("%w: the shared-memory data plane needs Linux", ErrBadConfig)
+	}
 	return nil
 }
 
@@ -91,8 +106,14 @@ func (c *DataPlaneConfig) Validate() error {
 //	                            or status:u8 (1) len:u16 reason
 //	frame (dialer → listener):     header:[56] payload:[count·4]
 //	                               header = type:u8 kind:u8 wire:u8 algo:u8 group:u32 from:u32 to:u32
-//	                                        gen:u64 op:u64 seq:u32 root:u32 len:u64 count:u32 reserved:u32 (0)
+//	                                        gen:u64 op:u64 seq:u32 root:u32 len:u64 count:u32 slot:u32
 //	credit (listener → dialer):    frames:u32
+//
+// With SharedMemory the welcome is followed by one byte 'M' carrying the
+// receiver's region (SCM_RIGHTS), Window slots of MaxFrameBytes; a data
+// frame's payload is in slot "slot" instead of after the header (slot is 0
+// on TCP and in done frames), and each credit is the index of a slot
+// released.
 const (
 	dpMagic        = "TRDP"
 	dpVersion      = commProtocol
@@ -121,6 +142,7 @@ type frameHeader struct {
 	len   uint64
 	count uint32 // payload words
 	wire  kernels.DType
+	slot  uint32 // shared memory: where the payload is
 }
 
 func (h *frameHeader) put(b []byte) {
@@ -137,7 +159,7 @@ func (h *frameHeader) put(b []byte) {
 	binary.LittleEndian.PutUint32(b[36:], h.root)
 	binary.LittleEndian.PutUint64(b[40:], h.len)
 	binary.LittleEndian.PutUint32(b[48:], h.count)
-	binary.LittleEndian.PutUint32(b[52:], 0)
+	binary.LittleEndian.PutUint32(b[52:], h.slot)
 }
 
 // parseFrameHeader decodes and checks a frame header from a peer.
@@ -159,6 +181,7 @@ func parseFrameHeader(b []byte, maxCount uint32) (frameHeader, error) {
 		len:   binary.LittleEndian.Uint64(b[40:]),
 		count: binary.LittleEndian.Uint32(b[48:]),
 		wire:  kernels.DType(b[2]),
+		slot:  binary.LittleEndian.Uint32(b[52:]),
 	}
 	switch {
 	case h.typ != collective.MsgData && h.typ != collective.MsgDone:
@@ -167,10 +190,8 @@ func parseFrameHeader(b []byte, maxCount uint32) (frameHeader, error) {
 		return h, fmt.Errorf("%w: wire type %d", ErrDataPlane, b[2])
 	case !h.algo.Valid():
 		return h, fmt.Errorf("%w: algorithm %d", ErrDataPlane, b[3])
-	case binary.LittleEndian.Uint32(b[52:]) != 0:
-		return h, fmt.Errorf("%w: reserved header bytes are not zero", ErrDataPlane)
-	case h.typ == collective.MsgDone && h.count != 0:
-		return h, fmt.Errorf("%w: done frame with %d values", ErrDataPlane, h.count)
+	case h.typ == collective.MsgDone && (h.count != 0 || h.slot != 0):
+		return h, fmt.Errorf("%w: done frame with %d values in slot %d", ErrDataPlane, h.count, h.slot)
 	case h.count > maxCount:
 		return h, fmt.Errorf("%w: frame of %d values, limit %d", ErrDataPlane, h.count, maxCount)
 	}
@@ -285,7 +306,11 @@ func ListenDataPlane(addr, world string, rank, size int, cfg DataPlaneConfig, de
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("%w: rank %d of %d", ErrBadConfig, rank, size)
 	}
-	ln, err := net.Listen("tcp", addr)
+	network := "tcp"
+	if cfg.SharedMemory {
+		network, addr = "unix", shmListenAddr(world, rank)
+	}
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: listen on %s: %w", ErrDataPlane, addr, err)
 	}
@@ -519,6 +544,30 @@ func (d *DataPlane) serveIn(c net.Conn) {
 		return
 	}
 	W, maxCount := d.cfg.Window, uint32(d.cfg.MaxFrameBytes/4)
+	// With shared memory the buffers are the slots of a region this side
+	// creates and the sender maps; the sender picks a free slot for each
+	// frame and learns which ones are free again from the credits. The
+	// region is unmapped once the connection ended and every slot handed
+	// to the Comm actor came back.
+	var slots *slotPool
+	if d.cfg.SharedMemory {
+		region, fd, err := shmCreate(W * d.cfg.MaxFrameBytes)
+		if err == nil {
+			err = shmSend(c, fd)
+			shmClose(fd)
+			if err != nil {
+				region.unmap()
+			}
+		}
+		if err != nil {
+			if !d.isClosed() {
+				d.lost(peer, fmt.Errorf("%w: sharing memory with rank %d: %w", ErrDataPlane, peer, err))
+			}
+			return
+		}
+		slots = &slotPool{region: region, inUse: make([]bool, W)}
+		defer slots.end()
+	}
 	free := make(chan int, W)
 	bufs := make([][]float32, W)
 	release := make([]func(), W)
@@ -530,7 +579,24 @@ func (d *DataPlane) serveIn(c net.Conn) {
 	var creditMu sync.Mutex
 	batch := max(1, W/4)
 	var cb [4]byte
+	var freed []byte // shared memory: the released slots' indices
 	for i := range bufs {
+		if slots != nil {
+			bufs[i] = slots.region.slot(i, d.cfg.MaxFrameBytes)
+			release[i] = func() {
+				slots.put(i)
+				creditMu.Lock()
+				defer creditMu.Unlock()
+				freed = binary.LittleEndian.AppendUint32(freed, uint32(i))
+				if len(freed) < 4*batch {
+					return
+				}
+				c.SetWriteDeadline(time.Now().Add(d.cfg.WriteTimeout))
+				c.Write(freed) // a broken connection shows in the frame reader
+				freed = freed[:0]
+			}
+			continue
+		}
 		bufs[i] = make([]float32, maxCount)
 		free <- i
 		release[i] = func() {
@@ -563,6 +629,20 @@ func (d *DataPlane) serveIn(c net.Conn) {
 		}
 		m := collective.Message{Type: h.typ, Group: h.group, From: int(h.from), To: int(h.to), Gen: h.gen, Op: h.op,
 			Seq: h.seq, Kind: h.kind, Algo: h.algo, Len: h.len, Root: int(h.root), Wire: h.wire, Culprit: -1}
+		if slots != nil && h.typ == collective.MsgData {
+			i := int(h.slot)
+			if err = slots.take(i); err != nil {
+				err = fmt.Errorf("%w: rank %d: %w", ErrDataPlane, peer, err)
+				break
+			}
+			m.Payload, m.Release = bufs[i][:h.count], release[i]
+			d.deliver(m)
+			continue
+		}
+		if h.slot != 0 {
+			err = fmt.Errorf("%w: rank %d names slot %d on a TCP data plane", ErrDataPlane, peer, h.slot)
+			break
+		}
 		if h.typ == collective.MsgData {
 			var i int
 			select {
@@ -594,6 +674,49 @@ func (d *DataPlane) serveIn(c net.Conn) {
 	}
 	if !d.isClosed() {
 		d.lost(peer, fmt.Errorf("%w: connection from rank %d: %w", ErrDataPlane, peer, err))
+	}
+}
+
+// slotPool tracks which of a shared region's slots the Comm actor holds,
+// and unmaps the region once the connection ended and all came back: a
+// message may still be in the actor's mailbox when the connection breaks.
+type slotPool struct {
+	mu     sync.Mutex
+	region *shmRegion
+	inUse  []bool
+	held   int
+	ended  bool
+}
+
+// take marks slot i handed out; the sender may name only a free slot.
+func (p *slotPool) take(i int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i < 0 || i >= len(p.inUse) || p.inUse[i] {
+		return fmt.Errorf("a frame in slot %d, which is not free (%d slots)", i, len(p.inUse))
+	}
+	p.inUse[i] = true
+	p.held++
+	return nil
+}
+
+// put returns slot i.
+func (p *slotPool) put(i int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inUse[i] = false
+	if p.held--; p.held == 0 && p.ended {
+		p.region.unmap()
+	}
+}
+
+// end: the connection is over; unmap now if no slot is out.
+func (p *slotPool) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ended = true
+	if p.held == 0 {
+		p.region.unmap()
 	}
 }
 
@@ -672,6 +795,12 @@ type dpOut struct {
 	batch  *batchConn
 	err    error
 	closed bool
+	// shared memory: the receiver's region, its slot size, and the slots
+	// free to write (a stack), with isFree to catch a slot credited twice
+	region    *shmRegion
+	slotBytes int
+	freeSlots []uint32
+	isFree    []bool
 }
 
 func (o *dpOut) fail(err error) {
@@ -713,7 +842,11 @@ func (o *dpOut) dial() error {
 
 func (o *dpOut) connect(addr string) error {
 	d := o.d
-	raw, err := net.DialTimeout("tcp", addr, d.cfg.DialTimeout)
+	network := "tcp"
+	if d.cfg.SharedMemory {
+		network = "unix"
+	}
+	raw, err := net.DialTimeout(network, addr, d.cfg.DialTimeout)
 	if err != nil {
 		return fmt.Errorf("%w: dial rank %d at %s: %w", ErrDataPlane, o.peer, addr, err)
 	}
@@ -774,6 +907,25 @@ func (o *dpOut) connect(addr string) error {
 	if window == 0 || window > 1<<16 || maxFrame < 4 {
 		return fmt.Errorf("%w: rank %d offers window %d, frames of %d bytes", ErrDataPlane, o.peer, window, maxFrame)
 	}
+	if d.cfg.SharedMemory {
+		fd, err := shmRecv(c)
+		if err != nil {
+			return fmt.Errorf("%w: sharing memory with rank %d: %w", ErrDataPlane, o.peer, err)
+		}
+		region, err := shmMap(fd, int(window)*int(maxFrame))
+		shmClose(fd)
+		if err != nil {
+			return fmt.Errorf("%w: rank %d's shared region: %w", ErrDataPlane, o.peer, err)
+		}
+		o.mu.Lock()
+		o.region, o.slotBytes = region, int(maxFrame)
+		o.isFree = make([]bool, window)
+		for i := int(window) - 1; i >= 0; i-- {
+			o.freeSlots = append(o.freeSlots, uint32(i))
+			o.isFree[i] = true
+		}
+		o.mu.Unlock()
+	}
 	o.mu.Lock()
 	o.credits, o.maxVals = int(window), int(maxFrame/4)
 	o.mu.Unlock()
@@ -791,6 +943,16 @@ func (o *dpOut) readCredits(window int) error {
 	n := int(binary.LittleEndian.Uint32(b[:]))
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.region != nil {
+		// a credit is the index of a slot released
+		if n >= len(o.isFree) || o.isFree[n] {
+			return fmt.Errorf("%w: rank %d released slot %d, which is not in use (%d slots)", ErrDataPlane, o.peer, n, len(o.isFree))
+		}
+		o.isFree[n] = true
+		o.freeSlots = append(o.freeSlots, uint32(n))
+		o.credits++
+		return nil
+	}
 	o.credits += n
 	if n == 0 || o.credits > window {
 		return fmt.Errorf("%w: rank %d returned %d credits, more than its window of %d", ErrDataPlane, o.peer, n, window)
@@ -801,6 +963,13 @@ func (o *dpOut) readCredits(window int) error {
 // run is the connection's writer goroutine.
 func (o *dpOut) run() {
 	defer o.d.wg.Done()
+	defer func() {
+		o.mu.Lock()
+		if o.region != nil {
+			o.region.unmap()
+		}
+		o.mu.Unlock()
+	}()
 	if err := o.dial(); err != nil {
 		o.fail(err)
 		return
@@ -828,8 +997,16 @@ func (o *dpOut) run() {
 		m := o.queue[0]
 		o.queue[0] = collective.Message{}
 		o.queue = o.queue[1:]
+		var slot []float32
+		var slotIndex uint32
 		if m.Type == collective.MsgData {
 			o.credits--
+			if o.region != nil {
+				slotIndex = o.freeSlots[len(o.freeSlots)-1]
+				o.freeSlots = o.freeSlots[:len(o.freeSlots)-1]
+				o.isFree[slotIndex] = false
+				slot = o.region.slot(int(slotIndex), o.slotBytes)
+			}
 		}
 		o.writing, o.current = true, m
 		maxVals := o.maxVals
@@ -840,10 +1017,14 @@ func (o *dpOut) run() {
 			err = fmt.Errorf("%w: a chunk of %d values exceeds rank %d's frames of %d values (SubChunkBytes > MaxFrameBytes)", ErrDataPlane, len(m.Payload), o.peer, maxVals)
 		} else {
 			h := frameHeader{typ: m.Type, kind: m.Kind, algo: m.Algo, group: m.Group, from: uint32(m.From), to: uint32(m.To),
-				gen: m.Gen, op: m.Op, seq: m.Seq, root: uint32(m.Root), len: m.Len, count: uint32(len(m.Payload)), wire: m.Wire}
+				gen: m.Gen, op: m.Op, seq: m.Seq, root: uint32(m.Root), len: m.Len, count: uint32(len(m.Payload)), wire: m.Wire, slot: slotIndex}
 			h.put(hb[:])
 			var payload []byte
-			if littleEndian {
+			if slot != nil {
+				// the one copy: into the receiver's memory, which it
+				// reduces from in place; the socket carries the header
+				copy(slot, m.Payload)
+			} else if littleEndian {
 				payload = floatBytes(m.Payload)
 			} else {
 				scratch = append(scratch[:0], encodeFloats(m.Payload)...)

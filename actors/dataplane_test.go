@@ -59,6 +59,14 @@ func (p *planePair) recv(t *testing.T) collective.Message {
 	return collective.Message{}
 }
 
+// planeName names a data plane variant in subtests.
+func planeName(shm bool) string {
+	if shm {
+		return "shm"
+	}
+	return "tcp"
+}
+
 func dataMsg(seq uint32, payload []float32) collective.Message {
 	return collective.Message{Type: collective.MsgData, Group: 7, From: 0, To: 1, Gen: 3, Op: 5, Seq: seq,
 		Kind: collective.KindAllReduce, Len: 99, Root: 0, Payload: payload}
@@ -68,68 +76,78 @@ func dataMsg(seq uint32, payload []float32) collective.Message {
 // receiver's pool; no more than Window data frames are outstanding until
 // the receiver releases buffers; a done frame needs no credit.
 func TestDataPlaneFramesAndCredit(t *testing.T) {
-	cfg := DefaultDataPlaneConfig()
-	cfg.Window = 2
-	cfg.MaxFrameBytes = 4 * 1000
-	p := newPlanePair(t, cfg, cfg, "w", "w")
-	var sent [][]float32
-	for i := 0; i < 5; i++ {
-		v := make([]float32, 1000-i*100)
-		for j := range v {
-			v[j] = float32(i*1000 + j)
-		}
-		sent = append(sent, v)
-		p.tx.Send(dataMsg(uint32(i), v))
-	}
-	p.tx.Send(collective.Message{Type: collective.MsgDone, Group: 7, From: 0, To: 1, Gen: 3, Op: 5, Seq: 2, Kind: collective.KindAllReduce, Len: 99})
-	var held []collective.Message
-	for i := 0; i < 2; i++ {
-		m := p.recv(t)
-		if m.Seq != uint32(i) || !slices.Equal(m.Payload, sent[i]) || m.Gen != 3 || m.Op != 5 || m.Group != 7 || m.Len != 99 {
-			t.Fatalf("frame %d: %v", i, m)
-		}
-		held = append(held, m)
-	}
-	select {
-	case m := <-p.got:
-		t.Fatalf("frame %v arrived beyond the window of 2", m)
-	case <-time.After(50 * time.Millisecond):
-	}
-	for _, m := range held {
-		m.Release()
-	}
-	for i := 2; i < 5; i++ {
-		m := p.recv(t)
-		if m.Seq != uint32(i) || !slices.Equal(m.Payload, sent[i]) {
-			t.Fatalf("frame %d: %v", i, m)
-		}
-		m.Release()
-	}
-	if m := p.recv(t); m.Type != collective.MsgDone || m.Seq != 2 || len(m.Payload) != 0 {
-		t.Fatalf("done frame: %v", m)
-	}
-	if errs := p.lostErrs(); len(errs) != 0 {
-		t.Fatal(errs)
+	for _, shm := range []bool{false, true} {
+		t.Run(planeName(shm), func(t *testing.T) {
+			cfg := DefaultDataPlaneConfig()
+			cfg.SharedMemory = shm
+			cfg.Window = 2
+			cfg.MaxFrameBytes = 4 * 1000
+			p := newPlanePair(t, cfg, cfg, "w", "w")
+			var sent [][]float32
+			for i := 0; i < 5; i++ {
+				v := make([]float32, 1000-i*100)
+				for j := range v {
+					v[j] = float32(i*1000 + j)
+				}
+				sent = append(sent, v)
+				p.tx.Send(dataMsg(uint32(i), v))
+			}
+			p.tx.Send(collective.Message{Type: collective.MsgDone, Group: 7, From: 0, To: 1, Gen: 3, Op: 5, Seq: 2, Kind: collective.KindAllReduce, Len: 99})
+			var held []collective.Message
+			for i := 0; i < 2; i++ {
+				m := p.recv(t)
+				if m.Seq != uint32(i) || !slices.Equal(m.Payload, sent[i]) || m.Gen != 3 || m.Op != 5 || m.Group != 7 || m.Len != 99 {
+					t.Fatalf("frame %d: %v", i, m)
+				}
+				held = append(held, m)
+			}
+			select {
+			case m := <-p.got:
+				t.Fatalf("frame %v arrived beyond the window of 2", m)
+			case <-time.After(50 * time.Millisecond):
+			}
+			for _, m := range held {
+				m.Release()
+			}
+			for i := 2; i < 5; i++ {
+				m := p.recv(t)
+				if m.Seq != uint32(i) || !slices.Equal(m.Payload, sent[i]) {
+					t.Fatalf("frame %d: %v", i, m)
+				}
+				m.Release()
+			}
+			if m := p.recv(t); m.Type != collective.MsgDone || m.Seq != 2 || len(m.Payload) != 0 {
+				t.Fatalf("done frame: %v", m)
+			}
+			if errs := p.lostErrs(); len(errs) != 0 {
+				t.Fatal(errs)
+			}
+		})
 	}
 }
 
 // TestDataPlaneCancel: Cancel drops the queued frames of the aborted
 // generation and returns; later generations still go through.
 func TestDataPlaneCancel(t *testing.T) {
-	cfg := DefaultDataPlaneConfig()
-	cfg.Window = 1
-	p := newPlanePair(t, cfg, cfg, "w", "w")
-	for i := 0; i < 4; i++ {
-		p.tx.Send(dataMsg(uint32(i), []float32{float32(i)}))
-	}
-	first := p.recv(t) // holds the only credit
-	p.tx.Cancel(7, 3)
-	next := dataMsg(0, []float32{42})
-	next.Gen = 4
-	p.tx.Send(next)
-	first.Release()
-	if m := p.recv(t); m.Gen != 4 || m.Payload[0] != 42 {
-		t.Fatalf("after cancel: %v", m)
+	for _, shm := range []bool{false, true} {
+		t.Run(planeName(shm), func(t *testing.T) {
+			cfg := DefaultDataPlaneConfig()
+			cfg.SharedMemory = shm
+			cfg.Window = 1
+			p := newPlanePair(t, cfg, cfg, "w", "w")
+			for i := 0; i < 4; i++ {
+				p.tx.Send(dataMsg(uint32(i), []float32{float32(i)}))
+			}
+			first := p.recv(t) // holds the only credit
+			p.tx.Cancel(7, 3)
+			next := dataMsg(0, []float32{42})
+			next.Gen = 4
+			p.tx.Send(next)
+			first.Release()
+			if m := p.recv(t); m.Gen != 4 || m.Payload[0] != 42 {
+				t.Fatalf("after cancel: %v", m)
+			}
+		})
 	}
 }
 
@@ -145,46 +163,55 @@ func TestDataPlaneRefusesStrangers(t *testing.T) {
 		"key":   {tx: bad, txW: "w", rxW: "w", err: "key"},
 		"world": {tx: good, txW: "x", rxW: "w", err: "world"},
 	} {
-		t.Run(name, func(t *testing.T) {
-			p := newPlanePair(t, c.tx, good, c.txW, c.rxW)
-			p.tx.Send(dataMsg(0, []float32{1}))
-			deadline := time.Now().Add(10 * time.Second)
-			for len(p.lostErrs()) == 0 && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
-			errs := p.lostErrs()
-			if len(errs) == 0 || !errors.Is(errs[0], ErrDataPlane) || !bytes.Contains([]byte(errs[0].Error()), []byte(c.err)) {
-				t.Fatalf("%v, want a refusal about the %s", errs, c.err)
-			}
-			select {
-			case m := <-p.got:
-				t.Fatalf("a stranger's frame arrived: %v", m)
-			default:
-			}
-		})
+		for _, shm := range []bool{false, true} {
+			t.Run(name+"/"+planeName(shm), func(t *testing.T) {
+				tx, rx := c.tx, good
+				tx.SharedMemory, rx.SharedMemory = shm, shm
+				p := newPlanePair(t, tx, rx, c.txW, c.rxW)
+				p.tx.Send(dataMsg(0, []float32{1}))
+				deadline := time.Now().Add(10 * time.Second)
+				for len(p.lostErrs()) == 0 && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond)
+				}
+				errs := p.lostErrs()
+				if len(errs) == 0 || !errors.Is(errs[0], ErrDataPlane) || !bytes.Contains([]byte(errs[0].Error()), []byte(c.err)) {
+					t.Fatalf("%v, want a refusal about the %s", errs, c.err)
+				}
+				select {
+				case m := <-p.got:
+					t.Fatalf("a stranger's frame arrived: %v", m)
+				default:
+				}
+			})
+		}
 	}
 }
 
 // TestDataPlanePeerDies: the receiver's process going away breaks the
 // sender's connection, and the sender reports the rank.
 func TestDataPlanePeerDies(t *testing.T) {
-	cfg := DefaultDataPlaneConfig()
-	p := newPlanePair(t, cfg, cfg, "w", "w")
-	p.tx.Send(dataMsg(0, []float32{1}))
-	p.recv(t).Release()
-	p.rx.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(p.lostErrs()) == 0 && time.Now().Before(deadline) {
-		p.tx.Send(dataMsg(1, []float32{1}))
-		time.Sleep(time.Millisecond)
-	}
-	if errs := p.lostErrs(); len(errs) == 0 || !errors.Is(errs[0], ErrDataPlane) {
-		t.Fatalf("%v, want a broken connection", errs)
+	for _, shm := range []bool{false, true} {
+		t.Run(planeName(shm), func(t *testing.T) {
+			cfg := DefaultDataPlaneConfig()
+			cfg.SharedMemory = shm
+			p := newPlanePair(t, cfg, cfg, "w", "w")
+			p.tx.Send(dataMsg(0, []float32{1}))
+			p.recv(t).Release()
+			p.rx.Close()
+			deadline := time.Now().Add(10 * time.Second)
+			for len(p.lostErrs()) == 0 && time.Now().Before(deadline) {
+				p.tx.Send(dataMsg(1, []float32{1}))
+				time.Sleep(time.Millisecond)
+			}
+			if errs := p.lostErrs(); len(errs) == 0 || !errors.Is(errs[0], ErrDataPlane) {
+				t.Fatalf("%v, want a broken connection", errs)
+			}
+		})
 	}
 }
 
 func TestFrameHeaderRoundTrip(t *testing.T) {
-	h := frameHeader{typ: collective.MsgData, kind: collective.KindBroadcast, group: 1, from: 2, to: 3, gen: 4, op: 5, seq: 6, root: 7, len: 8, count: 9, wire: kernels.F16}
+	h := frameHeader{typ: collective.MsgData, kind: collective.KindBroadcast, algo: collective.AlgoRing, group: 1, from: 2, to: 3, gen: 4, op: 5, seq: 6, root: 7, len: 8, count: 9, wire: kernels.F16, slot: 5}
 	var b [dpHeaderLen]byte
 	h.put(b[:])
 	got, err := parseFrameHeader(b[:], 9)

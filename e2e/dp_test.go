@@ -31,7 +31,8 @@ func writeInit(t *testing.T, m *nn.Model, err error) string {
 	return path
 }
 
-// TestDataParallelWorlds: --dp 1, 2, 4 and --procs 2 (and --accum 2) from
+// TestDataParallelWorlds: --dp 1, 2, 4 and --procs 2 (and --accum 2, the
+// shm transport, the ring for every bucket) from
 // the same --init weights and data give the same per-step losses as one
 // worker on the whole batch for 20 steps, and the replicas stay
 // bit-identical (--check-every 1 fails the run otherwise). The tolerance is
@@ -49,6 +50,9 @@ func TestDataParallelWorlds(t *testing.T) {
 	worlds := [][]string{
 		{"--dp", "2"}, {"--dp", "4"}, {"--procs", "2"},
 		{"--dp", "2", "--accum", "2"}, {"--procs", "2", "--accum", "2"},
+		// the gradients through shared memory; buckets this small by the
+		// ring instead of recursive doubling
+		{"--procs", "2", "--transport", "shm"}, {"--dp", "4", "--allreduce-algo", "ring"},
 	}
 	for name, args := range models {
 		base := append(append([]string{"train"}, args...), "--steps", "20", "--check-every", "1", "--bucket-mb", "0.05", "--threads", "2")

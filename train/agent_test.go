@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/actors"
 )
 
 // The agent's own settings are checked without being changed; Train's
@@ -36,6 +38,7 @@ func TestAgentConfigValidate(t *testing.T) {
 		"Key":              func(c *AgentConfig) { c.Key = "hex:zz" },
 		"MinNodes":         func(c *AgentConfig) { c.MinNodes, c.MaxNodes = 3, 2 },
 		"Train.DP":         func(c *AgentConfig) { c.Train.DP = 2 },
+		"Train.Transport":  func(c *AgentConfig) { c.Train.Transport = actors.TransportShm },
 		"Train.Trace":      func(c *AgentConfig) { c.Train.PP, c.Train.MicroBatches, c.Train.Trace = 2, 2, "t.json" },
 		"Train.Batch":      func(c *AgentConfig) { c.Train.Batch = -1 },
 		"Train.ZeroGroup":  func(c *AgentConfig) { c.Train.Zero = 2 },

@@ -190,8 +190,13 @@ type Config struct {
 	// steps and fails on divergence (0: never).
 	CheckEvery int
 	// Transport carries gradient chunks between processes: the TCP data
-	// plane or protobuf bytes through protoactor remote.
+	// plane, the same with the bytes in shared memory (shm: every process
+	// on this host, Linux), or protobuf bytes through protoactor remote.
 	Transport actors.Transport
+	// AllReduceAlgo is how gradient all-reduces run: "auto" (recursive
+	// doubling for buckets up to 64 KiB, the ring above) or "ring" (always,
+	// as NCCL_ALGO=Ring pins NCCL's).
+	AllReduceAlgo string
 	// CollectiveTimeout bounds a collective's wait on a silent peer.
 	CollectiveTimeout time.Duration
 	// StepTimeout bounds the wait for a step's answers.
@@ -242,7 +247,7 @@ func DefaultConfig() Config {
 		Batch: 32, Steps: 300, Accum: 1,
 		Optim: optim.DefaultConfig("adamw"), LR: 1e-3, Schedule: Cosine, Warmup: 20, MinLRFactor: 0.1, ClipNorm: 1,
 		Seed: 1, LogEvery: 10, Device: "cpu", Keep: 3,
-		DP: 1, BucketMB: 25, Transport: actors.TransportTCP, PP: 1, TP: 1, MicroBatches: 1, PipelineSchedule: pipeline.Kind1F1B,
+		DP: 1, BucketMB: 25, Transport: actors.TransportTCP, AllReduceAlgo: "auto", PP: 1, TP: 1, MicroBatches: 1, PipelineSchedule: pipeline.Kind1F1B,
 		LossScaleInit: 65536, LossScaleWindow: 2000, LossScaleMin: 1,
 		OuterLR: 0.7, OuterMomentum: 0.9,
 		Partition: ByParams, CollectiveTimeout: 30 * time.Second, StepTimeout: 10 * time.Minute, StragglerThreshold: 500 * time.Millisecond,
@@ -294,6 +299,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Transport == "" {
 		c.Transport = d.Transport
+	}
+	if c.AllReduceAlgo == "" {
+		c.AllReduceAlgo = d.AllReduceAlgo
 	}
 	if c.LossScaleInit == 0 {
 		c.LossScaleInit = d.LossScaleInit
@@ -465,8 +473,10 @@ func (c *Config) checkWorld() error {
 		return fieldErr("BucketMB", "must be positive")
 	case c.CheckEvery < 0:
 		return fieldErr("CheckEvery", "must be ≥ 0")
-	case c.Transport != actors.TransportTCP && c.Transport != actors.TransportActor:
-		return fieldErr("Transport", "%q: want tcp or actor", c.Transport)
+	case c.Transport != actors.TransportTCP && c.Transport != actors.TransportActor && c.Transport != actors.TransportShm:
+		return fieldErr("Transport", "%q: want tcp, shm or actor", c.Transport)
+	case c.AllReduceAlgo != "auto" && c.AllReduceAlgo != "ring":
+		return fieldErr("AllReduceAlgo", "%q: want auto or ring", c.AllReduceAlgo)
 	case c.CollectiveTimeout <= 0 || c.StepTimeout <= 0:
 		return fieldErr("CollectiveTimeout", "and {StepTimeout} must be positive")
 	}

@@ -156,6 +156,9 @@ func commConfig(cfg *Config, log *zap.Logger) actors.CommConfig {
 	cc := actors.DefaultCommConfig()
 	cc.Collective.Timeout = cfg.CollectiveTimeout
 	cc.Transport = cfg.Transport
+	if cfg.AllReduceAlgo == "ring" {
+		cc.Collective.SmallAllReduceBytes = -1
+	}
 	cc.Logger = log
 	return cc
 }

@@ -270,11 +270,14 @@ func TestZeroMatchesOneWorker(t *testing.T) {
 // ZeRO-1's memory and traffic: with D replicas each rank holds 1/D of the
 // AdamW state (up to one element per bucket where D does not divide it),
 // and a step's reduce-scatter and all-gather send exactly the bytes plain
-// data parallelism's all-reduce sends. (Without clipping: with it ZeRO
-// adds one all-reduce of a single value, the shards' norm.)
+// data parallelism's ring all-reduce sends (pinned to the ring: buckets
+// this small would otherwise run recursive doubling, which sends log₂D
+// whole buckets for fewer steps). (Without clipping: with it ZeRO adds one
+// all-reduce of a single value, the shards' norm.)
 func TestZeroMemoryAndTraffic(t *testing.T) {
 	base := tinyGPT()
 	base.DModel, base.NLayers, base.Heads, base.Steps, base.Batch, base.BucketMB, base.ClipNorm = 32, 4, 4, 2, 8, 0.01, 0
+	base.AllReduceAlgo = "ring"
 	for _, dp := range []int{2, 4} {
 		plain := base
 		plain.DP = dp

@@ -213,6 +213,8 @@ func TestBadInputFailsClearly(t *testing.T) {
 		{"sequence parallelism of the mlp", func(c *Config) { c.TP, c.SequenceParallel = 2, true }, "SequenceParallel"},
 		{"sequence parallelism without tp", func(c *Config) { c.SequenceParallel = true }, "SequenceParallel"},
 		{"procs not a multiple of pp × tp", func(c *Config) { c.Procs, c.TP = 3, 2 }, "Procs"},
+		{"unknown transport", func(c *Config) { c.Transport = "pigeon" }, "Transport"},
+		{"unknown all-reduce algorithm", func(c *Config) { c.AllReduceAlgo = "tree" }, "AllReduceAlgo"},
 	}
 	for _, tc := range fields {
 		t.Run(tc.name, func(t *testing.T) {

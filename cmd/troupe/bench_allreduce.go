@@ -48,7 +48,7 @@ type benchAllReduceFlags struct {
 func newBenchAllReduceCmd() *cobra.Command {
 	var f benchAllReduceFlags
 	cmd := &cobra.Command{
-		Use:   "allreduce --ranks P --bytes S --transport local|actor|tcp",
+		Use:   "allreduce --ranks P --bytes S --transport local|tcp|shm|actor",
 		Short: "Measure all-reduce time and bandwidth (nccl-tests' algbw and busbw)",
 		Long: `Runs a float32 sum all-reduce of S bytes on P ranks and reports the median
 time, algbw = S / t and busbw = algbw × 2(P−1)/P in GB/s (10⁹ B/s), the
@@ -60,6 +60,8 @@ Transports:
   local  one process, one Comm actor per rank, chunks passed by pointer
   tcp    one OS process per rank on loopback: control through protoactor
          remote (gRPC), chunk bytes on the framed TCP data plane
+  shm    as tcp, but the chunk bytes go through memory the two processes
+         share (a memfd region per connection; the socket carries headers)
   actor  one OS process per rank: chunk bytes as protobuf bytes through
          protoactor remote (kept to compare with tcp); "grpc" is an alias
 
@@ -83,7 +85,7 @@ result back). The "algo" field of each result names what ran.
 JSON object per size, one per line.`,
 		Example: "  troupe bench allreduce --ranks 2 --bytes 16MiB --transport tcp --json\n" +
 			"  troupe bench allreduce --ranks 4 --transport tcp --algo rd --sizes 4KiB,64KiB,1MiB",
-		Args:    cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBenchAllReduce(cmd.Context(), cmd.OutOrStdout(), f)
 		},
@@ -92,7 +94,7 @@ JSON object per size, one per line.`,
 	fl.IntVar(&f.ranks, "ranks", 2, "number of ranks P")
 	fl.StringVar(&f.bytes, "bytes", "16MiB", "bytes per rank: a size or a comma-separated list of sizes")
 	fl.StringVar(&f.bytes, "sizes", "16MiB", "the same as --bytes")
-	fl.StringVar(&f.transport, "transport", "local", "local, tcp or actor")
+	fl.StringVar(&f.transport, "transport", "local", "local, tcp, shm or actor")
 	fl.StringVar(&f.algo, "algo", "auto", "auto, ring, rd (recursive doubling) or naive (gather to rank 0, then send the result back)")
 	fl.StringVar(&f.dtype, "dtype", "fp32", "the type the values travel in: fp32, or bf16 or fp16 (ring only)")
 	fl.IntVar(&f.iters, "iters", 0, "timed iterations per size (0: 50 up to 1 MiB, 20 up to 16 MiB, 10 above, as the gloo anchor)")
@@ -229,14 +231,19 @@ func allreducePlanOf(f benchAllReduceFlags) (*allreducePlan, error) {
 	case "local":
 	case "tcp":
 		p.comm.Transport = actors.TransportTCP
+	case "shm":
+		p.comm.Transport = actors.TransportShm
 	case "actor", "grpc":
 		p.transport = "actor"
 		p.comm.Transport = actors.TransportActor
 	default:
-		return nil, fmt.Errorf("%w: --transport %q: want local, tcp or actor", errUsage, f.transport)
+		return nil, fmt.Errorf("%w: --transport %q: want local, tcp, shm or actor", errUsage, f.transport)
 	}
 	if f.tls && p.transport == "local" {
 		return nil, fmt.Errorf("%w: --tls: the local transport passes chunks by pointer in one process; use --transport tcp or actor", errUsage)
+	}
+	if f.tls && p.transport == "shm" {
+		return nil, fmt.Errorf("%w: --tls: the shm transport's bytes never leave the host; use --transport tcp or actor", errUsage)
 	}
 	sub := f.subChunk
 	n, err := allreduceParseSize(sub)
@@ -629,7 +636,7 @@ func newBenchAllReduceWorkerCmd() *cobra.Command {
 	fl.IntVar(&rank, "rank", 0, "this rank")
 	fl.IntVar(&f.ranks, "ranks", 2, "number of ranks")
 	fl.StringVar(&f.bytes, "bytes", "16MiB", "sizes")
-	fl.StringVar(&f.transport, "transport", "tcp", "tcp or actor")
+	fl.StringVar(&f.transport, "transport", "tcp", "tcp, shm or actor")
 	fl.StringVar(&f.algo, "algo", "auto", "auto, ring, rd or naive")
 	fl.StringVar(&f.dtype, "dtype", "fp32", "fp32, bf16 or fp16")
 	fl.IntVar(&f.iters, "iters", 0, "timed iterations")

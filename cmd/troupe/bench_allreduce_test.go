@@ -134,14 +134,14 @@ func TestBenchAllReduceProcesses(t *testing.T) {
 	defer func() { allreduceWorkerEnv = nil }()
 	// tcp: bf16 by the ring; actor: auto, so the 4 KiB all-reduce runs
 	// recursive doubling and the 256 KiB one the ring
-	for _, tr := range []string{"tcp", "actor"} {
+	for _, tr := range []string{"tcp", "shm", "actor"} {
 		rs := allreduceRunBench(t, "--ranks", "2", "--bytes", "4KiB,256KiB", "--transport", tr, "--iters", "2", "--warmup", "1", "--sub-chunk", "64KiB", "--timeout", "2m",
-			"--dtype", map[string]string{"tcp": "bf16", "actor": "fp32"}[tr], "--algo", map[string]string{"tcp": "ring", "actor": "auto"}[tr])
+			"--dtype", map[string]string{"tcp": "bf16", "shm": "fp32", "actor": "fp32"}[tr], "--algo", map[string]string{"tcp": "ring", "shm": "auto", "actor": "auto"}[tr])
 		allreduceCheckResults(t, rs, tr, 2, 4<<10, 256<<10)
 		if rs[0].Procs != 2 {
 			t.Fatalf("procs %d", rs[0].Procs)
 		}
-		if want := map[string]string{"tcp": "ring", "actor": "rd"}[tr]; rs[0].Algo != want || rs[1].Algo != "ring" {
+		if want := map[string]string{"tcp": "ring", "shm": "rd", "actor": "rd"}[tr]; rs[0].Algo != want || rs[1].Algo != "ring" {
 			t.Fatalf("%s ran %s and %s, want %s and ring", tr, rs[0].Algo, rs[1].Algo, want)
 		}
 	}
@@ -160,6 +160,7 @@ func TestBenchAllReduceUsage(t *testing.T) {
 		{"--algo", "naive", "--dtype", "bf16"},
 		{"--algo", "rd", "--dtype", "bf16"},
 		{"--algo", "rd", "--bytes", "2MiB"},
+		{"--transport", "shm", "--tls"},
 	} {
 		var out bytes.Buffer
 		rootCmd.SetOut(&out)

@@ -49,7 +49,7 @@ folded rank gets the result ("unfold"). A step is every message that can
 go at once, so a rank without a folded partner may be a round ahead.`,
 		Example: "  troupe explain allreduce --ranks 3 --values 1,2,3,10,20,30,100,200,300\n" +
 			"  troupe explain allreduce --ranks 5 --values 1,2,3,4,5 --algorithm rd",
-		Args:    cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runExplainAllReduce(cmd.OutOrStdout(), f)
 		},

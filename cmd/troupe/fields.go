@@ -17,7 +17,7 @@ var flagOf = map[string]string{
 	"LR": "--lr", "Schedule": "--lr-schedule", "Warmup": "--warmup", "MinLRFactor": "--min-lr-factor", "ClipNorm": "--clip",
 	"Seed": "--seed", "Init": "--init", "Save": "--save", "MetricsOut": "--metrics-out", "MetricsAddr": "--metrics-addr", "DumpDir": "--dump-dir", "EvalEvery": "--eval-every",
 	"EvalBatches": "--eval-batches", "LogEvery": "--log-every", "Device": "--device", "Threads": "--threads",
-	"DP": "--dp", "Procs": "--procs", "BucketMB": "--bucket-mb", "CheckEvery": "--check-every", "Transport": "--transport",
+	"DP": "--dp", "Procs": "--procs", "BucketMB": "--bucket-mb", "CheckEvery": "--check-every", "Transport": "--transport", "AllReduceAlgo": "--allreduce-algo",
 	"CollectiveTimeout": "--collective-timeout", "StepTimeout": "--step-timeout", "StragglerThreshold": "--straggler-threshold", "PP": "--pp", "TP": "--tp", "SequenceParallel": "--sequence-parallel", "Zero": "--zero", "ZeroGroup": "--zero-group", "Precision": "--precision", "ReduceDType": "--reduce-dtype", "Sync": "--sync", "SyncEvery": "--sync-every", "SyncDType": "--sync-dtype", "OuterLR": "--outer-lr", "OuterMomentum": "--outer-momentum", "OuterNesterov": "--outer-nesterov", "LossScaleInit": "--loss-scale-init", "LossScaleWindow": "--loss-scale-window", "LossScaleMin": "--loss-scale-min",
 	"MicroBatches": "--micro-batches", "PipelineSchedule": "--schedule", "Recompute": "--recompute",
 	"StageLayers": "--stage-layers", "Partition": "--partition", "Trace": "--trace", "CkptDir": "--ckpt-dir",

@@ -53,7 +53,7 @@ type trainFlags struct {
 	jsonOut                                      bool
 	dp, procs, checkEvery                        int
 	bucketMB                                     float64
-	transport                                    string
+	transport, allreduceAlgo                     string
 	collTimeout, stepTimeout, straggler          time.Duration
 	pp, tp, micro, zero, zeroGroup               int
 	sp                                           bool
@@ -246,7 +246,8 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.procs, "procs", 0, "run the world (--dp × --pp × --tp) as N OS processes on loopback, one worker each (like torchrun --standalone)")
 	fl.Float64Var(&f.bucketMB, "bucket-mb", d.BucketMB, "gradient bucket cap in MiB (PyTorch's bucket_cap_mb)")
 	fl.IntVar(&f.checkEvery, "check-every", 0, "compare the replicas' parameter checksums every N steps and fail on divergence (0: never)")
-	fl.StringVar(&f.transport, "transport", string(d.Transport), "gradient transport between processes: tcp (data plane) or actor (protoactor remote)")
+	fl.StringVar(&f.transport, "transport", string(d.Transport), "gradient transport between processes: tcp (data plane), shm (the data plane's bytes in shared memory, every process on this host) or actor (protoactor remote)")
+	fl.StringVar(&f.allreduceAlgo, "allreduce-algo", d.AllReduceAlgo, "gradient all-reduce: auto (recursive doubling up to 64 KiB, the ring above) or ring")
 	fl.DurationVar(&f.collTimeout, "collective-timeout", d.CollectiveTimeout, "abort a collective when a peer is silent this long")
 	fl.DurationVar(&f.stepTimeout, "step-timeout", d.StepTimeout, "abort a step when a worker has not answered within this time")
 	fl.DurationVar(&f.straggler, "straggler-threshold", d.StragglerThreshold, "log a warning naming a replica whose compute in a step passes its peers' median by more than this (0: never)")
@@ -359,6 +360,7 @@ func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 	set("bucket-mb", func() { cfg.BucketMB = f.bucketMB })
 	set("check-every", func() { cfg.CheckEvery = f.checkEvery })
 	set("transport", func() { cfg.Transport = actors.Transport(f.transport) })
+	set("allreduce-algo", func() { cfg.AllReduceAlgo = f.allreduceAlgo })
 	set("collective-timeout", func() { cfg.CollectiveTimeout = f.collTimeout })
 	set("step-timeout", func() { cfg.StepTimeout = f.stepTimeout })
 	set("straggler-threshold", func() { cfg.StragglerThreshold = f.straggler })
