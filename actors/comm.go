@@ -31,17 +31,24 @@ const (
 	// TransportShm is TransportTCP's data plane with the payloads in shared
 	// memory (DataPlaneConfig.SharedMemory): every rank on one host, Linux.
 	TransportShm Transport = "shm"
+	// TransportAuto is the data plane through shared memory to the peers on
+	// this host (same boot and network namespace) and over TCP to the
+	// others; TCP only with TLS (whose point is the bytes on a network) or
+	// off Linux.
+	TransportAuto Transport = "auto"
 )
 
 // dataPlane reports whether t carries chunks on the framed data plane.
-func (t Transport) dataPlane() bool { return t == TransportTCP || t == TransportShm }
+func (t Transport) dataPlane() bool {
+	return t == TransportTCP || t == TransportShm || t == TransportAuto
+}
 
 // CommConfig configures the Comm actors of one world.
 type CommConfig struct {
 	// Collective is the collectives' configuration (sub-chunk size,
 	// timeouts); every rank must use the same SubChunkBytes.
 	Collective collective.Config
-	// Transport between processes; default TransportTCP.
+	// Transport between processes; default TransportAuto.
 	Transport Transport
 	// World names the world; peers of another world are refused. Default "troupe".
 	World string
@@ -65,13 +72,25 @@ type CommConfig struct {
 	DataAddr string
 	// Logger; default the system's.
 	Logger *zap.Logger
+	// host overrides hostID (tests: ranks of one process on "different
+	// hosts").
+	host string
+}
+
+// hostName is the host this world's ranks compare to decide on shared
+// memory.
+func (c *CommConfig) hostName() string {
+	if c.host != "" {
+		return c.host
+	}
+	return hostID
 }
 
 // DefaultCommConfig returns the defaults described on each field.
 func DefaultCommConfig() CommConfig {
 	return CommConfig{
 		Collective:       collective.DefaultConfig(),
-		Transport:        TransportTCP,
+		Transport:        TransportAuto,
 		World:            "troupe",
 		HandshakeTimeout: 30 * time.Second,
 		ActorWindow:      8,
@@ -89,11 +108,14 @@ func (c *CommConfig) Validate() error {
 	if c.Transport == "" {
 		c.Transport = d.Transport
 	}
-	if c.Transport != TransportTCP && c.Transport != TransportActor && c.Transport != TransportShm {
-		return fmt.Errorf("%w: transport %q: want %q, %q or %q", ErrBadConfig, c.Transport, TransportTCP, TransportShm, TransportActor)
+	if !c.Transport.dataPlane() && c.Transport != TransportActor {
+		return fmt.Errorf("%w: transport %q: want %q, %q, %q or %q", ErrBadConfig, c.Transport, TransportAuto, TransportTCP, TransportShm, TransportActor)
 	}
-	if c.Transport == TransportShm {
+	switch c.Transport {
+	case TransportShm:
 		c.DataPlane.SharedMemory = true
+	case TransportAuto:
+		c.DataPlane.SharedMemory = shmSupported && c.DataPlane.TLS == nil
 	}
 	if c.World == "" {
 		c.World = d.World
@@ -625,7 +647,7 @@ func StartRemote(sys *System, w RemoteWorld, cfg CommConfig) (collective.Communi
 func (a *commActor) hello() *actorspb.CommHello {
 	h := &actorspb.CommHello{Protocol: commProtocol, World: a.cfg.World, Rank: uint32(a.rank), Size: uint32(a.size), Transport: string(a.cfg.Transport)}
 	if a.dp != nil {
-		h.DataAddr = a.dp.Addr()
+		h.DataAddr, h.ShmAddr, h.Host = a.dp.Addr(), a.dp.ShmAddr(), a.cfg.hostName()
 	}
 	return h
 }
@@ -658,6 +680,8 @@ func (a *commActor) onHello(ctx actor.Context, h *actorspb.CommHello) {
 		err = fmt.Errorf("%w: rank %d uses transport %q, this rank %q", ErrHandshake, r, h.Transport, a.cfg.Transport)
 	case a.cfg.Transport.dataPlane() && h.DataAddr == "":
 		err = fmt.Errorf("%w: rank %d has no data plane address", ErrHandshake, r)
+	case a.cfg.Transport == TransportShm && (h.Host != a.cfg.hostName() || h.Host == "" || h.ShmAddr == ""):
+		err = fmt.Errorf("%w: rank %d runs on another host (%q, this is %q): the shm transport needs every rank on one host", ErrHandshake, r, h.Host, a.cfg.hostName())
 	}
 	if err != nil {
 		a.signalReady(err)
@@ -678,7 +702,11 @@ func (a *commActor) onHello(ctx actor.Context, h *actorspb.CommHello) {
 	a.heard[r] = true
 	a.nHeard++
 	if a.dp != nil {
-		a.dp.SetPeer(r, h.DataAddr)
+		addr := h.DataAddr
+		if h.ShmAddr != "" && a.dp.ShmAddr() != "" && h.Host == a.cfg.hostName() && h.Host != "" {
+			addr = h.ShmAddr // same host: through shared memory
+		}
+		a.dp.SetPeer(r, addr)
 	}
 	// Remote peers are not watched: a process's death shows as an
 	// EndpointTerminatedEvent (and a reset data plane connection), and a

@@ -236,7 +236,7 @@ func TestMultiProcessAllReduce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	for _, tr := range []Transport{TransportTCP, TransportShm, TransportActor} {
+	for _, tr := range []Transport{TransportTCP, TransportShm, TransportAuto, TransportActor} {
 		t.Run(string(tr), func(t *testing.T) {
 			const P = 3
 			kids := startChildren(t, "reduce", tr, P)
@@ -288,7 +288,7 @@ func TestMultiProcessKilledRank(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	for _, tr := range []Transport{TransportTCP, TransportShm, TransportActor} {
+	for _, tr := range []Transport{TransportTCP, TransportShm, TransportAuto, TransportActor} {
 		t.Run(string(tr), func(t *testing.T) {
 			const P = 3
 			shmBefore := devShm(t)

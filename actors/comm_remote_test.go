@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -16,6 +17,17 @@ import (
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/kernels"
 )
+
+// sharedRegions counts the shared-memory data plane's regions this process
+// maps (memfds named troupe-dp).
+func sharedRegions(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skipf("no /proc/self/maps: %v", err)
+	}
+	return strings.Count(string(b), "memfd:troupe-dp")
+}
 
 // startRemoteWorld starts P remote actor systems in this process (each with
 // its own gRPC server and data plane, talking over loopback as separate
@@ -70,7 +82,7 @@ func startRemoteWorld(t *testing.T, P int, cfg CommConfig) ([]*System, []collect
 // sum, with several operations in flight, small ones by recursive doubling
 // and chunks bigger than the transports' windows by the ring.
 func TestRemoteAllReduce(t *testing.T) {
-	for _, tr := range []Transport{TransportTCP, TransportShm, TransportActor} {
+	for _, tr := range []Transport{TransportTCP, TransportShm, TransportAuto, TransportActor} {
 		t.Run(string(tr), func(t *testing.T) {
 			const P = 3
 			cfg := DefaultCommConfig()
@@ -106,6 +118,12 @@ func TestRemoteAllReduce(t *testing.T) {
 			}))
 			for k := range sizes {
 				checkSum(t, ins[k], outs[k], false)
+			}
+			// the ranks share this process's host: auto and shm map each
+			// other's receive regions (connections open at the first
+			// message), tcp and actor none
+			if got, want := sharedRegions(t) > 0, tr == TransportShm || tr == TransportAuto; got != want {
+				t.Fatalf("%s: shared regions mapped: %v, want %v", tr, got, want)
 			}
 			in := randBufs(rng, P, 5000)
 			out := clone(in)
@@ -159,7 +177,7 @@ func checkLowSum(t *testing.T, w kernels.DType, in, out [][]float32) {
 // go away, as when a process dies) fails the operation on the other ranks
 // promptly, naming the lost rank, long before the timeout.
 func TestRemoteSystemDies(t *testing.T) {
-	for _, tr := range []Transport{TransportTCP, TransportShm, TransportActor} {
+	for _, tr := range []Transport{TransportTCP, TransportShm, TransportAuto, TransportActor} {
 		t.Run(string(tr), func(t *testing.T) {
 			const P = 3
 			cfg := DefaultCommConfig()
@@ -252,5 +270,71 @@ func TestRemoteHandshakeRefusesMismatch(t *testing.T) {
 		if !errors.Is(err, ErrHandshake) {
 			t.Fatalf("rank %d: %v, want a handshake error", r, err)
 		}
+	}
+}
+
+// TestRemoteHostsDecideTheDataPlane: ranks that say they are on different
+// hosts (a host override; test hosts in network namespaces differ the same
+// way) talk TCP under auto and train alike, and the shm transport refuses
+// them with a handshake error naming the other host.
+func TestRemoteHostsDecideTheDataPlane(t *testing.T) {
+	skipIfRace(t)
+	for _, tr := range []Transport{TransportAuto, TransportShm} {
+		t.Run(string(tr), func(t *testing.T) {
+			var systems []*System
+			var addrs []string
+			for r := 0; r < 2; r++ {
+				sc := DefaultSystemConfig()
+				sc.Remote = true
+				sys, err := NewSystem(sc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				systems = append(systems, sys)
+				addrs = append(addrs, sys.Address())
+			}
+			defer closeSystems(systems)
+			before := sharedRegions(t)
+			comms := make([]collective.Communicator, 2)
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for r := range systems {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					cfg := DefaultCommConfig()
+					cfg.Transport = tr
+					cfg.HandshakeTimeout = 5 * time.Second
+					cfg.host = fmt.Sprintf("host-%d", r)
+					comms[r], errs[r] = StartRemote(systems[r], RemoteWorld{Rank: r, Addrs: addrs}, cfg)
+				}()
+			}
+			wg.Wait()
+			defer func() {
+				for _, c := range comms {
+					if c != nil {
+						c.Close()
+					}
+				}
+			}()
+			if tr == TransportShm {
+				for r, err := range errs {
+					if !errors.Is(err, ErrHandshake) || !strings.Contains(err.Error(), "another host") {
+						t.Fatalf("rank %d: %v, want a handshake error about another host", r, err)
+					}
+				}
+				return
+			}
+			noErr(t, errs)
+			in := randBufs(rand.New(rand.NewPCG(3, 3)), 2, 100_000)
+			out := clone(in)
+			noErr(t, runAll(comms, func(r int, c collective.Communicator) *collective.Handle {
+				return c.AllReduce(context.Background(), out[r], collective.Sum)
+			}))
+			checkSum(t, in, out, false)
+			if got := sharedRegions(t); got > before {
+				t.Fatalf("%d shared regions mapped, %d before: ranks on different hosts shared memory", got, before)
+			}
+		})
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"io"
 	"math"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,14 +50,15 @@ type DataPlaneConfig struct {
 	// WriteTimeout breaks a connection on which one frame could not be
 	// written for this long (a peer that stopped reading). Default 30 s.
 	WriteTimeout time.Duration
-	// SharedMemory moves the payloads through memory both processes map
-	// instead of the socket, for ranks on one host: the listener is then a
-	// Unix socket in Linux's abstract namespace (the address given to
-	// ListenDataPlane is ignored), each inbound connection's Window
-	// buffers are slots of a region the receiver creates and passes to the
-	// sender, a frame on the socket carries only its header and slot, and
-	// the receiver reduces straight from the slot (see shm_linux.go).
-	// Linux only; not with TLS (the bytes never leave the host).
+	// SharedMemory adds a second listener, for peers on the same host,
+	// whose connections move the payloads through memory both processes
+	// map instead of the socket: a Unix socket in Linux's abstract
+	// namespace (ShmAddr; SetPeer with such an address dials it), each
+	// inbound connection's Window buffers are slots of a region the
+	// receiver creates and passes to the sender, a frame on the socket
+	// carries only its header and slot, and the receiver reduces straight
+	// from the slot (see shm_linux.go). Linux only; not with TLS (whose
+	// point is the bytes on the network).
 	SharedMemory bool
 }
 
@@ -278,6 +281,7 @@ type DataPlane struct {
 	rank    int
 	size    int
 	ln      net.Listener
+	shmLn   net.Listener // nil without SharedMemory
 	deliver func(collective.Message)
 	lost    func(peer int, err error)
 	// srvTLS and cliTLS are the listener's and the dialers' TLS
@@ -306,16 +310,21 @@ func ListenDataPlane(addr, world string, rank, size int, cfg DataPlaneConfig, de
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("%w: rank %d of %d", ErrBadConfig, rank, size)
 	}
-	network := "tcp"
-	if cfg.SharedMemory {
-		network, addr = "unix", shmListenAddr(world, rank)
-	}
-	ln, err := net.Listen(network, addr)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: listen on %s: %w", ErrDataPlane, addr, err)
 	}
 	d := &DataPlane{cfg: cfg, world: world, rank: rank, size: size, ln: ln, deliver: deliver, lost: lost,
 		addrs: map[int]string{}, out: map[int]*dpOut{}, conns: map[net.Conn]struct{}{}}
+	if cfg.SharedMemory {
+		shmAddr := shmListenAddr(world, rank)
+		if d.shmLn, err = net.Listen("unix", shmAddr); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("%w: listen on %s: %w", ErrDataPlane, shmAddr, err)
+		}
+		d.wg.Add(1)
+		go d.accept(d.shmLn)
+	}
 	if cfg.TLS != nil {
 		refused := func(peer string, err error) {
 			cfg.Logger.Warn("data plane: refused a peer", zap.String("world", world), zap.Int("rank", rank), zap.String("peer", peer), zap.Error(err))
@@ -323,12 +332,24 @@ func ListenDataPlane(addr, world string, rank, size int, cfg DataPlaneConfig, de
 		d.srvTLS, d.cliTLS = cfg.TLS.Server(refused), cfg.TLS.Client()
 	}
 	d.wg.Add(1)
-	go d.accept()
+	go d.accept(d.ln)
 	return d, nil
 }
 
-// Addr is the listener's host:port.
+// Addr is the TCP listener's host:port.
 func (d *DataPlane) Addr() string { return d.ln.Addr().String() }
+
+// ShmAddr is the shared-memory listener's address (a name in the abstract
+// namespace, starting with @), "" without SharedMemory.
+func (d *DataPlane) ShmAddr() string {
+	if d.shmLn == nil {
+		return ""
+	}
+	return d.shmLn.Addr().String()
+}
+
+// isShmAddr reports whether a peer address is a shared-memory listener's.
+func isShmAddr(addr string) bool { return strings.HasPrefix(addr, "@") }
 
 // SetPeer records where rank peer's data plane listens.
 func (d *DataPlane) SetPeer(peer int, addr string) {
@@ -363,6 +384,9 @@ func (d *DataPlane) Send(m collective.Message) {
 		go o.run()
 	}
 	d.mu.Unlock()
+	if raceBuild && m.Type == collective.MsgData {
+		m.Payload = slices.Clone(m.Payload)
+	}
 	o.mu.Lock()
 	if o.err == nil {
 		o.queue = append(o.queue, m)
@@ -432,6 +456,9 @@ func (d *DataPlane) Close() error {
 	}
 	d.mu.Lock()
 	d.ln.Close()
+	if d.shmLn != nil {
+		d.shmLn.Close()
+	}
 	for c := range d.conns {
 		c.Close()
 	}
@@ -464,10 +491,10 @@ func (d *DataPlane) untrack(c net.Conn) {
 	c.Close()
 }
 
-func (d *DataPlane) accept() {
+func (d *DataPlane) accept(ln net.Listener) {
 	defer d.wg.Done()
 	for {
-		c, err := d.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
@@ -550,7 +577,7 @@ func (d *DataPlane) serveIn(c net.Conn) {
 	// region is unmapped once the connection ended and every slot handed
 	// to the Comm actor came back.
 	var slots *slotPool
-	if d.cfg.SharedMemory {
+	if _, unix := c.(*net.UnixConn); unix {
 		region, fd, err := shmCreate(W * d.cfg.MaxFrameBytes)
 		if err == nil {
 			err = shmSend(c, fd)
@@ -843,7 +870,7 @@ func (o *dpOut) dial() error {
 func (o *dpOut) connect(addr string) error {
 	d := o.d
 	network := "tcp"
-	if d.cfg.SharedMemory {
+	if isShmAddr(addr) {
 		network = "unix"
 	}
 	raw, err := net.DialTimeout(network, addr, d.cfg.DialTimeout)
@@ -907,7 +934,7 @@ func (o *dpOut) connect(addr string) error {
 	if window == 0 || window > 1<<16 || maxFrame < 4 {
 		return fmt.Errorf("%w: rank %d offers window %d, frames of %d bytes", ErrDataPlane, o.peer, window, maxFrame)
 	}
-	if d.cfg.SharedMemory {
+	if isShmAddr(addr) {
 		fd, err := shmRecv(c)
 		if err != nil {
 			return fmt.Errorf("%w: sharing memory with rank %d: %w", ErrDataPlane, o.peer, err)

@@ -37,7 +37,11 @@ func newPlanePair(t *testing.T, txCfg, rxCfg DataPlaneConfig, txWorld, rxWorld s
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.tx.SetPeer(1, p.rx.Addr())
+	if rxCfg.SharedMemory {
+		p.tx.SetPeer(1, p.rx.ShmAddr())
+	} else {
+		p.tx.SetPeer(1, p.rx.Addr())
+	}
 	t.Cleanup(func() { p.tx.Close(); p.rx.Close() })
 	return p
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -122,3 +123,19 @@ func shmRecv(c net.Conn) (int, error) {
 }
 
 func shmClose(fd int) { unix.Close(fd) }
+
+// hostID names this host and network namespace for peers deciding whether
+// they share memory with this process: the boot's id (a reboot or another
+// machine gives another) and the network namespace (abstract Unix sockets
+// are per namespace, and test hosts are namespaces). "" if unknown.
+var hostID = func() string {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	ns, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(boot)) + "/" + ns
+}()

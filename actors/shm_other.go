@@ -28,3 +28,6 @@ func shmRecv(net.Conn) (int, error) {
 	return -1, fmt.Errorf("%w: the shared-memory data plane needs Linux", ErrBadConfig)
 }
 func shmClose(int) {}
+
+// hostID is unknown off Linux: no peer shares memory.
+const hostID = ""

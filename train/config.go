@@ -189,9 +189,11 @@ type Config struct {
 	// CheckEvery compares the replicas' parameter checksums every so many
 	// steps and fails on divergence (0: never).
 	CheckEvery int
-	// Transport carries gradient chunks between processes: the TCP data
-	// plane, the same with the bytes in shared memory (shm: every process
-	// on this host, Linux), or protobuf bytes through protoactor remote.
+	// Transport carries gradient chunks between processes: auto (the data
+	// plane, through shared memory to the processes on this host and over
+	// TCP to the others), tcp (TCP only), shm (shared memory only: every
+	// process on this host, Linux), or actor (protobuf bytes through
+	// protoactor remote).
 	Transport actors.Transport
 	// AllReduceAlgo is how gradient all-reduces run: "auto" (recursive
 	// doubling for buckets up to 64 KiB, the ring above) or "ring" (always,
@@ -247,7 +249,7 @@ func DefaultConfig() Config {
 		Batch: 32, Steps: 300, Accum: 1,
 		Optim: optim.DefaultConfig("adamw"), LR: 1e-3, Schedule: Cosine, Warmup: 20, MinLRFactor: 0.1, ClipNorm: 1,
 		Seed: 1, LogEvery: 10, Device: "cpu", Keep: 3,
-		DP: 1, BucketMB: 25, Transport: actors.TransportTCP, AllReduceAlgo: "auto", PP: 1, TP: 1, MicroBatches: 1, PipelineSchedule: pipeline.Kind1F1B,
+		DP: 1, BucketMB: 25, Transport: actors.TransportAuto, AllReduceAlgo: "auto", PP: 1, TP: 1, MicroBatches: 1, PipelineSchedule: pipeline.Kind1F1B,
 		LossScaleInit: 65536, LossScaleWindow: 2000, LossScaleMin: 1,
 		OuterLR: 0.7, OuterMomentum: 0.9,
 		Partition: ByParams, CollectiveTimeout: 30 * time.Second, StepTimeout: 10 * time.Minute, StragglerThreshold: 500 * time.Millisecond,
@@ -473,8 +475,8 @@ func (c *Config) checkWorld() error {
 		return fieldErr("BucketMB", "must be positive")
 	case c.CheckEvery < 0:
 		return fieldErr("CheckEvery", "must be ≥ 0")
-	case c.Transport != actors.TransportTCP && c.Transport != actors.TransportActor && c.Transport != actors.TransportShm:
-		return fieldErr("Transport", "%q: want tcp, shm or actor", c.Transport)
+	case c.Transport != actors.TransportAuto && c.Transport != actors.TransportTCP && c.Transport != actors.TransportActor && c.Transport != actors.TransportShm:
+		return fieldErr("Transport", "%q: want auto, tcp, shm or actor", c.Transport)
 	case c.AllReduceAlgo != "auto" && c.AllReduceAlgo != "ring":
 		return fieldErr("AllReduceAlgo", "%q: want auto or ring", c.AllReduceAlgo)
 	case c.CollectiveTimeout <= 0 || c.StepTimeout <= 0:

@@ -37,6 +37,11 @@ type CommHello struct {
 	Transport string                 `protobuf:"bytes,5,opt,name=transport,proto3" json:"transport,omitempty"`
 	// data_addr is the host:port of the sender's data plane listener (tcp).
 	DataAddr string `protobuf:"bytes,6,opt,name=data_addr,json=dataAddr,proto3" json:"data_addr,omitempty"`
+	// shm_addr is its shared-memory listener (an abstract Unix socket name),
+	// and host names the host and network namespace it runs in: peers of
+	// the same host use shm_addr ("auto" and "shm" transports).
+	ShmAddr string `protobuf:"bytes,8,opt,name=shm_addr,json=shmAddr,proto3" json:"shm_addr,omitempty"`
+	Host    string `protobuf:"bytes,9,opt,name=host,proto3" json:"host,omitempty"`
 	// reply marks a hello sent in answer to a peer's: it is never answered,
 	// so two peers do not ping-pong, while every plain hello is, so a reply
 	// lost before the connection was up is sent again on the peer's next try.
@@ -113,6 +118,20 @@ func (x *CommHello) GetTransport() string {
 func (x *CommHello) GetDataAddr() string {
 	if x != nil {
 		return x.DataAddr
+	}
+	return ""
+}
+
+func (x *CommHello) GetShmAddr() string {
+	if x != nil {
+		return x.ShmAddr
+	}
+	return ""
+}
+
+func (x *CommHello) GetHost() string {
+	if x != nil {
+		return x.Host
 	}
 	return ""
 }
@@ -353,14 +372,16 @@ var File_comm_proto protoreflect.FileDescriptor
 const file_comm_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"comm.proto\x12\x10troupe.actors.v1\"\xb6\x01\n" +
+	"comm.proto\x12\x10troupe.actors.v1\"\xe5\x01\n" +
 	"\tCommHello\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x14\n" +
 	"\x05world\x18\x02 \x01(\tR\x05world\x12\x12\n" +
 	"\x04rank\x18\x03 \x01(\rR\x04rank\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\rR\x04size\x12\x1c\n" +
 	"\ttransport\x18\x05 \x01(\tR\ttransport\x12\x1b\n" +
-	"\tdata_addr\x18\x06 \x01(\tR\bdataAddr\x12\x14\n" +
+	"\tdata_addr\x18\x06 \x01(\tR\bdataAddr\x12\x19\n" +
+	"\bshm_addr\x18\b \x01(\tR\ashmAddr\x12\x12\n" +
+	"\x04host\x18\t \x01(\tR\x04host\x12\x14\n" +
 	"\x05reply\x18\a \x01(\bR\x05reply\"\xd3\x02\n" +
 	"\rCollectiveMsg\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\rR\x04type\x12\x14\n" +

@@ -246,7 +246,7 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.procs, "procs", 0, "run the world (--dp × --pp × --tp) as N OS processes on loopback, one worker each (like torchrun --standalone)")
 	fl.Float64Var(&f.bucketMB, "bucket-mb", d.BucketMB, "gradient bucket cap in MiB (PyTorch's bucket_cap_mb)")
 	fl.IntVar(&f.checkEvery, "check-every", 0, "compare the replicas' parameter checksums every N steps and fail on divergence (0: never)")
-	fl.StringVar(&f.transport, "transport", string(d.Transport), "gradient transport between processes: tcp (data plane), shm (the data plane's bytes in shared memory, every process on this host) or actor (protoactor remote)")
+	fl.StringVar(&f.transport, "transport", string(d.Transport), "gradient transport between processes: auto (the data plane, through shared memory to processes on this host, TCP to others), tcp, shm (shared memory only) or actor (protoactor remote)")
 	fl.StringVar(&f.allreduceAlgo, "allreduce-algo", d.AllReduceAlgo, "gradient all-reduce: auto (recursive doubling up to 64 KiB, the ring above) or ring")
 	fl.DurationVar(&f.collTimeout, "collective-timeout", d.CollectiveTimeout, "abort a collective when a peer is silent this long")
 	fl.DurationVar(&f.stepTimeout, "step-timeout", d.StepTimeout, "abort a step when a worker has not answered within this time")
