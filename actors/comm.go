@@ -684,6 +684,13 @@ func (a *commActor) onHello(ctx actor.Context, h *actorspb.CommHello) {
 		err = fmt.Errorf("%w: rank %d runs on another host (%q, this is %q): the shm transport needs every rank on one host", ErrHandshake, r, h.Host, a.cfg.hostName())
 	}
 	if err != nil {
+		if !h.Reply && r >= 0 && r < a.size && r != a.rank && a.peers != nil {
+			// Answer anyway, so that the peer sees the mismatch too and
+			// says why, rather than only missing this rank's hello.
+			reply := a.hello()
+			reply.Reply = true
+			ctx.Send(a.peers[r], reply)
+		}
 		a.signalReady(err)
 		return
 	}

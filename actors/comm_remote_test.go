@@ -2,8 +2,8 @@ package actors
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -318,10 +318,20 @@ func TestRemoteHostsDecideTheDataPlane(t *testing.T) {
 				}
 			}()
 			if tr == TransportShm {
+				// Both fail the handshake; a rank that stops first may
+				// leave the other only missing its hello (a CI run saw
+				// it), so the reason is asserted on at least one.
+				why := 0
 				for r, err := range errs {
-					if !errors.Is(err, ErrHandshake) || !strings.Contains(err.Error(), "another host") {
-						t.Fatalf("rank %d: %v, want a handshake error about another host", r, err)
+					if !errors.Is(err, ErrHandshake) {
+						t.Fatalf("rank %d: %v, want a handshake error", r, err)
 					}
+					if strings.Contains(err.Error(), "another host") {
+						why++
+					}
+				}
+				if why == 0 {
+					t.Fatalf("%v: no rank says the other runs on another host", errs)
 				}
 				return
 			}

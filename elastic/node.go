@@ -435,7 +435,7 @@ func (n *Node) reconnector() {
 	}()
 	seeds, _, _ := n.seeds(ctx)
 	resolved := time.Now()
-	var refused time.Time // since when every known address refused (alone)
+	var gone goneTracker
 	for {
 		select {
 		case <-n.stop:
@@ -456,14 +456,15 @@ func (n *Node) reconnector() {
 			live[m.Address()] = true
 		}
 		known := append(slices.Clone(seeds), n.failed.since(time.Now().Add(-n.cfg.Timings.ReconnectTimeout))...)
-		if len(members) > 1 || !n.hadPeers.Load() || !allRefuse(known, n.cfg.Timings.TCPTimeout) {
-			refused = time.Time{}
-		} else if now := time.Now(); refused.IsZero() {
-			refused = now
-		} else if now.Sub(refused) >= n.cfg.Timings.Gone {
-			n.logger.Error("elastic: every other node is gone", zap.Strings("refused", known), zap.Duration("for", now.Sub(refused)))
+		alone := len(members) <= 1 && n.hadPeers.Load()
+		var dials map[string]dialResult
+		if alone {
+			dials = dialAll(known, n.cfg.Timings.TCPTimeout)
+		}
+		if now := time.Now(); gone.observe(now, alone, dials, n.cfg.Timings.Gone) {
+			n.logger.Error("elastic: every other node is gone", zap.Strings("refused", known), zap.Duration("for", now.Sub(gone.since)))
 			n.crash(fmt.Errorf("%w: this node is alone and every address it knows (%s) has refused connections for %v: the job ended without this node (it was cut off until the others finished), or every other node stopped",
-				ErrGone, strings.Join(known, ", "), now.Sub(refused).Round(100*time.Millisecond)))
+				ErrGone, strings.Join(known, ", "), now.Sub(gone.since).Round(100*time.Millisecond)))
 			return
 		}
 		var try []string
@@ -501,17 +502,83 @@ func (n *Node) reconnector() {
 // allRefuse reports whether every address refuses a TCP connection (a
 // reset: the host is there, nothing listens), each tried within timeout;
 // false for none, or for one that answers or stays silent.
-func allRefuse(addrs []string, timeout time.Duration) bool {
-	if len(addrs) == 0 {
+// dialResult is what a connection attempt to a known address met.
+type dialResult uint8
+
+const (
+	dialAccepted dialResult = iota + 1
+	dialRefused             // a reset: nothing listens there
+	dialSilent              // no answer in time: a cut link, or a lost SYN
+)
+
+// dialAll tries every address once, at once, each within timeout (at most a
+// second).
+func dialAll(addrs []string, timeout time.Duration) map[string]dialResult {
+	out := make(map[string]dialResult, len(addrs))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, a := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := dialSilent
+			c, err := net.DialTimeout("tcp", a, min(timeout, time.Second))
+			switch {
+			case err == nil:
+				c.Close()
+				r = dialAccepted
+			case errors.Is(err, syscall.ECONNREFUSED):
+				r = dialRefused
+			}
+			mu.Lock()
+			out[a] = r
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// goneTracker decides when a node left alone gives up (Timings.Gone): for
+// Gone in a row nothing it dialled accepted, and every address it knows
+// refused a connection within the last Gone. A dial that gets no answer
+// neither starts nor breaks the streak: a node cut off by a partition hears
+// no refusal and keeps waiting for the heal, while a node whose peers
+// exited while its link loses packets (a lost SYN or reset looks like
+// silence) still sees them refuse most of the time and gives up. (Before,
+// one silent dial restarted the streak, and such a node waited for ever.)
+type goneTracker struct {
+	since   time.Time // start of the streak; zero: none
+	refused map[string]time.Time
+}
+
+// observe takes one tick: alone (the node had peers and sees none) and its
+// dials. It reports whether the node is gone.
+func (g *goneTracker) observe(now time.Time, alone bool, dials map[string]dialResult, gone time.Duration) bool {
+	accepted := false
+	for _, r := range dials {
+		accepted = accepted || r == dialAccepted
+	}
+	if !alone || accepted || len(dials) == 0 {
+		g.since, g.refused = time.Time{}, nil
 		return false
 	}
-	for _, a := range addrs {
-		c, err := net.DialTimeout("tcp", a, min(timeout, time.Second))
-		if err == nil {
-			c.Close()
-			return false
+	if g.refused == nil {
+		g.refused = map[string]time.Time{}
+	}
+	for a, r := range dials {
+		if r == dialRefused {
+			g.refused[a] = now
+			if g.since.IsZero() {
+				g.since = now
+			}
 		}
-		if !errors.Is(err, syscall.ECONNREFUSED) {
+	}
+	if g.since.IsZero() || now.Sub(g.since) < gone {
+		return false
+	}
+	for a := range dials {
+		if t, ok := g.refused[a]; !ok || now.Sub(t) > gone {
 			return false
 		}
 	}
