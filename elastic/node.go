@@ -499,9 +499,6 @@ func (n *Node) reconnector() {
 	}
 }
 
-// allRefuse reports whether every address refuses a TCP connection (a
-// reset: the host is there, nothing listens), each tried within timeout;
-// false for none, or for one that answers or stays silent.
 // dialResult is what a connection attempt to a known address met.
 type dialResult uint8
 
