@@ -580,7 +580,9 @@ func (d *DataPlane) serveIn(c net.Conn) {
 	if _, unix := c.(*net.UnixConn); unix {
 		region, fd, err := shmCreate(W * d.cfg.MaxFrameBytes)
 		if err == nil {
+			c.SetWriteDeadline(time.Now().Add(d.cfg.DialTimeout))
 			err = shmSend(c, fd)
+			c.SetWriteDeadline(time.Time{})
 			shmClose(fd)
 			if err != nil {
 				region.unmap()
@@ -928,7 +930,6 @@ func (o *dpOut) connect(addr string) error {
 	if _, err := io.ReadFull(c, w[1:]); err != nil {
 		return fmt.Errorf("%w: handshake with rank %d: %w", ErrDataPlane, o.peer, err)
 	}
-	c.SetDeadline(time.Time{})
 	window := binary.LittleEndian.Uint32(w[1:])
 	maxFrame := binary.LittleEndian.Uint32(w[5:])
 	if window == 0 || window > 1<<16 || maxFrame < 4 {
@@ -953,6 +954,8 @@ func (o *dpOut) connect(addr string) error {
 		}
 		o.mu.Unlock()
 	}
+	// the handshake's deadline bounded the wait for the shared region too
+	c.SetDeadline(time.Time{})
 	o.mu.Lock()
 	o.credits, o.maxVals = int(window), int(maxFrame/4)
 	o.mu.Unlock()
