@@ -232,20 +232,29 @@ func skipIfRace(t *testing.T) {
 	}
 }
 
-func TestRemoteHandshakeRefusesMismatch(t *testing.T) {
-	skipIfRace(t)
+// remoteSystems starts n remote actor systems in this process (the caller
+// closes them) and returns them with their addresses.
+func remoteSystems(t *testing.T, n int) ([]*System, []string) {
+	t.Helper()
 	var systems []*System
 	var addrs []string
-	for r := 0; r < 2; r++ {
+	for range n {
 		sc := DefaultSystemConfig()
 		sc.Remote = true
 		sys, err := NewSystem(sc)
 		if err != nil {
+			closeSystems(systems)
 			t.Fatal(err)
 		}
 		systems = append(systems, sys)
 		addrs = append(addrs, sys.Address())
 	}
+	return systems, addrs
+}
+
+func TestRemoteHandshakeRefusesMismatch(t *testing.T) {
+	skipIfRace(t)
+	systems, addrs := remoteSystems(t, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := range systems {
@@ -281,18 +290,7 @@ func TestRemoteHostsDecideTheDataPlane(t *testing.T) {
 	skipIfRace(t)
 	for _, tr := range []Transport{TransportAuto, TransportShm} {
 		t.Run(string(tr), func(t *testing.T) {
-			var systems []*System
-			var addrs []string
-			for r := 0; r < 2; r++ {
-				sc := DefaultSystemConfig()
-				sc.Remote = true
-				sys, err := NewSystem(sc)
-				if err != nil {
-					t.Fatal(err)
-				}
-				systems = append(systems, sys)
-				addrs = append(addrs, sys.Address())
-			}
+			systems, addrs := remoteSystems(t, 2)
 			defer closeSystems(systems)
 			before := sharedRegions(t)
 			comms := make([]collective.Communicator, 2)
