@@ -27,6 +27,14 @@ type TraceMsg struct {
 	Seq      int
 }
 
+// RDShape is the plan of a recursive-doubling all-reduce among size ranks:
+// its rounds (log₂P', P' the largest power of two ≤ size) and how many
+// ranks fold into another first (size − P').
+func RDShape(size int) (rounds, folded int) {
+	p := newRDPlan(0, size)
+	return p.rounds, p.folds
+}
+
 // RDStage names data seq of a recursive-doubling all-reduce among size
 // ranks: "fold", "round k" or "unfold".
 func RDStage(seq, size int) string {

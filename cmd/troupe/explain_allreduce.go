@@ -275,16 +275,9 @@ func allreduceFormatChunks(buf []float32, chunks [][2]int, mark *int) string {
 // writeExplainRD prints a recursive-doubling trace.
 func writeExplainRD(w io.Writer, doc *allreduceExplanation) {
 	P := doc.Ranks
-	pow := 1
-	for pow*2 <= P {
-		pow *= 2
-	}
-	rounds := 0
-	for 1<<rounds < pow {
-		rounds++
-	}
-	fmt.Fprintf(w, "recursive-doubling all-reduce (%s) on %d ranks, %d values each: %d rounds among %d ranks", doc.Op, P, doc.ValuesPerRank, rounds, pow)
-	if e := P - pow; e > 0 {
+	rounds, e := collective.RDShape(P)
+	fmt.Fprintf(w, "recursive-doubling all-reduce (%s) on %d ranks, %d values each: %d rounds among %d ranks", doc.Op, P, doc.ValuesPerRank, rounds, P-e)
+	if e > 0 {
 		fmt.Fprintf(w, ", %d folded (odd ranks below %d, into the rank before)", e, 2*e)
 	}
 	fmt.Fprintln(w)
