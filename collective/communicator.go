@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"sync"
+
+	"github.com/troupe-ml/troupe/kernels"
 )
 
 // Communicator runs collectives among the ranks of a group. It is what the
@@ -143,6 +146,8 @@ const (
 	reqCancel
 	reqGroup
 	reqCloseGroup
+	// reqSkip stands for an operation this rank will not start (Core.Skip).
+	reqSkip
 	// reqClose is handled by the shell: it closes the Engine and stops.
 	reqClose
 )
@@ -193,6 +198,32 @@ func NewCommunicator(rank, size int, post PostFunc, closeFn func() error, e *Eng
 	return &frontend{group: WorldGroup, rank: rank, members: members, post: post, closeFn: closeFn, flight: e.flight, cfg: e.cfg}
 }
 
+// derive returns a frontend of group id (this rank at rank, members their
+// world ranks) on f's shell, knowing the members' hosts when f knows them.
+func (f *frontend) derive(id uint32, rank int, members []int) *frontend {
+	g := &frontend{group: id, rank: rank, members: members, post: f.post, flight: f.flight, cfg: f.cfg, world: f.world}
+	if f.world != nil {
+		g.hosts = make([]string, len(members))
+		for i, w := range members {
+			g.hosts[i] = f.world[w]
+		}
+	}
+	return g
+}
+
+// plan decides whether this group's large all-reduces run hierarchically.
+func (f *frontend) plan() {
+	if f.hosts == nil && f.world != nil {
+		f.hosts = f.world
+	}
+	if f.world == nil {
+		f.world = f.hosts
+	}
+	if l, ok := PlanHierarchical(f.hosts, f.rank); ok && !f.cfg.NoHierarchical {
+		f.layout = &l
+	}
+}
+
 // Algorithms is a communicator that says which algorithm its AllReduce of
 // n values with op runs (the frontends of this package, and wrappers that
 // pass it on).
@@ -233,12 +264,37 @@ type frontend struct {
 	closeFn func() error
 	flight  *FlightRecorder
 	cfg     Config
+	// world names the host of every world rank, hosts of every group rank
+	// (nil: unknown, see OnHosts); layout places this rank for
+	// hierarchical all-reduces (nil: they do not apply).
+	world, hosts []string
+	layout       *HierLayout
+
+	mu     sync.Mutex
+	hier   *hierState // opened by the first hierarchical all-reduce
+	closed bool
 }
 
 // AllReduceAlgorithm is the algorithm this group's AllReduce of n values
-// with op runs (Config.AllReduceAlgorithm).
+// with op runs (Config.AllReduceAlgorithm): hierarchical where that picks
+// the ring for a float32 reduction and the group spans several hosts with
+// several ranks on each (OnHosts).
 func (f *frontend) AllReduceAlgorithm(n int, op ReduceOp) Algorithm {
-	return f.cfg.AllReduceAlgorithm(n, op, len(f.members))
+	a := f.cfg.AllReduceAlgorithm(n, op, len(f.members))
+	if a == AlgoRing && f.layout != nil && op.Wire() == kernels.F32 {
+		return AlgoHierarchical
+	}
+	return a
+}
+
+// AllReduceSent is how many values this rank sends in its AllReduce of n
+// values with op.
+func (f *frontend) AllReduceSent(n int, op ReduceOp) int64 {
+	a := f.AllReduceAlgorithm(n, op)
+	if a == AlgoHierarchical {
+		return f.layout.sent(f.cfg, n, f.rank)
+	}
+	return SentValues(KindAllReduce, a, n, f.rank, len(f.members), 0)
 }
 
 // Flight is the recorder of this rank's operations, in every group.
@@ -248,7 +304,35 @@ func (f *frontend) Rank() int { return f.rank }
 func (f *frontend) Size() int { return len(f.members) }
 
 func (f *frontend) AllReduce(ctx context.Context, buf []float32, op ReduceOp) *Handle {
-	return f.start(ctx, Spec{Kind: KindAllReduce, Buf: buf, Reduce: op, Algo: f.AllReduceAlgorithm(len(buf), op)})
+	algo := f.AllReduceAlgorithm(len(buf), op)
+	if algo == AlgoHierarchical {
+		return f.hierAllReduce(ctx, buf, op)
+	}
+	return f.start(ctx, Spec{Kind: KindAllReduce, Buf: buf, Reduce: op, Algo: algo})
+}
+
+// hierAllReduce runs an all-reduce hierarchically, opening the step groups
+// on first use.
+func (f *frontend) hierAllReduce(ctx context.Context, buf []float32, op ReduceOp) *Handle {
+	if err := CheckSpec(Spec{Kind: KindAllReduce, Buf: buf, Reduce: op}, len(f.members)); err != nil {
+		return failedHandle(KindAllReduce, err)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return failedHandle(KindAllReduce, ErrClosed)
+	}
+	if f.hier == nil {
+		h, err := newHier(f, *f.layout)
+		if err != nil {
+			return failedHandle(KindAllReduce, err)
+		}
+		f.hier = h
+	}
+	return f.hier.allReduce(ctx, buf, op)
 }
 
 func (f *frontend) ReduceScatter(ctx context.Context, buf []float32, op ReduceOp) *Handle {
@@ -326,7 +410,39 @@ func (f *frontend) Group(ranks []int) (Communicator, error) {
 	if self < 0 {
 		return nil, fmt.Errorf("%w: group ranks %v do not include this rank %d", ErrBadArgument, ranks, f.rank)
 	}
-	id := GroupID(members)
+	return f.open(GroupID(members), self, members)
+}
+
+// skip stands for the next operation of this group, which this rank will
+// not start because of cause (Core.Skip): posted in its place, in order.
+func (f *frontend) skip(cause error) {
+	_ = f.post(&Request{typ: reqSkip, group: f.group, cause: cause}) // a stopped shell fails every peer anyway
+}
+
+// groupTagged is Group for a purpose tag: a group apart from the plain
+// group of the same ranks. It never runs all-reduces hierarchically (the
+// step groups of a hierarchical all-reduce are such groups).
+func (f *frontend) groupTagged(ranks []int, tag string) (Communicator, error) {
+	members := make([]int, len(ranks))
+	self := -1
+	for i, r := range ranks {
+		members[i] = f.members[r]
+		if r == f.rank {
+			self = i
+		}
+	}
+	if self < 0 {
+		return nil, fmt.Errorf("%w: group ranks %v do not include this rank %d", ErrBadArgument, ranks, f.rank)
+	}
+	g, err := f.open(groupIDTagged(members, tag), self, members)
+	if err == nil {
+		g.(*frontend).layout = nil
+	}
+	return g, err
+}
+
+// open creates group id on the shell and returns its frontend.
+func (f *frontend) open(id uint32, self int, members []int) (Communicator, error) {
 	reply := make(chan error, 1)
 	if err := f.post(&Request{typ: reqGroup, group: id, ranks: members, reply: reply}); err != nil {
 		return nil, err
@@ -334,10 +450,20 @@ func (f *frontend) Group(ranks []int) (Communicator, error) {
 	if err := <-reply; err != nil {
 		return nil, err
 	}
-	return &frontend{group: id, rank: self, members: members, post: f.post, flight: f.flight, cfg: f.cfg}, nil
+	g := f.derive(id, self, members)
+	g.plan()
+	return g, nil
 }
 
 func (f *frontend) Close() error {
+	f.mu.Lock()
+	f.closed = true
+	h := f.hier
+	f.hier = nil
+	f.mu.Unlock()
+	if h != nil {
+		h.close()
+	}
 	if f.group == WorldGroup {
 		if f.closeFn != nil {
 			return f.closeFn()

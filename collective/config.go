@@ -37,6 +37,12 @@ type Config struct {
 	// world must use the same. Default DefaultSmallAllReduceBytes; negative:
 	// always the ring.
 	SmallAllReduceBytes int
+	// NoHierarchical keeps every AllReduce on one level (the ring or
+	// recursive doubling) also in groups that span several hosts with
+	// several ranks on each, which otherwise run float32 all-reduces above
+	// SmallAllReduceBytes hierarchically (OnHosts, hier.go). Every rank of
+	// a world must use the same.
+	NoHierarchical bool
 	// FlightOps is how many operations the flight recorder of each rank
 	// keeps (Engine.Flight). Default DefaultFlightOps.
 	FlightOps int

@@ -45,6 +45,15 @@ type Core struct {
 	early      map[OpID][]Message
 	earlyBytes int64
 
+	// owed: a peer aborted generation owedGen after starting owedUntil of
+	// its operations, this rank having started owedNext of them: this
+	// rank's next operations up to that count belong to the aborted
+	// generation and fail at once, with owedErr (see Start).
+	owedGen             uint64
+	owedNext, owedUntil uint64
+	owedErr             error
+	owedCulprit         int
+
 	lastHeard []time.Time
 	dead      []error
 	closed    error
@@ -220,11 +229,23 @@ func (c *Core) Start(now time.Time, spec Spec) (OpID, error) {
 		if c.size == 1 {
 			spec.Algo = AlgoRing // nothing to send either way
 		}
+		if spec.Algo == AlgoHierarchical {
+			return OpID{}, fmt.Errorf("%w: a hierarchical all-reduce is three operations in three groups, composed by a Communicator that knows its ranks' hosts (OnHosts), not one operation of a Core", ErrBadArgument)
+		}
 		if spec.Algo == AlgoRecursiveDoubling {
 			if err := rdCheck(c.cfg, spec); err != nil {
 				return OpID{}, err
 			}
 		}
+	}
+	if c.owedNext < c.owedUntil {
+		// A peer started this operation in a generation that it aborted
+		// before this rank started it: it fails here too, and the next
+		// operations of the two ranks meet in the new generation.
+		op := c.newOp(OpID{Gen: c.owedGen, Op: c.owedNext}, spec, now)
+		c.owedNext++
+		c.complete(op, c.opErr(op, c.owedErr, c.owedCulprit))
+		return op.id, nil
 	}
 	id := OpID{Gen: c.gen, Op: c.nextOp}
 	c.nextOp++
@@ -741,8 +762,30 @@ func (c *Core) Close(now time.Time) {
 // abortGen fails every running operation with cause, tells every other
 // rank, and moves past generation at: to max(gen, at)+1.
 func (c *Core) abortGen(now time.Time, cause error, culprit int, at uint64) {
+	c.abort(now, cause, culprit, at, len(c.ops) > 0)
+}
+
+// Skip stands for an operation this rank will not start, its caller having
+// failed before it (cause): the generation aborts on this rank and every
+// other, the peers that started that operation fail it, and those that
+// start it later fail it at once (owed operations), so that the ranks'
+// next operations meet in the new generation.
+func (c *Core) Skip(now time.Time, cause error) {
+	if c.owedNext < c.owedUntil {
+		c.owedNext++ // the operation belongs to a generation already aborted
+		return
+	}
+	c.nextOp++
+	c.abort(now, fmt.Errorf("%w: %w", ErrAborted, cause), -1, c.gen, true)
+}
+
+// abort moves to the generation after max(c.gen, at), failing the running
+// operations with cause; tell: send every live peer the abort notice (a
+// rank with nothing running that aborts only because a peer did tells
+// nobody).
+func (c *Core) abort(now time.Time, cause error, culprit int, at uint64, tell bool) {
 	old := c.gen
-	if len(c.ops) > 0 {
+	if tell {
 		c.ready.AbortedGens = append(c.ready.AbortedGens, old)
 		for _, op := range c.ops {
 			op.phase = phaseAborting
@@ -769,12 +812,14 @@ func (c *Core) abortGen(now time.Time, cause error, culprit int, at uint64) {
 			if p == c.rank || c.dead[p] != nil {
 				continue
 			}
+			// Op: how many operations this rank started in the generation.
 			c.ready.Messages = append(c.ready.Messages, Message{
-				Type: MsgAbort, Group: c.group, From: c.rank, To: p, Gen: old,
+				Type: MsgAbort, Group: c.group, From: c.rank, To: p, Gen: old, Op: c.nextOp,
 				Code: codeOf(cause), Culprit: culprit, Reason: reason,
 			})
 		}
 	}
+	c.owedGen, c.owedNext, c.owedUntil = old, c.nextOp, c.nextOp
 	c.gen = max(old, at) + 1
 	c.nextOp = 0
 	for id, ms := range c.early {
@@ -808,11 +853,29 @@ func (c *Core) onAbort(now time.Time, m *Message) {
 		}
 		c.dropAcked()
 	}
+	cause := fmt.Errorf("%w by %s: %w", ErrAborted, c.peerName(m.From), &remoteError{sentinel: sentinelOf(m.Code), text: m.Reason})
 	if m.Gen < c.gen {
+		// A later notice of the generation this rank aborted last: the
+		// sender may have started more of its operations than the first.
+		if m.Gen == c.owedGen && c.gen == m.Gen+1 && c.nextOp == 0 && m.Op > c.owedUntil {
+			c.owe(m.Op, cause, m.Culprit)
+		}
 		return
 	}
-	cause := fmt.Errorf("%w by %s: %w", ErrAborted, c.peerName(m.From), &remoteError{sentinel: sentinelOf(m.Code), text: m.Reason})
 	c.abortGen(now, cause, m.Culprit, m.Gen)
+	if m.Gen == c.owedGen && m.Op > c.owedUntil {
+		c.owe(m.Op, cause, m.Culprit)
+	}
+}
+
+// owe records that the aborted generation c.owedGen had until operations
+// on a peer: this rank's operations up to that count fail when started.
+func (c *Core) owe(until uint64, cause error, culprit int) {
+	c.owedUntil, c.owedErr = until, cause
+	c.owedCulprit = -1
+	if culprit >= 0 && culprit < c.size {
+		c.owedCulprit = culprit
+	}
 }
 
 func (c *Core) onAbortAck(from int, gen uint64) {

@@ -128,6 +128,11 @@ func (e *Engine) Submit(now time.Time, req *Request) {
 			g.core.Cancel(now, id, req.ctx.Err())
 		}
 		e.flush(now, g)
+	case reqSkip:
+		if g != nil {
+			g.core.Skip(now, req.cause)
+			e.flush(now, g)
+		}
 	case reqCancel:
 		if g == nil {
 			return

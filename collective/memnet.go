@@ -25,6 +25,26 @@ type MemNetwork struct {
 	closed  bool
 	started bool
 	wg      sync.WaitGroup
+	// hosts names each rank's host (SetHosts); nil: one host.
+	hosts []string
+}
+
+// SetHosts places the ranks on hosts before Start (hosts[r] names rank r's
+// host): the communicators then know them (OnHosts), as a data plane that
+// learned its peers' hosts does, so that groups spanning several hosts run
+// their large all-reduces hierarchically. The network itself treats every
+// link alike.
+func (n *MemNetwork) SetHosts(hosts []string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.started {
+		return fmt.Errorf("%w: SetHosts after Start", ErrBadArgument)
+	}
+	if len(hosts) != n.size {
+		return fmt.Errorf("%w: %d hosts for %d ranks", ErrBadArgument, len(hosts), n.size)
+	}
+	n.hosts = append([]string(nil), hosts...)
+	return nil
 }
 
 // FaultAction is what a Fault does to the messages it matches.
@@ -118,6 +138,11 @@ func (n *MemNetwork) Start(cfg Config) ([]Communicator, error) {
 		}
 		mr.engine = e
 		mr.comm = NewCommunicator(r, n.size, mr.post, mr.close, e)
+		if n.hosts != nil {
+			if mr.comm, err = OnHosts(mr.comm, n.hosts); err != nil {
+				return nil, err
+			}
+		}
 		comms[r] = mr.comm
 		n.ranks = append(n.ranks, mr)
 	}

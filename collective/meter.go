@@ -17,7 +17,8 @@ import (
 // rounds, one more for a rank with a folded partner, one in all for a
 // folded rank. A barrier and a group of one send nothing; the naive
 // all-reduce sends (size − 1)·n from its root and n from every other rank.
-// algo applies to KindAllReduce only (AlgoAuto counts as the ring).
+// algo applies to KindAllReduce only (AlgoAuto counts as the ring; so does
+// AlgoHierarchical, whose traffic depends on the hosts: AllReduceSentOf).
 func SentValues(kind Kind, algo Algorithm, n, rank, size, root int) int64 {
 	if size <= 1 {
 		return 0
@@ -106,8 +107,24 @@ func (c *metered) AllReduceAlgorithm(n int, op ReduceOp) Algorithm {
 }
 
 func (c *metered) AllReduce(ctx context.Context, buf []float32, op ReduceOp) *Handle {
-	c.countBy(KindAllReduce, c.AllReduceAlgorithm(len(buf), op), len(buf), 0, op.Wire())
+	c.m.add(KindAllReduce, c.AllReduceSent(len(buf), op)*int64(op.Wire().Size()))
 	return c.Communicator.AllReduce(ctx, buf, op)
+}
+
+// AllReduceSent passes on the wrapped communicator's answer.
+func (c *metered) AllReduceSent(n int, op ReduceOp) int64 {
+	return AllReduceSentOf(c.Communicator, n, op)
+}
+
+// AllReduceSentOf is how many values c's rank sends in its AllReduce of n
+// values with op: what c says (a frontend of this package knows its
+// algorithm and, hierarchical, its hosts), else SentValues by the
+// algorithm AlgorithmOf names.
+func AllReduceSentOf(c Communicator, n int, op ReduceOp) int64 {
+	if s, ok := c.(interface{ AllReduceSent(int, ReduceOp) int64 }); ok {
+		return s.AllReduceSent(n, op)
+	}
+	return SentValues(KindAllReduce, AlgorithmOf(c, n, op), n, c.Rank(), c.Size(), 0)
 }
 
 func (c *metered) ReduceScatter(ctx context.Context, buf []float32, op ReduceOp) *Handle {

@@ -24,10 +24,16 @@ const (
 	// rank sending log₂P times the buffer. The choice below a size
 	// threshold, as in MPICH and NCCL's tree/ring split.
 	AlgoRecursiveDoubling
+	// AlgoHierarchical: reduce-scatter inside each host, all-reduce across
+	// hosts, all-gather inside each host (hier.go): what a group spanning
+	// several hosts with several ranks on each runs above the recursive
+	// doubling threshold. A Communicator composes it from three groups;
+	// one Core never runs it.
+	AlgoHierarchical
 	algoEnd
 )
 
-var algoNames = [...]string{"auto", "ring", "rd"}
+var algoNames = [...]string{"auto", "ring", "rd", "hier"}
 
 func (a Algorithm) String() string {
 	if a < algoEnd {
@@ -39,7 +45,8 @@ func (a Algorithm) String() string {
 // Valid reports whether a names an algorithm.
 func (a Algorithm) Valid() bool { return a < algoEnd }
 
-// ParseAlgorithm reads "auto", "ring" or "rd" (also "recursive-doubling").
+// ParseAlgorithm reads "auto", "ring", "rd" (also "recursive-doubling")
+// or "hier" (also "hierarchical").
 func ParseAlgorithm(s string) (Algorithm, error) {
 	switch s {
 	case "auto":
@@ -48,8 +55,10 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 		return AlgoRing, nil
 	case "rd", "recursive-doubling":
 		return AlgoRecursiveDoubling, nil
+	case "hier", "hierarchical":
+		return AlgoHierarchical, nil
 	}
-	return 0, fmt.Errorf("%w: algorithm %q: want auto, ring or rd", ErrBadArgument, s)
+	return 0, fmt.Errorf("%w: algorithm %q: want auto, ring, rd or hier", ErrBadArgument, s)
 }
 
 // AllReduceAlgorithm is the algorithm an AllReduce of n values with op in a
