@@ -249,6 +249,9 @@ type commActor struct {
 	remoteWorld bool
 	heard       []bool
 	nHeard      int
+	// hosts names every rank's host as its hello said ("" unknown); read
+	// by StartRemote once ready signalled success.
+	hosts []string
 	// connected holds the peer addresses protoactor has a live connection
 	// to: an EndpointTerminatedEvent for an address never connected comes
 	// from a first dial that failed while the peer was still starting, and
@@ -277,7 +280,7 @@ var _ collective.Outbox = (*commActor)(nil)
 func newCommActor(sys *System, cfg CommConfig, rank int, local []bool, remoteWorld bool, shell *commShell) (*commActor, error) {
 	size := len(local)
 	a := &commActor{sys: sys, cfg: cfg, rank: rank, size: size, shell: shell, logger: cfg.Logger.With(zap.Int("rank", rank)),
-		local: local, remoteWorld: remoteWorld, heard: make([]bool, size), ready: make(chan error, 1),
+		local: local, remoteWorld: remoteWorld, heard: make([]bool, size), hosts: make([]string, size), ready: make(chan error, 1),
 		credits: make([]int, size), queued: make([][]collective.Message, size), consumed: make([]int, size),
 		stopTicks: make(chan struct{})}
 	for i := range a.credits {
@@ -641,6 +644,16 @@ func StartRemote(sys *System, w RemoteWorld, cfg CommConfig) (collective.Communi
 		shell.close()
 		return nil, err
 	}
+	if a.dp != nil {
+		// Every peer's hello came (ready said so, after the actor wrote
+		// hosts): groups spanning hosts run large all-reduces
+		// hierarchically, the steps inside a host through shared memory.
+		a.hosts[w.Rank] = a.cfg.hostName()
+		if comm, err = collective.OnHosts(comm, a.hosts); err != nil {
+			shell.close()
+			return nil, err
+		}
+	}
 	return comm, nil
 }
 
@@ -708,6 +721,7 @@ func (a *commActor) onHello(ctx actor.Context, h *actorspb.CommHello) {
 	}
 	a.heard[r] = true
 	a.nHeard++
+	a.hosts[r] = h.Host
 	if a.dp != nil {
 		addr := h.DataAddr
 		if h.ShmAddr != "" && a.dp.ShmAddr() != "" && h.Host == a.cfg.hostName() && h.Host != "" {

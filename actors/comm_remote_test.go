@@ -346,3 +346,74 @@ func TestRemoteHostsDecideTheDataPlane(t *testing.T) {
 		})
 	}
 }
+
+// TestRemoteHierarchicalAcrossHosts: four ranks on two "hosts" (a host
+// override) learn each other's hosts in the handshake; an all-reduce above
+// the recursive doubling threshold then runs hierarchically, in the world
+// and in a group of it, with the steps inside a host through shared memory:
+// each rank sends to its one same-host peer through a region (four
+// connections, each region mapped by its receiver and its sender, all in
+// this process: eight mappings; the flat ring would send from 0 to 1 and
+// from 2 to 3 only, four), none across hosts.
+func TestRemoteHierarchicalAcrossHosts(t *testing.T) {
+	skipIfRace(t)
+	const P = 4
+	hosts := []string{"host-a", "host-a", "host-b", "host-b"}
+	systems, addrs := remoteSystems(t, P)
+	defer closeSystems(systems)
+	before := sharedRegions(t)
+	comms := make([]collective.Communicator, P)
+	errs := make([]error, P)
+	var wg sync.WaitGroup
+	for r := range systems {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := DefaultCommConfig()
+			cfg.HandshakeTimeout = 10 * time.Second
+			cfg.host = hosts[r]
+			comms[r], errs[r] = StartRemote(systems[r], RemoteWorld{Rank: r, Addrs: addrs}, cfg)
+		}()
+	}
+	wg.Wait()
+	defer func() {
+		for _, c := range comms {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	noErr(t, errs)
+	const n = 100_000
+	if got := collective.AlgorithmOf(comms[0], n, collective.Sum); got != collective.AlgoHierarchical {
+		t.Fatalf("world all-reduce of %d values: %s, want hier", n, got)
+	}
+	in := randBufs(rand.New(rand.NewPCG(4, 4)), P, n)
+	out := clone(in)
+	noErr(t, runAll(comms, func(r int, c collective.Communicator) *collective.Handle {
+		return c.AllReduce(context.Background(), out[r], collective.Sum)
+	}))
+	checkSum(t, in, out, false)
+	if got := sharedRegions(t) - before; got != 8 {
+		t.Fatalf("%d shared regions mapped, want 8 (a region for each rank's same-host peer, mapped at both ends)", got)
+	}
+	groups := make([]collective.Communicator, P)
+	for r := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			groups[r], errs[r] = comms[r].Group([]int{0, 1, 2, 3})
+		}()
+	}
+	wg.Wait()
+	noErr(t, errs)
+	if got := collective.AlgorithmOf(groups[3], n, collective.Avg); got != collective.AlgoHierarchical {
+		t.Fatalf("group all-reduce: %s, want hier", got)
+	}
+	in = randBufs(rand.New(rand.NewPCG(5, 5)), P, n)
+	out = clone(in)
+	noErr(t, runAll(groups, func(r int, c collective.Communicator) *collective.Handle {
+		return c.AllReduce(context.Background(), out[r], collective.Avg)
+	}))
+	checkSum(t, in, out, true)
+}
