@@ -71,8 +71,10 @@ type cluster struct {
 	ctx    context.Context
 	// extra flags every agent of this cluster gets.
 	extra []string
-	// net, when set, holds the test hosts agent i runs on (host i).
-	net *testNet
+	// net, when set, holds the test hosts agent i runs on: host i, or
+	// host i/perHost when perHost > 1.
+	net     *testNet
+	perHost int
 	// env is added to every agent's environment.
 	env []string
 }
@@ -164,7 +166,7 @@ func (c *cluster) startWith(i int, own ...string) *agentProc {
 	a.cmd = exec.CommandContext(c.ctx, troupeBin, args...)
 	if c.net != nil {
 		// `ip netns exec` execs the agent: the process is the agent's.
-		a.cmd = c.net.command(c.ctx, i, troupeBin, args...)
+		a.cmd = c.net.command(c.ctx, i/max(1, c.perHost), troupeBin, args...)
 	}
 	a.cmd.Stdout, a.cmd.Stderr = &a.stdout, &a.stderr
 	if c.env != nil {

@@ -214,3 +214,16 @@ func newNetCluster(t *testing.T, nodes, minNodes int) (*cluster, *testNet) {
 	}
 	return c, tn
 }
+
+// newNetClusterPerHost is newNetCluster with perHost agents on each of
+// hosts test hosts (agent i on host i/perHost, gossiping on port 7101 + i
+// mod perHost of its address): processes that share a host, as one per GPU.
+func newNetClusterPerHost(t *testing.T, hosts, perHost, minNodes int) (*cluster, *testNet) {
+	tn := newTestNet(t, hosts)
+	c := newCluster(t, hosts*perHost, minNodes)
+	c.net, c.perHost = tn, perHost
+	for i := range c.ports {
+		c.ports[i] = fmt.Sprintf("%s:%d", tn.addr(i/perHost), 7101+i%perHost)
+	}
+	return c, tn
+}

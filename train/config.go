@@ -196,8 +196,9 @@ type Config struct {
 	// protoactor remote).
 	Transport actors.Transport
 	// AllReduceAlgo is how gradient all-reduces run: "auto" (recursive
-	// doubling for buckets up to 64 KiB, the ring above) or "ring" (always,
-	// as NCCL_ALGO=Ring pins NCCL's).
+	// doubling for buckets up to 64 KiB; above, hierarchical when the
+	// replicas run on several hosts with several on each, the ring
+	// otherwise) or "ring" (always, as NCCL_ALGO=Ring pins NCCL's).
 	AllReduceAlgo string
 	// CollectiveTimeout bounds a collective's wait on a silent peer.
 	CollectiveTimeout time.Duration

@@ -158,6 +158,7 @@ func commConfig(cfg *Config, log *zap.Logger) actors.CommConfig {
 	cc.Transport = cfg.Transport
 	if cfg.AllReduceAlgo == "ring" {
 		cc.Collective.SmallAllReduceBytes = -1
+		cc.Collective.NoHierarchical = true
 	}
 	cc.Logger = log
 	return cc

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/kernels"
@@ -45,6 +48,21 @@ func newReducer(s *stepper) (*reducer, error) {
 		return nil, err
 	}
 	r := &reducer{s: s, plan: plan, tracker: NewTracker(plan), deferred: -1}
+	if s.w.spec.Zero == 0 {
+		// Which algorithm each bucket's all-reduce runs (by its size and the
+		// replicas' hosts), for the log: "ring×2 hier×3".
+		n := map[collective.Algorithm]int{}
+		for _, b := range plan.Buckets {
+			n[collective.AlgorithmOf(s.dp, b.Len(), s.gradSum())]++
+		}
+		var algos []string
+		for a := collective.AlgoRing; a.Valid(); a++ {
+			if n[a] > 0 {
+				algos = append(algos, fmt.Sprintf("%s×%d", a, n[a]))
+			}
+		}
+		s.w.log.Info("gradient all-reduce", zap.Int("replicas", s.dp.Size()), zap.Int("buckets", len(plan.Buckets)), zap.String("algorithms", strings.Join(algos, " ")))
+	}
 	if g := set.Grads(); g != nil { // none once ZeRO-2 released it (a generation before)
 		r.grads = s.host(g, false)
 	}

@@ -247,7 +247,7 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.Float64Var(&f.bucketMB, "bucket-mb", d.BucketMB, "gradient bucket cap in MiB (PyTorch's bucket_cap_mb)")
 	fl.IntVar(&f.checkEvery, "check-every", 0, "compare the replicas' parameter checksums every N steps and fail on divergence (0: never)")
 	fl.StringVar(&f.transport, "transport", string(d.Transport), "gradient transport between processes: auto (the data plane, through shared memory to processes on this host, TCP to others), tcp, shm (shared memory only) or actor (protoactor remote)")
-	fl.StringVar(&f.allreduceAlgo, "allreduce-algo", d.AllReduceAlgo, "gradient all-reduce: auto (recursive doubling up to 64 KiB, the ring above) or ring")
+	fl.StringVar(&f.allreduceAlgo, "allreduce-algo", d.AllReduceAlgo, "gradient all-reduce: auto (recursive doubling up to 64 KiB; above, hierarchical across hosts of several ranks each, else the ring) or ring")
 	fl.DurationVar(&f.collTimeout, "collective-timeout", d.CollectiveTimeout, "abort a collective when a peer is silent this long")
 	fl.DurationVar(&f.stepTimeout, "step-timeout", d.StepTimeout, "abort a step when a worker has not answered within this time")
 	fl.DurationVar(&f.straggler, "straggler-threshold", d.StragglerThreshold, "log a warning naming a replica whose compute in a step passes its peers' median by more than this (0: never)")
