@@ -72,16 +72,20 @@ type CommConfig struct {
 	DataAddr string
 	// Logger; default the system's.
 	Logger *zap.Logger
-	// host overrides hostID (tests: ranks of one process on "different
-	// hosts").
-	host string
+	// HostID overrides the host identity this rank gives its peers (by
+	// default the boot id and network namespace): ranks with the same one
+	// share memory (TransportAuto) and make one host of a hierarchical
+	// all-reduce. As NCCL_HOSTID, it describes a layout: several "hosts" on
+	// one machine for benchmarks and tests (TCP between them), or one
+	// machine split in two. Empty: the real one.
+	HostID string
 }
 
 // hostName is the host this world's ranks compare to decide on shared
 // memory.
 func (c *CommConfig) hostName() string {
-	if c.host != "" {
-		return c.host
+	if c.HostID != "" {
+		return c.HostID
 	}
 	return hostID
 }

@@ -303,7 +303,7 @@ func TestRemoteHostsDecideTheDataPlane(t *testing.T) {
 					cfg := DefaultCommConfig()
 					cfg.Transport = tr
 					cfg.HandshakeTimeout = 5 * time.Second
-					cfg.host = fmt.Sprintf("host-%d", r)
+					cfg.HostID = fmt.Sprintf("host-%d", r)
 					comms[r], errs[r] = StartRemote(systems[r], RemoteWorld{Rank: r, Addrs: addrs}, cfg)
 				}()
 			}
@@ -371,7 +371,7 @@ func TestRemoteHierarchicalAcrossHosts(t *testing.T) {
 			defer wg.Done()
 			cfg := DefaultCommConfig()
 			cfg.HandshakeTimeout = 10 * time.Second
-			cfg.host = hosts[r]
+			cfg.HostID = hosts[r]
 			comms[r], errs[r] = StartRemote(systems[r], RemoteWorld{Rank: r, Addrs: addrs}, cfg)
 		}()
 	}

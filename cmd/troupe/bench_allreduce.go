@@ -33,6 +33,7 @@ type benchAllReduceFlags struct {
 	bytes     string
 	transport string
 	algo      string
+	hosts     int
 	iters     int
 	warmup    int
 	subChunk  string
@@ -64,6 +65,15 @@ Transports:
          share (a memfd region per connection; the socket carries headers)
   actor  one OS process per rank: chunk bytes as protobuf bytes through
          protoactor remote (kept to compare with tcp); "grpc" is an alias
+  auto   as tcp to the ranks on another host, as shm to those on this one
+         (what training uses)
+
+--hosts H places the P rank processes on H "hosts" of P/H ranks each
+(ranks 0…P/H−1 on the first; a host identity per group, as NCCL_HOSTID
+does): with --transport auto they share memory within a host and talk TCP
+between hosts, and an all-reduce above the recursive doubling threshold
+runs hierarchically (--algo hier: reduce-scatter in each host, all-reduce
+across hosts, all-gather in each host; --algo ring: one ring of all P).
 
 --dtype bf16 or fp16 sends the values in 16 bits (two to a float32 word,
 summed in fp32 and rounded at each hop, as --reduce-dtype does for
@@ -75,16 +85,19 @@ gradients): S bytes are then S/2 values, and algbw and busbw count the
 measure what encryption costs (tcp and actor transports).
 
 --algo picks how the all-reduce runs: auto (the default, what training
-runs: recursive doubling up to the sub-chunk size and 64 KiB, the ring
-above), ring, rd (recursive doubling: log₂P exchanges of the whole buffer,
-for sizes up to --sub-chunk), or naive (gather to rank 0, then send the
-result back). The "algo" field of each result names what ran.
+runs: recursive doubling up to the sub-chunk size and 64 KiB, above it
+hierarchical across --hosts, else the ring), ring, rd (recursive doubling:
+log₂P exchanges of the whole buffer, for sizes up to --sub-chunk), hier
+(above 64 KiB; needs --hosts ≥ 2 of two ranks or more each), or naive
+(gather to rank 0, then send the result back). The "algo" field of each
+result names what ran.
 
 --bytes (or --sizes) takes one size or a comma-separated list (4KiB,64KiB,
 1MiB,…; K, M, G are binary, kB, MB, GB decimal); --json then prints one
 JSON object per size, one per line.`,
 		Example: "  troupe bench allreduce --ranks 2 --bytes 16MiB --transport tcp --json\n" +
-			"  troupe bench allreduce --ranks 4 --transport tcp --algo rd --sizes 4KiB,64KiB,1MiB",
+			"  troupe bench allreduce --ranks 4 --transport tcp --algo rd --sizes 4KiB,64KiB,1MiB\n" +
+			"  troupe bench allreduce --ranks 4 --hosts 2 --transport auto --algo hier --sizes 16MiB,64MiB",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBenchAllReduce(cmd.Context(), cmd.OutOrStdout(), f)
@@ -94,8 +107,9 @@ JSON object per size, one per line.`,
 	fl.IntVar(&f.ranks, "ranks", 2, "number of ranks P")
 	fl.StringVar(&f.bytes, "bytes", "16MiB", "bytes per rank: a size or a comma-separated list of sizes")
 	fl.StringVar(&f.bytes, "sizes", "16MiB", "the same as --bytes")
-	fl.StringVar(&f.transport, "transport", "local", "local, tcp, shm or actor")
-	fl.StringVar(&f.algo, "algo", "auto", "auto, ring, rd (recursive doubling) or naive (gather to rank 0, then send the result back)")
+	fl.StringVar(&f.transport, "transport", "local", "local, tcp, shm, auto or actor")
+	fl.StringVar(&f.algo, "algo", "auto", "auto, ring, rd (recursive doubling), hier (hierarchical, with --hosts) or naive (gather to rank 0, then send the result back)")
+	fl.IntVar(&f.hosts, "hosts", 1, "place the ranks on this many hosts of equal size (host identities; separate processes)")
 	fl.StringVar(&f.dtype, "dtype", "fp32", "the type the values travel in: fp32, or bf16 or fp16 (ring only)")
 	fl.IntVar(&f.iters, "iters", 0, "timed iterations per size (0: 50 up to 1 MiB, 20 up to 16 MiB, 10 above, as the gloo anchor)")
 	fl.IntVar(&f.warmup, "warmup", 3, "untimed iterations before the timed ones")
@@ -189,6 +203,7 @@ type allreducePlan struct {
 	ranks     int
 	sizes     []int64
 	transport string
+	hosts     int
 	kind      collective.Kind      // KindAllReduce or KindNaiveAllReduce
 	algo      collective.Algorithm // an AllReduce's
 	op        collective.ReduceOp
@@ -233,11 +248,26 @@ func allreducePlanOf(f benchAllReduceFlags) (*allreducePlan, error) {
 		p.comm.Transport = actors.TransportTCP
 	case "shm":
 		p.comm.Transport = actors.TransportShm
+	case "auto":
+		p.comm.Transport = actors.TransportAuto
 	case "actor", "grpc":
 		p.transport = "actor"
 		p.comm.Transport = actors.TransportActor
 	default:
-		return nil, fmt.Errorf("%w: --transport %q: want local, tcp, shm or actor", errUsage, f.transport)
+		return nil, fmt.Errorf("%w: --transport %q: want local, tcp, shm, auto or actor", errUsage, f.transport)
+	}
+	p.hosts = max(1, f.hosts)
+	switch {
+	case f.hosts < 1 || f.hosts > f.ranks || f.ranks%f.hosts != 0:
+		return nil, fmt.Errorf("%w: --hosts %d: want a divisor of --ranks %d", errUsage, f.hosts, f.ranks)
+	case f.hosts > 1 && p.transport == "local":
+		return nil, fmt.Errorf("%w: --hosts %d: the local transport runs every rank in one process; use --transport auto or tcp", errUsage, f.hosts)
+	case f.hosts > 1 && p.transport == "shm":
+		return nil, fmt.Errorf("%w: --hosts %d: the shm transport needs every rank on one host; use --transport auto", errUsage, f.hosts)
+	case p.algo == collective.AlgoHierarchical && (f.hosts < 2 || f.ranks/f.hosts < 2):
+		return nil, fmt.Errorf("%w: --algo hier needs --hosts of two ranks or more each (2 ≤ --hosts ≤ --ranks/2), not %d hosts of %d ranks", errUsage, f.hosts, f.ranks)
+	case p.algo == collective.AlgoHierarchical && p.dtype != kernels.F32:
+		return nil, fmt.Errorf("%w: --algo hier reduces float32 only, not --dtype %v", errUsage, p.dtype)
 	}
 	if f.tls && p.transport == "local" {
 		return nil, fmt.Errorf("%w: --tls: the local transport passes chunks by pointer in one process; use --transport tcp or actor", errUsage)
@@ -258,6 +288,9 @@ func allreducePlanOf(f benchAllReduceFlags) (*allreducePlan, error) {
 	switch p.algo {
 	case collective.AlgoRing:
 		p.comm.Collective.SmallAllReduceBytes = -1
+		p.comm.Collective.NoHierarchical = true
+	case collective.AlgoHierarchical:
+		p.comm.Collective.SmallAllReduceBytes = -1
 	case collective.AlgoRecursiveDoubling:
 		for _, b := range p.sizes {
 			if b > n {
@@ -276,6 +309,18 @@ func allreducePlanOf(f benchAllReduceFlags) (*allreducePlan, error) {
 	p.comm.Collective.Timeout = time.Minute
 	p.comm.Logger = logger
 	return p, nil
+}
+
+// hostIDs is each rank's host identity under --hosts (nil: the real one).
+func (p *allreducePlan) hostIDs() []string {
+	if p.hosts <= 1 {
+		return nil
+	}
+	ids := make([]string, p.ranks)
+	for r := range ids {
+		ids[r] = fmt.Sprintf("bench-host-%d", r/(p.ranks/p.hosts))
+	}
+	return ids
 }
 
 func runBenchAllReduce(ctx context.Context, w io.Writer, f benchAllReduceFlags) error {
@@ -389,7 +434,11 @@ func allreduceSummarize(plan *allreducePlan, bytes int64, procs int, ranks []all
 	if plan.kind == collective.KindAllReduce {
 		cfg := plan.comm.Collective
 		if err := cfg.Validate(); err == nil {
-			algo = cfg.AllReduceAlgorithm(int(bytes)/plan.dtype.Size(), plan.op, P).String()
+			n := int(bytes) / plan.dtype.Size()
+			algo = cfg.AllReduceAlgorithm(n, plan.op, P).String()
+			if _, ok := collective.PlanHierarchical(plan.hostIDs(), 0); ok && algo == "ring" && !cfg.NoHierarchical && plan.op.Wire() == kernels.F32 {
+				algo = collective.AlgoHierarchical.String()
+			}
 		}
 	}
 	return benchAllReduceResult{
@@ -515,7 +564,7 @@ func runAllReduceProcesses(ctx context.Context, plan *allreducePlan, f benchAllR
 	}()
 	for r := 0; r < P; r++ {
 		args := []string{"bench", "allreduce-worker", "--rank", strconv.Itoa(r), "--ranks", strconv.Itoa(P),
-			"--bytes", f.bytes, "--transport", plan.transport, "--algo", f.algo, "--dtype", plan.dtype.String(),
+			"--bytes", f.bytes, "--transport", plan.transport, "--algo", f.algo, "--dtype", plan.dtype.String(), "--hosts", strconv.Itoa(plan.hosts),
 			"--iters", strconv.Itoa(plan.iters), "--warmup", strconv.Itoa(plan.warmup),
 			"--sub-chunk", strconv.Itoa(plan.comm.Collective.SubChunkBytes), "--window", strconv.Itoa(f.window),
 			"--log-level", logLevel, "--log-format", "json"}
@@ -636,8 +685,9 @@ func newBenchAllReduceWorkerCmd() *cobra.Command {
 	fl.IntVar(&rank, "rank", 0, "this rank")
 	fl.IntVar(&f.ranks, "ranks", 2, "number of ranks")
 	fl.StringVar(&f.bytes, "bytes", "16MiB", "sizes")
-	fl.StringVar(&f.transport, "transport", "tcp", "tcp, shm or actor")
-	fl.StringVar(&f.algo, "algo", "auto", "auto, ring, rd or naive")
+	fl.StringVar(&f.transport, "transport", "tcp", "tcp, shm, auto or actor")
+	fl.StringVar(&f.algo, "algo", "auto", "auto, ring, rd, hier or naive")
+	fl.IntVar(&f.hosts, "hosts", 1, "hosts")
 	fl.StringVar(&f.dtype, "dtype", "fp32", "fp32, bf16 or fp16")
 	fl.IntVar(&f.iters, "iters", 0, "timed iterations")
 	fl.IntVar(&f.warmup, "warmup", 3, "untimed iterations")
@@ -671,6 +721,9 @@ func runAllReduceWorker(ctx context.Context, stdin io.Reader, stdout io.Writer, 
 			return err
 		}
 		sc.TLS, plan.comm.DataPlane.TLS = id, id
+	}
+	if ids := plan.hostIDs(); ids != nil {
+		plan.comm.HostID = ids[rank]
 	}
 	sys, err := actors.NewSystem(sc)
 	if err != nil {
