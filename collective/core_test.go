@@ -669,6 +669,8 @@ func FuzzCoreStep(f *testing.F) {
 	f.Add(uint8(1), 1, uint64(0), uint64(0), uint32(0), uint8(1|2<<6), uint64(8), 8, 0)
 	f.Add(uint8(1), 0, uint64(0), uint64(0), uint32(2), uint8(1|2<<6), uint64(8), 8, 0)
 	f.Add(uint8(2), 2, uint64(0), uint64(0), uint32(1), uint8(1|2<<6), uint64(8), 0, 0)
+	// an abort notice of generation 0 from a rank that started 3 operations
+	f.Add(uint8(MsgAbort), 2, uint64(0), uint64(3), uint32(0), uint8(0), uint64(0), 0, 2)
 	f.Fuzz(func(t *testing.T, typ uint8, from int, gen, op uint64, seq uint32, kind uint8, n uint64, plen int, code int) {
 		type run struct {
 			kind Kind
@@ -699,6 +701,13 @@ func FuzzCoreStep(f *testing.F) {
 			// kind's top two bits pick the message's algorithm
 			c.Step(now, Message{Type: MsgType(typ), From: from, To: k.rank, Gen: gen, Op: op, Seq: seq, Kind: Kind(kind & 63), Algo: Algorithm(kind >> 6), Len: n,
 				Payload: make([]float32, plen), Code: uint32(code), Culprit: -1})
+			c.Ready()
+			// an abort notice may leave operations owed: the next start
+			// and a skip take them
+			if _, err := c.Start(now, Spec{Kind: KindBarrier}); err != nil {
+				t.Fatal(err)
+			}
+			c.Skip(now, ErrCanceled)
 			c.Ready()
 			c.Tick(now.Add(time.Hour))
 			c.Ready()

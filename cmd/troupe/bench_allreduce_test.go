@@ -53,7 +53,7 @@ func TestParseByteSize(t *testing.T) {
 func allreduceRunBench(t *testing.T, args ...string) []benchAllReduceResult {
 	t.Helper()
 	// flags keep their values between runs of the command: reset them first
-	defaults := []string{"bench", "allreduce", "--json", "--algo", "ring", "--sub-chunk", "1MiB", "--window", "0", "--warmup", "3", "--iters", "0"}
+	defaults := []string{"bench", "allreduce", "--json", "--algo", "ring", "--hosts", "1", "--sub-chunk", "1MiB", "--window", "0", "--warmup", "3", "--iters", "0"}
 	out, err := runRoot(t, append(defaults, args...)...)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -145,6 +145,14 @@ func TestBenchAllReduceProcesses(t *testing.T) {
 			t.Fatalf("%s ran %s and %s, want %s and ring", tr, rs[0].Algo, rs[1].Algo, want)
 		}
 	}
+	// two "hosts" of two rank processes: auto runs recursive doubling on
+	// 4 KiB and the hierarchical all-reduce on 256 KiB (shared memory in
+	// each host, TCP between them), every element right
+	rs := allreduceRunBench(t, "--ranks", "4", "--hosts", "2", "--bytes", "4KiB,256KiB", "--transport", "auto", "--algo", "auto", "--iters", "2", "--warmup", "1", "--sub-chunk", "64KiB", "--timeout", "2m")
+	allreduceCheckResults(t, rs, "auto", 4, 4<<10, 256<<10)
+	if rs[0].Algo != "rd" || rs[1].Algo != "hier" {
+		t.Fatalf("--hosts 2 ran %s and %s, want rd and hier", rs[0].Algo, rs[1].Algo)
+	}
 }
 
 func TestBenchAllReduceUsage(t *testing.T) {
@@ -161,10 +169,16 @@ func TestBenchAllReduceUsage(t *testing.T) {
 		{"--algo", "rd", "--dtype", "bf16"},
 		{"--algo", "rd", "--bytes", "2MiB"},
 		{"--transport", "shm", "--tls"},
+		{"--ranks", "4", "--hosts", "3", "--transport", "auto"},
+		{"--ranks", "4", "--hosts", "2"}, // the local transport is one process
+		{"--ranks", "4", "--hosts", "2", "--transport", "shm"},
+		{"--ranks", "4", "--transport", "auto", "--algo", "hier"},
+		{"--ranks", "4", "--hosts", "4", "--transport", "auto", "--algo", "hier"},
+		{"--ranks", "4", "--hosts", "2", "--transport", "auto", "--algo", "hier", "--dtype", "bf16"},
 	} {
 		var out bytes.Buffer
 		rootCmd.SetOut(&out)
-		_, err := runRoot(t, append([]string{"bench", "allreduce", "--ranks", "2", "--bytes", "4KiB", "--transport", "local", "--algo", "ring", "--sub-chunk", "1MiB"}, args...)...)
+		_, err := runRoot(t, append([]string{"bench", "allreduce", "--ranks", "2", "--bytes", "4KiB", "--transport", "local", "--algo", "ring", "--hosts", "1", "--dtype", "fp32", "--sub-chunk", "1MiB"}, args...)...)
 		if !errors.Is(err, errUsage) {
 			t.Fatalf("%v: %v, want a usage error", args, err)
 		}

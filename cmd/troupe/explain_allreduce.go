@@ -127,6 +127,9 @@ func allreduceExplainDoc(f explainAllReduceFlags) (*allreduceExplanation, error)
 	if err != nil || algo == collective.AlgoAuto {
 		return nil, fmt.Errorf("%w: --algorithm %q: want ring or rd", errUsage, f.algorithm)
 	}
+	if algo == collective.AlgoHierarchical {
+		return nil, fmt.Errorf("%w: --algorithm hier: a hierarchical all-reduce is three ring operations in groups of the hosts' ranks (a reduce-scatter inside each host, an all-reduce across hosts, an all-gather inside each host); explain each with --algorithm ring on its group's ranks", errUsage)
+	}
 	vals, err := allreduceParseValues(f.values)
 	if err != nil {
 		return nil, err

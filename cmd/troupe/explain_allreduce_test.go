@@ -81,6 +81,7 @@ func TestExplainAllReduceUsage(t *testing.T) {
 		{"--ranks", "1", "--values", "1", "--op", "min"},
 		{"--ranks", "1", "--values", "1", "--algorithm", "tree"},
 		{"--ranks", "1", "--values", "1", "--algorithm", "auto"},
+		{"--ranks", "4", "--values", "1,2,3,4", "--algorithm", "hier"},
 	} {
 		_, err := runRoot(t, append([]string{"explain", "allreduce", "--op", "sum", "--algorithm", "ring"}, args...)...)
 		if !errors.Is(err, errUsage) {
