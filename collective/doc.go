@@ -14,6 +14,11 @@
 // loop of MemNetwork here, the Comm actor in package actors) owns an Engine
 // and feeds it from one goroutine.
 //
+// A hierarchical all-reduce, for groups spanning several hosts with several
+// ranks on each (OnHosts tells a communicator its ranks' hosts), is no
+// schedule of its own: a communicator composes it from ring operations in
+// groups of the hosts' ranks (hier.go).
+//
 // The package also holds the Communicator API the trainer calls, bucket
 // assignment (a pure function), and MemNetwork, an in-memory transport with
 // hooks that drop, delay, duplicate, reorder and partition messages and kill
