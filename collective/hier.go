@@ -117,6 +117,10 @@ func (l HierLayout) sent(cfg Config, n, rank int) int64 {
 // hosts with several ranks on each then run large float32 all-reduces
 // hierarchically (unless Config.NoHierarchical). c must be a world
 // communicator of this package.
+//
+// Unlike the one-level algorithms, after a failure a group's hierarchical
+// all-reduces keep failing (hierState.step says why): open a new group, as
+// a trainer does for its next world.
 func OnHosts(c Communicator, hosts []string) (Communicator, error) {
 	f, ok := c.(*frontend)
 	if !ok || f.group != WorldGroup {
@@ -234,7 +238,7 @@ func (s *hierState) allReduce(ctx context.Context, buf []float32, op ReduceOp) *
 }
 
 // step issues a step by start in group g, or, once a step failed on this
-// rank, skips it (Core.Skip): g's generation aborts on every rank of g, and
+// rank (it.wait set s.broken), skips it (Core.Skip): g's generation aborts on every rank of g, and
 // a peer that runs the step, or starts it later, fails it.
 //
 // After a failure no step runs again on this communicator (every later one
@@ -259,9 +263,6 @@ func (s *hierState) run(it *hierItem) {
 		it.wait(s)
 		wait(it.turn[k])
 		it.step = s.step(g, func() *Handle {
-			if it.err != nil {
-				return failedHandle(KindAllReduce, it.err)
-			}
 			switch k {
 			case 0:
 				return s.ar.AllReduce(it.ctx, it.buf[it.lo:it.hi:it.hi], stepOp(it.op))
