@@ -496,6 +496,21 @@ func (a *commActor) Cancel(group uint32, gen uint64) {
 	}
 }
 
+// Place is the engine's collective.Placer: the data plane reads the
+// operation's copied data straight into its buffer.
+func (a *commActor) Place(group uint32, id collective.OpID, l collective.Landing) {
+	if a.dp != nil {
+		a.dp.Place(group, id, l)
+	}
+}
+
+// Unplace: see Place.
+func (a *commActor) Unplace(group uint32, id collective.OpID) {
+	if a.dp != nil {
+		a.dp.Unplace(group, id)
+	}
+}
+
 // SharedPayloads is the engine's Outbox: peers in this process read our
 // buffers in place.
 func (a *commActor) SharedPayloads() bool { return !a.remoteWorld || slices.Contains(a.local, true) }

@@ -417,3 +417,73 @@ func TestRemoteHierarchicalAcrossHosts(t *testing.T) {
 	}))
 	checkSum(t, in, out, true)
 }
+
+// TestRemoteGatherReadInPlace: over the TCP data plane, the frames a rank
+// only copies (a ring all-reduce's all-gather half, an all-gather, a
+// broadcast) are read straight into the operation's buffer, and every
+// result is right; over shared memory none is (its frames are read from the
+// sender's slot).
+func TestRemoteGatherReadInPlace(t *testing.T) {
+	for _, tr := range []Transport{TransportTCP, TransportShm} {
+		t.Run(string(tr), func(t *testing.T) {
+			const P, n = 3, 100_000
+			cfg := DefaultCommConfig()
+			cfg.Transport = tr
+			cfg.Collective.SubChunkBytes = 64 << 10 // several frames a chunk
+			_, comms := startRemoteWorld(t, P, cfg)
+			before := framesInPlace.Load()
+			in := randBufs(rand.New(rand.NewPCG(6, 6)), P, n)
+			out := clone(in)
+			noErr(t, runAll(comms, func(r int, c collective.Communicator) *collective.Handle {
+				return c.AllReduce(context.Background(), out[r], collective.Sum)
+			}))
+			checkSum(t, in, out, false)
+			// ring all-reduce: each rank copies P−1 chunks of ⌈n/P⌉ values
+			// or fewer in 64 KiB frames: every one in place (the operation
+			// runs on the receiver since its reduce-scatter began)
+			frames := int64(P * (P - 1) * ((n/P + 1 + (64<<10)/4 - 1) / ((64 << 10) / 4)))
+			got := framesInPlace.Load() - before
+			if tr == TransportShm {
+				if got != 0 {
+					t.Fatalf("%d frames read in place over shared memory", got)
+				}
+			} else if got != frames {
+				t.Fatalf("%d frames of the all-gather half read in place, want %d", got, frames)
+			}
+			for r := range out {
+				for i := range out[r] {
+					out[r][i] = float32(r*n + i)
+				}
+			}
+			noErr(t, runAll(comms, func(r int, c collective.Communicator) *collective.Handle {
+				return c.AllGather(context.Background(), out[r])
+			}))
+			for r := range out {
+				for c := range P { // chunk c is owned by rank c−1 (OwnedChunk)
+					lo, hi := collective.ChunkRange(n, P, c)
+					src := (c - 1 + P) % P
+					for i := lo; i < hi; i++ {
+						if out[r][i] != float32(src*n+i) {
+							t.Fatalf("all-gather: rank %d value %d is %v, want rank %d's %v", r, i, out[r][i], src, float32(src*n+i))
+						}
+					}
+				}
+			}
+			for r := range out {
+				for i := range out[r] {
+					out[r][i] = float32(r + 1)
+				}
+			}
+			noErr(t, runAll(comms, func(r int, c collective.Communicator) *collective.Handle {
+				return c.Broadcast(context.Background(), out[r], 1)
+			}))
+			for r := range out {
+				for i, v := range out[r] {
+					if v != 2 {
+						t.Fatalf("broadcast: rank %d value %d is %v, want 2", r, i, v)
+					}
+				}
+			}
+		})
+	}
+}

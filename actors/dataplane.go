@@ -294,7 +294,23 @@ type DataPlane struct {
 	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
+
+	// places are the operations whose copied data TCP frames land in
+	// directly (dataplane_place.go).
+	places places
 }
+
+// Place and Unplace are the Comm actor's collective.Placer.
+func (d *DataPlane) Place(group uint32, id collective.OpID, l collective.Landing) {
+	d.places.Place(group, id, l)
+}
+
+// Unplace: see Place.
+func (d *DataPlane) Unplace(group uint32, id collective.OpID) { d.places.Unplace(group, id) }
+
+// InPlaceFrames is how many frames were read straight into their
+// operation's buffer.
+func (d *DataPlane) InPlaceFrames() int64 { return d.places.n.Load() }
 
 // ListenDataPlane listens on addr (host:port, port 0 for any) for world rank
 // rank of size ranks. deliver receives every arriving message (from the
@@ -681,6 +697,19 @@ func (d *DataPlane) serveIn(c net.Conn) {
 			}
 			if err != nil {
 				break
+			}
+			if dst, pl := d.places.land(&h, c); dst != nil {
+				// Straight into the operation's buffer: the receive buffer
+				// and its credit go back at once.
+				_, err = io.ReadFull(c, floatBytes(dst))
+				d.places.done(pl)
+				release[i]()
+				if err != nil {
+					break
+				}
+				m.Payload = dst
+				d.deliver(m)
+				continue
 			}
 			p := bufs[i][:h.count]
 			if littleEndian {

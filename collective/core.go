@@ -45,10 +45,11 @@ type Core struct {
 	early      map[OpID][]Message
 	earlyBytes int64
 
-	// owed: a peer aborted generation owedGen after starting owedUntil of
-	// its operations, this rank having started owedNext of them: this
-	// rank's next operations up to that count belong to the aborted
-	// generation and fail at once, with owedErr (see Start).
+	// owed: a peer skipped an operation of generation owedGen (Skip) after
+	// starting owedUntil of them, the skipped one counted, this rank
+	// having started owedNext: this rank's next operations up to that
+	// count belong to the aborted generation and fail at once, with
+	// owedErr (see Start).
 	owedGen             uint64
 	owedNext, owedUntil uint64
 	owedErr             error
@@ -592,7 +593,9 @@ func (c *Core) onData(op *opState, m *Message) error {
 		}
 		if gather {
 			if w == kernels.F32 {
-				copy(dst, m.Payload)
+				if !sameSlice(dst, m.Payload) { // else read in place (Landing)
+					copy(dst, m.Payload)
+				}
 			} else {
 				unpack(w, dst, m.Payload)
 			}
@@ -626,7 +629,9 @@ func (c *Core) onData(op *opState, m *Message) error {
 		if len(m.Payload) != len(dst) {
 			return bad(fmt.Sprintf("%d values, want %d", len(m.Payload), len(dst)))
 		}
-		copy(dst, m.Payload)
+		if !sameSlice(dst, m.Payload) { // else read in place (Landing)
+			copy(dst, m.Payload)
+		}
 		if c.right() != op.spec.Root {
 			c.sendData(op, c.right(), m.Seq, dst)
 		}
@@ -762,7 +767,7 @@ func (c *Core) Close(now time.Time) {
 // abortGen fails every running operation with cause, tells every other
 // rank, and moves past generation at: to max(gen, at)+1.
 func (c *Core) abortGen(now time.Time, cause error, culprit int, at uint64) {
-	c.abort(now, cause, culprit, at, len(c.ops) > 0)
+	c.abort(now, cause, culprit, at, len(c.ops) > 0, false)
 }
 
 // Skip stands for an operation this rank will not start, its caller having
@@ -776,14 +781,19 @@ func (c *Core) Skip(now time.Time, cause error) {
 		return
 	}
 	c.nextOp++
-	c.abort(now, fmt.Errorf("%w: %w", ErrAborted, cause), -1, c.gen, true)
+	c.abort(now, fmt.Errorf("%w: %w", ErrAborted, cause), -1, c.gen, true, true)
 }
 
 // abort moves to the generation after max(c.gen, at), failing the running
 // operations with cause; tell: send every live peer the abort notice (a
 // rank with nothing running that aborts only because a peer did tells
-// nobody).
-func (c *Core) abort(now time.Time, cause error, culprit int, at uint64, tell bool) {
+// nobody); skipped: the abort stands for an operation this rank skipped,
+// and the notice says how many operations it started in the generation,
+// that one counted, so that a peer that had not started them yet fails
+// them when it does (owed operations). Other aborts leave the peers' later
+// operations to the next generation, where a caller that abandoned what
+// failed (as a trainer abandons its step) meets the others again.
+func (c *Core) abort(now time.Time, cause error, culprit int, at uint64, tell, skipped bool) {
 	old := c.gen
 	if tell {
 		c.ready.AbortedGens = append(c.ready.AbortedGens, old)
@@ -812,9 +822,12 @@ func (c *Core) abort(now time.Time, cause error, culprit int, at uint64, tell bo
 			if p == c.rank || c.dead[p] != nil {
 				continue
 			}
-			// Op: how many operations this rank started in the generation.
+			var started uint64 // Op: see skipped
+			if skipped {
+				started = c.nextOp
+			}
 			c.ready.Messages = append(c.ready.Messages, Message{
-				Type: MsgAbort, Group: c.group, From: c.rank, To: p, Gen: old, Op: c.nextOp,
+				Type: MsgAbort, Group: c.group, From: c.rank, To: p, Gen: old, Op: started,
 				Code: codeOf(cause), Culprit: culprit, Reason: reason,
 			})
 		}
@@ -856,7 +869,7 @@ func (c *Core) onAbort(now time.Time, m *Message) {
 	cause := fmt.Errorf("%w by %s: %w", ErrAborted, c.peerName(m.From), &remoteError{sentinel: sentinelOf(m.Code), text: m.Reason})
 	if m.Gen < c.gen {
 		// A later notice of the generation this rank aborted last: the
-		// sender may have started more of its operations than the first.
+		// sender may have skipped further than the first said.
 		if m.Gen == c.owedGen && c.gen == m.Gen+1 && c.nextOp == 0 && m.Op > c.owedUntil {
 			c.owe(m.Op, cause, m.Culprit)
 		}

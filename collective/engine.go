@@ -124,6 +124,15 @@ func (e *Engine) Submit(now time.Time, req *Request) {
 		}
 		g.handles[id] = req.handle
 		e.flight.start(now, g.id, id, req.spec.Kind, len(req.spec.Buf))
+		if p, ok := e.out.(Placer); ok {
+			spec := req.spec
+			if spec.Kind == KindAllReduce && spec.Algo == AlgoAuto {
+				spec.Algo = e.cfg.AllReduceAlgorithm(len(spec.Buf), spec.Reduce, len(g.members))
+			}
+			if l, ok := LandingOf(e.cfg, spec, g.core.Rank(), len(g.members)); ok {
+				p.Place(g.id, id, l)
+			}
+		}
 		if req.ctx != nil && req.ctx.Err() != nil {
 			g.core.Cancel(now, id, req.ctx.Err())
 		}
@@ -250,8 +259,12 @@ func (e *Engine) Busy() bool {
 // marks them failed at now): the shell is stopping and will deliver
 // nothing more.
 func (e *Engine) Fail(now time.Time, err error) {
+	placer, _ := e.out.(Placer)
 	for _, g := range e.groups {
 		for id, h := range g.handles {
+			if placer != nil {
+				placer.Unplace(g.id, id)
+			}
 			h.resolve(id, &OpError{ID: id, Kind: h.kind, Rank: g.core.Rank(), Err: err, Culprit: -1})
 			e.flight.finish(now, g.id, id, err, -1)
 			delete(g.handles, id)
@@ -282,8 +295,12 @@ func (e *Engine) flush(now time.Time, g *engineGroup) {
 		m.To = g.members[m.To]
 		e.out.Send(m)
 	}
+	placer, _ := e.out.(Placer)
 	for _, c := range rd.Completions {
 		if h := g.handles[c.ID]; h != nil {
+			if placer != nil {
+				placer.Unplace(g.id, c.ID) // no more writes into the buffer
+			}
 			delete(g.handles, c.ID)
 			e.flight.finish(now, g.id, c.ID, c.Err, culpritOf(c.Err, g.members))
 			h.resolve(c.ID, c.Err)
