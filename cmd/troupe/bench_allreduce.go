@@ -88,8 +88,8 @@ measure what encryption costs (tcp and actor transports).
 runs: recursive doubling up to the sub-chunk size and 64 KiB, above it
 hierarchical across --hosts, else the ring), ring, rd (recursive doubling:
 log₂P exchanges of the whole buffer, for sizes up to --sub-chunk), hier
-(above 64 KiB; needs --hosts ≥ 2 of two ranks or more each), or naive
-(gather to rank 0, then send the result back). The "algo" field of each
+(the hierarchical all-reduce at every size; needs --hosts ≥ 2 of two ranks
+or more each), or naive (gather to rank 0, then send the result back). The "algo" field of each
 result names what ran.
 
 --bytes (or --sizes) takes one size or a comma-separated list (4KiB,64KiB,
