@@ -240,9 +240,10 @@ func (c *Core) Start(now time.Time, spec Spec) (OpID, error) {
 		}
 	}
 	if c.owedNext < c.owedUntil {
-		// A peer started this operation in a generation that it aborted
-		// before this rank started it: it fails here too, and the next
-		// operations of the two ranks meet in the new generation.
+		// A peer skipped this operation, or one after it, in a
+		// generation it aborted before this rank started it (Skip): it
+		// fails here too, and the next operations of the two ranks meet
+		// in the new generation.
 		op := c.newOp(OpID{Gen: c.owedGen, Op: c.owedNext}, spec, now)
 		c.owedNext++
 		c.complete(op, c.opErr(op, c.owedErr, c.owedCulprit))
