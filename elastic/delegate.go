@@ -1,6 +1,8 @@
 package elastic
 
 import (
+	"maps"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -90,12 +92,51 @@ func (d delegate) MergeRemoteState(buf []byte, _ bool) {
 	}
 }
 
-func (d delegate) NotifyJoin(n *memberlist.Node) { d.post(&mlEvent{kind: mlJoin, node: copyNode(n)}) }
+func (d delegate) NotifyJoin(n *memberlist.Node) {
+	d.n.addrs.set(n.Name, n.Address())
+	d.post(&mlEvent{kind: mlJoin, node: copyNode(n)})
+}
 
-func (d delegate) NotifyLeave(n *memberlist.Node) { d.post(&mlEvent{kind: mlLeave, node: copyNode(n)}) }
+func (d delegate) NotifyLeave(n *memberlist.Node) {
+	d.n.addrs.drop(n.Name)
+	d.post(&mlEvent{kind: mlLeave, node: copyNode(n)})
+}
 
 func (d delegate) NotifyUpdate(n *memberlist.Node) {
+	d.n.addrs.set(n.Name, n.Address())
 	d.post(&mlEvent{kind: mlUpdate, node: copyNode(n)})
+}
+
+// addrBook is the gossip address of every live member (this node too), as
+// memberlist's join, update and leave events said: read by the
+// reconnector. memberlist's Members returns its own nodes, which its packet
+// handler updates in place, so reading their addresses outside its
+// callbacks races with it (the race detector showed it).
+type addrBook struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (b *addrBook) set(name, addr string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil {
+		b.m = map[string]string{}
+	}
+	b.m[name] = addr
+}
+
+func (b *addrBook) drop(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.m, name)
+}
+
+// snapshot returns the live members' addresses by name.
+func (b *addrBook) snapshot() map[string]string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.m)
 }
 
 // NotifyAlive refuses a member whose metadata does not decode or that

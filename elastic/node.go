@@ -51,6 +51,8 @@ type Node struct {
 	pid      *actor.PID
 	ml       *memberlist.Memberlist
 	gossip   string // host:port others reach this node's gossip at
+	// addrs are the live members' gossip addresses (reconnector).
+	addrs addrBook
 
 	// mu orders Hold against the actor's steps: a proposal either arrives
 	// before Hold (Hold returns false) or is deferred by it.
@@ -450,13 +452,17 @@ func (n *Node) reconnector() {
 			}
 			resolved = time.Now()
 		}
-		members := n.ml.Members()
+		members := n.addrs.snapshot()
 		live := map[string]bool{}
-		for _, m := range members {
-			live[m.Address()] = true
+		others := 0
+		for name, addr := range members {
+			live[addr] = true
+			if name != n.self.ID {
+				others++
+			}
 		}
 		known := append(slices.Clone(seeds), n.failed.since(time.Now().Add(-n.cfg.Timings.ReconnectTimeout))...)
-		alone := len(members) <= 1 && n.hadPeers.Load()
+		alone := others == 0 && n.hadPeers.Load()
 		var dials map[string]dialResult
 		if alone {
 			dials = dialAll(known, n.cfg.Timings.TCPTimeout)

@@ -22,6 +22,9 @@ import (
 // Start fails with ErrJoin naming TLS, the cluster logs the refusal, and
 // the world stays without it.
 func TestNodesTLS(t *testing.T) {
+	if raceEnabled {
+		t.Skip("several remote actor systems in one process race inside protoactor-go (see raceEnabled)")
+	}
 	ca, err := pki.NewCA("cluster", time.Hour)
 	if err != nil {
 		t.Fatal(err)
