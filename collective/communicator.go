@@ -213,12 +213,6 @@ func (f *frontend) derive(id uint32, rank int, members []int) *frontend {
 
 // plan decides whether this group's large all-reduces run hierarchically.
 func (f *frontend) plan() {
-	if f.hosts == nil && f.world != nil {
-		f.hosts = f.world
-	}
-	if f.world == nil {
-		f.world = f.hosts
-	}
 	if l, ok := PlanHierarchical(f.hosts, f.rank); ok && !f.cfg.NoHierarchical {
 		f.layout = &l
 	}
@@ -381,8 +375,13 @@ func (f *frontend) start(ctx context.Context, spec Spec) *Handle {
 
 // GroupID is the id that every member computes for a group: a hash of its
 // members' world ranks in order (never WorldGroup).
-func GroupID(worldRanks []int) uint32 {
+func GroupID(worldRanks []int) uint32 { return groupHash(nil, worldRanks) }
+
+// groupHash hashes prefix, then the world ranks in order; never
+// WorldGroup.
+func groupHash(prefix []byte, worldRanks []int) uint32 {
 	h := fnv.New32a()
+	h.Write(prefix)
 	for _, r := range worldRanks {
 		h.Write([]byte{byte(r >> 24), byte(r >> 16), byte(r >> 8), byte(r)})
 	}

@@ -125,11 +125,7 @@ func (e *Engine) Submit(now time.Time, req *Request) {
 		g.handles[id] = req.handle
 		e.flight.start(now, g.id, id, req.spec.Kind, len(req.spec.Buf))
 		if p, ok := e.out.(Placer); ok {
-			spec := req.spec
-			if spec.Kind == KindAllReduce && spec.Algo == AlgoAuto {
-				spec.Algo = e.cfg.AllReduceAlgorithm(len(spec.Buf), spec.Reduce, len(g.members))
-			}
-			if l, ok := LandingOf(e.cfg, spec, g.core.Rank(), len(g.members)); ok {
+			if l, ok := g.core.landing(id); ok {
 				p.Place(g.id, id, l)
 			}
 		}

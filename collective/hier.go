@@ -3,7 +3,6 @@ package collective
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"sync"
 )
@@ -131,7 +130,8 @@ func OnHosts(c Communicator, hosts []string) (Communicator, error) {
 	}
 	g := f.derive(f.group, f.rank, f.members)
 	g.closeFn = f.closeFn
-	g.hosts = slices.Clone(hosts)
+	g.world = slices.Clone(hosts) // the world group's ranks are the world's
+	g.hosts = g.world
 	g.plan()
 	return g, nil
 }
@@ -139,17 +139,7 @@ func OnHosts(c Communicator, hosts []string) (Communicator, error) {
 // groupIDTagged is the id of a group of worldRanks created for purpose tag:
 // apart from GroupID(worldRanks) and from other tags.
 func groupIDTagged(worldRanks []int, tag string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(tag))
-	h.Write([]byte{0})
-	for _, r := range worldRanks {
-		h.Write([]byte{byte(r >> 24), byte(r >> 16), byte(r >> 8), byte(r)})
-	}
-	id := h.Sum32()
-	if id == WorldGroup {
-		id = 1
-	}
-	return id
+	return groupHash(append([]byte(tag), 0), worldRanks)
 }
 
 // hierState runs one group's hierarchical all-reduces over its step

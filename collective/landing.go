@@ -53,6 +53,17 @@ func LandingOf(cfg Config, spec Spec, rank, size int) (l Landing, ok bool) {
 	return l, true
 }
 
+// landing is the Landing of running operation id, by its spec as Start
+// settled it (the algorithm chosen); false when it has none or is not
+// running.
+func (c *Core) landing(id OpID) (Landing, bool) {
+	op := c.ops[id.Op]
+	if op == nil || op.id != id {
+		return Landing{}, false
+	}
+	return LandingOf(c.cfg, op.spec, c.rank, c.size)
+}
+
 // Land is where data message seq lands (nil: it is not a copy).
 func (l Landing) Land(seq uint32) []float32 {
 	s := int(seq)
