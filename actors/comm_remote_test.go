@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -291,30 +290,9 @@ func TestRemoteHostsDecideTheDataPlane(t *testing.T) {
 	for _, tr := range []Transport{TransportAuto, TransportShm} {
 		t.Run(string(tr), func(t *testing.T) {
 			systems, addrs := remoteSystems(t, 2)
-			defer closeSystems(systems)
+			t.Cleanup(func() { closeSystems(systems) }) // after the Comm actors (startOnHosts)
 			before := sharedRegions(t)
-			comms := make([]collective.Communicator, 2)
-			errs := make([]error, 2)
-			var wg sync.WaitGroup
-			for r := range systems {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					cfg := DefaultCommConfig()
-					cfg.Transport = tr
-					cfg.HandshakeTimeout = 5 * time.Second
-					cfg.HostID = fmt.Sprintf("host-%d", r)
-					comms[r], errs[r] = StartRemote(systems[r], RemoteWorld{Rank: r, Addrs: addrs}, cfg)
-				}()
-			}
-			wg.Wait()
-			defer func() {
-				for _, c := range comms {
-					if c != nil {
-						c.Close()
-					}
-				}
-			}()
+			comms, errs := startOnHosts(t, systems, addrs, tr, []string{"host-0", "host-1"})
 			if tr == TransportShm {
 				// Both fail the handshake; a rank that stops first may
 				// leave the other only missing its hello (a CI run saw
@@ -347,6 +325,36 @@ func TestRemoteHostsDecideTheDataPlane(t *testing.T) {
 	}
 }
 
+// startOnHosts starts the Comm actors of a remote world over systems, rank
+// r saying it runs on hosts[r] (CommConfig.HostID), and closes them at the
+// end of the test; it returns each rank's communicator or error.
+func startOnHosts(t *testing.T, systems []*System, addrs []string, tr Transport, hosts []string) ([]collective.Communicator, []error) {
+	t.Helper()
+	comms := make([]collective.Communicator, len(systems))
+	errs := make([]error, len(systems))
+	var wg sync.WaitGroup
+	for r := range systems {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := DefaultCommConfig()
+			cfg.Transport = tr
+			cfg.HandshakeTimeout = 10 * time.Second
+			cfg.HostID = hosts[r]
+			comms[r], errs[r] = StartRemote(systems[r], RemoteWorld{Rank: r, Addrs: addrs}, cfg)
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, c := range comms {
+			if c != nil {
+				c.Close()
+			}
+		}
+	})
+	return comms, errs
+}
+
 // TestRemoteHierarchicalAcrossHosts: four ranks on two "hosts" (a host
 // override) learn each other's hosts in the handshake; an all-reduce above
 // the recursive doubling threshold then runs hierarchically, in the world
@@ -360,29 +368,9 @@ func TestRemoteHierarchicalAcrossHosts(t *testing.T) {
 	const P = 4
 	hosts := []string{"host-a", "host-a", "host-b", "host-b"}
 	systems, addrs := remoteSystems(t, P)
-	defer closeSystems(systems)
+	t.Cleanup(func() { closeSystems(systems) }) // after the Comm actors (startOnHosts)
 	before := sharedRegions(t)
-	comms := make([]collective.Communicator, P)
-	errs := make([]error, P)
-	var wg sync.WaitGroup
-	for r := range systems {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := DefaultCommConfig()
-			cfg.HandshakeTimeout = 10 * time.Second
-			cfg.HostID = hosts[r]
-			comms[r], errs[r] = StartRemote(systems[r], RemoteWorld{Rank: r, Addrs: addrs}, cfg)
-		}()
-	}
-	wg.Wait()
-	defer func() {
-		for _, c := range comms {
-			if c != nil {
-				c.Close()
-			}
-		}
-	}()
+	comms, errs := startOnHosts(t, systems, addrs, TransportAuto, hosts)
 	noErr(t, errs)
 	const n = 100_000
 	if got := collective.AlgorithmOf(comms[0], n, collective.Sum); got != collective.AlgoHierarchical {
@@ -398,6 +386,7 @@ func TestRemoteHierarchicalAcrossHosts(t *testing.T) {
 		t.Fatalf("%d shared regions mapped, want 8 (a region for each rank's same-host peer, mapped at both ends)", got)
 	}
 	groups := make([]collective.Communicator, P)
+	var wg sync.WaitGroup
 	for r := range comms {
 		wg.Add(1)
 		go func() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -267,32 +266,7 @@ func TestHierFaultsChangeNothing(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.SubChunkBytes, cfg.SmallAllReduceBytes = 4*37, -1
 	bufs := randBufs(rand.New(rand.NewPCG(1, 3)), len(hosts), 997)
-	clean := cloneBufs(bufs)
-	net, comms := startHier(t, hosts, cfg)
-	noErrors(t, allReduceEverywhere(comms, clean, Sum))
-	net.Close()
-
-	net, comms = startHier(t, hosts, cfg)
-	var k int
-	var mu sync.Mutex
-	every := func(mod int) func(Message) bool {
-		return func(Message) bool { mu.Lock(); defer mu.Unlock(); k++; return k%mod == 0 }
-	}
-	dup := net.Inject(Fault{Action: FaultDuplicate, Match: every(3)})
-	reo := net.Inject(Fault{Action: FaultReorder, Match: every(4)})
-	del := net.Inject(Fault{Action: FaultDelay, Delay: 20 * time.Millisecond, Match: every(5)})
-	faulty := cloneBufs(bufs)
-	noErrors(t, allReduceEverywhere(comms, faulty, Sum))
-	if dup.Hits(net) == 0 || reo.Hits(net) == 0 || del.Hits(net) == 0 {
-		t.Fatalf("faults acted %d/%d/%d times", dup.Hits(net), reo.Hits(net), del.Hits(net))
-	}
-	for r := range faulty {
-		for i := range faulty[r] {
-			if math.Float32bits(faulty[r][i]) != math.Float32bits(clean[r][i]) {
-				t.Fatalf("rank %d element %d: %v with faults, %v without", r, i, faulty[r][i], clean[r][i])
-			}
-		}
-	}
+	faultsChangeNothing(t, "hier", bufs, 20*time.Millisecond, func() (*MemNetwork, []Communicator) { return startHier(t, hosts, cfg) })
 }
 
 // TestHierDroppedMessageFailsEveryRank: a message lost in any of the

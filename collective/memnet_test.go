@@ -137,41 +137,46 @@ func TestMemDuplicateReorderDelayChangeNothing(t *testing.T) {
 
 func memFaultsChangeNothing(t *testing.T, algo Algorithm) {
 	const P, n = 5, 997
-	rng := rand.New(rand.NewPCG(1, 3))
-	bufs := randBufs(rng, P, n)
+	bufs := randBufs(rand.New(rand.NewPCG(1, 3)), P, n)
 	cfg := DefaultConfig()
 	cfg.SubChunkBytes, cfg.SmallAllReduceBytes = 4*37, -1
 	if algo == AlgoRecursiveDoubling {
 		cfg.SubChunkBytes, cfg.SmallAllReduceBytes = 4*n, 4*n
 	}
+	faultsChangeNothing(t, algo.String(), bufs, 50*time.Millisecond, func() (*MemNetwork, []Communicator) { return startMem(t, P, cfg) })
+}
 
+// faultsChangeNothing sums bufs on a network that start makes, then on
+// another that duplicates every third message, reorders every fourth and
+// delays every fifth by delay, and checks that both give the same bits.
+func faultsChangeNothing(t *testing.T, what string, bufs [][]float32, delay time.Duration, start func() (*MemNetwork, []Communicator)) {
+	t.Helper()
 	clean := cloneBufs(bufs)
-	net, comms := startMem(t, P, cfg)
+	net, comms := start()
 	noErrors(t, allReduceEverywhere(comms, clean, Sum))
 	net.Close()
 
-	net, comms = startMem(t, P, cfg)
-	var k int
+	net, comms = start()
+	defer net.Close()
+	var k int // Match runs under the network's lock
 	every := func(mod int) func(Message) bool {
 		return func(Message) bool { k++; return k%mod == 0 }
 	}
 	dup := net.Inject(Fault{Action: FaultDuplicate, Match: every(3)})
 	reo := net.Inject(Fault{Action: FaultReorder, Match: every(4)})
-	del := net.Inject(Fault{Action: FaultDelay, Delay: 50 * time.Millisecond, Match: every(5)})
+	del := net.Inject(Fault{Action: FaultDelay, Delay: delay, Match: every(5)})
 	faulty := cloneBufs(bufs)
 	noErrors(t, allReduceEverywhere(comms, faulty, Sum))
 	if dup.Hits(net) == 0 || reo.Hits(net) == 0 || del.Hits(net) == 0 {
-		t.Fatalf("faults acted %d/%d/%d times", dup.Hits(net), reo.Hits(net), del.Hits(net))
+		t.Fatalf("%s: faults acted %d/%d/%d times", what, dup.Hits(net), reo.Hits(net), del.Hits(net))
 	}
 	for r := range faulty {
 		for i := range faulty[r] {
 			if math.Float32bits(faulty[r][i]) != math.Float32bits(clean[r][i]) {
-				t.Fatalf("%s: rank %d element %d: %v with faults, %v without", algo, r, i, faulty[r][i], clean[r][i])
+				t.Fatalf("%s: rank %d element %d: %v with faults, %v without", what, r, i, faulty[r][i], clean[r][i])
 			}
 		}
 	}
-	net.Close()
-
 }
 
 // TestMemDroppedMessage: a lost message fails the operation on every rank

@@ -206,13 +206,7 @@ func delayLineBin(t *testing.T) string {
 // newNetCluster is newCluster with agent i on test host i, gossiping on
 // port 7101 of its own address.
 func newNetCluster(t *testing.T, nodes, minNodes int) (*cluster, *testNet) {
-	tn := newTestNet(t, nodes)
-	c := newCluster(t, nodes, minNodes)
-	c.net = tn
-	for i := range c.ports {
-		c.ports[i] = tn.addr(i) + ":7101"
-	}
-	return c, tn
+	return newNetClusterPerHost(t, nodes, 1, minNodes)
 }
 
 // newNetClusterPerHost is newNetCluster with perHost agents on each of
