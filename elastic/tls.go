@@ -90,8 +90,31 @@ func (t *tlsTransport) DialAddressTimeout(a memberlist.Address, timeout time.Dur
 	return tc, nil
 }
 
+// Shutdown stops forwarding, then shuts the inner transport down while
+// closing any stream it still hands over: memberlist's NetTransport accepts
+// a connection and blocks sending it on its stream channel, and its
+// Shutdown waits for that send, so a peer dialing in just after forward
+// stopped would make it wait for ever (a rogue node refused by TLS hung on
+// its way out once, its peers dialing it every 200 ms).
 func (t *tlsTransport) Shutdown() error {
 	t.once.Do(func() { close(t.quit) })
 	t.wg.Wait()
-	return t.NodeAwareTransport.Shutdown()
+	done := make(chan struct{})
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		in := t.NodeAwareTransport.StreamCh()
+		for {
+			select {
+			case c := <-in:
+				c.Close()
+			case <-done:
+				return
+			}
+		}
+	}()
+	err := t.NodeAwareTransport.Shutdown()
+	close(done)
+	<-drained
+	return err
 }

@@ -12,6 +12,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/hashicorp/memberlist"
+
 	"github.com/troupe-ml/troupe/actors"
 	"github.com/troupe-ml/troupe/internal/pki"
 )
@@ -111,4 +113,57 @@ func logged(logs *observer.ObservedLogs, s string) bool {
 		}
 	}
 	return false
+}
+
+// blockingTransport stands for memberlist's NetTransport at shutdown: a
+// connection it accepted waits to be handed over on the stream channel,
+// and Shutdown returns only once it was.
+type blockingTransport struct {
+	memberlist.NodeAwareTransport
+	streams chan net.Conn
+	sent    chan struct{}
+}
+
+func (b *blockingTransport) StreamCh() <-chan net.Conn { return b.streams }
+
+func (b *blockingTransport) Shutdown() error {
+	<-b.sent
+	return nil
+}
+
+// TestTLSTransportShutdownDrains: a stream the inner transport accepts
+// after the TLS transport stopped forwarding is closed, not left blocking
+// the inner transport's shutdown (a rogue node once hung on its way out).
+func TestTLSTransportShutdownDrains(t *testing.T) {
+	ca, err := pki.NewCA("cluster", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := ca.Identity("n1", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := &blockingTransport{streams: make(chan net.Conn), sent: make(chan struct{})}
+	tr := newTLSTransport(inner, id, zap.NewNop())
+	tr.once.Do(func() { close(tr.quit) }) // forwarding stops first, as in Shutdown
+	tr.wg.Wait()
+	a, b := net.Pipe()
+	defer b.Close()
+	go func() {
+		inner.streams <- a // accepted just now
+		close(inner.sent)
+	}()
+	done := make(chan error, 1)
+	go func() { done <- tr.Shutdown() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown still waits for the inner transport 10 s later")
+	}
+	if _, err := b.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the late stream was not closed")
+	}
 }
