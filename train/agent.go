@@ -279,7 +279,7 @@ type agent struct {
 	notes     *mailbox
 	prom      *promRun
 
-	core *leaderCore
+	core *LeaderCore
 	gen  *generation // the generation this node leads (nil: none)
 	led  int
 	// pending is the line of a step that failed on some ranks but
@@ -325,7 +325,7 @@ func newGeneration(w elastic.World, ex *groupExecutor, pids []*actor.PID) *gener
 
 type callResult struct {
 	gen     uint64
-	phase   leaderPhase
+	phase   LeaderPhase
 	replies []any
 	err     error
 }
@@ -388,7 +388,7 @@ func (a *agent) start(ctx context.Context) error {
 	a.ckpt.setObserver(a.prom.m())
 	quorum := ac.Quorum
 	timings, _ := elastic.ParseTimings(ac.Timings)
-	a.core = newLeaderCore(leaderConfig{Stages: cfg.PP, Shards: cfg.TP, ZeroGroup: a.j.zeroGroup(cfg.DP), ZeroShards: a.j.zeroShards(), MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR, Rounds: cfg.sync().Local(),
+	a.core = NewLeaderCore(LeaderConfig{Stages: cfg.PP, Shards: cfg.TP, ZeroGroup: a.j.zeroGroup(cfg.DP), ZeroShards: a.j.zeroShards(), MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR, Rounds: cfg.sync().Local(),
 		Resume: cfg.Resume, Target: a.j.steps, LostStageTimeout: ac.LostStageTimeout, RetryDelay: 3 * time.Second}, time.Now())
 	if a.o.Progress != nil {
 		a.bar = newProgress(a.o.Progress, a.j.steps)
@@ -478,12 +478,12 @@ func (a *agent) run(ctx context.Context) (*AgentSummary, error) {
 			a.shell.Abort(fmt.Sprintf("generation %d committed", w.Gen))
 			a.commit(w)
 		case r := <-a.callDone:
-			a.core.replies(r.gen, r.phase, r.replies, r.err)
+			a.core.Replies(r.gen, r.phase, r.replies, r.err)
 		case r := <-a.trainDone:
 			a.keepPending(r.err)
-			a.core.trained(r.gen, r.err)
+			a.core.Trained(r.gen, r.err)
 		case now := <-ticker.C:
-			a.core.tick(now)
+			a.core.Tick(now)
 		}
 		if done, err := a.apply(); done {
 			// This node led the job's end: the core's word is the job's
@@ -546,7 +546,7 @@ func (a *agent) commit(w elastic.World) {
 			a.gen = newGeneration(w, ex, pids)
 		}
 	}
-	a.core.commit(w, lead, a.latestCheckpoint())
+	a.core.Commit(w, lead, a.latestCheckpoint())
 }
 
 // stopLeading ends the generation this node leads and waits for its call
@@ -591,26 +591,26 @@ func (a *agent) stopLeading() {
 }
 
 // latestCheckpoint is what the leader core needs of the latest checkpoint.
-func (a *agent) latestCheckpoint() ckptInfo {
+func (a *agent) latestCheckpoint() CheckpointInfo {
 	if a.j.cfg.CkptDir == "" {
-		return ckptInfo{Err: fmt.Errorf("%w: the job has no checkpoint directory", checkpoint.ErrNoCheckpoint)}
+		return CheckpointInfo{Err: fmt.Errorf("%w: the job has no checkpoint directory", checkpoint.ErrNoCheckpoint)}
 	}
 	ck, err := checkpoint.OpenLatest(checkpoint.OSFS{}, a.j.cfg.CkptDir)
 	if err != nil {
-		return ckptInfo{Err: err}
+		return CheckpointInfo{Err: err}
 	}
 	defer ck.Close()
 	m := ck.Manifest
 	if m.Sampler == nil {
-		return ckptInfo{Err: fmt.Errorf("%w: checkpoint step %d has no sampler state", checkpoint.ErrManifest, m.Step)}
+		return CheckpointInfo{Err: fmt.Errorf("%w: checkpoint step %d has no sampler state", checkpoint.ErrManifest, m.Step)}
 	}
-	return ckptInfo{Step: int(m.Step), Cursor: m.Sampler.Cursor}
+	return CheckpointInfo{Step: int(m.Step), Cursor: m.Sampler.Cursor}
 }
 
 // apply does what the core asked. It reports done when the job ended on
 // every member, with the error that ended it.
 func (a *agent) apply() (bool, error) {
-	for _, o := range a.core.ready() {
+	for _, o := range a.core.Ready() {
 		switch {
 		case o.Call != nil:
 			a.call(o.Call)
@@ -639,7 +639,7 @@ func (a *agent) apply() (bool, error) {
 }
 
 // call runs one of the core's calls beside the loop.
-func (a *agent) call(c *leaderCall) {
+func (a *agent) call(c *LeaderCall) {
 	g := a.gen
 	a.wg.Add(1)
 	go func() {
@@ -655,7 +655,7 @@ func (a *agent) call(c *leaderCall) {
 // train runs the generation's step loop beside the loop: the trainer
 // drives the members' workers, appends the steps to this node's metrics
 // file and tells every member of each step.
-func (a *agent) train(o *trainOrder) {
+func (a *agent) train(o *TrainOrder) {
 	g := a.gen
 	l := o.Layout
 	g.ex.mesh, g.ex.peers = l.Mesh, l.Members
@@ -690,7 +690,7 @@ func (a *agent) train(o *trainOrder) {
 // travels with the training state), or the checkpoint's the state comes
 // from; without any the scaler starts again from its initial scale, and
 // says so.
-func (a *agent) continueScaler(t *trainer, l layout) {
+func (a *agent) continueScaler(t *trainer, l Layout) {
 	if t.scaler == nil || l.Step == 0 {
 		return
 	}
@@ -717,7 +717,7 @@ func (a *agent) continueScaler(t *trainer, l layout) {
 // lastRunAt is what a worker that ran the last step before layout l's says
 // of it: this node's, or else that of the member whose state the
 // generation takes (the first part's root).
-func (a *agent) lastRunAt(l layout) lastRun {
+func (a *agent) lastRunAt(l Layout) lastRun {
 	of := func(st *workerpb.Status) lastRun {
 		return lastRun{Step: int(st.LastStep), Applied: int(st.Applied), LossScale: st.LastLossScale,
 			Tracker: int(st.LastLossScaleTracker), Skipped: st.LastSkipped}
@@ -736,7 +736,7 @@ func (a *agent) lastRunAt(l layout) lastRun {
 
 // sourceMember is the member whose worker's state layout l's first model
 // part takes from (−1: none, the state comes from elsewhere).
-func sourceMember(l layout) int {
+func sourceMember(l Layout) int {
 	if l.Source.Kind != worker.FromReplica || len(l.Source.Roots) == 0 {
 		return -1
 	}
@@ -746,7 +746,7 @@ func sourceMember(l layout) int {
 // lead runs generation g's step loop to the job's last step and saves the
 // weights; pending, when set, is a step the previous generation trained
 // but could not report, which this one continues after.
-func (a *agent) lead(g *generation, t *trainer, o *trainOrder, pending *StepMetrics) error {
+func (a *agent) lead(g *generation, t *trainer, o *TrainOrder, pending *StepMetrics) error {
 	var mw *metricsWriter
 	if path := a.j.cfg.MetricsOut; path != "" {
 		var err error

@@ -9,12 +9,12 @@ import (
 	"github.com/troupe-ml/troupe/worker"
 )
 
-// layout places an elastic generation's members on a mesh of D replicas ×
+// Layout places an elastic generation's members on a mesh of D replicas ×
 // P stages × T tensor-parallel shards and says where each slot's state
 // comes from: a slot is a model part (a stage's shard, mesh.Mesh.Part),
 // or with ZeRO one shard of a part's sharded state (mesh.Mesh.Slot).
 // planLayout computes it from what the members hold: a pure function.
-type layout struct {
+type Layout struct {
 	Mesh mesh.Mesh
 	// ZeroGroup is the ZeRO shard group size (0: no ZeRO).
 	ZeroGroup int
@@ -47,7 +47,7 @@ type layout struct {
 // A torn step is undone first (undoTornStep). It fails with
 // ErrWorldTooSmall when there are too few members for one replica (one
 // shard group with ZeRO).
-func planLayout(states []worker.Holding, pp, tp, zeroGroup, maxReplicas int) (layout, error) {
+func planLayout(states []worker.Holding, pp, tp, zeroGroup, maxReplicas int) (Layout, error) {
 	S := max(1, zeroGroup)
 	n, p := len(states), pp*tp
 	d := n / p
@@ -63,15 +63,15 @@ func planLayout(states []worker.Holding, pp, tp, zeroGroup, maxReplicas int) (la
 		if zeroGroup > 0 {
 			what = fmt.Sprintf("%d replicas (a ZeRO shard group) of %s", S, what)
 		}
-		return layout{}, fmt.Errorf("%w: %d members cannot hold %s", ErrWorldTooSmall, n, what)
+		return Layout{}, fmt.Errorf("%w: %d members cannot hold %s", ErrWorldTooSmall, n, what)
 	}
 	m, err := mesh.New(d, pp, tp)
 	if err != nil {
-		return layout{}, fmt.Errorf("%w: %v", ErrConfig, err)
+		return Layout{}, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	ns := m.Slots(zeroGroup)
 	states, back := undoTornStep(states, zeroGroup, ns)
-	l := layout{Mesh: m, ZeroGroup: zeroGroup, Rank: make([]int, n), Members: make([]int, m.Size()), RollBack: back}
+	l := Layout{Mesh: m, ZeroGroup: zeroGroup, Rank: make([]int, n), Members: make([]int, m.Size()), RollBack: back}
 	newest := -1
 	for i, s := range states {
 		if s.Applied > l.Step || newest < 0 {
@@ -138,7 +138,7 @@ func planLayout(states []worker.Holding, pp, tp, zeroGroup, maxReplicas int) (la
 }
 
 // Part is member i's model part (−1: standby).
-func (l layout) Part(i int) int {
+func (l Layout) Part(i int) int {
 	if l.Rank[i] < 0 {
 		return -1
 	}

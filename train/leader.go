@@ -16,12 +16,12 @@ import (
 	"github.com/troupe-ml/troupe/worker/workerpb"
 )
 
-// leaderPhase is where the leader of a generation stands.
-type leaderPhase uint8
+// LeaderPhase is where the leader of a generation stands.
+type LeaderPhase uint8
 
 const (
 	// phaseIdle: not leading, or waiting for the next world.
-	phaseIdle leaderPhase = iota
+	phaseIdle LeaderPhase = iota
 	// phaseStatus: every member was asked what it holds.
 	phaseStatus
 	// phaseForm: every member was told its place and where its state comes
@@ -37,12 +37,12 @@ const (
 	phaseDone
 )
 
-func (p leaderPhase) String() string {
+func (p LeaderPhase) String() string {
 	return [...]string{"idle", "status", "form", "train", "verify", "finish", "done"}[p]
 }
 
-// leaderConfig is what the leader core needs of the job.
-type leaderConfig struct {
+// LeaderConfig is what the leader core needs of the job.
+type LeaderConfig struct {
 	// Stages is the pipeline depth, Shards the tensor-parallel shards of
 	// each stage (0: 1); MicroBatches each replica's micro-batches
 	// (pipelines and ZeRO-3 need a row per micro-batch).
@@ -69,38 +69,38 @@ type leaderConfig struct {
 	LostStageTimeout, RetryDelay time.Duration
 }
 
-// ckptInfo is the latest checkpoint as the leader found it: its step and
+// CheckpointInfo is the latest checkpoint as the leader found it: its step and
 // sampler cursor, or why there is none (Err wraps checkpoint.
 // ErrNoCheckpoint when the directory holds none).
-type ckptInfo struct {
+type CheckpointInfo struct {
 	Step   int
 	Cursor data.Cursor
 	Err    error
 }
 
-// leaderCall asks the shell to send Msgs[i] to member i (nil: none) of
-// generation Gen and to report the replies with leaderCore.replies.
-type leaderCall struct {
+// LeaderCall asks the shell to send Msgs[i] to member i (nil: none) of
+// generation Gen and to report the replies with LeaderCore.Replies.
+type LeaderCall struct {
 	Gen   uint64
-	Phase leaderPhase
+	Phase LeaderPhase
 	Msgs  []any
 }
 
-// trainOrder asks the shell to run the step loop of generation Gen on its
-// members' workers, and to report its end with leaderCore.trained.
-type trainOrder struct {
+// TrainOrder asks the shell to run the step loop of generation Gen on its
+// members' workers, and to report its end with LeaderCore.Trained.
+type TrainOrder struct {
 	Gen     uint64
-	Layout  layout
+	Layout  Layout
 	Batch   int
 	LRScale float64
 	// World describes the generation (logs, Options.OnWorld).
 	World WorldInfo
 }
 
-// leaderOut is one thing the shell does for the core, in order.
-type leaderOut struct {
-	Call  *leaderCall
-	Train *trainOrder
+// LeaderOut is one thing the shell does for the core, in order.
+type LeaderOut struct {
+	Call  *LeaderCall
+	Train *TrainOrder
 	// Stop is the generation whose step loop stops (superseded); 0: none.
 	Stop uint64
 	// Request: ask the membership for a new generation, for this reason.
@@ -112,7 +112,7 @@ type leaderOut struct {
 	Err  error
 }
 
-// leaderCore is the elastic trainer protocol of one node, a pure state
+// LeaderCore is the elastic trainer protocol of one node, a pure state
 // machine like the rendezvous core (package elastic): no goroutines, clock
 // or I/O. Every committed world goes in (commit); on the world's leader
 // (its rank 0) the core asks every member what it holds (status), lays
@@ -130,17 +130,20 @@ type leaderOut struct {
 // output that cannot be written, a world too small for the job, diverged
 // replicas, bad data, a stage lost for longer than LostStageTimeout) ends
 // the job on every member, which exits naming it.
-type leaderCore struct {
-	cfg   leaderConfig
+//
+// The agent is its shell in a real job; the simulator (package sim) drives
+// the same core over a simulated network and clock.
+type LeaderCore struct {
+	cfg   LeaderConfig
 	now   time.Time
-	phase leaderPhase
+	phase LeaderPhase
 	world elastic.World
 	lead  bool
-	ckpt  ckptInfo
+	ckpt  CheckpointInfo
 	// states are the members' holdings (status), lay the generation's
 	// layout; world0 is the job's first data-parallel size.
 	states []worker.Holding
-	lay    layout
+	lay    Layout
 	world0 int
 	// lostSince is when a lost stage was first seen (zero: none lost).
 	lostSince time.Time
@@ -149,28 +152,29 @@ type leaderCore struct {
 	retryReason string
 	// endErr is why the job ends (finish phase; nil: it reached Target).
 	endErr error
-	out    []leaderOut
+	out    []LeaderOut
 }
 
-func newLeaderCore(cfg leaderConfig, now time.Time) *leaderCore {
-	return &leaderCore{cfg: cfg, now: now}
+// NewLeaderCore is a leader core for the job cfg, its clock at now.
+func NewLeaderCore(cfg LeaderConfig, now time.Time) *LeaderCore {
+	return &LeaderCore{cfg: cfg, now: now}
 }
 
-// ready hands out what the core wants done, in order.
-func (c *leaderCore) ready() []leaderOut {
+// Ready hands out what the core wants done, in order.
+func (c *LeaderCore) Ready() []LeaderOut {
 	out := c.out
 	c.out = nil
 	return out
 }
 
-// commit takes world w, committed by the membership; lead says whether
+// Commit takes world w, committed by the membership; lead says whether
 // this node is its rank 0, and ck is the latest checkpoint.
-func (c *leaderCore) commit(w elastic.World, lead bool, ck ckptInfo) {
+func (c *LeaderCore) Commit(w elastic.World, lead bool, ck CheckpointInfo) {
 	if c.phase == phaseDone {
 		return
 	}
 	if c.phase == phaseTrain {
-		c.out = append(c.out, leaderOut{Stop: c.world.Gen})
+		c.out = append(c.out, LeaderOut{Stop: c.world.Gen})
 	}
 	c.phase, c.world, c.lead, c.ckpt, c.retryAt = phaseIdle, w, lead, ck, time.Time{}
 	if !lead {
@@ -181,27 +185,27 @@ func (c *leaderCore) commit(w elastic.World, lead bool, ck ckptInfo) {
 }
 
 // call asks the shell to send mk(i) to every member i.
-func (c *leaderCore) call(mk func(i int) any) {
+func (c *LeaderCore) call(mk func(i int) any) {
 	msgs := make([]any, c.world.Size())
 	for i := range msgs {
 		msgs[i] = mk(i)
 	}
-	c.out = append(c.out, leaderOut{Call: &leaderCall{Gen: c.world.Gen, Phase: c.phase, Msgs: msgs}})
+	c.out = append(c.out, LeaderOut{Call: &LeaderCall{Gen: c.world.Gen, Phase: c.phase, Msgs: msgs}})
 }
 
-// tick moves the core's clock.
-func (c *leaderCore) tick(now time.Time) {
+// Tick moves the core's clock.
+func (c *LeaderCore) Tick(now time.Time) {
 	c.now = now
 	if c.phase == phaseIdle && !c.retryAt.IsZero() && !now.Before(c.retryAt) {
 		c.retryAt = time.Time{}
-		c.out = append(c.out, leaderOut{Request: c.retryReason})
+		c.out = append(c.out, LeaderOut{Request: c.retryReason})
 	}
 }
 
-// replies takes the answers to the call of generation gen in phase ph, or
+// Replies takes the answers to the call of generation gen in phase ph, or
 // the call's failure. Answers to a call the core has moved on from are
 // ignored.
-func (c *leaderCore) replies(gen uint64, ph leaderPhase, replies []any, err error) {
+func (c *LeaderCore) Replies(gen uint64, ph LeaderPhase, replies []any, err error) {
 	if gen != c.world.Gen || ph != c.phase || !c.lead {
 		return
 	}
@@ -238,13 +242,13 @@ func (c *leaderCore) replies(gen uint64, ph leaderPhase, replies []any, err erro
 	case phaseFinish:
 		// Best effort: a member that does not answer is gone, or failing too.
 		c.phase = phaseDone
-		c.out = append(c.out, leaderOut{Done: true, Err: c.endErr})
+		c.out = append(c.out, LeaderOut{Done: true, Err: c.endErr})
 	}
 }
 
 // plan lays the generation out from the members' states and tells every
 // member its place.
-func (c *leaderCore) plan() {
+func (c *LeaderCore) plan() {
 	maxD := 0
 	if c.rowPerMicro() && (!c.cfg.LinearLR || c.world0 == 0) {
 		maxD = max(1, c.cfg.Batch/c.cfg.MicroBatches) // a row for every micro-batch of every replica
@@ -300,10 +304,10 @@ func (c *leaderCore) plan() {
 // rowPerMicro reports whether every replica needs a row for each of its
 // micro-batches: a pipeline's stages pass each one on, and ZeRO-3's
 // replicas gather every layer together for each.
-func (c *leaderCore) rowPerMicro() bool { return c.cfg.Stages > 1 || c.cfg.ZeroShards > 0 }
+func (c *LeaderCore) rowPerMicro() bool { return c.cfg.Stages > 1 || c.cfg.ZeroShards > 0 }
 
 // nothingTrained reports whether no member holds any state yet.
-func (c *leaderCore) nothingTrained() bool {
+func (c *LeaderCore) nothingTrained() bool {
 	for _, s := range c.states {
 		if s.Applied > 0 {
 			return false
@@ -314,7 +318,7 @@ func (c *leaderCore) nothingTrained() bool {
 
 // fromCheckpoint makes every stage of l take its state from the latest
 // checkpoint, where training continues.
-func (c *leaderCore) fromCheckpoint(l *layout) {
+func (c *LeaderCore) fromCheckpoint(l *Layout) {
 	l.Source = worker.Source{Kind: worker.FromCheckpoint, Step: c.ckpt.Step}
 	l.Step, l.Cursor, l.Lost = c.ckpt.Step, c.ckpt.Cursor, nil
 	for i := range l.RollBack {
@@ -326,7 +330,7 @@ func (c *leaderCore) fromCheckpoint(l *layout) {
 // checkpoint can restore it (cause): the job waits for a holder to come
 // back (a hung or partitioned node keeps its state) up to
 // LostStageTimeout, then ends.
-func (c *leaderCore) stageLost(l layout, cause error) {
+func (c *LeaderCore) stageLost(l Layout, cause error) {
 	if c.lostSince.IsZero() {
 		c.lostSince = c.now
 	}
@@ -362,7 +366,7 @@ func slotNames(m mesh.Mesh, zeroGroup int, slots []int) string {
 }
 
 // startTraining has the shell run the generation's step loop.
-func (c *leaderCore) startTraining() {
+func (c *LeaderCore) startTraining() {
 	l := c.lay
 	batch, scale := c.cfg.Batch, 1.0
 	if c.cfg.LinearLR {
@@ -387,10 +391,10 @@ func (c *leaderCore) startTraining() {
 		}
 	}
 	c.phase = phaseTrain
-	c.out = append(c.out, leaderOut{Train: &trainOrder{Gen: c.world.Gen, Layout: l, Batch: batch, LRScale: scale, World: info}})
+	c.out = append(c.out, LeaderOut{Train: &TrainOrder{Gen: c.world.Gen, Layout: l, Batch: batch, LRScale: scale, World: info}})
 }
 
-func stateFrom(l layout) string {
+func stateFrom(l Layout) string {
 	switch l.Source.Kind {
 	case worker.FromSeed:
 		return "seed"
@@ -400,9 +404,9 @@ func stateFrom(l layout) string {
 	return "surviving replicas"
 }
 
-// trained takes the end of generation gen's step loop: nil when it reached
+// Trained takes the end of generation gen's step loop: nil when it reached
 // the target.
-func (c *leaderCore) trained(gen uint64, err error) {
+func (c *LeaderCore) Trained(gen uint64, err error) {
 	if gen != c.world.Gen || c.phase != phaseTrain {
 		return
 	}
@@ -414,31 +418,31 @@ func (c *leaderCore) trained(gen uint64, err error) {
 }
 
 // verify asks every member for its checksum at the end.
-func (c *leaderCore) verify() {
+func (c *LeaderCore) verify() {
 	c.phase = phaseVerify
 	c.call(func(i int) any { return &workerpb.StatusRequest{Peer: uint32(i), Checksum: true} })
 }
 
 // fail classifies err: a transient failure waits for the next generation
 // (asking for one after RetryDelay), a permanent one ends the job.
-func (c *leaderCore) fail(err error) {
+func (c *LeaderCore) fail(err error) {
 	if !failure.Transient(err) {
 		c.end(err)
 		return
 	}
 	c.phase = phaseIdle
 	c.retryAt, c.retryReason = c.now.Add(c.cfg.RetryDelay), err.Error()
-	c.out = append(c.out, leaderOut{Wait: err.Error()})
+	c.out = append(c.out, LeaderOut{Wait: err.Error()})
 }
 
 // wait leaves the generation idle until the membership changes.
-func (c *leaderCore) wait(reason string) {
+func (c *LeaderCore) wait(reason string) {
 	c.phase = phaseIdle
-	c.out = append(c.out, leaderOut{Wait: reason})
+	c.out = append(c.out, LeaderOut{Wait: reason})
 }
 
 // end tells every member that the job ended, with err when it failed.
-func (c *leaderCore) end(err error) {
+func (c *LeaderCore) end(err error) {
 	c.phase, c.endErr = phaseFinish, err
 	step := uint64(c.cfg.Target)
 	if err != nil {
@@ -453,7 +457,7 @@ func (c *leaderCore) end(err error) {
 // checkReplicas compares the checksums members report (sum of each reply)
 // within every stage of the layout; a difference is a divergence naming
 // the members.
-func (c *leaderCore) checkReplicas(replies []any, sum func(any) uint64, step int) error {
+func (c *LeaderCore) checkReplicas(replies []any, sum func(any) uint64, step int) error {
 	l := c.lay
 	err := checkReplicas(l.Mesh, c.cfg.ZeroShards, step, func(r int) uint64 { return sum(replies[l.Members[r]]) })
 	return c.nameMembers(err)
@@ -461,7 +465,7 @@ func (c *leaderCore) checkReplicas(replies []any, sum func(any) uint64, step int
 
 // nameMembers rewrites a divergence between ranks as one between the
 // members that hold them.
-func (c *leaderCore) nameMembers(err error) error {
+func (c *LeaderCore) nameMembers(err error) error {
 	var d *DivergedError
 	if !errors.As(err, &d) || len(c.lay.Members) == 0 {
 		return err

@@ -89,27 +89,27 @@ func (m *simMember) checksum() uint64 {
 }
 
 type leaderSim struct {
-	cfg     leaderConfig
+	cfg     LeaderConfig
 	now     time.Time
 	members map[string]*simMember
-	cores   map[string]*leaderCore
+	cores   map[string]*LeaderCore
 	world   elastic.World
-	ckpt    ckptInfo
+	ckpt    CheckpointInfo
 	// The leader's pending call (and the one before the last commit, whose
 	// answers come late) and running step loop.
-	call   *leaderCall
-	stale  *leaderCall
+	call   *LeaderCall
+	stale  *LeaderCall
 	leader string
-	train  *trainOrder
+	train  *TrainOrder
 	formed bool // the current generation's form call was answered
 	out    strings.Builder
 }
 
 func newLeaderSim() *leaderSim {
 	return &leaderSim{
-		cfg: leaderConfig{Stages: 1, MicroBatches: 1, Batch: 8, Target: 10, LostStageTimeout: 10 * time.Second, RetryDelay: 3 * time.Second},
-		now: time.Unix(1000, 0), members: map[string]*simMember{}, cores: map[string]*leaderCore{},
-		ckpt: ckptInfo{Err: fmt.Errorf("%w: none written", checkpoint.ErrNoCheckpoint)},
+		cfg: LeaderConfig{Stages: 1, MicroBatches: 1, Batch: 8, Target: 10, LostStageTimeout: 10 * time.Second, RetryDelay: 3 * time.Second},
+		now: time.Unix(1000, 0), members: map[string]*simMember{}, cores: map[string]*LeaderCore{},
+		ckpt: CheckpointInfo{Err: fmt.Errorf("%w: none written", checkpoint.ErrNoCheckpoint)},
 	}
 }
 
@@ -133,7 +133,7 @@ func (s *leaderSim) exec(line string) error {
 				return fmt.Errorf("%s runs already", n)
 			}
 			s.members[n] = &simMember{name: n, h: worker.NoHolding, built: -1, rank: -1, alive: true}
-			s.cores[n] = newLeaderCore(s.cfg, s.now)
+			s.cores[n] = NewLeaderCore(s.cfg, s.now)
 		}
 	case "commit":
 		return s.commit(pos)
@@ -160,7 +160,7 @@ func (s *leaderSim) exec(line string) error {
 		s.members[pos[0]].perturbed = true
 	case "checkpoint":
 		if slices.Contains(pos, "none") {
-			s.ckpt = ckptInfo{Err: fmt.Errorf("%w: none written", checkpoint.ErrNoCheckpoint)}
+			s.ckpt = CheckpointInfo{Err: fmt.Errorf("%w: none written", checkpoint.ErrNoCheckpoint)}
 			return nil
 		}
 		return s.checkpoint()
@@ -171,7 +171,7 @@ func (s *leaderSim) exec(line string) error {
 		}
 		s.now = s.now.Add(d)
 		for _, n := range s.alive() {
-			s.cores[n].tick(s.now)
+			s.cores[n].Tick(s.now)
 			s.drain(n)
 		}
 	case "state":
@@ -261,7 +261,7 @@ func (s *leaderSim) commit(names []string) error {
 	}
 	s.world, s.call, s.train, s.formed, s.leader = w, nil, nil, false, names[0]
 	for _, n := range s.alive() {
-		s.cores[n].commit(w, n == names[0], s.ckpt)
+		s.cores[n].Commit(w, n == names[0], s.ckpt)
 		s.drain(n)
 	}
 	return nil
@@ -270,7 +270,7 @@ func (s *leaderSim) commit(names []string) error {
 // drain prints what node n's core asked for and keeps the call or step
 // loop it started.
 func (s *leaderSim) drain(n string) {
-	for _, o := range s.cores[n].ready() {
+	for _, o := range s.cores[n].Ready() {
 		switch {
 		case o.Call != nil:
 			s.call = o.Call
@@ -296,7 +296,7 @@ func (s *leaderSim) drain(n string) {
 	}
 }
 
-func (s *leaderSim) describeCall(c *leaderCall) string {
+func (s *leaderSim) describeCall(c *LeaderCall) string {
 	var parts []string
 	for i, msg := range c.Msgs {
 		name := s.world.Members[i].Name
@@ -376,7 +376,7 @@ func (s *leaderSim) deliver(only []string) error {
 	if c.Phase == phaseForm && err == nil {
 		s.formed = true
 	}
-	s.cores[s.leader].replies(c.Gen, c.Phase, replies, err)
+	s.cores[s.leader].Replies(c.Gen, c.Phase, replies, err)
 	s.drain(s.leader)
 	return nil
 }
@@ -403,7 +403,7 @@ func (s *leaderSim) deliverStale() error {
 		}
 	}
 	for _, n := range s.alive() {
-		s.cores[n].replies(c.Gen, c.Phase, replies, nil)
+		s.cores[n].Replies(c.Gen, c.Phase, replies, nil)
 		s.drain(n)
 	}
 	fmt.Fprintf(&s.out, "late answers to the %s call of generation %d delivered\n", c.Phase, c.Gen)
@@ -496,7 +496,7 @@ func (s *leaderSim) runTrain(args map[string]string) error {
 		code, msg, _ := strings.Cut(strings.ReplaceAll(v, "_", " "), ":")
 		c := failureCode(code)
 		s.train = nil
-		s.cores[s.leader].trained(o.Gen, failure.Wrapf(c, "%s", msg))
+		s.cores[s.leader].Trained(o.Gen, failure.Wrapf(c, "%s", msg))
 		s.drain(s.leader)
 		return nil
 	}
@@ -548,13 +548,13 @@ func (s *leaderSim) runTrain(args map[string]string) error {
 		if like == r {
 			like = group[1]
 		}
-		s.cores[s.leader].trained(o.Gen, fmt.Errorf("train: step %d: %w", applied, &DivergedError{Step: applied, Rank: r, Like: like}))
+		s.cores[s.leader].Trained(o.Gen, fmt.Errorf("train: step %d: %w", applied, &DivergedError{Step: applied, Rank: r, Like: like}))
 		s.drain(s.leader)
 		return nil
 	}
 	if len(torn) == 0 && s.members[s.world.Members[l.Members[0]].Name].h.Applied >= s.cfg.Target {
 		s.train = nil
-		s.cores[s.leader].trained(o.Gen, nil)
+		s.cores[s.leader].Trained(o.Gen, nil)
 		s.drain(s.leader)
 	}
 	return nil
@@ -578,7 +578,7 @@ func (s *leaderSim) checkpoint() error {
 	if step == 0 {
 		return errors.New("nothing trained")
 	}
-	s.ckpt = ckptInfo{Step: step, Cursor: data.Cursor(step * s.cfg.Batch)}
+	s.ckpt = CheckpointInfo{Step: step, Cursor: data.Cursor(step * s.cfg.Batch)}
 	fmt.Fprintf(&s.out, "checkpoint at step %d\n", step)
 	return nil
 }
