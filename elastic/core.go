@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/troupe-ml/troupe/internal/simbug"
 )
 
 // CoreConfig configures a rendezvous core.
@@ -530,6 +532,10 @@ func (c *Core) maybeLead() {
 		round := max(c.maxRound, c.promised.Round) + 1
 		c.maxRound = round
 		c.att = &attempt{slot: slot, ballot: Ballot{round, c.self.ID}, phase: phasePrepare, promises: map[string]promise{}}
+		if simbug.NoPrepare {
+			c.att.phase, c.att.acks = phasePropose, map[string]bool{}
+			c.att.value = World{Gen: slot + 1, Members: members, Proposer: c.self.ID, Reason: reason}
+		}
 	}
 	c.sendPhase()
 }

@@ -1,0 +1,10 @@
+// Package simbug holds switches that bring back bugs fixed in the past, so
+// that the simulator's tests can show it catches them. Only tests set
+// them; every switch is off in troupe.
+package simbug
+
+// NoPrepare makes the rendezvous start every new ballot at its propose
+// phase, without the prepare round that learns what a quorum may have
+// accepted: the propose/ack/commit protocol that committed two worlds for
+// one generation.
+var NoPrepare bool
