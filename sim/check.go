@@ -1,0 +1,261 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/troupe-ml/troupe/data"
+
+	"github.com/troupe-ml/troupe/elastic"
+	"github.com/troupe-ml/troupe/train"
+)
+
+// Violation is the first broken invariant of a run.
+type Violation struct {
+	// At is the virtual time it was found.
+	At time.Duration `json:"at_s"`
+	// Invariant names it (one of the Inv constants); Detail says how.
+	Invariant string `json:"invariant"`
+	Detail    string `json:"detail"`
+}
+
+func (v *Violation) Error() string {
+	return fmt.Sprintf("%s at %.3fs: %s", v.Invariant, v.At.Seconds(), v.Detail)
+}
+
+// The invariants, checked after every event and at the end.
+const (
+	// InvOneWorld: at most one committed world per generation, and a node's
+	// generations only grow.
+	InvOneWorld = "one-world-per-generation"
+	// InvFormed: once a generation formed, every rank holds the same step
+	// and the same bits (no step applied by one replica and not its peers).
+	InvFormed = "replicas-agree-at-form"
+	// InvStep: the replicas are bit-identical at every completed step, and
+	// a completed step is never done again.
+	InvStep = "replicas-identical-per-step"
+	// InvSamples: every sample trained exactly once per epoch.
+	InvSamples = "each-sample-once-per-epoch"
+	// InvReference: the final weights equal the fault-free run's when every
+	// step ran in a world of the fault-free run's size; otherwise every
+	// step's loss is within LossTolerance of it.
+	InvReference = "matches-fault-free-run"
+	// InvEnds: the job ends, finishing or failing with a permanent error
+	// the faults explain, within Config.Bound of virtual time.
+	InvEnds = "job-ends"
+	// InvGoroutines: the run leaves no goroutine behind.
+	InvGoroutines = "no-goroutine-leaked"
+)
+
+// LossTolerance bounds the relative difference of a step's loss from the
+// fault-free run's when the world had another size: the batch is split
+// otherwise, so float32 sums run in another order. Measured: at most 6e-8
+// over 5,000 seeds of the default job.
+const LossTolerance = 1e-5
+
+type checker struct {
+	s       *sim
+	worlds  map[uint64]elastic.World
+	lastGen map[string]uint64
+	// proposed is the newest world proposed.
+	proposed elastic.World
+	// firstApply is the first rank to apply each step of each generation.
+	firstApply map[[2]uint64]rankStep
+	// history is the trained steps of the replica that finished the job.
+	history []applied
+	// lossDiff is the largest relative difference of a step's loss from
+	// the fault-free run's.
+	lossDiff  float64
+	violation *Violation
+}
+
+func (c *checker) fail(inv, format string, args ...any) {
+	if c.violation == nil {
+		c.violation = &Violation{At: c.s.clk.now, Invariant: inv, Detail: fmt.Sprintf(format, args...)}
+		c.s.tracef("VIOLATION %s", c.violation)
+	}
+}
+
+func (c *checker) committed(id string, w elastic.World) {
+	if w.Gen <= c.lastGen[id] {
+		c.fail(InvOneWorld, "%s committed %s after generation %d", id, w, c.lastGen[id])
+		return
+	}
+	c.lastGen[id] = w.Gen
+	if old, ok := c.worlds[w.Gen]; ok && !old.Equal(w) {
+		c.fail(InvOneWorld, "two worlds for generation %d: %s (by %s) and %s (by %s, seen at %s)", w.Gen, old, old.Proposer, w, w.Proposer, id)
+		return
+	}
+	c.worlds[w.Gen] = w
+}
+
+// latest is the newest committed world.
+func (c *checker) latest() elastic.World {
+	var w elastic.World
+	for g, x := range c.worlds {
+		if g > w.Gen {
+			w = x
+		}
+	}
+	return w
+}
+
+// ranksOf lists the workers formed in generation gen, by rank.
+func (c *checker) ranksOf(gen uint64) []*member {
+	var out []*member
+	for _, id := range c.s.order {
+		if n := c.s.nodes[id]; n.up && n.w.gen == gen && n.w.rank >= 0 {
+			out = append(out, &n.w)
+		}
+	}
+	slices.SortFunc(out, func(a, b *member) int { return a.rank - b.rank })
+	return out
+}
+
+// formed: the leader of generation gen heard every member formed.
+func (c *checker) formed(leader *node, gen uint64) {
+	ws := c.ranksOf(gen)
+	for _, w := range ws[1:] {
+		if w.hold.Applied != ws[0].hold.Applied || w.checksum() != ws[0].checksum() {
+			c.fail(InvFormed, "generation %d formed with %s at step %d (checksum %x) and %s at step %d (checksum %x)",
+				gen, ws[0].n.id, ws[0].hold.Applied, ws[0].checksum(), w.n.id, w.hold.Applied, w.checksum())
+			return
+		}
+	}
+}
+
+// applied: worker w applied step a of its generation. Every rank that
+// applies the same step of the same generation must hold the same bits.
+func (c *checker) applied(w *member, a applied) {
+	key := [2]uint64{w.gen, uint64(a.step)}
+	first, ok := c.firstApply[key]
+	if !ok {
+		c.firstApply[key] = rankStep{node: w.n.id, rank: w.rank, checksum: a.checksum}
+		return
+	}
+	if first.checksum != a.checksum {
+		c.fail(InvStep, "after step %d of generation %d rank %d (%s) holds checksum %x, rank %d (%s) %x",
+			a.step, w.gen, w.rank, w.n.id, a.checksum, first.rank, first.node, first.checksum)
+	}
+}
+
+// rankStep is one rank's application of a step.
+type rankStep struct {
+	node     string
+	rank     int
+	checksum uint64
+}
+
+// finished: node n ended with err (the job's end as it saw it).
+func (c *checker) finished(n *node, err error) {
+	s := c.s
+	if !s.ended {
+		s.ended, s.endAt, s.result = true, s.clk.now, err
+	}
+	if err == nil && c.history == nil && n.w.hold.Part >= 0 {
+		c.history = slices.Clone(n.w.history)
+	}
+	if err != nil && !expectedFailure(err) {
+		c.fail(InvEnds, "%s: the job failed: %v", n.id, err)
+	}
+}
+
+// quorumAlive reports whether a strict majority of w's members is alive.
+func (c *checker) quorumAlive(w elastic.World) bool {
+	k := 0
+	for _, m := range w.Members {
+		if n := c.s.nodes[m.ID]; n != nil && n.up && !n.left {
+			k++
+		}
+	}
+	return 2*k > w.Size()
+}
+
+// expectedFailure: the permanent failures faults can cause without a
+// defect: every replica lost (this job keeps no checkpoint).
+func expectedFailure(err error) bool { return errors.Is(err, train.ErrStageLost) }
+
+// final checks the end of a run against the fault-free reference.
+func (c *checker) final(ref *reference) {
+	s := c.s
+	if c.violation != nil {
+		return
+	}
+	if !s.ended {
+		if w := c.latest(); w.Gen > 0 && !c.quorumAlive(w) {
+			// The faults killed a majority of a committed world before it
+			// was seen (it was proposed with members already dead): the
+			// rendezvous waits for them, as its strict-majority rule must.
+			s.stalled = w
+			return
+		}
+		c.fail(InvEnds, "the job did not end within %s of virtual time (%d steps run)", s.cfg.Bound, s.stepsRun)
+		return
+	}
+	if s.result != nil {
+		return // an expected permanent failure: nothing trained to compare
+	}
+	// The trained steps, epoch by epoch: each step continues where the one
+	// before ended, and its ranks' shards train every sample of an epoch
+	// once.
+	h := c.history
+	if len(h) != s.cfg.Steps {
+		c.fail(InvSamples, "the job finished with %d steps trained, want %d", len(h), s.cfg.Steps)
+		return
+	}
+	n := s.cfg.Samples
+	seen := make([]int, n)
+	epoch := 0
+	for step, a := range h {
+		if a.step != step || a.cursor != uint64(step*s.cfg.Batch) {
+			c.fail(InvSamples, "step %d of the finished replica is step %d at cursor %d, want cursor %d", step, a.step, a.cursor, step*s.cfg.Batch)
+			return
+		}
+		if e := step * s.cfg.Batch / n; e != epoch {
+			clear(seen)
+			epoch = e
+		}
+		count := 0
+		for r := range a.ranks {
+			for _, i := range s.sampler.Shard(data.Cursor(a.cursor), s.cfg.Batch, a.ranks, r, nil) {
+				count++
+				if seen[i]++; seen[i] > 1 {
+					c.fail(InvSamples, "sample %d trained twice in epoch %d (step %d)", i, epoch, step)
+					return
+				}
+			}
+		}
+		if count != s.cfg.Batch {
+			c.fail(InvSamples, "step %d trained %d samples, want %d", step, count, s.cfg.Batch)
+			return
+		}
+	}
+	if ref == nil {
+		return
+	}
+	same := true
+	for step, a := range h {
+		same = same && a.ranks == ref.history[step].ranks
+	}
+	for step, got := range h {
+		want := ref.history[step]
+		if same && got.checksum != want.checksum {
+			c.fail(InvReference, "step %d in worlds of the fault-free run's sizes: checksum %x, fault-free %x", step, got.checksum, want.checksum)
+			return
+		}
+		d := math.Abs(float64(got.loss-want.loss)) / max(1, math.Abs(float64(want.loss)))
+		c.lossDiff = max(c.lossDiff, d)
+		if d > LossTolerance {
+			c.fail(InvReference, "step %d loss %g, fault-free %g (ranks %d, fault-free %d)", step, got.loss, want.loss, got.ranks, want.ranks)
+			return
+		}
+	}
+}
+
+// reference is the fault-free run of a configuration.
+type reference struct {
+	history []applied
+}

@@ -1,0 +1,170 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/troupe-ml/troupe/elastic"
+)
+
+// Fault kinds a schedule draws (besides the messages' drop, duplication
+// and delay, drawn per message in send).
+const (
+	faultCrash     = iota // kill -9, the node restarts as a new incarnation 1–4 s later
+	faultHang             // SIGSTOP for 0.3–3 s, then SIGCONT
+	faultPartition        // cut a minority of the nodes off for 1–5 s
+	faultJoin             // a new node joins
+	faultLeave            // a node leaves gracefully
+	nFaultKinds
+)
+
+// scheduleFault draws the time of the next node or network fault: a
+// Poisson process of Config.Faults per virtual second.
+func (s *sim) scheduleFault() {
+	if s.cfg.Faults <= 0 {
+		return
+	}
+	d := time.Duration(-math.Log(1-s.rng.Float64()) / s.cfg.Faults * float64(time.Second))
+	s.clk.after(d, func() {
+		if s.ended {
+			return
+		}
+		s.inject(s.rng.IntN(nFaultKinds))
+		s.scheduleFault()
+	})
+}
+
+// healthy lists the live nodes that are neither hung nor cut off.
+func (s *sim) healthy() []*node {
+	var out []*node
+	for _, n := range s.live() {
+		if !n.hung && !n.left && s.side[n.name] == 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// spare reports whether k more healthy nodes can be taken away and a
+// strict majority of the newest world still stays healthy: faults beyond
+// that leave the job without a quorum, waiting (by design) for nodes that
+// never come back, which tells nothing.
+func (s *sim) spare(k int) bool {
+	if s.check.latest().Gen == 0 {
+		// Before the first world, a node lost while the world forms may
+		// be in it: wait for it.
+		return k == 0
+	}
+	// The newest world committed, and the newest proposed (it may commit).
+	for _, w := range []elastic.World{s.check.latest(), s.check.proposed} {
+		h := 0
+		for _, n := range s.healthy() {
+			if w.Contains(n.id) {
+				h++
+			}
+		}
+		if w.Gen > 0 && 2*(h-k) <= w.Size() {
+			return false
+		}
+	}
+	return true
+}
+
+// inject applies one fault of kind k, when the job can take it.
+func (s *sim) inject(k int) {
+	healthy := s.healthy()
+	pick := func() *node { return healthy[s.rng.IntN(len(healthy))] }
+	switch k {
+	case faultCrash:
+		if len(healthy) == 0 || !s.spare(1) {
+			return
+		}
+		n := pick()
+		s.faults++
+		s.tracef("FAULT crash %s", n.id)
+		n.up = false
+		s.clk.after(time.Second+time.Duration(s.rng.IntN(3000))*time.Millisecond, func() { s.restart(n.name, n.inc+1) })
+	case faultHang:
+		if len(healthy) == 0 || !s.spare(1) {
+			return
+		}
+		n := pick()
+		s.faults++
+		s.tracef("FAULT hang %s", n.id)
+		n.hung = true
+		s.clk.after(300*time.Millisecond+time.Duration(s.rng.IntN(2700))*time.Millisecond, func() { s.resume(n) })
+	case faultPartition:
+		// Partitions wait for the first world: before it, each side would
+		// form its own (the rendezvous' documented limit).
+		if s.check.latest().Gen == 0 || slices.ContainsFunc(s.order, func(id string) bool { return s.side[s.nodes[id].name] != 0 }) {
+			return
+		}
+		k := 1 + s.rng.IntN(max(1, (len(healthy)-1)/2))
+		if len(healthy) < 2 || !s.spare(k) {
+			return
+		}
+		var cut []string
+		for _, i := range s.rng.Perm(len(healthy))[:k] {
+			s.side[healthy[i].name] = 1
+			cut = append(cut, healthy[i].name)
+		}
+		slices.Sort(cut)
+		s.faults++
+		s.tracef("FAULT partition %v | rest", cut)
+		s.clk.after(time.Second+time.Duration(s.rng.IntN(4000))*time.Millisecond, func() {
+			s.tracef("heal")
+			clear(s.side)
+		})
+	case faultJoin:
+		if len(s.live()) >= s.cfg.Nodes+2 {
+			return
+		}
+		s.nextName++
+		name := fmt.Sprintf("n%d", s.nextName)
+		s.faults++
+		s.tracef("FAULT join %s", name)
+		s.restart(name, 1)
+	case faultLeave:
+		if len(healthy) == 0 || !s.spare(1) {
+			return
+		}
+		n := pick()
+		s.faults++
+		s.tracef("FAULT leave %s", n.id)
+		n.core.Leave()
+		n.flush()
+		n.left = true
+		s.clk.after(100*time.Millisecond, func() { n.up = false })
+	}
+}
+
+// restart starts an incarnation of name, again a second later while it
+// reaches no live node.
+func (s *sim) restart(name string, inc int) {
+	if s.ended {
+		return
+	}
+	if !s.startNode(name, inc) {
+		s.clk.after(time.Second, func() { s.restart(name, inc) })
+	}
+}
+
+// resume ends a node's hang: what arrived meanwhile runs now, in order.
+func (s *sim) resume(n *node) {
+	n.hung = false
+	if !n.up {
+		return
+	}
+	s.tracef("%s resumes", n.id)
+	held := n.held
+	n.held = nil
+	for _, fn := range held {
+		if n.hung || !n.up {
+			n.held = append(n.held, fn)
+			continue
+		}
+		fn()
+	}
+}

@@ -1,0 +1,184 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/troupe-ml/troupe/failure"
+	"github.com/troupe-ml/troupe/train"
+	"github.com/troupe-ml/troupe/worker/workerpb"
+)
+
+// leaderShell does what a node's leader core asks, as the agent does:
+// calls to the members with a timeout, the generation's step loop, and
+// requests to the membership.
+type leaderShell struct {
+	n     *node
+	calls uint64
+	call  *pendingCall
+	loop  *stepLoop
+}
+
+type pendingCall struct {
+	id       uint64
+	gen      uint64
+	phase    train.LeaderPhase
+	replies  []any
+	got      int
+	deadline int64
+	form     bool
+}
+
+// stepLoop is the generation's step loop on its leader (the Trainer's).
+type stepLoop struct {
+	gen      uint64
+	order    train.TrainOrder
+	step     int
+	cursor   uint64
+	ranks    []string // node ID of each rank
+	done     []bool
+	got      int
+	deadline int64
+}
+
+// apply does what the leader core asked, in order.
+func (l *leaderShell) apply() {
+	n := l.n
+	for _, o := range n.lead.Ready() {
+		switch {
+		case o.Call != nil:
+			l.startCall(o.Call)
+		case o.Train != nil:
+			l.startLoop(o.Train)
+		case o.Stop != 0:
+			if l.loop != nil && l.loop.gen == o.Stop {
+				l.loop = nil
+			}
+		case o.Request != "":
+			n.s.tracef("%s asks for a new generation: %s", n.id, o.Request)
+			n.core.Request(o.Request)
+			n.flush()
+		case o.Wait != "":
+			n.s.tracef("%s waits: %s", n.id, o.Wait)
+		case o.Done:
+			n.finish(o.Err)
+		}
+	}
+}
+
+func (l *leaderShell) stop() { l.call, l.loop = nil, nil }
+
+func (l *leaderShell) startCall(c *train.LeaderCall) {
+	n := l.n
+	l.calls++
+	p := &pendingCall{id: l.calls, gen: c.Gen, phase: c.Phase, replies: make([]any, len(c.Msgs)),
+		deadline: int64(n.s.clk.now + callTimeout)}
+	l.call = p
+	for i, m := range c.Msgs {
+		_, p.form = m.(*workerpb.Form)
+		n.s.send(n.id, n.world.Members[i].ID, callMsg{gen: c.Gen, call: p.id, i: i, msg: m})
+	}
+}
+
+func (l *leaderShell) reply(r replyMsg) {
+	p := l.call
+	if p == nil || r.call != p.id || p.replies[r.i] != nil {
+		return // a duplicate, or a call the leader moved on from
+	}
+	if r.err != nil {
+		l.endCall(nil, r.err)
+		return
+	}
+	p.replies[r.i] = r.body
+	p.got++
+	if p.got == len(p.replies) {
+		if p.form {
+			l.n.s.check.formed(l.n, p.gen)
+		}
+		l.endCall(p.replies, nil)
+	}
+}
+
+func (l *leaderShell) endCall(replies []any, err error) {
+	p := l.call
+	l.call = nil
+	l.n.lead.Replies(p.gen, p.phase, replies, err)
+}
+
+// lost: member i of the world failed; the call and step in flight stop
+// waiting for it.
+func (l *leaderShell) lost(i int, id string) {
+	if p := l.call; p != nil && p.replies[i] == nil {
+		l.endCall(nil, failure.Wrapf(failure.PeerLost, "member %s failed", id))
+	}
+	if lp := l.loop; lp != nil {
+		for r, rid := range lp.ranks {
+			if rid == id && !lp.done[r] {
+				l.endLoop(failure.Wrapf(failure.PeerLost, "member %s (rank %d) failed", id, r))
+				return
+			}
+		}
+	}
+}
+
+func (l *leaderShell) tick() {
+	now := int64(l.n.s.clk.now)
+	if p := l.call; p != nil && now >= p.deadline {
+		l.endCall(nil, failure.Wrapf(failure.Timeout, "generation %d, %v: %d of %d members answered within %s", p.gen, p.phase, p.got, len(p.replies), callTimeout))
+	}
+	if lp := l.loop; lp != nil && now >= lp.deadline {
+		l.endLoop(failure.Wrapf(failure.Timeout, "step %d: %d of %d ranks done within %s", lp.step, lp.got, len(lp.ranks), stepTimeout))
+	}
+}
+
+func (l *leaderShell) startLoop(o *train.TrainOrder) {
+	n := l.n
+	lay := o.Layout
+	lp := &stepLoop{gen: o.Gen, order: *o, step: lay.Step, cursor: uint64(lay.Cursor), ranks: make([]string, lay.Mesh.Size())}
+	for r, i := range lay.Members {
+		lp.ranks[r] = n.world.Members[i].ID
+	}
+	l.loop = lp
+	n.s.tracef("%s trains generation %d from step %d on %d ranks", n.id, o.Gen, lay.Step, len(lp.ranks))
+	l.nextStep()
+}
+
+// nextStep sends the loop's next step to every rank, or ends the loop at
+// the target.
+func (l *leaderShell) nextStep() {
+	lp, n := l.loop, l.n
+	if lp.step >= n.s.cfg.Steps {
+		l.endLoop(nil)
+		return
+	}
+	lp.done, lp.got = make([]bool, len(lp.ranks)), 0
+	lp.deadline = int64(n.s.clk.now + stepTimeout)
+	for _, id := range lp.ranks {
+		n.s.send(n.id, id, runStep{gen: lp.gen, step: lp.step, cursor: lp.cursor, batch: lp.order.Batch})
+	}
+}
+
+func (l *leaderShell) stepDone(d stepDone) {
+	lp := l.loop
+	if lp == nil || d.gen != lp.gen || d.step != lp.step || d.rank < 0 || d.rank >= len(lp.done) || lp.done[d.rank] {
+		return
+	}
+	if d.err != nil {
+		l.endLoop(fmt.Errorf("step %d, rank %d: %w", d.step, d.rank, d.err))
+		return
+	}
+	lp.done[d.rank] = true
+	lp.got++
+	if lp.got < len(lp.ranks) {
+		return
+	}
+	l.n.s.stepsRun++
+	lp.step++
+	lp.cursor += uint64(lp.order.Batch)
+	l.nextStep()
+}
+
+func (l *leaderShell) endLoop(err error) {
+	lp := l.loop
+	l.loop = nil
+	l.n.lead.Trained(lp.gen, err)
+}

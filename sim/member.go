@@ -1,0 +1,309 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/failure"
+	"github.com/troupe-ml/troupe/mesh"
+	"github.com/troupe-ml/troupe/worker"
+	"github.com/troupe-ml/troupe/worker/workerpb"
+)
+
+// member is a node's worker: it holds a replica of the model (data
+// parallel, one part), answers the leader's calls, runs steps and reduces
+// their gradients with the collective core over the generation's ranks.
+type member struct {
+	n    *node
+	hold worker.Holding
+	// params and moment are the replica's training state; undo* the state
+	// from before the last step (worker.Spec.KeepUndo).
+	params, moment         []float32
+	undoParams, undoMoment []float32
+	built                  bool
+	// history lists the steps the state includes; a
+	// roll back drops the last one, a transfer copies the root's.
+	history []applied
+
+	// The generation the worker is formed in.
+	gen   uint64
+	rank  int
+	ranks []string // node ID of each rank
+	coll  *collective.Core
+	// waitState: a non-root rank waits for its root's state before it
+	// answers the form call (call, i: the call to answer).
+	waitState *callMsg
+	waitFrom  string
+	waitHold  worker.Holding
+	// early is a root's state that arrived before this worker's form
+	// (the collective core holds early messages alike).
+	early *stateMsg
+	// lastCall is the last call answered (leader, call number).
+	lastCall [2]any
+	// run is the step in flight.
+	run *running
+}
+
+// applied is a step a replica's state includes.
+type applied struct {
+	step   int
+	cursor uint64
+	// ranks is the generation's size (the batch's split), loss the step's
+	// loss, checksum the state after the update.
+	ranks    int
+	loss     float32
+	checksum uint64
+}
+
+type running struct {
+	step    runStep
+	leader  string
+	buf     []float32 // gradient, then the step's loss, reduced together
+	samples []int
+	op      collective.OpID
+	started bool
+}
+
+func newMember(n *node) member { return member{n: n, hold: worker.NoHolding, rank: -1} }
+
+func (w *member) rankOf(id string) int { return slices.Index(w.ranks, id) }
+
+// call answers the leader's call.
+func (w *member) call(from string, c callMsg) {
+	s := w.n.s
+	reply := func(body any, err error) {
+		s.send(w.n.id, from, replyMsg{call: c.call, i: c.i, body: body, err: err})
+	}
+	if w.lastCall == [2]any{from, c.call} {
+		return // a duplicate: the first answer stands (a lost one times out)
+	}
+	w.lastCall = [2]any{from, c.call}
+	switch m := c.msg.(type) {
+	case *workerpb.StatusRequest:
+		st := &workerpb.Status{Peer: m.Peer, Name: w.n.name, HeldPart: int32(w.hold.Part), Applied: uint64(w.hold.Applied),
+			Cursor: uint64(w.hold.Cursor), CanRollBack: w.hold.Undo, World0: uint32(w.hold.World0), Rank: int32(w.rank)}
+		if m.Checksum {
+			st.Checksum = w.checksum()
+		}
+		reply(st, nil)
+	case *workerpb.Form:
+		body, err, wait := w.form(m, from, c)
+		if !wait {
+			reply(body, err)
+		}
+	case *workerpb.Finish:
+		reply(finishAck{}, nil)
+		w.n.finish(m.Failure.Err())
+	default:
+		reply(nil, failure.Wrapf(failure.Internal, "unknown call %T", c.msg))
+	}
+}
+
+func (w *member) checksum() uint64 {
+	if w.hold.Part < 0 {
+		return 0
+	}
+	return worker.Checksum(w.params)
+}
+
+// form places the worker in a generation: worker.Worker.Form's plan,
+// carried out on the replica. wait: the answer comes once the root's state
+// arrived.
+func (w *member) form(m *workerpb.Form, leader string, c callMsg) (any, error, bool) {
+	w.leave()
+	f := worker.Form{Generation: m.Generation, Mesh: mesh.Mesh{DP: int(m.Dp), PP: max(1, int(m.Pp)), TP: max(1, int(m.Tp))}, Rank: int(m.Rank),
+		Step: int(m.Step), Cursor: data.Cursor(m.Cursor), RollBack: m.RollBack, World0: int(m.World0),
+		Source: worker.Source{Kind: worker.SourceKind(m.Source), Step: int(m.CheckpointStep)}}
+	for _, r := range m.Roots {
+		f.Source.Roots = append(f.Source.Roots, int(r))
+	}
+	built := -1
+	if w.built {
+		built = 0
+	}
+	plan, err := w.hold.Plan(f, built)
+	if err != nil {
+		return nil, err, false
+	}
+	if plan.RollBack {
+		copy(w.params, w.undoParams)
+		copy(w.moment, w.undoMoment)
+		w.history = w.history[:len(w.history)-1]
+	}
+	if plan.Drop {
+		w.history = nil
+	}
+	if f.Standby() {
+		w.hold = plan.Next
+		return &workerpb.Formed{Peer: m.Peer}, nil, false
+	}
+	if plan.Build >= 0 {
+		w.params, w.moment, w.built, w.history = initParams(), make([]float32, nParams), true, nil
+	}
+	if plan.Restore > 0 {
+		return nil, failure.Wrapf(failure.StateLost, "restore from checkpoint step %d: this job keeps no checkpoints", plan.Restore), false
+	}
+	w.gen, w.rank, w.ranks = m.Generation, int(m.Rank), slices.Clone(m.Addrs)
+	w.hold = plan.Next
+	if f.Mesh.DP > 1 {
+		cfg := collective.DefaultConfig()
+		cfg.Timeout = collTimeout
+		core, err := collective.NewCore(cfg, uint32(m.Generation), w.rank, f.Mesh.DP, nil)
+		if err != nil {
+			return nil, err, false
+		}
+		w.coll = core
+	}
+	if plan.Root >= 0 && plan.Root != w.rank {
+		w.hold.Part = -1 // until the root's state arrives
+		w.waitState, w.waitFrom, w.waitHold = &c, leader, plan.Next
+		if e := w.early; e != nil && e.gen == w.gen {
+			w.state(*e)
+		}
+		return nil, nil, true
+	}
+	if plan.Root == w.rank {
+		for r, id := range w.ranks {
+			if r != w.rank {
+				w.n.s.send(w.n.id, id, stateMsg{gen: w.gen, params: slices.Clone(w.params), moment: slices.Clone(w.moment), history: slices.Clone(w.history)})
+			}
+		}
+	}
+	return &workerpb.Formed{Peer: m.Peer, Checksum: w.checksum()}, nil, false
+}
+
+// state takes the root's state (broadcastState).
+func (w *member) state(m stateMsg) {
+	c := w.waitState
+	if c == nil || m.gen != w.gen {
+		if m.gen > w.gen {
+			w.early = &m
+		}
+		return
+	}
+	w.waitState, w.early = nil, nil
+	w.hold = w.waitHold
+	w.params, w.moment, w.built = slices.Clone(m.params), slices.Clone(m.moment), true
+	w.history = slices.Clone(m.history)
+	w.n.s.send(w.n.id, w.waitFrom, replyMsg{call: c.call, i: c.i, body: &workerpb.Formed{Checksum: w.checksum()}})
+}
+
+// leave drops the worker's place in its generation.
+func (w *member) leave() {
+	w.abort("the worker is formed again")
+	w.gen, w.rank, w.ranks, w.coll, w.waitState = 0, -1, nil, nil, nil
+}
+
+// runStep computes the rank's gradient, then reduces it with the others'.
+func (w *member) runStep(leader string, m runStep) {
+	s := w.n.s
+	if w.run != nil {
+		return // a duplicate
+	}
+	if m.gen != w.gen || w.rank < 0 || w.hold.Part < 0 || w.hold.Applied != m.step {
+		s.send(w.n.id, leader, stepDone{gen: m.gen, step: m.step, rank: w.rank,
+			err: failure.Wrapf(failure.Stale, "%s holds step %d of generation %d, asked for step %d of generation %d", w.n.id, w.hold.Applied, w.gen, m.step, m.gen)})
+		return
+	}
+	r := &running{step: m, leader: leader, buf: make([]float32, nParams+1)}
+	r.samples = s.sampler.Shard(data.Cursor(m.cursor), m.batch, len(w.ranks), w.rank, nil)
+	r.buf[nParams] = s.data.gradient(w.params, r.samples, 1/float32(m.batch), r.buf[:nParams])
+	w.run = r
+	// The forward and backward take stepTime; then the all-reduce starts.
+	s.clk.after(stepTime, func() {
+		s.atNode(w.n, func() {
+			if w.run != r {
+				return
+			}
+			if w.coll == nil {
+				w.finishStep(nil)
+				return
+			}
+			id, err := w.coll.Start(s.clk.time(), collective.Spec{Kind: collective.KindAllReduce, Buf: r.buf, Reduce: collective.Sum})
+			r.op, r.started = id, true
+			if err != nil {
+				w.finishStep(err)
+				return
+			}
+			w.flushColl()
+		})
+	})
+}
+
+// finishStep applies the step's update once its all-reduce completed on
+// this rank, or reports why it failed.
+func (w *member) finishStep(err error) {
+	r := w.run
+	w.run = nil
+	s := w.n.s
+	if err == nil {
+		w.undoParams, w.undoMoment = slices.Clone(w.params), slices.Clone(w.moment)
+		sgd(w.params, w.moment, r.buf[:nParams])
+		w.hold.Undo, w.hold.UndoCursor = true, w.hold.Cursor
+		w.hold.Applied++
+		w.hold.Cursor = data.Cursor(r.step.cursor + uint64(r.step.batch))
+		a := applied{step: r.step.step, cursor: r.step.cursor, ranks: max(1, len(w.ranks)), loss: r.buf[nParams], checksum: w.checksum()}
+		w.history = append(w.history, a)
+		s.check.applied(w, a)
+	}
+	s.send(w.n.id, r.leader, stepDone{gen: r.step.gen, step: r.step.step, rank: w.rank, err: err})
+}
+
+// abort abandons the step in flight (a new world is proposed or
+// committed): its all-reduce fails on every rank.
+func (w *member) abort(why string) {
+	r := w.run
+	if r == nil {
+		return
+	}
+	if !r.started || w.coll == nil {
+		w.run = nil
+		w.n.s.send(w.n.id, r.leader, stepDone{gen: r.step.gen, step: r.step.step, rank: w.rank, err: failure.Wrapf(failure.Aborted, "%s", why)})
+		return
+	}
+	w.coll.Cancel(w.n.s.clk.time(), r.op, failure.Wrapf(failure.Aborted, "%s", why))
+	w.flushColl()
+}
+
+func (w *member) peerLost(rank int, id string) {
+	if w.coll != nil && rank != w.rank {
+		w.coll.PeerLost(w.n.s.clk.time(), rank, failure.Wrapf(failure.PeerLost, "member %s failed", id))
+		w.flushColl()
+	}
+}
+
+func (w *member) collective(m collMsg) {
+	if w.coll == nil || m.gen != w.gen {
+		return
+	}
+	w.coll.Step(w.n.s.clk.time(), m.m)
+	w.flushColl()
+}
+
+func (w *member) tick() {
+	if w.coll != nil {
+		w.coll.Tick(w.n.s.clk.time())
+		w.flushColl()
+	}
+}
+
+// flushColl sends the collective core's messages (their payloads copied:
+// they alias the operation's buffer) and takes its completions.
+func (w *member) flushColl() {
+	rd := w.coll.Ready()
+	for _, m := range rd.Messages {
+		m.Payload = slices.Clone(m.Payload)
+		w.n.s.send(w.n.id, w.ranks[m.To], collMsg{gen: w.gen, m: m})
+	}
+	for _, c := range rd.Completions {
+		if r := w.run; r != nil && r.started && c.ID == r.op {
+			w.finishStep(c.Err)
+		}
+	}
+}
+
+func (w *member) String() string {
+	return fmt.Sprintf("%s rank %d gen %d step %d", w.n.id, w.rank, w.gen, w.hold.Applied)
+}

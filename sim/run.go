@@ -1,0 +1,203 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"time"
+
+	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/elastic"
+	"github.com/troupe-ml/troupe/train"
+)
+
+// Config is a simulated job and its faults.
+type Config struct {
+	// Nodes is how many nodes start the job (default 3); joins bring up to
+	// two more.
+	Nodes int
+	// Steps is the job's length, Batch its global batch, Samples the
+	// dataset's size (defaults 30, 12, 60: six epochs).
+	Steps, Batch, Samples int
+	// Faults is the rate of node and network faults per virtual second
+	// (crash, hang, partition, join, leave); each message is also dropped,
+	// duplicated or delayed past later ones with probability Faults/20
+	// each. 0: a fault-free run.
+	Faults float64
+	// MinNodes is the rendezvous' smallest world (default 1).
+	MinNodes int
+	// Bound is the virtual time within which the job must end (default 10 min).
+	Bound time.Duration
+}
+
+// DefaultConfig is the job troupe sim runs.
+func DefaultConfig() Config {
+	return Config{Nodes: 3, Steps: 30, Batch: 12, Samples: 60, Faults: 0.5, MinNodes: 1, Bound: 10 * time.Minute}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.Nodes < 1 || c.Nodes > 16:
+		return fmt.Errorf("sim: nodes %d: want 1 to 16", c.Nodes)
+	case c.Steps < 1:
+		return fmt.Errorf("sim: steps %d: want at least 1", c.Steps)
+	case c.Batch < 1 || c.Samples < c.Batch:
+		return fmt.Errorf("sim: batch %d of %d samples: want 1 ≤ batch ≤ samples", c.Batch, c.Samples)
+	case c.Faults < 0 || c.Faults > 10:
+		return fmt.Errorf("sim: fault rate %g: want 0 to 10 per virtual second", c.Faults)
+	case c.MinNodes < 1 || c.MinNodes > c.Nodes:
+		return fmt.Errorf("sim: min nodes %d: want 1 to nodes (%d)", c.MinNodes, c.Nodes)
+	case c.Bound <= 0:
+		return fmt.Errorf("sim: bound %s: want a positive virtual time", c.Bound)
+	}
+	return nil
+}
+
+// Result is one seed's run.
+type Result struct {
+	Seed uint64 `json:"seed"`
+	// Faults counts the faults injected (node, network and message ones).
+	Faults int `json:"faults"`
+	// Violation is the first broken invariant (nil: none).
+	Violation *Violation `json:"violation,omitempty"`
+	// Outcome is "finished", the permanent failure the job ended with, or
+	// why it stalled.
+	Outcome string `json:"outcome"`
+	// Generations committed; Steps run on the leaders (a step run again
+	// after a failure counts again).
+	Generations int `json:"generations"`
+	Steps       int `json:"steps"`
+	// Virtual is the virtual time the run took, Events how many events ran.
+	Virtual time.Duration `json:"virtual_ns"`
+	// LossDiff is the largest relative difference of a step's loss from
+	// the fault-free run's (0 when not compared).
+	LossDiff float64 `json:"loss_rel_diff"`
+	Events   int     `json:"events"`
+}
+
+type sim struct {
+	cfg      Config
+	rng      *rand.Rand
+	clk      clock
+	nodes    map[string]*node
+	order    []string
+	side     map[string]int // partition side by node name (0: the majority)
+	data     *dataset
+	sampler  *data.Sampler
+	check    checker
+	trace    io.Writer
+	faults   int
+	msgFault float64
+	nextName int
+	stepsRun int
+
+	ended  bool
+	endAt  time.Duration
+	result error
+	// stalled is the world whose quorum the faults killed (the job waits
+	// for it by design); Gen 0: none.
+	stalled elastic.World
+}
+
+func (s *sim) tracef(format string, args ...any) {
+	if s.trace != nil {
+		fmt.Fprintf(s.trace, "%10.6f "+format+"\n", append([]any{s.clk.now.Seconds()}, args...)...)
+	}
+}
+
+func (s *sim) leaderConfig() train.LeaderConfig {
+	return train.LeaderConfig{Stages: 1, Shards: 1, MicroBatches: 1, Batch: s.cfg.Batch, Target: s.cfg.Steps,
+		LostStageTimeout: 20 * time.Second, RetryDelay: time.Second}
+}
+
+func (s *sim) latestCheckpoint() train.CheckpointInfo {
+	return train.CheckpointInfo{Err: fmt.Errorf("%w: the simulated job keeps none", checkpoint.ErrNoCheckpoint)}
+}
+
+// Run runs seed's schedule on cfg, writing its event trace to trace (nil:
+// none). ref is the fault-free run to compare with (nil: not compared; see
+// Reference).
+func Run(cfg Config, seed uint64, trace io.Writer, ref *Reference) (Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	goroutines := runtime.NumGoroutine()
+	s := newSim(cfg, seed, trace)
+	s.run()
+	var r *reference
+	if ref != nil {
+		r = &ref.r
+	}
+	s.check.final(r)
+	if n := runtime.NumGoroutine(); n > goroutines {
+		s.check.fail(InvGoroutines, "%d goroutines before the run, %d after", goroutines, n)
+	}
+	res := Result{Seed: seed, Faults: s.faults, Violation: s.check.violation, Outcome: "finished",
+		Generations: len(s.check.worlds), Steps: s.stepsRun, Virtual: s.clk.now, Events: s.clk.runs, LossDiff: s.check.lossDiff}
+	switch {
+	case s.stalled.Gen > 0:
+		res.Outcome = fmt.Sprintf("stalled: a majority of generation %d died before the world was seen (the rendezvous waits for it)", s.stalled.Gen)
+	case !s.ended:
+		res.Outcome = "did not end"
+	case s.result != nil:
+		res.Outcome = s.result.Error()
+	}
+	return res, nil
+}
+
+func newSim(cfg Config, seed uint64, trace io.Writer) *sim {
+	s := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(seed, 0x51d)), nodes: map[string]*node{}, side: map[string]int{},
+		data: newDataset(cfg.Samples), trace: trace, msgFault: cfg.Faults / 20}
+	s.check = checker{s: s, worlds: map[uint64]elastic.World{}, lastGen: map[string]uint64{}, firstApply: map[[2]uint64]rankStep{}}
+	smp, err := data.NewSampler(cfg.Samples, 1, true)
+	if err != nil {
+		panic(err) // Validate checked the size
+	}
+	s.sampler = smp
+	return s
+}
+
+// run starts the job's nodes and runs events until the job ended (and
+// its members had a moment to finish), an invariant broke, or the bound.
+func (s *sim) run() {
+	s.tracef("job: %d nodes, %d steps of %d samples from %d, faults %g/s", s.cfg.Nodes, s.cfg.Steps, s.cfg.Batch, s.cfg.Samples, s.cfg.Faults)
+	for range s.cfg.Nodes {
+		s.nextName++
+		s.startNode(fmt.Sprintf("n%d", s.nextName), 1)
+	}
+	s.scheduleFault()
+	for s.check.violation == nil {
+		until := s.cfg.Bound
+		if s.ended {
+			until = min(until, s.endAt+5*time.Second)
+		}
+		if !s.clk.next(until) {
+			break
+		}
+	}
+}
+
+// Reference is the fault-free run of a configuration, which the faulty
+// runs are compared with.
+type Reference struct{ r reference }
+
+// NewReference runs cfg without faults.
+func NewReference(cfg Config) (*Reference, error) {
+	cfg.Faults = 0
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := newSim(cfg, 0, nil)
+	s.run()
+	s.check.final(nil)
+	if v := s.check.violation; v != nil {
+		return nil, fmt.Errorf("sim: the fault-free run broke an invariant: %w", v)
+	}
+	if s.result != nil || len(s.check.history) != cfg.Steps {
+		return nil, fmt.Errorf("sim: the fault-free run did not finish (%v, %d steps)", s.result, len(s.check.history))
+	}
+	return &Reference{r: reference{history: s.check.history}}, nil
+}
