@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	iofs "io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -383,8 +384,10 @@ func (m *MemFS) crash(r *rand.Rand) *MemFS {
 			c = newDirNode()
 			c.mtime = n.mtime
 			seen[n] = c
-			for k, v := range src {
-				c.entries[k] = rec(v)
+			// In name order: the random tears are drawn file by file, so a
+			// seeded r gives one disk.
+			for _, k := range slices.Sorted(maps.Keys(src)) {
+				c.entries[k] = rec(src[k])
 				c.durable[k] = c.entries[k]
 			}
 		}
