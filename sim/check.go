@@ -46,6 +46,10 @@ const (
 	// InvEnds: the job ends, finishing or failing with a permanent error
 	// the faults explain, within Config.Bound of virtual time.
 	InvEnds = "job-ends"
+	// InvCheckpoint: the latest checkpoint always opens, whole, as one a
+	// save committed (after a torn write too), and a restore gives the
+	// state saved.
+	InvCheckpoint = "checkpoints-survive-torn-writes"
 	// InvGoroutines: the run leaves no goroutine behind.
 	InvGoroutines = "no-goroutine-leaked"
 )
@@ -60,6 +64,11 @@ type checker struct {
 	s       *sim
 	worlds  map[uint64]elastic.World
 	lastGen map[string]uint64
+	// ckpts are the committed checkpoints by step; torn the state of the
+	// save torn at tornStep, committed if the storage kept it.
+	ckpts    map[int]savedState
+	torn     savedState
+	tornStep int
 	// proposed is the newest world proposed.
 	proposed elastic.World
 	// firstApply is the first rank to apply each step of each generation.
@@ -175,7 +184,8 @@ func (c *checker) quorumAlive(w elastic.World) bool {
 }
 
 // expectedFailure: the permanent failures faults can cause without a
-// defect: every replica lost (this job keeps no checkpoint).
+// defect: every replica lost before the first checkpoint (or in a job that
+// keeps none).
 func expectedFailure(err error) bool { return errors.Is(err, train.ErrStageLost) }
 
 // final checks the end of a run against the fault-free reference.

@@ -17,6 +17,7 @@ const (
 	faultPartition        // cut a minority of the nodes off for 1–5 s
 	faultJoin             // a new node joins
 	faultLeave            // a node leaves gracefully
+	faultTorn             // the next checkpoint write tears (see member.save)
 	nFaultKinds
 )
 
@@ -84,8 +85,7 @@ func (s *sim) inject(k int) {
 		n := pick()
 		s.faults++
 		s.tracef("FAULT crash %s", n.id)
-		n.up = false
-		s.clk.after(time.Second+time.Duration(s.rng.IntN(3000))*time.Millisecond, func() { s.restart(n.name, n.inc+1) })
+		s.crash(n)
 	case faultHang:
 		if len(healthy) == 0 || !s.spare(1) {
 			return
@@ -126,6 +126,10 @@ func (s *sim) inject(k int) {
 		s.faults++
 		s.tracef("FAULT join %s", name)
 		s.restart(name, 1)
+	case faultTorn:
+		if s.cfg.CkptEvery > 0 {
+			s.tearNext = true
+		}
 	case faultLeave:
 		if len(healthy) == 0 || !s.spare(1) {
 			return
@@ -138,6 +142,12 @@ func (s *sim) inject(k int) {
 		n.left = true
 		s.clk.after(100*time.Millisecond, func() { n.up = false })
 	}
+}
+
+// crash kills n (kill -9); it restarts as a new incarnation 1–4 s later.
+func (s *sim) crash(n *node) {
+	n.up = false
+	s.clk.after(time.Second+time.Duration(s.rng.IntN(3000))*time.Millisecond, func() { s.restart(n.name, n.inc+1) })
 }
 
 // restart starts an incarnation of name, again a second later while it

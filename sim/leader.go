@@ -38,6 +38,7 @@ type stepLoop struct {
 	done     []bool
 	got      int
 	deadline int64
+	saving   bool // waiting for rank 0's checkpoint
 }
 
 // apply does what the leader core asked, in order.
@@ -126,7 +127,11 @@ func (l *leaderShell) tick() {
 		l.endCall(nil, failure.Wrapf(failure.Timeout, "generation %d, %v: %d of %d members answered within %s", p.gen, p.phase, p.got, len(p.replies), callTimeout))
 	}
 	if lp := l.loop; lp != nil && now >= lp.deadline {
-		l.endLoop(failure.Wrapf(failure.Timeout, "step %d: %d of %d ranks done within %s", lp.step, lp.got, len(lp.ranks), stepTimeout))
+		what := fmt.Sprintf("step %d: %d of %d ranks done", lp.step, lp.got, len(lp.ranks))
+		if lp.saving {
+			what = fmt.Sprintf("the checkpoint of step %d", lp.step)
+		}
+		l.endLoop(failure.Wrapf(failure.Timeout, "%s: not done within %s", what, stepTimeout))
 	}
 }
 
@@ -159,7 +164,7 @@ func (l *leaderShell) nextStep() {
 
 func (l *leaderShell) stepDone(d stepDone) {
 	lp := l.loop
-	if lp == nil || d.gen != lp.gen || d.step != lp.step || d.rank < 0 || d.rank >= len(lp.done) || lp.done[d.rank] {
+	if lp == nil || lp.saving || d.gen != lp.gen || d.step != lp.step || d.rank < 0 || d.rank >= len(lp.done) || lp.done[d.rank] {
 		return
 	}
 	if d.err != nil {
@@ -174,6 +179,28 @@ func (l *leaderShell) stepDone(d stepDone) {
 	l.n.s.stepsRun++
 	lp.step++
 	lp.cursor += uint64(lp.order.Batch)
+	if k := l.n.s.cfg.CkptEvery; k > 0 && lp.step%k == 0 && lp.step < l.n.s.cfg.Steps {
+		// The step loop's checkpoint cadence: rank 0 saves, the loop
+		// waits for it.
+		lp.saving = true
+		lp.deadline = int64(l.n.s.clk.now + stepTimeout)
+		l.n.s.send(l.n.id, lp.ranks[0], saveMsg{gen: lp.gen, step: lp.step})
+		return
+	}
+	l.nextStep()
+}
+
+// saved: rank 0 saved the checkpoint (or failed to).
+func (l *leaderShell) saved(m savedMsg) {
+	lp := l.loop
+	if lp == nil || !lp.saving || m.gen != lp.gen || m.step != lp.step {
+		return
+	}
+	lp.saving = false
+	if m.err != nil {
+		l.endLoop(m.err)
+		return
+	}
 	l.nextStep()
 }
 

@@ -143,7 +143,10 @@ func (w *member) form(m *workerpb.Form, leader string, c callMsg) (any, error, b
 		w.params, w.moment, w.built, w.history = initParams(), make([]float32, nParams), true, nil
 	}
 	if plan.Restore > 0 {
-		return nil, failure.Wrapf(failure.StateLost, "restore from checkpoint step %d: this job keeps no checkpoints", plan.Restore), false
+		if err := w.restore(plan.Restore); err != nil {
+			w.hold = worker.NoHolding
+			return nil, failure.Wrapf(failure.Checkpoint, "restoring checkpoint step %d: %v", plan.Restore, err), false
+		}
 	}
 	w.gen, w.rank, w.ranks = m.Generation, int(m.Rank), slices.Clone(m.Addrs)
 	w.hold = plan.Next

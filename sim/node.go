@@ -238,6 +238,10 @@ func (n *node) receive(e envelope) {
 		n.shell.stepDone(b)
 	case stateMsg:
 		n.w.state(b)
+	case saveMsg:
+		n.w.save(e.from, b)
+	case savedMsg:
+		n.shell.saved(b)
 	}
 	n.shell.apply()
 }

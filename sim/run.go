@@ -26,6 +26,8 @@ type Config struct {
 	// duplicated or delayed past later ones with probability Faults/20
 	// each. 0: a fault-free run.
 	Faults float64
+	// CkptEvery is the checkpoint interval in steps (default 5; 0: none).
+	CkptEvery int
 	// MinNodes is the rendezvous' smallest world (default 1).
 	MinNodes int
 	// Bound is the virtual time within which the job must end (default 10 min).
@@ -34,7 +36,7 @@ type Config struct {
 
 // DefaultConfig is the job troupe sim runs.
 func DefaultConfig() Config {
-	return Config{Nodes: 3, Steps: 30, Batch: 12, Samples: 60, Faults: 0.5, MinNodes: 1, Bound: 10 * time.Minute}
+	return Config{Nodes: 3, Steps: 30, Batch: 12, Samples: 60, Faults: 0.5, CkptEvery: 5, MinNodes: 1, Bound: 10 * time.Minute}
 }
 
 // Validate names the first bad field.
@@ -48,6 +50,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sim: batch %d of %d samples: want 1 ≤ batch ≤ samples", c.Batch, c.Samples)
 	case c.Faults < 0 || c.Faults > 10:
 		return fmt.Errorf("sim: fault rate %g: want 0 to 10 per virtual second", c.Faults)
+	case c.CkptEvery < 0:
+		return fmt.Errorf("sim: checkpoint interval %d: want 0 (none) or more steps", c.CkptEvery)
 	case c.MinNodes < 1 || c.MinNodes > c.Nodes:
 		return fmt.Errorf("sim: min nodes %d: want 1 to nodes (%d)", c.MinNodes, c.Nodes)
 	case c.Bound <= 0:
@@ -70,6 +74,10 @@ type Result struct {
 	// after a failure counts again).
 	Generations int `json:"generations"`
 	Steps       int `json:"steps"`
+	// TornWrites counts the checkpoint writes torn, Restores the replicas
+	// restored from a checkpoint.
+	TornWrites int `json:"torn_writes"`
+	Restores   int `json:"restores"`
 	// Virtual is the virtual time the run took, Events how many events ran.
 	Virtual time.Duration `json:"virtual_ns"`
 	// LossDiff is the largest relative difference of a step's loss from
@@ -92,7 +100,11 @@ type sim struct {
 	faults   int
 	msgFault float64
 	nextName int
-	stepsRun int
+	// fs is the job's checkpoint storage; tearNext: the next save is torn.
+	fs                   *checkpoint.MemFS
+	tearNext             bool
+	tornWrites, restores int
+	stepsRun             int
 
 	ended  bool
 	endAt  time.Duration
@@ -110,12 +122,11 @@ func (s *sim) tracef(format string, args ...any) {
 
 func (s *sim) leaderConfig() train.LeaderConfig {
 	return train.LeaderConfig{Stages: 1, Shards: 1, MicroBatches: 1, Batch: s.cfg.Batch, Target: s.cfg.Steps,
-		LostStageTimeout: 20 * time.Second, RetryDelay: time.Second}
+		LostStageTimeout: 20 * time.Second, RetryDelay: time.Second, Resume: s.cfg.CkptEvery > 0}
 }
 
-func (s *sim) latestCheckpoint() train.CheckpointInfo {
-	return train.CheckpointInfo{Err: fmt.Errorf("%w: the simulated job keeps none", checkpoint.ErrNoCheckpoint)}
-}
+// samplerSeed is the job's sampler seed.
+const samplerSeed = 1
 
 // Run runs seed's schedule on cfg, writing its event trace to trace (nil:
 // none). ref is the fault-free run to compare with (nil: not compared; see
@@ -136,7 +147,8 @@ func Run(cfg Config, seed uint64, trace io.Writer, ref *Reference) (Result, erro
 		s.check.fail(InvGoroutines, "%d goroutines before the run, %d after", goroutines, n)
 	}
 	res := Result{Seed: seed, Faults: s.faults, Violation: s.check.violation, Outcome: "finished",
-		Generations: len(s.check.worlds), Steps: s.stepsRun, Virtual: s.clk.now, Events: s.clk.runs, LossDiff: s.check.lossDiff}
+		Generations: len(s.check.worlds), Steps: s.stepsRun, Virtual: s.clk.now, Events: s.clk.runs, LossDiff: s.check.lossDiff,
+		TornWrites: s.tornWrites, Restores: s.restores}
 	switch {
 	case s.stalled.Gen > 0:
 		res.Outcome = fmt.Sprintf("stalled: a majority of generation %d died before the world was seen (the rendezvous waits for it)", s.stalled.Gen)
@@ -150,9 +162,9 @@ func Run(cfg Config, seed uint64, trace io.Writer, ref *Reference) (Result, erro
 
 func newSim(cfg Config, seed uint64, trace io.Writer) *sim {
 	s := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(seed, 0x51d)), nodes: map[string]*node{}, side: map[string]int{},
-		data: newDataset(cfg.Samples), trace: trace, msgFault: cfg.Faults / 20}
-	s.check = checker{s: s, worlds: map[uint64]elastic.World{}, lastGen: map[string]uint64{}, firstApply: map[[2]uint64]rankStep{}}
-	smp, err := data.NewSampler(cfg.Samples, 1, true)
+		data: newDataset(cfg.Samples), trace: trace, msgFault: cfg.Faults / 20, fs: checkpoint.NewMemFS()}
+	s.check = checker{s: s, worlds: map[uint64]elastic.World{}, lastGen: map[string]uint64{}, firstApply: map[[2]uint64]rankStep{}, ckpts: map[int]savedState{}, tornStep: -1}
+	smp, err := data.NewSampler(cfg.Samples, samplerSeed, true)
 	if err != nil {
 		panic(err) // Validate checked the size
 	}

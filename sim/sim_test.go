@@ -46,7 +46,7 @@ func TestSeeds(t *testing.T) {
 	if testing.Short() {
 		n /= 5
 	}
-	faults, finished, stalled, diff := 0, 0, 0, 0.0
+	faults, finished, stalled, torn, restores, diff := 0, 0, 0, 0, 0, 0.0
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		r, err := Run(cfg, seed, nil, ref)
 		if err != nil {
@@ -56,6 +56,8 @@ func TestSeeds(t *testing.T) {
 			t.Fatalf("seed %d: %v (replay: go test ./sim -run TestSeeds -seed=%d)", seed, r.Violation, seed)
 		}
 		faults += r.Faults
+		torn += r.TornWrites
+		restores += r.Restores
 		diff = max(diff, r.LossDiff)
 		switch {
 		case r.Outcome == "finished":
@@ -64,7 +66,11 @@ func TestSeeds(t *testing.T) {
 			stalled++
 		}
 	}
-	t.Logf("%d seeds, %d faults, %d finished, %d stalled without a quorum (the others lost every replica: an expected permanent failure); largest relative loss difference from the fault-free run %.2g", n, faults, finished, stalled, diff)
+	t.Logf("%d seeds, %d faults (%d torn checkpoint writes), %d replicas restored from checkpoints, %d finished, %d stalled without a quorum (the others lost every replica before a checkpoint); largest relative loss difference from the fault-free run %.2g",
+		n, faults, torn, restores, finished, stalled, diff)
+	if torn == 0 || restores == 0 {
+		t.Errorf("%d torn writes and %d restores: the checkpoint path went untested", torn, restores)
+	}
 	// Schedules so harsh that every job loses its state would check little.
 	if finished < n/2 {
 		t.Errorf("only %d of %d seeds finished training", finished, n)
@@ -75,31 +81,44 @@ func TestSeeds(t *testing.T) {
 }
 
 // TestSameSeedSameTrace: a seed's run is one total order of events, so
-// its trace is the same bytes every time.
+// its trace is the same bytes every time; also for a seed whose schedule
+// tears a checkpoint write and restores from a checkpoint (the storage's
+// torn state is drawn from the seed too).
 func TestSameSeedSameTrace(t *testing.T) {
 	cfg := DefaultConfig()
 	var a, b bytes.Buffer
-	ra, err := Run(cfg, 42, &a, nil)
+	seed := uint64(0)
+	for s := uint64(1); s <= 2000 && seed == 0; s++ {
+		r, err := Run(cfg, s, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.TornWrites > 0 && r.Restores > 0 {
+			seed = s
+		}
+	}
+	if seed == 0 {
+		t.Fatal("no seed of 2000 tore a checkpoint write and restored one")
+	}
+	ra, err := Run(cfg, seed, &a, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb, err := Run(cfg, 42, &b, nil)
+	rb, err := Run(cfg, seed, &b, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(a.Bytes(), b.Bytes()) || ra != rb {
-		t.Fatalf("two runs of seed 42 differ: %d and %d trace bytes, results %+v and %+v", a.Len(), b.Len(), ra, rb)
-	}
-	if ra.Faults == 0 || a.Len() < 1000 {
-		t.Fatalf("seed 42 ran %d faults, %d trace bytes: nothing to compare", ra.Faults, a.Len())
+		t.Fatalf("two runs of seed %d differ: %d and %d trace bytes, results %+v and %+v", seed, a.Len(), b.Len(), ra, rb)
 	}
 	var c bytes.Buffer
-	if _, err := Run(cfg, 43, &c, nil); err != nil {
+	if _, err := Run(cfg, seed+1, &c, nil); err != nil {
 		t.Fatal(err)
 	}
 	if bytes.Equal(a.Bytes(), c.Bytes()) {
-		t.Fatal("seeds 42 and 43 gave the same trace: the seed does not drive the schedule")
+		t.Fatalf("seeds %d and %d gave the same trace: the seed does not drive the schedule", seed, seed+1)
 	}
+	t.Logf("seed %d: %d trace bytes, %d faults, %d torn writes, %d restores", seed, a.Len(), ra.Faults, ra.TornWrites, ra.Restores)
 }
 
 // TestFindsNoPrepareBug brings back the rendezvous without a prepare round

@@ -17,14 +17,15 @@ import (
 var errViolations = errors.New("sim: invariants broken")
 
 var simFlags struct {
-	seeds  int
-	from   uint64
-	seed   uint64
-	trace  string
-	nodes  int
-	faults float64
-	steps  int
-	json   bool
+	seeds     int
+	from      uint64
+	seed      uint64
+	trace     string
+	nodes     int
+	faults    float64
+	steps     int
+	ckptEvery int
+	json      bool
 }
 
 var simCmd = &cobra.Command{
@@ -33,10 +34,12 @@ var simCmd = &cobra.Command{
 	Long: `troupe sim runs the elastic training job of --nodes nodes (rendezvous, leader,
 collectives, sampler and a small model) in one goroutine on a virtual clock,
 with faults drawn from each seed: crash and restart, hang and resume, message
-drop, duplication and reordering, partition and heal, join and graceful leave.
+drop, duplication and reordering, partition and heal, join and graceful leave,
+and torn checkpoint writes (the writer and the storage crash mid-save).
 It checks after every event and at the end: one committed world per
 generation, replicas bit-identical at every step and at every generation's
-form, every sample trained once per epoch, the fault-free run's weights (or
+form, the latest checkpoint whole after every torn write and restores equal
+to what was saved, every sample trained once per epoch, the fault-free run's weights (or
 its losses within 1e-5 when a world had another size), no goroutine left,
 and that the job ends within 10 minutes of virtual time.
 
@@ -59,6 +62,7 @@ func init() {
 	f.IntVar(&simFlags.nodes, "nodes", sim.DefaultConfig().Nodes, "nodes that start the job (joins add up to two)")
 	f.Float64Var(&simFlags.faults, "faults", sim.DefaultConfig().Faults, "node and network faults per virtual second; each message is also dropped, duplicated or delayed with probability RATE/20 each")
 	f.IntVar(&simFlags.steps, "steps", sim.DefaultConfig().Steps, "training steps of the simulated job")
+	f.IntVar(&simFlags.ckptEvery, "ckpt-every", sim.DefaultConfig().CkptEvery, "checkpoint every N steps (0: none; torn writes need checkpoints)")
 	f.BoolVar(&simFlags.json, "json", false, "print the summary as JSON")
 	rootCmd.AddCommand(simCmd)
 }
@@ -72,16 +76,20 @@ type simSummary struct {
 	Finished   int    `json:"finished"`
 	// Stalled: a majority of a committed world died before it was seen,
 	// and the rendezvous waits for it (its strict-majority rule).
-	Stalled  int     `json:"stalled"`
-	VirtualS float64 `json:"virtual_s"`
-	WallS    float64 `json:"wall_s"`
+	Stalled int `json:"stalled"`
+	// TornWrites and Restores count the torn checkpoint writes and the
+	// replicas restored from checkpoints.
+	TornWrites int     `json:"torn_writes"`
+	Restores   int     `json:"restores"`
+	VirtualS   float64 `json:"virtual_s"`
+	WallS      float64 `json:"wall_s"`
 	// Failures lists each broken seed's first violation.
 	Failures []sim.Result `json:"failures"`
 }
 
 func runSim(cmd *cobra.Command, _ []string) error {
 	cfg := sim.DefaultConfig()
-	cfg.Nodes, cfg.Faults, cfg.Steps = simFlags.nodes, simFlags.faults, simFlags.steps
+	cfg.Nodes, cfg.Faults, cfg.Steps, cfg.CkptEvery = simFlags.nodes, simFlags.faults, simFlags.steps, simFlags.ckptEvery
 	if cfg.MinNodes > cfg.Nodes {
 		cfg.MinNodes = cfg.Nodes
 	}
@@ -126,6 +134,8 @@ func runSim(cmd *cobra.Command, _ []string) error {
 			}
 		}
 		sum.Faults += r.Faults
+		sum.TornWrites += r.TornWrites
+		sum.Restores += r.Restores
 		sum.VirtualS += r.Virtual.Seconds()
 		switch {
 		case r.Outcome == "finished":
@@ -150,8 +160,8 @@ func runSim(cmd *cobra.Command, _ []string) error {
 			return err
 		}
 	} else {
-		fmt.Fprintf(out, "%d seeds from %d: %d faults, %d violations; %d finished training, %d stalled without a quorum, %d lost every replica; %.0f s virtual in %.2f s\n",
-			sum.Seeds, sum.From, sum.Faults, sum.Violations, sum.Finished, sum.Stalled, sum.Seeds-sum.Finished-sum.Stalled, sum.VirtualS, sum.WallS)
+		fmt.Fprintf(out, "%d seeds from %d: %d faults (%d torn checkpoint writes), %d violations; %d finished training (%d replicas restored from checkpoints), %d stalled without a quorum, %d lost every replica before a checkpoint; %.0f s virtual in %.2f s\n",
+			sum.Seeds, sum.From, sum.Faults, sum.TornWrites, sum.Violations, sum.Finished, sum.Restores, sum.Stalled, sum.Seeds-sum.Finished-sum.Stalled, sum.VirtualS, sum.WallS)
 		if simFlags.trace != "" {
 			fmt.Fprintf(out, "trace: %s\n", simFlags.trace)
 		}
