@@ -127,6 +127,9 @@ func (c *checker) ranksOf(gen uint64) []*member {
 // formed: the leader of generation gen heard every member formed.
 func (c *checker) formed(leader *node, gen uint64) {
 	ws := c.ranksOf(gen)
+	if len(ws) == 0 {
+		return // every rank crashed since it answered
+	}
 	for _, w := range ws[1:] {
 		if w.hold.Applied != ws[0].hold.Applied || w.checksum() != ws[0].checksum() {
 			c.fail(InvFormed, "generation %d formed with %s at step %d (checksum %x) and %s at step %d (checksum %x)",

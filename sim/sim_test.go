@@ -80,6 +80,31 @@ func TestSeeds(t *testing.T) {
 	}
 }
 
+// TestSeedsLargerJob runs a job of 5 nodes under twice the fault rate,
+// and seed 101207 of it, which once answered a form call whose ranks had
+// all crashed since (the check read no rank).
+func TestSeedsLargerJob(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Nodes, cfg.Faults = 5, 1
+	ref, err := NewReference(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seeds := []uint64{101207}
+	for s := range uint64(40) {
+		seeds = append(seeds, 1+s)
+	}
+	for _, seed := range seeds {
+		r, err := Run(cfg, seed, nil, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Violation != nil {
+			t.Fatalf("seed %d: %v (replay: troupe sim --nodes 5 --faults 1 --seed %d --trace t.txt)", seed, r.Violation, seed)
+		}
+	}
+}
+
 // TestSameSeedSameTrace: a seed's run is one total order of events, so
 // its trace is the same bytes every time; also for a seed whose schedule
 // tears a checkpoint write and restores from a checkpoint (the storage's
