@@ -15,8 +15,9 @@ import (
 
 // Violation is the first broken invariant of a run.
 type Violation struct {
-	// At is the virtual time it was found.
-	At time.Duration `json:"at_s"`
+	// At is the virtual time it was found (AtS in seconds, for JSON).
+	At  time.Duration `json:"-"`
+	AtS float64       `json:"at_s"`
 	// Invariant names it (one of the Inv constants); Detail says how.
 	Invariant string `json:"invariant"`
 	Detail    string `json:"detail"`
@@ -83,7 +84,7 @@ type checker struct {
 
 func (c *checker) fail(inv, format string, args ...any) {
 	if c.violation == nil {
-		c.violation = &Violation{At: c.s.clk.now, Invariant: inv, Detail: fmt.Sprintf(format, args...)}
+		c.violation = &Violation{At: c.s.clk.now, AtS: c.s.clk.now.Seconds(), Invariant: inv, Detail: fmt.Sprintf(format, args...)}
 		c.s.tracef("VIOLATION %s", c.violation)
 	}
 }
@@ -175,6 +176,22 @@ func (c *checker) finished(n *node, err error) {
 	}
 }
 
+// noQuorum reports whether no live node's committed world has a strict
+// majority of its members alive, with the newest of those worlds.
+func (c *checker) noQuorum() (elastic.World, bool) {
+	var newest elastic.World
+	for _, n := range c.s.live() {
+		w := n.core.Committed()
+		if w.Gen == 0 || c.quorumAlive(w) {
+			return elastic.World{}, false
+		}
+		if w.Gen > newest.Gen {
+			newest = w
+		}
+	}
+	return newest, newest.Gen > 0
+}
+
 // quorumAlive reports whether a strict majority of w's members is alive.
 func (c *checker) quorumAlive(w elastic.World) bool {
 	k := 0
@@ -198,10 +215,10 @@ func (c *checker) final(ref *reference) {
 		return
 	}
 	if !s.ended {
-		if w := c.latest(); w.Gen > 0 && !c.quorumAlive(w) {
-			// The faults killed a majority of a committed world before it
-			// was seen (it was proposed with members already dead): the
-			// rendezvous waits for them, as its strict-majority rule must.
+		if w, ok := c.noQuorum(); ok {
+			// No live node's committed world has a live majority: the
+			// rendezvous waits for its dead members, as its strict-majority
+			// rule must (docs/SIM.md says how the faults get there).
 			s.stalled = w
 			return
 		}

@@ -151,7 +151,7 @@ func Run(cfg Config, seed uint64, trace io.Writer, ref *Reference) (Result, erro
 		TornWrites: s.tornWrites, Restores: s.restores}
 	switch {
 	case s.stalled.Gen > 0:
-		res.Outcome = fmt.Sprintf("stalled: a majority of generation %d died before the world was seen (the rendezvous waits for it)", s.stalled.Gen)
+		res.Outcome = fmt.Sprintf("stalled: no live node's committed world has a live majority (newest: generation %d); the rendezvous waits for its members", s.stalled.Gen)
 	case !s.ended:
 		res.Outcome = "did not end"
 	case s.result != nil:
