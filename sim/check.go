@@ -45,7 +45,8 @@ const (
 	// step's loss is within LossTolerance of it.
 	InvReference = "matches-fault-free-run"
 	// InvEnds: the job ends, finishing or failing with a permanent error
-	// the faults explain, within Config.Bound of virtual time.
+	// the faults explain, within Config.Bound of virtual time; faults stop
+	// at half of it.
 	InvEnds = "job-ends"
 	// InvCheckpoint: the latest checkpoint always opens, whole, as one a
 	// save committed (after a torn write too), and a restore gives the

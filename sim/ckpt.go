@@ -73,7 +73,7 @@ func (w *member) save(leader string, m saveMsg) {
 	}
 	var fsys checkpoint.FS = s.fs
 	var tear *checkpoint.FaultFS
-	if s.tearNext && s.spare(1) {
+	if s.tearNext && !s.quiet() && s.spare(1) {
 		s.tearNext = false
 		tear = checkpoint.NewFaultFS(s.fs, checkpoint.Fault{Op: checkpoint.OpAny, N: 1 + s.rng.IntN(30), Mode: checkpoint.Crash, Torn: s.rng.IntN(64)})
 		fsys = tear

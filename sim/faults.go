@@ -29,13 +29,18 @@ func (s *sim) scheduleFault() {
 	}
 	d := time.Duration(-math.Log(1-s.rng.Float64()) / s.cfg.Faults * float64(time.Second))
 	s.clk.after(d, func() {
-		if s.ended {
+		if s.ended || s.quiet() {
 			return
 		}
 		s.inject(s.rng.IntN(nFaultKinds))
 		s.scheduleFault()
 	})
 }
+
+// quiet reports whether the faults have stopped: for the second half of
+// Config.Bound, so that the job must recover and end (the liveness
+// check) however harsh the schedule was.
+func (s *sim) quiet() bool { return s.clk.now >= s.cfg.Bound/2 }
 
 // healthy lists the live nodes that are neither hung nor cut off.
 func (s *sim) healthy() []*node {

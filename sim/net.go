@@ -89,6 +89,10 @@ func (s *sim) send(from, to string, body any) {
 		s.clk.after(0, func() { s.deliver(e) })
 		return
 	}
+	if s.quiet() {
+		s.clk.after(time.Millisecond+time.Duration(s.rng.IntN(4000))*time.Microsecond, func() { s.deliver(e) })
+		return
+	}
 	if s.maybe(s.msgFault) {
 		s.faults++
 		s.tracef("drop %s", e)

@@ -30,7 +30,8 @@ type Config struct {
 	CkptEvery int
 	// MinNodes is the rendezvous' smallest world (default 1).
 	MinNodes int
-	// Bound is the virtual time within which the job must end (default 10 min).
+	// Bound is the virtual time within which the job must end (default 10
+	// min); faults stop at half of it, so that the job must recover.
 	Bound time.Duration
 }
 
