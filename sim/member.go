@@ -40,8 +40,8 @@ type member struct {
 	// early is a root's state that arrived before this worker's form
 	// (the collective core holds early messages alike).
 	early *stateMsg
-	// lastCall is the last call answered (leader, call number).
-	lastCall [2]any
+	// answered is the last call number answered, by leader.
+	answered map[string]uint64
 	// run is the step in flight.
 	run *running
 }
@@ -66,7 +66,9 @@ type running struct {
 	started bool
 }
 
-func newMember(n *node) member { return member{n: n, hold: worker.NoHolding, rank: -1} }
+func newMember(n *node) member {
+	return member{n: n, hold: worker.NoHolding, rank: -1, answered: map[string]uint64{}}
+}
 
 func (w *member) rankOf(id string) int { return slices.Index(w.ranks, id) }
 
@@ -76,10 +78,14 @@ func (w *member) call(from string, c callMsg) {
 	reply := func(body any, err error) {
 		s.send(w.n.id, from, replyMsg{call: c.call, i: c.i, body: body, err: err})
 	}
-	if w.lastCall == [2]any{from, c.call} {
-		return // a duplicate: the first answer stands (a lost one times out)
+	if c.call <= w.answered[from] {
+		// A duplicate, or one delayed past a later call: the first answer
+		// stands (a lost one times out). The actor transport delivers a
+		// leader's calls once and in order; the simulated network does
+		// not.
+		return
 	}
-	w.lastCall = [2]any{from, c.call}
+	w.answered[from] = c.call
 	switch m := c.msg.(type) {
 	case *workerpb.StatusRequest:
 		st := &workerpb.Status{Peer: m.Peer, Name: w.n.name, HeldPart: int32(w.hold.Part), Applied: uint64(w.hold.Applied),
@@ -89,7 +95,7 @@ func (w *member) call(from string, c callMsg) {
 		}
 		reply(st, nil)
 	case *workerpb.Form:
-		body, err, wait := w.form(m, from, c)
+		body, wait, err := w.form(m, from, c)
 		if !wait {
 			reply(body, err)
 		}
@@ -111,7 +117,7 @@ func (w *member) checksum() uint64 {
 // form places the worker in a generation: worker.Worker.Form's plan,
 // carried out on the replica. wait: the answer comes once the root's state
 // arrived.
-func (w *member) form(m *workerpb.Form, leader string, c callMsg) (any, error, bool) {
+func (w *member) form(m *workerpb.Form, leader string, c callMsg) (body any, wait bool, err error) {
 	w.leave()
 	f := worker.Form{Generation: m.Generation, Mesh: mesh.Mesh{DP: int(m.Dp), PP: max(1, int(m.Pp)), TP: max(1, int(m.Tp))}, Rank: int(m.Rank),
 		Step: int(m.Step), Cursor: data.Cursor(m.Cursor), RollBack: m.RollBack, World0: int(m.World0),
@@ -125,7 +131,7 @@ func (w *member) form(m *workerpb.Form, leader string, c callMsg) (any, error, b
 	}
 	plan, err := w.hold.Plan(f, built)
 	if err != nil {
-		return nil, err, false
+		return nil, false, err
 	}
 	if plan.RollBack {
 		copy(w.params, w.undoParams)
@@ -137,7 +143,7 @@ func (w *member) form(m *workerpb.Form, leader string, c callMsg) (any, error, b
 	}
 	if f.Standby() {
 		w.hold = plan.Next
-		return &workerpb.Formed{Peer: m.Peer}, nil, false
+		return &workerpb.Formed{Peer: m.Peer}, false, nil
 	}
 	if plan.Build >= 0 {
 		w.params, w.moment, w.built, w.history = initParams(), make([]float32, nParams), true, nil
@@ -145,7 +151,7 @@ func (w *member) form(m *workerpb.Form, leader string, c callMsg) (any, error, b
 	if plan.Restore > 0 {
 		if err := w.restore(plan.Restore); err != nil {
 			w.hold = worker.NoHolding
-			return nil, failure.Wrapf(failure.Checkpoint, "restoring checkpoint step %d: %v", plan.Restore, err), false
+			return nil, false, failure.Wrapf(failure.Checkpoint, "restoring checkpoint step %d: %v", plan.Restore, err)
 		}
 	}
 	w.gen, w.rank, w.ranks = m.Generation, int(m.Rank), slices.Clone(m.Addrs)
@@ -155,7 +161,7 @@ func (w *member) form(m *workerpb.Form, leader string, c callMsg) (any, error, b
 		cfg.Timeout = collTimeout
 		core, err := collective.NewCore(cfg, uint32(m.Generation), w.rank, f.Mesh.DP, nil)
 		if err != nil {
-			return nil, err, false
+			return nil, false, err
 		}
 		w.coll = core
 	}
@@ -165,7 +171,7 @@ func (w *member) form(m *workerpb.Form, leader string, c callMsg) (any, error, b
 		if e := w.early; e != nil && e.gen == w.gen {
 			w.state(*e)
 		}
-		return nil, nil, true
+		return nil, true, nil
 	}
 	if plan.Root == w.rank {
 		for r, id := range w.ranks {
@@ -174,7 +180,7 @@ func (w *member) form(m *workerpb.Form, leader string, c callMsg) (any, error, b
 			}
 		}
 	}
-	return &workerpb.Formed{Peer: m.Peer, Checksum: w.checksum()}, nil, false
+	return &workerpb.Formed{Peer: m.Peer, Checksum: w.checksum()}, false, nil
 }
 
 // state takes the root's state (broadcastState).

@@ -84,7 +84,8 @@ func TestSeeds(t *testing.T) {
 // and seeds of it that once failed: 101207 answered a form call whose
 // ranks had all crashed since (the check read no rank); 100842, 100984 and
 // 100995 were still interrupted at the bound, when faults lasted the whole
-// run (they now stop at half of it).
+// run (they now stop at half of it); 101200 ran a form call twice (its copy
+// came after a delayed copy of the call before it).
 func TestSeedsLargerJob(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Nodes, cfg.Faults = 5, 1
@@ -92,7 +93,7 @@ func TestSeedsLargerJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seeds := []uint64{101207, 100842, 100984, 100995}
+	seeds := []uint64{101207, 100842, 100984, 100995, 101200}
 	for s := range uint64(40) {
 		seeds = append(seeds, 1+s)
 	}
