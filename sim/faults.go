@@ -81,21 +81,28 @@ func (s *sim) spare(k int) bool {
 // inject applies one fault of kind k, when the job can take it.
 func (s *sim) inject(k int) {
 	healthy := s.healthy()
-	pick := func() *node { return healthy[s.rng.IntN(len(healthy))] }
+	// victim draws the healthy node a crash, hang or leave takes, or
+	// none when the job cannot spare one.
+	victim := func() *node {
+		if len(healthy) == 0 || !s.spare(1) {
+			return nil
+		}
+		return healthy[s.rng.IntN(len(healthy))]
+	}
 	switch k {
 	case faultCrash:
-		if len(healthy) == 0 || !s.spare(1) {
+		n := victim()
+		if n == nil {
 			return
 		}
-		n := pick()
 		s.faults++
 		s.tracef("FAULT crash %s", n.id)
 		s.crash(n)
 	case faultHang:
-		if len(healthy) == 0 || !s.spare(1) {
+		n := victim()
+		if n == nil {
 			return
 		}
-		n := pick()
 		s.faults++
 		s.tracef("FAULT hang %s", n.id)
 		n.hung = true
@@ -136,10 +143,10 @@ func (s *sim) inject(k int) {
 			s.tearNext = true
 		}
 	case faultLeave:
-		if len(healthy) == 0 || !s.spare(1) {
+		n := victim()
+		if n == nil {
 			return
 		}
-		n := pick()
 		s.faults++
 		s.tracef("FAULT leave %s", n.id)
 		n.core.Leave()

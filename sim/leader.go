@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/troupe-ml/troupe/failure"
 	"github.com/troupe-ml/troupe/train"
@@ -24,7 +25,7 @@ type pendingCall struct {
 	phase    train.LeaderPhase
 	replies  []any
 	got      int
-	deadline int64
+	deadline time.Duration // virtual time
 	form     bool
 }
 
@@ -37,8 +38,8 @@ type stepLoop struct {
 	ranks    []string // node ID of each rank
 	done     []bool
 	got      int
-	deadline int64
-	saving   bool // waiting for rank 0's checkpoint
+	deadline time.Duration // virtual time
+	saving   bool          // waiting for rank 0's checkpoint
 }
 
 // apply does what the leader core asked, in order.
@@ -72,7 +73,7 @@ func (l *leaderShell) startCall(c *train.LeaderCall) {
 	n := l.n
 	l.calls++
 	p := &pendingCall{id: l.calls, gen: c.Gen, phase: c.Phase, replies: make([]any, len(c.Msgs)),
-		deadline: int64(n.s.clk.now + callTimeout)}
+		deadline: n.s.clk.now + callTimeout}
 	l.call = p
 	for i, m := range c.Msgs {
 		_, p.form = m.(*workerpb.Form)
@@ -122,7 +123,7 @@ func (l *leaderShell) lost(i int, id string) {
 }
 
 func (l *leaderShell) tick() {
-	now := int64(l.n.s.clk.now)
+	now := l.n.s.clk.now
 	if p := l.call; p != nil && now >= p.deadline {
 		l.endCall(nil, failure.Wrapf(failure.Timeout, "generation %d, %v: %d of %d members answered within %s", p.gen, p.phase, p.got, len(p.replies), callTimeout))
 	}
@@ -156,7 +157,7 @@ func (l *leaderShell) nextStep() {
 		return
 	}
 	lp.done, lp.got = make([]bool, len(lp.ranks)), 0
-	lp.deadline = int64(n.s.clk.now + stepTimeout)
+	lp.deadline = n.s.clk.now + stepTimeout
 	for _, id := range lp.ranks {
 		n.s.send(n.id, id, runStep{gen: lp.gen, step: lp.step, cursor: lp.cursor, batch: lp.order.Batch})
 	}
@@ -183,7 +184,7 @@ func (l *leaderShell) stepDone(d stepDone) {
 		// The step loop's checkpoint cadence: rank 0 saves, the loop
 		// waits for it.
 		lp.saving = true
-		lp.deadline = int64(l.n.s.clk.now + stepTimeout)
+		lp.deadline = l.n.s.clk.now + stepTimeout
 		l.n.s.send(l.n.id, lp.ranks[0], saveMsg{gen: lp.gen, step: lp.step})
 		return
 	}

@@ -61,7 +61,6 @@ type running struct {
 	step    runStep
 	leader  string
 	buf     []float32 // gradient, then the step's loss, reduced together
-	samples []int
 	op      collective.OpID
 	started bool
 }
@@ -217,8 +216,8 @@ func (w *member) runStep(leader string, m runStep) {
 		return
 	}
 	r := &running{step: m, leader: leader, buf: make([]float32, nParams+1)}
-	r.samples = s.sampler.Shard(data.Cursor(m.cursor), m.batch, len(w.ranks), w.rank, nil)
-	r.buf[nParams] = s.data.gradient(w.params, r.samples, 1/float32(m.batch), r.buf[:nParams])
+	samples := s.sampler.Shard(data.Cursor(m.cursor), m.batch, len(w.ranks), w.rank, nil)
+	r.buf[nParams] = s.data.gradient(w.params, samples, 1/float32(m.batch), r.buf[:nParams])
 	w.run = r
 	// The forward and backward take stepTime; then the all-reduce starts.
 	s.clk.after(stepTime, func() {

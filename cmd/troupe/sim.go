@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -115,20 +116,16 @@ func runSim(cmd *cobra.Command, _ []string) error {
 	start := time.Now()
 	for i := range count {
 		seed := first + uint64(i)
-		var trace *bytes.Buffer
+		var trace bytes.Buffer
+		var w io.Writer // nil: no trace (a nil *bytes.Buffer would not be)
 		if simFlags.trace != "" {
-			trace = &bytes.Buffer{}
+			w = &trace
 		}
-		var r sim.Result
-		if trace != nil {
-			r, err = sim.Run(cfg, seed, trace, ref)
-		} else {
-			r, err = sim.Run(cfg, seed, nil, ref)
-		}
+		r, err := sim.Run(cfg, seed, w, ref)
 		if err != nil {
 			return err
 		}
-		if trace != nil {
+		if w != nil {
 			if err := os.WriteFile(simFlags.trace, trace.Bytes(), 0o644); err != nil {
 				return fmt.Errorf("sim: writing the trace: %w", err)
 			}
