@@ -39,6 +39,10 @@ func TestBadInputExitsNonZero(t *testing.T) {
 		{"unknown precision", []string{"train", "--precision", "fp8"}, 2, "--precision"},
 		{"unknown reduce type", []string{"train", "--reduce-dtype", "int8"}, 2, "--reduce-dtype"},
 		{"a loss scale below its floor", []string{"train", "--precision", "fp16", "--loss-scale-init", "0.5"}, 2, "--loss-scale-init"},
+		{"a staleness bound without async", []string{"train", "--max-staleness", "2"}, 2, "--max-staleness"},
+		{"async over pipeline stages", []string{"train", "--sync", "async", "--pp", "2"}, 2, "--pp"},
+		{"a negative staleness bound", []string{"train", "--sync", "async", "--max-staleness", "-1"}, 2, "--max-staleness"},
+		{"async on an agent", []string{"agent", "--name", "a", "--listen", "127.0.0.1:0", "--sync", "async"}, 2, "--sync"},
 		{"bench gemm in an unknown type", []string{"bench", "gemm", "--dtype", "int4"}, 2, "--dtype"},
 		{"unknown command", []string{"fly"}, 2, "fly"},
 	}

@@ -147,6 +147,8 @@ func (c AgentConfig) Validate() error {
 		return fieldErr("Train.ZeroGroup", "is needed with {Train.Zero} on agents (2 or more): the shard group keeps its size as members come and go, and the world is a multiple of it; members beyond that wait on standby")
 	case t.DP != 1 || t.Procs != 0:
 		return fieldErr("Train.DP", "and {Train.Procs} do not apply: an agent runs one worker, the job's members make the world")
+	case t.sync().Async():
+		return fieldErr("Train.Sync", "async runs its parameter server in the trainer process and its replicas beside it (troupe train --dp N, or --procs N for worker processes); elastic agents synchronise by step, local-sgd or diloco")
 	case t.Transport == actors.TransportShm:
 		return fieldErr("Train.Transport", "shm needs every rank on one host; agents span hosts: use tcp")
 	case t.Trace != "":

@@ -175,9 +175,19 @@ type Config struct {
 	// OuterMomentum and OuterNesterov, and every replica continues from
 	// them). A round also ends at the last step, and evaluations,
 	// checksum checks and checkpoints fall on round ends (their cadences
-	// must be multiples of SyncEvery), when the replicas agree.
+	// must be multiples of SyncEvery), when the replicas agree. "async"
+	// trains asynchronously: DP replicas compute the gradients of whole
+	// batches on a parameter server's weights without waiting for each
+	// other, and the server applies each as one optimizer step unless it
+	// was computed more than MaxStaleness updates ago (then its batch is
+	// computed again, on fresh weights). See docs/SYNC.md.
 	Sync      string
 	SyncEvery int
+	// MaxStaleness bounds the updates applied between the weights an
+	// asynchronous gradient was computed on and its own (Sync async; 0:
+	// only gradients on the current weights, sequential SGD;
+	// DefaultConfig: 4).
+	MaxStaleness int
 	// OuterLR, OuterMomentum and OuterNesterov are DiLoCo's outer
 	// optimizer (DefaultConfig: 0.7 and 0.9, the DiLoCo paper's, and no
 	// Nesterov; OuterMomentum 0 is none).
@@ -252,7 +262,7 @@ func DefaultConfig() Config {
 		Seed: 1, LogEvery: 10, Device: "cpu", Keep: 3,
 		DP: 1, BucketMB: 25, Transport: actors.TransportAuto, AllReduceAlgo: "auto", PP: 1, TP: 1, MicroBatches: 1, PipelineSchedule: pipeline.Kind1F1B,
 		LossScaleInit: 65536, LossScaleWindow: 2000, LossScaleMin: 1,
-		OuterLR: 0.7, OuterMomentum: 0.9,
+		OuterLR: 0.7, OuterMomentum: 0.9, MaxStaleness: 4,
 		Partition: ByParams, CollectiveTimeout: 30 * time.Second, StepTimeout: 10 * time.Minute, StragglerThreshold: 500 * time.Millisecond,
 	}
 }
@@ -489,12 +499,19 @@ func (c *Config) checkWorld() error {
 func (c *Config) checkSync() error {
 	mode, err := worker.ParseSyncMode(c.Sync)
 	if err != nil {
-		return fieldErr("Sync", "%q: want step, local-sgd or diloco", c.Sync)
+		return fieldErr("Sync", "%q: want step, local-sgd, diloco or async", c.Sync)
 	}
-	local := mode != worker.SyncStep
+	local := mode == worker.SyncLocalSGD || mode == worker.SyncDiLoCo
+	if mode == worker.SyncAsync {
+		if err := c.checkAsync(); err != nil {
+			return err
+		}
+	} else if c.MaxStaleness < 0 {
+		return fieldErr("MaxStaleness", "must be 0 or more, got %d", c.MaxStaleness)
+	}
 	switch {
 	case !local && c.SyncEvery != 0:
-		return fieldErr("SyncEvery", "applies with {Sync} local-sgd or diloco (step synchronises every step)")
+		return fieldErr("SyncEvery", "applies with {Sync} local-sgd or diloco (%v has no rounds)", mode)
 	case local && c.SyncEvery < 1:
 		return fieldErr("SyncEvery", "must be at least 1 with {Sync} %v: the steps of a round, e.g. 20", mode)
 	case !dtypeOK(c.SyncDType):
@@ -514,6 +531,27 @@ func (c *Config) checkSync() error {
 	}
 	if err := c.sync().Validate(); err != nil {
 		return fieldErr("Sync", "%v", err)
+	}
+	return nil
+}
+
+// checkAsync refuses what asynchronous training does not do.
+func (c *Config) checkAsync() error {
+	switch {
+	case c.MaxStaleness < 0:
+		return fieldErr("MaxStaleness", "must be 0 or more, got %d", c.MaxStaleness)
+	case c.PP > 1 || c.TP > 1:
+		return fieldErr("Sync", "async trains whole replicas: {PP} and {TP} must be 1, got %d and %d", c.PP, c.TP)
+	case c.Zero > 0:
+		return fieldErr("Zero", "%d shards the optimizer state among the replicas; {Sync} async keeps it on the parameter server (use ZeRO 0)", c.Zero)
+	case c.Procs > 0 && c.Procs != c.DP:
+		return fieldErr("Procs", "%d runs one replica per process under {Sync} async: {DP} must be %d, got %d", c.Procs, c.Procs, c.DP)
+	case c.precision() == kernels.F16:
+		return fieldErr("Precision", "fp16's loss scaler skips a step on every rank together; {Sync} async has no such agreement (use bf16)")
+	case c.reduceDType() != kernels.F32:
+		return fieldErr("ReduceDType", "{Sync} async reduces no gradients between replicas: each is applied whole")
+	case c.CheckEvery > 0:
+		return fieldErr("CheckEvery", "compares the replicas' weights; under {Sync} async they hold different versions by design")
 	}
 	return nil
 }

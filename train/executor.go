@@ -56,6 +56,10 @@ type stepStats struct {
 	// Skipped: the loss scaler's overflow check skipped the update on
 	// every rank.
 	Skipped bool
+	// Asynchronous training (asyncExecutor): the staleness of the applied
+	// gradient, the gradients of this batch rejected as too stale before
+	// it, and the replica whose gradient was applied.
+	Staleness, Rejected, Replica int
 }
 
 // groupExecutor drives the worker actors of one world (a generation)
@@ -639,3 +643,6 @@ func (t *tracer) close() error {
 	}
 	return nil
 }
+
+// Window is 1: a step involves every rank.
+func (e *groupExecutor) Window() int { return 1 }

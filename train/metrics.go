@@ -71,6 +71,11 @@ type StepMetrics struct {
 	SyncBytes  int64 `json:"sync_bytes"`
 	SyncRound  bool  `json:"sync_round,omitempty"`
 	SyncRounds int   `json:"sync_rounds,omitempty"`
+	// Async is the step's update under --sync async (absent otherwise);
+	// there SyncBytes is the weights the replicas took from the
+	// parameter server and the gradients they sent it for this batch,
+	// the rejected ones included.
+	Async *AsyncMetrics `json:"async,omitempty"`
 	// StragglerRank is the replica that computed longest beside the other
 	// replicas of its model part and StragglerLagMs how much longer than
 	// their median (−1 and 0 without replicas to compare).
@@ -161,4 +166,16 @@ func (m *metricsWriter) close() error {
 		return err
 	}
 	return m.f.Close()
+}
+
+// AsyncMetrics is one update of asynchronous training's parameter server.
+type AsyncMetrics struct {
+	// Staleness is the updates the server applied between the weights the
+	// gradient was computed on and this one (at most --max-staleness).
+	Staleness int `json:"staleness"`
+	// Rejected counts the gradients of this batch rejected as too stale
+	// before this one (each computed again on fresh weights).
+	Rejected int `json:"rejected"`
+	// Replica is the replica whose gradient was applied.
+	Replica int `json:"replica"`
 }

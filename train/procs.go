@@ -120,7 +120,7 @@ func startProcs(ctx context.Context, j *job, argv []string, from int, cursor dat
 		}
 		env = append(env, envTraceOrigin+"="+strconv.FormatInt(origin.UnixNano(), 10))
 	}
-	if children, err = launch(argv, env, m.Size(), ex.group, &wg); err != nil {
+	if children, err = launch(argv, env, m.Size(), ex.group.Lost, &wg); err != nil {
 		return nil, err
 	}
 	log.Info("started worker processes", zap.Int("procs", m.Size()), zap.Strings("addresses", addrs))
@@ -141,8 +141,8 @@ func startProcs(ctx context.Context, j *job, argv []string, from int, cursor dat
 }
 
 // launch starts n worker processes (rank r gets envWorkerRank r), and a
-// goroutine per process that tells group when it exits.
-func launch(argv, env []string, n int, group *actors.Group, wg *sync.WaitGroup) ([]*child, error) {
+// goroutine per process that calls lost when it exits.
+func launch(argv, env []string, n int, lost func(rank int, cause string), wg *sync.WaitGroup) ([]*child, error) {
 	var children []*child
 	for r := range n {
 		cmd := exec.Command(argv[0], argv[1:]...)
@@ -165,7 +165,7 @@ func launch(argv, env []string, n int, group *actors.Group, wg *sync.WaitGroup) 
 			if err := cmd.Wait(); err != nil {
 				cause = "process exited: " + err.Error()
 			}
-			group.Lost(ch.rank, "worker process "+cause)
+			lost(ch.rank, "worker process "+cause)
 		}()
 	}
 	return children, nil

@@ -39,6 +39,8 @@ type promMetrics struct {
 	lossScale                        prometheus.Gauge
 	skipped                          prometheus.Counter
 	syncBytes, syncRounds            prometheus.Counter
+	staleness                        prometheus.Histogram
+	rejected                         prometheus.Counter
 	collective                       *prometheus.HistogramVec
 	resumeSeconds                    prometheus.Histogram
 	ckptPause, ckptWrite             prometheus.Histogram
@@ -91,6 +93,8 @@ func newPromMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*promM
 		skipped:       counter("skipped_steps_total", "Steps whose gradients overflowed under the fp16 loss scale and that no rank applied."),
 		syncBytes:     counter("sync_sent_bytes_total", "Bytes the busiest rank sent to its part's other replicas: gradients under --sync step, rounds under local-sgd and diloco."),
 		syncRounds:    counter("sync_rounds_total", "Synchronisation rounds completed (local-sgd, diloco)."),
+		staleness:     hist("async_staleness", "Updates the parameter server applied between the weights a gradient was computed on and its own (--sync async).", prometheus.LinearBuckets(0, 1, 17)),
+		rejected:      counter("async_rejected_total", "Gradients the parameter server rejected as computed on weights more than --max-staleness updates old (--sync async)."),
 		rankCompute:   prometheus.NewGaugeVec(prometheus.GaugeOpts(f("rank_compute_seconds", "Time each rank computed in the last step.")), []string{"rank"}),
 		collective: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "troupe", Name: "collective_duration_seconds",
 			Help:        "Time from a rank entering a collective operation to its completion there, by kind and rank.",
@@ -104,7 +108,7 @@ func newPromMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*promM
 	}
 	for _, c := range []prometheus.Collector{p.steps, p.samples, p.tokens, p.step, p.lastStep, p.stepSeconds, p.samplesPerS, p.tokensPerS,
 		p.loss, p.evalLoss, p.lr, p.compute, p.comm, p.bubble, p.sent, p.paramBytes, p.gradBytes, p.optBytes, p.actBytes,
-		p.generation, p.worldSize, p.standby, p.stragglerLag, p.stragglerRank, p.rankCompute, p.collective, p.lossScale, p.skipped, p.syncBytes, p.syncRounds, p.resumeSeconds, p.ckptPause, p.ckptWrite, p.ckptBytes, p.ckptWrites, p.ckptFails} {
+		p.generation, p.worldSize, p.standby, p.stragglerLag, p.stragglerRank, p.rankCompute, p.collective, p.lossScale, p.skipped, p.syncBytes, p.syncRounds, p.staleness, p.rejected, p.resumeSeconds, p.ckptPause, p.ckptWrite, p.ckptBytes, p.ckptWrites, p.ckptFails} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("train: registering the Prometheus metrics: %w", err)
 		}
@@ -173,6 +177,10 @@ func (p *promMetrics) observeStep(m StepMetrics) {
 	p.syncBytes.Add(float64(m.SyncBytes))
 	if m.SyncRound {
 		p.syncRounds.Inc()
+	}
+	if a := m.Async; a != nil {
+		p.staleness.Observe(float64(a.Staleness))
+		p.rejected.Add(float64(a.Rejected))
 	}
 	for r, ms := range m.RankComputeMs {
 		p.rankCompute.WithLabelValues(strconv.Itoa(r)).Set(ms / 1e3)

@@ -41,6 +41,20 @@ type Summary struct {
 	// stopped run).
 	Saved     string `json:"saved,omitempty"`
 	SavedStep int    `json:"saved_step,omitempty"`
+	// StalenessHist counts the applied gradients by staleness (index s:
+	// computed s updates before their own) and Rejected the gradients
+	// rejected as too stale (--sync async only).
+	StalenessHist []int64 `json:"staleness_histogram,omitempty"`
+	Rejected      int64   `json:"rejected,omitempty"`
+}
+
+// addAsync counts an asynchronous update in the staleness histogram.
+func (s *Summary) addAsync(st stepStats) {
+	for len(s.StalenessHist) <= st.Staleness {
+		s.StalenessHist = append(s.StalenessHist, 0)
+	}
+	s.StalenessHist[st.Staleness]++
+	s.Rejected += int64(st.Rejected)
 }
 
 // Options are a run's collaborators; the zero value logs nothing and
@@ -81,6 +95,9 @@ type Options struct {
 	// worker process writes its own worker's. The CLI sends one on
 	// SIGUSR1.
 	Dump <-chan struct{}
+
+	// beforeCompute is asyncExecutor.beforeCompute (tests).
+	beforeCompute func(ctx context.Context, replica int, version uint64) error
 }
 
 // WorldInfo describes a world the job formed.
@@ -150,23 +167,39 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	}
 	ckpt.setObserver(prom.m())
 	defer ckpt.close()
-	var ex *groupExecutor
-	if cfg.Procs > 0 {
-		ex, err = startProcs(ctx, j, o.WorkerCommand, from, cursor, log)
-	} else {
-		ex, err = startLocal(ctx, j, from, cursor, log)
+	// ex drives the steps; group is its workers' group (under
+	// asynchronous training the parameter server's).
+	var ex interface {
+		executor
+		Close() error
+	}
+	var group *groupExecutor
+	switch {
+	case cfg.sync().Async():
+		var a *asyncExecutor
+		a, err = startAsync(ctx, j, o.WorkerCommand, from, cursor, log)
+		if a != nil {
+			ex, group = a, a.groupExecutor
+			a.beforeCompute = o.beforeCompute
+		}
+	case cfg.Procs > 0:
+		group, err = startProcs(ctx, j, o.WorkerCommand, from, cursor, log)
+		ex = group
+	default:
+		group, err = startLocal(ctx, j, from, cursor, log)
+		ex = group
 	}
 	if err != nil {
 		return nil, err
 	}
-	ex.ckpt = ckpt
+	group.ckpt = ckpt
 	defer func() {
 		if err := ex.Close(); err != nil {
 			log.Warn("shutting down the workers", zap.Error(err))
 		}
 	}()
 	flights.set(func(reason string) ([]collective.FlightDump, []int) {
-		return ex.Flights(reason), ex.meshRanks()
+		return group.Flights(reason), group.meshRanks()
 	})
 	defer flights.set(nil)
 	defer flights.watch(o.Dump, cfg.DumpDir, log)()
@@ -199,7 +232,7 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 		if ctx.Err() == nil {
 			return nil, err
 		}
-		return t.stopped(ex, sum, err)
+		return t.stopped(group, sum, err)
 	}
 	if err := ckpt.close(); err != nil {
 		return nil, fmt.Errorf("train: the last checkpoint write failed: %w", err)

@@ -236,7 +236,7 @@ func TestSyncConfigErrors(t *testing.T) {
 		field string
 		set   func(*Config)
 	}{
-		{"Sync", func(c *Config) { c.Sync = "async" }},
+		{"Sync", func(c *Config) { c.Sync = "hogwild" }},
 		{"SyncEvery", func(c *Config) { c.Sync = "diloco" }},
 		{"SyncEvery", func(c *Config) { c.SyncEvery = 5 }},
 		{"SyncDType", func(c *Config) { c.Sync, c.SyncEvery, c.SyncDType = "local-sgd", 5, "bf16" }},

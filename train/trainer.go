@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -46,6 +47,10 @@ type executor interface {
 	Save(ctx context.Context, meta checkpoint.Meta) (time.Duration, error)
 	// RankName names mesh rank r's worker (logs).
 	RankName(r int) string
+	// Window is how many steps the loop may have in flight at once: 1
+	// when every step involves every rank; the replicas under
+	// asynchronous training, whose Step may then be called concurrently.
+	Window() int
 }
 
 // trainer is the one step loop of troupe. It owns a run's policy: the
@@ -113,23 +118,41 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 	var idx []int
 	start := time.Now()
 	defer func() { stats.summarize(sum, start, j.tokensPerRow()) }()
-	cursor := seg.cursor
+	fl := newInflight(ctx, seg.ex)
+	defer fl.stop()
+	next, nextCursor := seg.from, seg.cursor // the next step to start, at its cursor
+	lastDone := time.Now()
 	for step := seg.from; step < j.steps; step++ {
-		if err := ctx.Err(); err != nil {
-			return sum, fmt.Errorf("train: stopped before step %d: %w", step+1, context.Cause(ctx))
+		// Start steps while the window has room, never past one whose
+		// afterStep needs the executor quiet (an evaluation, a
+		// checkpoint, the last step) before it completed: with a
+		// window of one, a step at a time, every step's policy as
+		// before. Steps complete, and are reported, in the order they
+		// complete: step is the count of completed ones (under
+		// asynchronous training, the server's updates).
+		for fl.running < fl.window && next < j.steps && (next == step || !t.quietAfter(next-1)) {
+			if err := ctx.Err(); err != nil {
+				return sum, fmt.Errorf("train: stopped before step %d: %w", next+1, context.Cause(ctx))
+			}
+			if seg.stop != nil && seg.stop.Err() != nil {
+				return sum, fmt.Errorf("train: stopped before step %d: %w", next+1, failure.Wrap(failure.Canceled, context.Cause(seg.stop)))
+			}
+			idx = sampler.At(nextCursor, seg.batch, idx)
+			j.train.Fill(idx, &b)
+			fl.start(worker.StepRequest{Step: next, Cursor: nextCursor, Batch: seg.batch, LR: t.sched.LR(next) * seg.lrScale,
+				GlobalTargets: globalTargets(&b), Checksum: cfg.CheckEvery > 0 && (next+1)%cfg.CheckEvery == 0,
+				LossScale: t.scaler.scale(), LossScaleTracker: t.scaler.tracker(), Round: cfg.roundAt(next, t.total())})
+			next, nextCursor = next+1, nextCursor+data.Cursor(seg.batch)
 		}
-		if seg.stop != nil && seg.stop.Err() != nil {
-			return sum, fmt.Errorf("train: stopped before step %d: %w", step+1, failure.Wrap(failure.Canceled, context.Cause(seg.stop)))
+		o := fl.next()
+		req, st, err, t0 := o.req, o.st, o.err, o.t0
+		if fl.window > 1 {
+			// Steps overlap: a step's time is the time since the one
+			// before it completed (the rate the job trains at).
+			t0 = lastDone
 		}
-		t0 := time.Now()
-		idx = sampler.At(cursor, seg.batch, idx)
-		j.train.Fill(idx, &b)
-		lr := t.sched.LR(step) * seg.lrScale
-		check := cfg.CheckEvery > 0 && (step+1)%cfg.CheckEvery == 0
-		lossScale := t.scaler.scale()
-		round := cfg.roundAt(step, t.total())
-		st, err := seg.ex.Step(ctx, worker.StepRequest{Step: step, Cursor: cursor, Batch: seg.batch, LR: lr,
-			GlobalTargets: globalTargets(&b), Checksum: check, LossScale: lossScale, LossScaleTracker: t.scaler.tracker(), Round: round})
+		lastDone = time.Now()
+		cursor, lr, lossScale := req.Cursor, req.LR, req.LossScale
 		var adopted *adoptedError
 		if errors.As(err, &adopted) {
 			// The step may count: its line goes with the error, for the
@@ -160,8 +183,14 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 			sum.FirstLoss = loss
 		}
 		sum.FinalLoss, sum.Samples = loss, sum.Samples+int64(seg.batch)
-		cursor += data.Cursor(seg.batch)
+		// The samples trained by the completed steps (the step's own
+		// batch's end, unless steps complete out of order).
+		cursor = seg.cursor + data.Cursor((step+1-seg.from)*seg.batch)
 		last := step == j.steps-1
+		if fl.window > 1 {
+			sum.addAsync(st)
+			m.Samples, m.Epoch = int64(cursor), float64(cursor)/float64(j.train.Len())
+		}
 		if err := t.afterStep(ctx, seg, &m, sampler, cursor, sum); err != nil {
 			return sum, err
 		}
@@ -181,6 +210,78 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 		}
 	}
 	return sum, nil
+}
+
+// quietAfter reports whether what follows step (0-based) needs the
+// executor quiet, no later step in flight: an evaluation, a checkpoint,
+// the end of the run.
+func (t *trainer) quietAfter(step int) bool {
+	cfg, n := &t.job.cfg, step+1
+	return n >= t.total() || cfg.CkptEvery > 0 && n%cfg.CkptEvery == 0 || t.job.test != nil && cfg.EvalEvery > 0 && n%cfg.EvalEvery == 0
+}
+
+// inflight runs the loop's steps: one at a time on the loop's goroutine
+// with a window of one; with a larger window each on a goroutine of its
+// own, which stop cancels and waits for.
+type inflight struct {
+	ex     executor
+	window int
+	// running counts the started steps whose outcome next has not
+	// returned; results holds the outcomes as they complete.
+	running int
+	results chan stepOutcome
+	parent  context.Context
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	wg      sync.WaitGroup
+}
+
+// stepOutcome is what a started step gave.
+type stepOutcome struct {
+	req worker.StepRequest
+	st  stepStats
+	err error
+	t0  time.Time
+}
+
+// errAbandoned cancels the steps in flight when the loop ends early.
+var errAbandoned = errors.New("train: the step loop ended")
+
+func newInflight(ctx context.Context, ex executor) *inflight {
+	w := max(1, ex.Window())
+	f := &inflight{ex: ex, window: w, parent: ctx, results: make(chan stepOutcome, w)}
+	f.ctx, f.cancel = context.WithCancelCause(ctx)
+	return f
+}
+
+// start runs req's step (at once with a window of one).
+func (f *inflight) start(req worker.StepRequest) {
+	f.running++
+	t0 := time.Now()
+	if f.window == 1 {
+		st, err := f.ex.Step(f.parent, req)
+		f.results <- stepOutcome{req: req, st: st, err: err, t0: t0}
+		return
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		st, err := f.ex.Step(f.ctx, req)
+		f.results <- stepOutcome{req: req, st: st, err: err, t0: t0}
+	}()
+}
+
+// next returns the outcome of the first started step to complete that
+// next has not returned yet.
+func (f *inflight) next() stepOutcome {
+	f.running--
+	return <-f.results
+}
+
+// stop cancels the steps still in flight and waits for them.
+func (f *inflight) stop() {
+	f.cancel(errAbandoned)
+	f.wg.Wait()
 }
 
 // total is the number of steps the loop runs from the start of training:
@@ -235,6 +336,10 @@ func (t *trainer) metrics(seg segment, step int, cursor data.Cursor, lr, loss fl
 		SentBroadcastBytes: st.Sent.Broadcast, PeakMicro: st.PeakMicro, BubbleFraction: st.BubbleFraction,
 		StragglerRank: st.StragglerRank, StragglerLagMs: st.StragglerLagMs, RankComputeMs: st.RankComputeMs,
 		Collectives: st.Collectives, SyncBytes: st.SyncBytes,
+	}
+	if j.cfg.sync().Async() {
+		sm.Async = &AsyncMetrics{Staleness: st.Staleness, Rejected: st.Rejected, Replica: st.Replica}
+		sm.StragglerRank = -1
 	}
 	if j.cfg.sync().Local() {
 		sm.SyncRound, sm.SyncRounds = j.cfg.roundAt(step, t.total()), j.cfg.roundsUpTo(step, t.total())

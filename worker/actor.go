@@ -369,9 +369,13 @@ func (a *shellActor) step(m *workerpb.RunStep) *workerpb.StepDone {
 	if flight != nil {
 		mark = flight.Next()
 	}
-	res, err := a.w.Step(ctx, StepRequest{Generation: m.Generation, Step: int(m.Step), Cursor: data.Cursor(m.Cursor),
+	req := StepRequest{Generation: m.Generation, Step: int(m.Step), Cursor: data.Cursor(m.Cursor),
 		Batch: int(m.Batch), LR: m.Lr, GlobalTargets: int(m.GlobalTargets), Checksum: m.Checksum, LossScale: m.LossScale,
-		LossScaleTracker: int(m.LossScaleTracker), Round: m.Round})
+		LossScaleTracker: int(m.LossScaleTracker), Round: m.Round}
+	if m.AsyncKind != 0 {
+		req.Async = &AsyncStep{Kind: AsyncKind(m.AsyncKind), Weights: m.Weights, Grads: m.Grads}
+	}
+	res, err := a.w.Step(ctx, req)
 	if a.cfg.ShipTrace && a.w.rec != nil && a.w.st != nil {
 		tl := a.w.rec.Take()
 		st := a.w.st.coord.PP
@@ -393,6 +397,7 @@ func (a *shellActor) step(m *workerpb.RunStep) *workerpb.StepDone {
 	done.SentAllReduceBytes, done.SentReduceScatterBytes = res.Sent.AllReduce, res.Sent.ReduceScatter
 	done.SentAllGatherBytes, done.SentBroadcastBytes = res.Sent.AllGather, res.Sent.Broadcast
 	done.SyncBytes = res.SyncBytes
+	done.Grads = res.Grads
 	if flight != nil {
 		for op := range flight.Since(mark) {
 			if k, ok := collective.ParseKind(op.Kind); ok && op.State == collective.FlightDone {

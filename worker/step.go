@@ -46,6 +46,9 @@ type StepRequest struct {
 	// SGD, DiLoCo: Spec.Sync); ignored when the replicas synchronise
 	// every step.
 	Round bool
+	// Async is the worker's part in a step of asynchronous training
+	// (Spec.Sync async; nil otherwise).
+	Async *AsyncStep
 }
 
 // Result is what a pass over some rows gives.
@@ -97,6 +100,9 @@ type StepResult struct {
 	// (Result is then this rank's whole share of the step, also when the
 	// step failed afterwards, in its gradient sums).
 	Computed bool
+	// Grads is the gradient an asynchronous replica computed
+	// (AsyncCompute): a copy, the caller's.
+	Grads []float32
 }
 
 // LastStep is the last step a worker ran, applied or not.
@@ -117,6 +123,9 @@ type LastStep struct {
 // Step runs one optimizer step. On an error nothing was applied: the update
 // runs only after every gradient sum succeeded.
 func (w *Worker) Step(ctx context.Context, req StepRequest) (StepResult, error) {
+	if req.Async != nil {
+		return w.asyncStep(ctx, req)
+	}
 	switch {
 	case w.st == nil || req.Generation != w.gen:
 		return StepResult{}, fmt.Errorf("%w: this worker has no place in generation %d", ErrStale, req.Generation)
@@ -491,6 +500,12 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	}
 	if err := s.sumGradients(ctx, scheduleEnd, &res); err != nil {
 		return res, err
+	}
+	if a := req.Async; a != nil && a.Kind == AsyncCompute {
+		// The server applies it: the replica's weights stay the
+		// server's version they were given.
+		res.Grads = append([]float32(nil), s.host(m.Set.Grads(), true)...)
+		return s.finish(res, start, req, 0)
 	}
 	if req.LossScale > 0 {
 		if res.Skipped, err = s.unscale(ctx, &res, req); err != nil {

@@ -30,6 +30,12 @@ const (
 	// parameters with an outer SGD with (Nesterov) momentum; every replica
 	// then continues from the new global parameters (DiLoCo).
 	SyncDiLoCo
+	// SyncAsync trains asynchronously with a parameter server: replicas
+	// compute gradients on the server's weights without waiting for each
+	// other, and the server applies each (AsyncStep) unless it is too
+	// stale (package ps). A worker is either a replica or the server;
+	// each is one rank of its own.
+	SyncAsync
 )
 
 func (m SyncMode) String() string {
@@ -40,11 +46,14 @@ func (m SyncMode) String() string {
 		return "local-sgd"
 	case SyncDiLoCo:
 		return "diloco"
+	case SyncAsync:
+		return "async"
 	}
 	return fmt.Sprintf("sync(%d)", uint8(m))
 }
 
-// ParseSyncMode reads "step", "local-sgd" or "diloco" ("" is step).
+// ParseSyncMode reads "step", "local-sgd", "diloco" or "async" ("" is
+// step).
 func ParseSyncMode(s string) (SyncMode, error) {
 	switch s {
 	case "", "step":
@@ -53,8 +62,10 @@ func ParseSyncMode(s string) (SyncMode, error) {
 		return SyncLocalSGD, nil
 	case "diloco":
 		return SyncDiLoCo, nil
+	case "async":
+		return SyncAsync, nil
 	}
-	return 0, fmt.Errorf("%w: sync mode %q: want step, local-sgd or diloco", ErrConfig, s)
+	return 0, fmt.Errorf("%w: sync mode %q: want step, local-sgd, diloco or async", ErrConfig, s)
 }
 
 // Sync is how the replicas synchronise (Spec.Sync). When a round ends is
@@ -72,13 +83,16 @@ type Sync struct {
 }
 
 // Local reports whether the replicas step on their own gradients between
-// rounds.
-func (s Sync) Local() bool { return s.Mode != SyncStep }
+// rounds (local SGD, DiLoCo).
+func (s Sync) Local() bool { return s.Mode == SyncLocalSGD || s.Mode == SyncDiLoCo }
+
+// Async reports asynchronous training with a parameter server.
+func (s Sync) Async() bool { return s.Mode == SyncAsync }
 
 // Validate checks the settings.
 func (s Sync) Validate() error {
 	switch {
-	case s.Mode > SyncDiLoCo:
+	case s.Mode > SyncAsync:
 		return fmt.Errorf("%w: sync mode %v", ErrConfig, s.Mode)
 	case s.DType != kernels.F32 && (s.Mode != SyncDiLoCo || !s.DType.Low()):
 		return fmt.Errorf("%w: %v rounds cannot send %v (16-bit rounds are DiLoCo's pseudo-gradients)", ErrConfig, s.Mode, s.DType)

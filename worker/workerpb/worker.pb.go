@@ -603,7 +603,15 @@ type RunStep struct {
 	LossScaleTracker uint32  `protobuf:"varint,10,opt,name=loss_scale_tracker,json=lossScaleTracker,proto3" json:"loss_scale_tracker,omitempty"`
 	// round ends a synchronisation round after the step's update (local
 	// SGD, DiLoCo; see worker.StepRequest.Round).
-	Round         bool `protobuf:"varint,11,opt,name=round,proto3" json:"round,omitempty"`
+	Round bool `protobuf:"varint,11,opt,name=round,proto3" json:"round,omitempty"`
+	// async_kind, when set, is the worker's part in a step of asynchronous
+	// training (worker.AsyncKind: 1 compute, 2 apply): a replica computes
+	// the gradient of the batch on weights (the parameter server's) and
+	// returns it in StepDone.grads; the server applies grads as its update
+	// number step + 1.
+	AsyncKind     uint32    `protobuf:"varint,12,opt,name=async_kind,json=asyncKind,proto3" json:"async_kind,omitempty"`
+	Weights       []float32 `protobuf:"fixed32,13,rep,packed,name=weights,proto3" json:"weights,omitempty"`
+	Grads         []float32 `protobuf:"fixed32,14,rep,packed,name=grads,proto3" json:"grads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -715,6 +723,27 @@ func (x *RunStep) GetRound() bool {
 	return false
 }
 
+func (x *RunStep) GetAsyncKind() uint32 {
+	if x != nil {
+		return x.AsyncKind
+	}
+	return 0
+}
+
+func (x *RunStep) GetWeights() []float32 {
+	if x != nil {
+		return x.Weights
+	}
+	return nil
+}
+
+func (x *RunStep) GetGrads() []float32 {
+	if x != nil {
+		return x.Grads
+	}
+	return nil
+}
+
 // StepDone answers RunStep (see worker.StepResult).
 type StepDone struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -768,7 +797,9 @@ type StepDone struct {
 	Skipped bool `protobuf:"varint,30,opt,name=skipped,proto3" json:"skipped,omitempty"`
 	// sync_bytes is the part of the sent bytes that went to the part's
 	// other replicas (worker.StepResult.SyncBytes).
-	SyncBytes     int64 `protobuf:"varint,31,opt,name=sync_bytes,json=syncBytes,proto3" json:"sync_bytes,omitempty"`
+	SyncBytes int64 `protobuf:"varint,31,opt,name=sync_bytes,json=syncBytes,proto3" json:"sync_bytes,omitempty"`
+	// grads is an asynchronous replica's gradient (RunStep.async_kind 1).
+	Grads         []float32 `protobuf:"fixed32,32,rep,packed,name=grads,proto3" json:"grads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1018,6 +1049,13 @@ func (x *StepDone) GetSyncBytes() int64 {
 		return x.SyncBytes
 	}
 	return 0
+}
+
+func (x *StepDone) GetGrads() []float32 {
+	if x != nil {
+		return x.Grads
+	}
+	return nil
 }
 
 // OpTime is one collective operation's kind and duration.
@@ -2040,7 +2078,7 @@ const file_worker_proto_rawDesc = "" +
 	"\x06Formed\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1a\n" +
-	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\"\xb5\x02\n" +
+	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\"\x84\x03\n" +
 	"\aRunStep\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1e\n" +
 	"\n" +
@@ -2056,7 +2094,11 @@ const file_worker_proto_rawDesc = "" +
 	"loss_scale\x18\t \x01(\x01R\tlossScale\x12,\n" +
 	"\x12loss_scale_tracker\x18\n" +
 	" \x01(\rR\x10lossScaleTracker\x12\x14\n" +
-	"\x05round\x18\v \x01(\bR\x05round\"\x8c\t\n" +
+	"\x05round\x18\v \x01(\bR\x05round\x12\x1d\n" +
+	"\n" +
+	"async_kind\x18\f \x01(\rR\tasyncKind\x12\x18\n" +
+	"\aweights\x18\r \x03(\x02R\aweights\x12\x14\n" +
+	"\x05grads\x18\x0e \x03(\x02R\x05grads\"\xa2\t\n" +
 	"\bStepDone\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1e\n" +
@@ -2095,7 +2137,8 @@ const file_worker_proto_rawDesc = "" +
 	"\vcollectives\x18\x1d \x03(\v2\x18.troupe.worker.v1.OpTimeR\vcollectives\x12\x18\n" +
 	"\askipped\x18\x1e \x01(\bR\askipped\x12\x1d\n" +
 	"\n" +
-	"sync_bytes\x18\x1f \x01(\x03R\tsyncBytes\"6\n" +
+	"sync_bytes\x18\x1f \x01(\x03R\tsyncBytes\x12\x14\n" +
+	"\x05grads\x18  \x03(\x02R\x05grads\"6\n" +
 	"\x06OpTime\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x18\n" +
 	"\aseconds\x18\x02 \x01(\x01R\aseconds\"q\n" +

@@ -1,0 +1,106 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/troupe-ml/troupe/data"
+)
+
+// AsyncKind is a worker's part in a step of asynchronous training.
+type AsyncKind uint8
+
+const (
+	// AsyncCompute: a replica takes the parameter server's weights
+	// (AsyncStep.Weights) and computes the gradient of the mean loss over
+	// the step's whole batch (StepResult.Grads), applying nothing.
+	AsyncCompute AsyncKind = iota + 1
+	// AsyncApply: the parameter server applies a replica's gradient
+	// (AsyncStep.Grads) with the step's learning rate (clipped as
+	// Spec.ClipNorm says) as its update number Step+1.
+	AsyncApply
+)
+
+func (k AsyncKind) String() string {
+	switch k {
+	case AsyncCompute:
+		return "compute"
+	case AsyncApply:
+		return "apply"
+	}
+	return fmt.Sprintf("async(%d)", uint8(k))
+}
+
+// AsyncStep is a worker's part in a step of asynchronous training
+// (StepRequest.Async). Its replicas and its server are workers of a mesh
+// of one rank each, so a step's batch is the replica's whole.
+type AsyncStep struct {
+	Kind AsyncKind
+	// Weights are the server's weights the replica computes on (every
+	// parameter, flat, in the model's order).
+	Weights []float32
+	// Grads is the gradient the server applies (same layout).
+	Grads []float32
+}
+
+// asyncStep runs a replica's computation or the server's update. A
+// replica's Holding does not move (it holds whatever version it was last
+// given); the server's counts its updates: Applied is its version.
+func (w *Worker) asyncStep(ctx context.Context, req StepRequest) (StepResult, error) {
+	a := req.Async
+	switch {
+	case w.st == nil || req.Generation != w.gen:
+		return StepResult{}, fmt.Errorf("%w: this worker has no place in generation %d", ErrStale, req.Generation)
+	case !w.spec.Sync.Async():
+		return StepResult{}, fmt.Errorf("%w: an asynchronous step for a worker that synchronises by %v", ErrConfig, w.spec.Sync.Mode)
+	case w.st.mesh.Size() != 1:
+		return StepResult{}, fmt.Errorf("%w: an asynchronous step for a worker in a world of %d ranks (each replica and the server are one rank)", ErrConfig, w.st.mesh.Size())
+	}
+	n := w.model.Set.Len()
+	switch a.Kind {
+	case AsyncCompute:
+		if len(a.Weights) != n {
+			return StepResult{}, fmt.Errorf("%w: %d weights for a model of %d parameters", ErrConfig, len(a.Weights), n)
+		}
+		if err := w.model.Set.SetHostWeights(a.Weights); err != nil {
+			return StepResult{}, err
+		}
+		res, err := w.st.step(ctx, req)
+		w.last = LastStep{Step: req.Step, Result: res.Result, Computed: res.Computed}
+		return res, err
+	case AsyncApply:
+		switch {
+		case len(a.Grads) != n:
+			return StepResult{}, fmt.Errorf("%w: a gradient of %d values for a model of %d parameters", ErrConfig, len(a.Grads), n)
+		case req.Step != w.hold.Applied:
+			return StepResult{}, fmt.Errorf("%w: the server applied %d updates, asked for update %d", ErrStale, w.hold.Applied, req.Step+1)
+		}
+		res, err := w.st.apply(ctx, req)
+		if err != nil {
+			return res, err
+		}
+		w.hold.Applied = req.Step + 1
+		w.hold.Cursor = max(w.hold.Cursor, req.Cursor+data.Cursor(req.Batch))
+		return res, nil
+	}
+	return StepResult{}, fmt.Errorf("%w: asynchronous step kind %v", ErrConfig, a.Kind)
+}
+
+// apply is the server's update: a replica's gradient, clipped, stepped
+// with the optimizer.
+func (s *stepper) apply(ctx context.Context, req StepRequest) (StepResult, error) {
+	var res StepResult
+	start := time.Now()
+	s.updated = false
+	s.meter.Take()
+	s.syncMeter.Take()
+	s.w.be.Upload(s.w.model.Set.Grads(), req.Async.Grads)
+	norm, err := s.clip(ctx, &res)
+	if err != nil {
+		return res, err
+	}
+	s.w.opt.Step(float32(req.LR))
+	s.updated = true
+	return s.finish(res, start, req, norm)
+}
