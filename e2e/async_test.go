@@ -23,6 +23,37 @@ import (
 // exactly once (the metrics lines' cursors are the run's batches, each
 // once); every applied gradient is within --max-staleness; the loss falls.
 func TestAsyncKilledReplica(t *testing.T) {
+	asyncReplicaFault(t, func(t *testing.T, pid int, lines func() int) {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}, "replica lost")
+}
+
+// TestAsyncStoppedReplica: SIGSTOP of one replica process for a while
+// (until the others trained 300 more steps: the job does not wait for
+// it), then SIGCONT: its gradient, far older than the bound, is rejected
+// and its batch computed again; the job ends as above, every batch once.
+func TestAsyncStoppedReplica(t *testing.T) {
+	asyncReplicaFault(t, func(t *testing.T, pid int, lines func() int) {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		defer syscall.Kill(pid, syscall.SIGCONT)
+		at := lines()
+		for deadline := time.Now().Add(90 * time.Second); lines() < at+300; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the others trained %d steps in 90 s while one replica was stopped", lines()-at)
+			}
+		}
+		t.Logf("%d steps trained while replica process %d was stopped", lines()-at, pid)
+	}, "stale gradient rejected")
+}
+
+// asyncReplicaFault runs --procs 3 --sync async, applies fault to one
+// replica process once 50 steps are logged, and checks that the job
+// completes with nothing lost; logged must appear in its log.
+func asyncReplicaFault(t *testing.T, fault func(t *testing.T, pid int, lines func() int), logged string) {
 	const steps, batch, bound = 1500, 32, 4
 	dir := t.TempDir()
 	metrics, weights := filepath.Join(dir, "m.jsonl"), filepath.Join(dir, "w.safetensors")
@@ -30,16 +61,17 @@ func TestAsyncKilledReplica(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, troupeBin, "train", "--model", "mlp", "--data", "synthetic-mlp", "--layers", "784,64,10",
 		"--steps", "1500", "--batch", "32", "--procs", "3", "--sync", "async", "--max-staleness", "4",
-		"--metrics-out", metrics, "--save", weights, "--json", "--log-format", "json")
+		"--metrics-out", metrics, "--save", weights, "--json", "--log-format", "json", "--log-level", "debug")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if b, _ := os.ReadFile(metrics); bytes.Count(b, []byte("\n")) >= 50 {
-			break
-		}
+	lines := func() int {
+		b, _ := os.ReadFile(metrics)
+		return bytes.Count(b, []byte("\n"))
+	}
+	for deadline := time.Now().Add(90 * time.Second); lines() < 50; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
 			cmd.Wait()
@@ -47,14 +79,12 @@ func TestAsyncKilledReplica(t *testing.T) {
 		}
 	}
 	victim, rank := workerPID(t, cmd.Process.Pid)
-	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	fault(t, victim, lines)
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("the job failed after kill -9 of replica %d: %v\n%s", rank, err, stderr.String()[max(0, stderr.Len()-4000):])
+		t.Fatalf("the job failed after the fault on replica %d: %v\n%s", rank, err, stderr.String()[max(0, stderr.Len()-4000):])
 	}
-	if !strings.Contains(stderr.String(), "replica lost") {
-		t.Errorf("no log line says a replica was lost")
+	if !strings.Contains(stderr.String(), logged) {
+		t.Errorf("no log line says %q", logged)
 	}
 	var sum struct {
 		Steps    int     `json:"steps"`
@@ -81,7 +111,7 @@ func TestAsyncKilledReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var lines []line
+	var recs []line
 	seen := map[uint64]bool{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -89,15 +119,15 @@ func TestAsyncKilledReplica(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatal(err)
 		}
-		if l.Step != len(lines)+1 || seen[l.Cursor] || l.Cursor%batch != 0 || l.Cursor >= steps*batch || l.Async == nil || l.Async.Staleness > bound {
+		if l.Step != len(recs)+1 || seen[l.Cursor] || l.Cursor%batch != 0 || l.Cursor >= steps*batch || l.Async == nil || l.Async.Staleness > bound {
 			t.Fatalf("line %d: step %d, batch at %d (trained before: %v), async %+v: want each of the run's batches once within the bound",
-				len(lines)+1, l.Step, l.Cursor, seen[l.Cursor], l.Async)
+				len(recs)+1, l.Step, l.Cursor, seen[l.Cursor], l.Async)
 		}
 		seen[l.Cursor] = true
-		lines = append(lines, l)
+		recs = append(recs, l)
 	}
-	if len(lines) != steps {
-		t.Fatalf("%d metrics lines, want %d", len(lines), steps)
+	if len(recs) != steps {
+		t.Fatalf("%d metrics recs, want %d", len(recs), steps)
 	}
 	mean := func(ls []line) float64 {
 		s := 0.0
@@ -106,11 +136,11 @@ func TestAsyncKilledReplica(t *testing.T) {
 		}
 		return s / float64(len(ls))
 	}
-	if first, last := mean(lines[:50]), mean(lines[steps-50:]); !(last < first/2) {
+	if first, last := mean(recs[:50]), mean(recs[steps-50:]); !(last < first/2) {
 		t.Errorf("mean loss of the first 50 steps %.4f, of the last 50 %.4f: want it halved", first, last)
 	}
 	if fi, err := os.Stat(weights); err != nil || fi.Size() < 4*(784*64+64*10) {
 		t.Errorf("the saved weights: %v", err)
 	}
-	t.Logf("kill -9 of replica %d: %d steps, staleness %v, %d rejected", rank, sum.Steps, sum.Hist, sum.Rejected)
+	t.Logf("replica %d: %d steps, staleness %v, %d rejected", rank, sum.Steps, sum.Hist, sum.Rejected)
 }
