@@ -119,8 +119,9 @@ func startAsync(ctx context.Context, j *job, argv []string, from int, cursor dat
 		return g, nil
 	}
 	// The server, and without worker processes the replicas: actors of a
-	// world of DP + 1 here (0 the server), the kernel threads split
-	// among them.
+	// world of DP + 1 here (0 the server), the kernel threads split among
+	// the replicas (the server computes only between their passes: its
+	// updates, evaluations and checkpoints).
 	local := 1
 	if !procs {
 		local += cfg.DP
@@ -129,7 +130,14 @@ func startAsync(ctx context.Context, j *job, argv []string, from int, cursor dat
 	if err != nil {
 		return nil, fieldErr("DP", "%v", err)
 	}
-	pids, closers, err := spawnLocal(sys, j, all, nil, nil, log)
+	server := j.workerSpec()
+	server.Straggler = nil
+	pids, closers, err := spawnLocal(sys, j, all, max(1, local-1), func(i int) *worker.Spec {
+		if i == 0 {
+			return server
+		}
+		return j.replicaSpec(i - 1)
+	}, nil, nil, log)
 	stops = append(stops, closers...)
 	if err != nil {
 		return nil, err

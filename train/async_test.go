@@ -45,6 +45,11 @@ func TestAsyncWithoutStalenessIsSequential(t *testing.T) {
 					if m.Async == nil || m.Async.Staleness != 0 {
 						t.Fatalf("step %d: async metrics %+v, want staleness 0", s+1, m.Async)
 					}
+					// Every computation of the batch took the weights and
+					// sent a gradient: 2 × 4 bytes a parameter each.
+					if want := 2 * m.GradBytes * int64(1+m.Async.Rejected); m.SyncBytes != want {
+						t.Errorf("step %d: sync_bytes %d, want %d (%d rejected)", s+1, m.SyncBytes, want, m.Async.Rejected)
+					}
 				}
 			})
 		}

@@ -149,6 +149,19 @@ func (j *job) workerSpec() *worker.Spec {
 	}
 }
 
+// replicaSpec is the spec of asynchronous replica r, a world of one: the
+// test's straggler, when it names replica r, is its rank 0.
+func (j *job) replicaSpec(r int) *worker.Spec {
+	s := j.workerSpec()
+	if st := j.straggler; st != nil {
+		s.Straggler = nil
+		if st.Rank == r {
+			s.Straggler = &worker.Straggler{Rank: 0, Delay: st.Delay}
+		}
+	}
+	return s
+}
+
 // zeroGroup is the ZeRO shard group's size in a world of dp replicas (0:
 // no ZeRO).
 func (j *job) zeroGroup(dp int) int {

@@ -63,7 +63,8 @@ func startLocal(ctx context.Context, j *job, from int, cursor data.Cursor, log *
 			return nil, err
 		}
 	}
-	pids, closers, err := spawnLocal(sys, j, m, comms, tr, log)
+	spec := j.workerSpec()
+	pids, closers, err := spawnLocal(sys, j, m, m.Size(), func(int) *worker.Spec { return spec }, comms, tr, log)
 	stops = append(stops, closers...)
 	if err != nil {
 		return nil, err
@@ -81,12 +82,11 @@ func startLocal(ctx context.Context, j *job, from int, cursor data.Cursor, log *
 }
 
 // spawnLocal spawns a worker actor for every rank of m in sys, each on its
-// own backend (the thread budget split among them), rank r with comms[r].
-// It returns their actors and what stops them.
-func spawnLocal(sys *actors.System, j *job, m mesh.Mesh, comms []collective.Communicator, tr *tracer, log *zap.Logger) ([]*actor.PID, []func() error, error) {
+// own backend (the thread budget split among share workers), rank r with
+// spec(r) and comms[r]. It returns their actors and what stops them.
+func spawnLocal(sys *actors.System, j *job, m mesh.Mesh, share int, spec func(r int) *worker.Spec, comms []collective.Communicator, tr *tracer, log *zap.Logger) ([]*actor.PID, []func() error, error) {
 	cfg := &j.cfg
-	spec := j.workerSpec()
-	threads := threadsPerWorker(cfg, m.Size())
+	threads := threadsPerWorker(cfg, share)
 	pids := make([]*actor.PID, m.Size())
 	var stops []func() error
 	for r := range pids {
@@ -102,7 +102,7 @@ func spawnLocal(sys *actors.System, j *job, m mesh.Mesh, comms []collective.Comm
 			// A stage's shards run the same ops: shard 0 records them.
 			opts = append(opts, worker.WithRecorder(tr.recorders[c.DP]))
 		}
-		w, err := worker.New(spec, be, opts...)
+		w, err := worker.New(spec(r), be, opts...)
 		if err != nil {
 			return nil, stops, err
 		}

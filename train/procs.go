@@ -244,7 +244,11 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, o Options) error {
 		}
 		opts = append(opts, worker.WithRecorder(rec))
 	}
-	w, err := worker.New(j.workerSpec(), be, opts...)
+	spec := j.workerSpec()
+	if cfg.sync().Async() {
+		spec = j.replicaSpec(rank) // the process is replica rank
+	}
+	w, err := worker.New(spec, be, opts...)
 	if err != nil {
 		return err
 	}

@@ -187,7 +187,7 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 		// batch's end, unless steps complete out of order).
 		cursor = seg.cursor + data.Cursor((step+1-seg.from)*seg.batch)
 		last := step == j.steps-1
-		if fl.window > 1 {
+		if cfg.sync().Async() {
 			sum.addAsync(st)
 			m.Samples, m.Epoch = int64(cursor), float64(cursor)/float64(j.train.Len())
 		}
