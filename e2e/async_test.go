@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,11 +25,36 @@ import (
 // exactly once (the metrics lines' cursors are the run's batches, each
 // once); every applied gradient is within --max-staleness; the loss falls.
 func TestAsyncKilledReplica(t *testing.T) {
-	asyncReplicaFault(t, func(t *testing.T, pid int, lines func() int) {
+	asyncReplicaFault(t, nil, func(t *testing.T, pid int, lines func() int) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-	}, "replica lost")
+	}, "replica lost", nil)
+}
+
+// TestAsyncKilledReplicaRejoins: with --max-restarts 1 the killed
+// replica's process is started again and joins: it computes on the
+// server's weights of the moment, and the job's later updates include
+// its gradients.
+func TestAsyncKilledReplicaRejoins(t *testing.T) {
+	var killedAt int
+	asyncReplicaFault(t, []string{"--max-restarts", "1"}, func(t *testing.T, pid int, lines func() int) {
+		killedAt = lines()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}, "replica rejoined", func(t *testing.T, replica int, recs []asyncLine) {
+		n := 0
+		for _, r := range recs[killedAt+50:] {
+			if r.Async.Replica == replica {
+				n++
+			}
+		}
+		if n == 0 {
+			t.Errorf("replica %d applied no update after it was killed at step %d and started again", replica, killedAt)
+		}
+		t.Logf("replica %d applied %d of the updates after step %d", replica, n, killedAt+50)
+	})
 }
 
 // TestAsyncStoppedReplica: SIGSTOP of one replica process for a while
@@ -35,7 +62,7 @@ func TestAsyncKilledReplica(t *testing.T) {
 // it), then SIGCONT: its gradient, far older than the bound, is rejected
 // and its batch computed again; the job ends as above, every batch once.
 func TestAsyncStoppedReplica(t *testing.T) {
-	asyncReplicaFault(t, func(t *testing.T, pid int, lines func() int) {
+	asyncReplicaFault(t, nil, func(t *testing.T, pid int, lines func() int) {
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
@@ -47,21 +74,34 @@ func TestAsyncStoppedReplica(t *testing.T) {
 			}
 		}
 		t.Logf("%d steps trained while replica process %d was stopped", lines()-at, pid)
-	}, "stale gradient rejected")
+	}, "stale gradient rejected", nil)
 }
 
-// asyncReplicaFault runs --procs 3 --sync async, applies fault to one
-// replica process once 50 steps are logged, and checks that the job
-// completes with nothing lost; logged must appear in its log.
-func asyncReplicaFault(t *testing.T, fault func(t *testing.T, pid int, lines func() int), logged string) {
-	const steps, batch, bound = 1500, 32, 4
+// asyncLine is a metrics line of asynchronous training.
+type asyncLine struct {
+	Step   int     `json:"step"`
+	Loss   float64 `json:"loss"`
+	Cursor uint64  `json:"cursor"`
+	Async  *struct {
+		Staleness int `json:"staleness"`
+		Replica   int `json:"replica"`
+	} `json:"async"`
+}
+
+// asyncReplicaFault runs --procs 3 --sync async (and extra), applies
+// fault to one replica process once 50 steps are logged, and checks that
+// the job completes with nothing lost; logged must appear in its log, and
+// check, when set, looks at the metrics lines.
+func asyncReplicaFault(t *testing.T, extra []string, fault func(t *testing.T, pid int, lines func() int), logged string, check func(t *testing.T, replica int, recs []asyncLine)) {
+	const steps, batch, bound = 3000, 32, 4
 	dir := t.TempDir()
 	metrics, weights := filepath.Join(dir, "m.jsonl"), filepath.Join(dir, "w.safetensors")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, troupeBin, "train", "--model", "mlp", "--data", "synthetic-mlp", "--layers", "784,64,10",
-		"--steps", "1500", "--batch", "32", "--procs", "3", "--sync", "async", "--max-staleness", "4",
-		"--metrics-out", metrics, "--save", weights, "--json", "--log-format", "json", "--log-level", "debug")
+	args := append([]string{"train", "--model", "mlp", "--data", "synthetic-mlp", "--layers", "784,64,10",
+		"--steps", "3000", "--batch", "32", "--procs", "3", "--sync", "async", "--max-staleness", "4",
+		"--metrics-out", metrics, "--save", weights, "--json", "--log-format", "json", "--log-level", "debug"}, extra...)
+	cmd := exec.CommandContext(ctx, troupeBin, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
@@ -78,13 +118,19 @@ func asyncReplicaFault(t *testing.T, fault func(t *testing.T, pid int, lines fun
 			t.Fatalf("training did not start\n%s", stderr.String())
 		}
 	}
-	victim, rank := workerPID(t, cmd.Process.Pid)
+	victim, rank := replicaPID(t, cmd.Process.Pid)
 	fault(t, victim, lines)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("the job failed after the fault on replica %d: %v\n%s", rank, err, stderr.String()[max(0, stderr.Len()-4000):])
 	}
 	if !strings.Contains(stderr.String(), logged) {
-		t.Errorf("no log line says %q", logged)
+		var rel []string
+		for _, l := range strings.Split(stderr.String(), "\n") {
+			if strings.Contains(l, "replica") && !strings.Contains(l, "stale gradient") {
+				rel = append(rel, l)
+			}
+		}
+		t.Errorf("no log line says %q; those about replicas:\n%s", logged, strings.Join(rel, "\n"))
 	}
 	var sum struct {
 		Steps    int     `json:"steps"`
@@ -98,24 +144,16 @@ func asyncReplicaFault(t *testing.T, fault func(t *testing.T, pid int, lines fun
 	if sum.Steps != steps || len(sum.Hist) > bound+1 {
 		t.Fatalf("summary: %d steps (want %d), staleness histogram %v (bound %d)", sum.Steps, steps, sum.Hist, bound)
 	}
-	type line struct {
-		Step   int     `json:"step"`
-		Loss   float64 `json:"loss"`
-		Cursor uint64  `json:"cursor"`
-		Async  *struct {
-			Staleness int `json:"staleness"`
-		} `json:"async"`
-	}
 	f, err := os.Open(metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var recs []line
+	var recs []asyncLine
 	seen := map[uint64]bool{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var l line
+		var l asyncLine
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +167,7 @@ func asyncReplicaFault(t *testing.T, fault func(t *testing.T, pid int, lines fun
 	if len(recs) != steps {
 		t.Fatalf("%d metrics recs, want %d", len(recs), steps)
 	}
-	mean := func(ls []line) float64 {
+	mean := func(ls []asyncLine) float64 {
 		s := 0.0
 		for _, l := range ls {
 			s += l.Loss
@@ -142,5 +180,33 @@ func asyncReplicaFault(t *testing.T, fault func(t *testing.T, pid int, lines fun
 	if fi, err := os.Stat(weights); err != nil || fi.Size() < 4*(784*64+64*10) {
 		t.Errorf("the saved weights: %v", err)
 	}
+	if check != nil {
+		check(t, rank, recs)
+	}
 	t.Logf("replica %d: %d steps, staleness %v, %d rejected", rank, sum.Steps, sum.Hist, sum.Rejected)
+}
+
+// replicaPID finds a replica process of the job at parent and its
+// replica index.
+func replicaPID(t *testing.T, parent int) (pid, replica int) {
+	t.Helper()
+	out, err := exec.Command("pgrep", "-P", strconv.Itoa(parent)).Output()
+	if err != nil {
+		t.Fatalf("pgrep: %v", err)
+	}
+	for _, f := range strings.Fields(string(out)) {
+		pid, _ := strconv.Atoi(f)
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if v, ok := strings.CutPrefix(string(kv), "TROUPE_ASYNC_REPLICA="); ok {
+				r, _ := strconv.Atoi(v)
+				return pid, r
+			}
+		}
+	}
+	t.Fatalf("no replica process under %d", parent)
+	return 0, 0
 }

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
+	"strconv"
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -59,6 +59,23 @@ type asyncExecutor struct {
 	lost  []bool
 	freed chan struct{}
 
+	// With worker processes: inc is each replica's incarnation (its
+	// process started again after an exit), exited says its process
+	// exited (handled once per incarnation), restarts what is left of
+	// Config.MaxRestarts, pending the processes starting again, retired
+	// the groups of replaced processes; bg owns the restarts, which
+	// bgCancel stops (closing says Close began).
+	procs    *replicaProcs
+	inc      []int
+	exited   []bool
+	restarts int
+	pending  int
+	retired  []*groupExecutor
+	closing  bool
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+
 	// beforeCompute, when set (tests), runs after a replica took the
 	// server's weights and before it computes: a test holds a replica
 	// there to make its gradient stale by a known number of updates.
@@ -99,6 +116,8 @@ func startAsync(ctx context.Context, j *job, argv []string, from int, cursor dat
 	}
 	e := &asyncExecutor{world: world, log: log, core: core, lost: make([]bool, cfg.DP),
 		replicas: make([]*groupExecutor, cfg.DP), freed: make(chan struct{})}
+	// The restarts outlive the start's context, not the executor.
+	e.bgCtx, e.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		if err != nil {
 			if e.groupExecutor == nil {
@@ -109,8 +128,10 @@ func startAsync(ctx context.Context, j *job, argv []string, from int, cursor dat
 		}
 	}()
 	one, _ := mesh.New(1, 1, 1)
-	group := func(name string, pid *actor.PID) (*groupExecutor, error) {
-		g, err := newGroupExecutor(sys, name, []*actor.PID{pid}, func(int) string { return name }, one, 0, []int{0}, cfg, log)
+	// A group's actor is named after its worker and incarnation (a
+	// replica's process started again gets a group of its own).
+	group := func(name string, inc int, pid *actor.PID) (*groupExecutor, error) {
+		g, err := newGroupExecutor(sys, fmt.Sprintf("async %s #%d", name, inc), []*actor.PID{pid}, func(int) string { return name }, one, 0, []int{0}, cfg, log)
 		if err != nil {
 			return nil, err
 		}
@@ -142,95 +163,169 @@ func startAsync(ctx context.Context, j *job, argv []string, from int, cursor dat
 	if err != nil {
 		return nil, err
 	}
-	if e.groupExecutor, err = group("parameter server", pids[0]); err != nil {
+	if e.groupExecutor, err = group("parameter server", 0, pids[0]); err != nil {
 		return nil, err
 	}
 	e.groupExecutor.local = true
 	e.groupExecutor.stop = stop
-	forms := []*workerpb.Form{firstForm(j, one, from, cursor, nil)(0, 0)}
+	e.inc, e.exited, e.restarts = make([]int, cfg.DP), make([]bool, cfg.DP), cfg.MaxRestarts
+	if err := e.groupExecutor.Form(ctx, func(int, uint32) *workerpb.Form { return firstForm(j, one, from, cursor, nil)(0, 0) }); err != nil {
+		return nil, fmt.Errorf("train: forming the parameter server: %w", err)
+	}
 	if procs {
-		addrs, err := e.launchReplicas(ctx, sys, j, argv, &stops, log)
+		conf, err := json.Marshal(cfg)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("train: encoding the worker config: %w", err)
 		}
-		for r, a := range addrs {
-			pids = append(pids, actor.NewPID(a, worker.ActorName))
-			forms = append(forms, firstForm(j, one, from, cursor, addrs[r:r+1])(0, 0))
+		e.procs = &replicaProcs{sys: sys, j: j, argv: argv, conf: conf, log: log, from: from, cursor: cursor, group: group}
+		// Stopped first (stops run last to first): the processes end
+		// before the actor system that talks to them.
+		stops = append(stops, e.procs.stop)
+		for r := range cfg.DP {
+			g, err := e.procs.start(ctx, r, 0, e.lose)
+			if err != nil {
+				return nil, err
+			}
+			e.imu.Lock()
+			e.replicas[r], e.idle = g, append(e.idle, r)
+			e.imu.Unlock()
 		}
-	} else {
-		for range cfg.DP {
-			forms = append(forms, forms[0])
-		}
+		log.Info("started replica processes", zap.Int("procs", cfg.DP))
+		return e, nil
 	}
 	for r := range cfg.DP {
-		g, err := group(fmt.Sprintf("replica %d", r), pids[1+r])
+		g, err := group(fmt.Sprintf("replica %d", r), 0, pids[1+r])
 		if err != nil {
 			return nil, err
 		}
-		e.imu.Lock()
-		e.replicas[r], e.idle = g, append(e.idle, r)
-		e.imu.Unlock()
-	}
-	for i, g := range append([]*groupExecutor{e.groupExecutor}, e.replicas...) {
-		if err := g.Form(ctx, func(int, uint32) *workerpb.Form { return forms[i] }); err != nil {
-			return nil, fmt.Errorf("train: forming %s: %w", g.peerName(0), err)
+		if err := g.Form(ctx, func(int, uint32) *workerpb.Form { return firstForm(j, one, from, cursor, nil)(0, 0) }); err != nil {
+			g.group.Close()
+			return nil, fmt.Errorf("train: forming replica %d: %w", r, err)
 		}
+		e.replicas[r], e.idle = g, append(e.idle, r)
 	}
 	return e, nil
 }
 
-// launchReplicas starts the replicas' worker processes and waits for
-// their hellos; it returns their addresses, by replica.
-func (e *asyncExecutor) launchReplicas(ctx context.Context, sys *actors.System, j *job, argv []string, stops *[]func() error, log *zap.Logger) ([]string, error) {
-	cfg := j.cfg
-	n := cfg.DP
-	hello, err := actors.NewGroup(sys, actors.GroupConfig{Name: "async-hello", Peers: make([]*actor.PID, n), Protocol: worker.Protocol,
-		PeerName: func(r int) string { return fmt.Sprintf("replica %d", r) }, CallTimeout: cfg.StepTimeout})
+// replicaProcs starts and restarts the replicas' worker processes
+// (Config.Procs): each process is one replica, a world of one, which says
+// hello to a group of its own.
+type replicaProcs struct {
+	sys  *actors.System
+	j    *job
+	argv []string
+	conf []byte
+	log  *zap.Logger
+	// from and cursor form a started replica (it computes on whatever
+	// weights the server gives it, so any point does).
+	from   int
+	cursor data.Cursor
+	// group makes a replica's group for its worker at pid.
+	group func(name string, inc int, pid *actor.PID) (*groupExecutor, error)
+
+	mu       sync.Mutex
+	children []*child
+	wg       sync.WaitGroup // the processes' waiters
+}
+
+// start launches replica r's process (incarnation inc), waits for its
+// hello and forms it; lost is called when the process exits.
+func (p *replicaProcs) start(ctx context.Context, r, inc int, lost func(r, inc int, cause string)) (*groupExecutor, error) {
+	cfg := &p.j.cfg
+	name := fmt.Sprintf("replica %d", r)
+	hello, err := actors.NewGroup(p.sys, actors.GroupConfig{Name: fmt.Sprintf("async-hello-%d-%d", r, inc), Peers: make([]*actor.PID, 1),
+		Protocol: worker.Protocol, PeerName: func(int) string { return name }, CallTimeout: cfg.StepTimeout})
 	if err != nil {
 		return nil, err
 	}
-	*stops = append(*stops, func() error { hello.Close(); return nil })
-	addrs, err := freeAddrs(n)
+	// Each replica's own group watches it once it said hello.
+	defer hello.Close()
+	addrs, err := freeAddrs(1)
 	if err != nil {
 		return nil, err
 	}
-	conf, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("train: encoding the worker config: %w", err)
-	}
-	env := append(os.Environ(), envWorkerConfig+"="+string(conf), envWorkerAddrs+"="+strings.Join(addrs, ","),
-		envTrainer+"="+hello.PID().Address+"/"+hello.PID().Id)
-	var wg sync.WaitGroup
-	children, err := launch(argv, env, n, func(r int, cause string) {
-		hello.Lost(r, cause)
-		e.lose(r, cause)
-	}, &wg)
-	// Stopped first (stops run last to first): the processes end before
-	// the actor system that talks to them.
-	*stops = append(*stops, func() error { stopChildren(children, &wg); return nil })
+	env := append(os.Environ(), envWorkerConfig+"="+string(p.conf), envWorkerAddrs+"="+addrs[0],
+		envTrainer+"="+hello.PID().Address+"/"+hello.PID().Id, envReplica+"="+strconv.Itoa(r))
+	p.mu.Lock()
+	children, err := launch(p.argv, env, 1, func(_ int, cause string) {
+		hello.Lost(0, cause)
+		lost(r, inc, cause)
+	}, &p.wg)
+	p.children = append(p.children, children...)
+	p.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	log.Info("started replica processes", zap.Int("procs", n), zap.Strings("addresses", addrs))
 	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	if err := hello.Ready(rctx); err != nil {
-		return nil, fmt.Errorf("train: waiting for %d replica processes: %w", n, err)
+		return nil, fmt.Errorf("train: waiting for the process of %s: %w", name, err)
 	}
-	// Each replica's own group watches it from here on.
-	hello.Close()
-	return addrs, nil
+	g, err := p.group(name, inc, actor.NewPID(addrs[0], worker.ActorName))
+	if err != nil {
+		return nil, err
+	}
+	one, _ := mesh.New(1, 1, 1)
+	if err := g.Form(ctx, func(int, uint32) *workerpb.Form { return firstForm(p.j, one, p.from, p.cursor, addrs)(0, 0) }); err != nil {
+		g.group.Close()
+		return nil, fmt.Errorf("train: forming %s: %w", name, err)
+	}
+	p.log.Info("replica process ready", zap.Int("replica", r), zap.Int("incarnation", inc), zap.String("address", addrs[0]))
+	return g, nil
 }
 
-// lose marks replica r lost (its process exited): its group fails what
-// it runs, and no step is given to it again.
-func (e *asyncExecutor) lose(r int, cause string) {
+// stop ends every process started (see stopChildren).
+func (p *replicaProcs) stop() error {
+	p.mu.Lock()
+	children := p.children
+	p.mu.Unlock()
+	stopChildren(children, &p.wg)
+	return nil
+}
+
+// lose marks replica r's incarnation inc lost (its process exited): its
+// group fails what it runs, no step is given to it, and while restarts
+// are left a new process takes its place.
+func (e *asyncExecutor) lose(r, inc int, cause string) {
 	e.imu.Lock()
-	g := e.replicas[r]
-	e.imu.Unlock()
-	if g != nil {
-		g.group.Lost(0, cause)
+	defer e.imu.Unlock()
+	if e.replicas[r] == nil || e.inc[r] != inc || e.exited[r] {
+		return
 	}
+	// A step's call may have found it lost first (its group watches the
+	// process too); the restart is this exit's either way.
+	e.exited[r] = true
+	if !e.lost[r] {
+		e.replicas[r].group.Lost(0, cause)
+		e.dropLocked(r)
+	}
+	if e.closing || e.restarts == 0 {
+		return
+	}
+	e.restarts--
+	e.pending++
+	e.log.Warn("replica process exited; starting it again", zap.Int("replica", r), zap.String("cause", cause), zap.Int("restarts_left", e.restarts))
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		g, err := e.procs.start(e.bgCtx, r, inc+1, e.lose)
+		e.imu.Lock()
+		defer e.imu.Unlock()
+		e.pending--
+		e.broadcastLocked()
+		if err != nil {
+			e.log.Warn("replica process did not start again", zap.Int("replica", r), zap.Error(err))
+			return
+		}
+		if e.closing {
+			g.group.Close()
+			return
+		}
+		e.retired = append(e.retired, e.replicas[r]) // a step may still hold it: closed with the rest
+		e.replicas[r], e.inc[r], e.lost[r], e.exited[r] = g, inc+1, false, false
+		e.idle = append(e.idle, r)
+		e.log.Info("replica rejoined: it computes on the server's current weights", zap.Int("replica", r), zap.Int("incarnation", inc+1))
+	}()
 }
 
 // Mesh is the replicas' world (DP × 1 × 1).
@@ -245,7 +340,12 @@ func (e *asyncExecutor) RankName(r int) string { return fmt.Sprintf("replica %d"
 // Close stops the replicas' groups, then the server's, which stops every
 // actor.
 func (e *asyncExecutor) Close() error {
-	for _, g := range e.replicas {
+	e.imu.Lock()
+	e.closing = true
+	e.imu.Unlock()
+	e.bgCancel()
+	e.bg.Wait()
+	for _, g := range append(e.replicas, e.retired...) {
 		if g != nil {
 			g.group.Close()
 		}
@@ -262,7 +362,7 @@ func (e *asyncExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 	tried := make([]bool, len(e.replicas)) // replicas whose gradient for this batch was too stale
 	var st stepStats
 	for {
-		r, err := e.acquire(ctx, tried)
+		r, g, err := e.acquire(ctx, tried)
 		if err != nil {
 			return st, err
 		}
@@ -272,14 +372,14 @@ func (e *asyncExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 		}
 		var done *workerpb.StepDone
 		if err == nil {
-			done, err = e.replicas[r].one(ctx, &workerpb.RunStep{Step: uint64(req.Step), Cursor: uint64(req.Cursor), Batch: uint32(req.Batch),
+			done, err = g.one(ctx, &workerpb.RunStep{Step: uint64(req.Step), Cursor: uint64(req.Cursor), Batch: uint32(req.Batch),
 				Lr: req.LR, GlobalTargets: uint64(req.GlobalTargets), AsyncKind: uint32(worker.AsyncCompute), Weights: weights})
 		}
 		if errors.Is(err, actors.ErrPeerLost) && ctx.Err() == nil {
 			// Its process is gone: the batch goes to another replica, the
 			// job goes on with the others (the server holds every
 			// parameter).
-			if n := e.markLost(r); n == 0 {
+			if n := e.markLost(r, g); n == 0 {
 				return st, fmt.Errorf("train: step %d: every replica was lost, the last: %w", req.Step+1, err)
 			}
 			e.log.Warn("replica lost; the job goes on without it", zap.Int("replica", r), zap.Int("step", req.Step+1), zap.Error(err))
@@ -288,7 +388,7 @@ func (e *asyncExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 			}
 			continue
 		}
-		e.release(r)
+		e.release(r, g)
 		if err != nil {
 			return st, fmt.Errorf("replica %d: %w", r, err)
 		}
@@ -349,19 +449,21 @@ func (e *asyncExecutor) push(ctx context.Context, req worker.StepRequest, base u
 	return v, done, nil
 }
 
-// acquire takes an idle replica not in skip, waiting for one.
-func (e *asyncExecutor) acquire(ctx context.Context, skip []bool) (int, error) {
+// acquire takes an idle replica not in skip, waiting for one, and
+// returns it with its group.
+func (e *asyncExecutor) acquire(ctx context.Context, skip []bool) (int, *groupExecutor, error) {
 	for {
 		e.imu.Lock()
-		if !slices.Contains(e.lost, false) {
+		if e.aliveLocked() == 0 {
 			e.imu.Unlock()
-			return -1, fmt.Errorf("train: %w: every replica was lost", actors.ErrPeerLost)
+			return -1, nil, fmt.Errorf("train: %w: every replica was lost", actors.ErrPeerLost)
 		}
 		for i, r := range e.idle {
 			if !skip[r] {
 				e.idle = slices.Delete(e.idle, i, i+1)
+				g := e.replicas[r]
 				e.imu.Unlock()
-				return r, nil
+				return r, g, nil
 			}
 		}
 		freed := e.freed
@@ -369,7 +471,7 @@ func (e *asyncExecutor) acquire(ctx context.Context, skip []bool) (int, error) {
 		select {
 		case <-freed:
 		case <-ctx.Done():
-			return -1, context.Cause(ctx)
+			return -1, nil, context.Cause(ctx)
 		}
 	}
 }
@@ -386,14 +488,29 @@ func (e *asyncExecutor) untried(tried []bool) bool {
 	return false
 }
 
-// markLost takes replica r out for good and returns how many are left.
-func (e *asyncExecutor) markLost(r int) int {
+// markLost takes replica r out when g is still its group (its process
+// exited), and returns how many replicas are alive or starting again.
+func (e *asyncExecutor) markLost(r int, g *groupExecutor) int {
 	e.imu.Lock()
 	defer e.imu.Unlock()
+	if e.replicas[r] == g && !e.lost[r] {
+		e.dropLocked(r)
+	}
+	return e.aliveLocked()
+}
+
+// dropLocked marks replica r lost and takes it out of the idle ones.
+func (e *asyncExecutor) dropLocked(r int) {
 	e.lost[r] = true
-	close(e.freed)
-	e.freed = make(chan struct{})
-	n := 0
+	if i := slices.Index(e.idle, r); i >= 0 {
+		e.idle = slices.Delete(e.idle, i, i+1)
+	}
+	e.broadcastLocked()
+}
+
+// aliveLocked counts the replicas alive or starting again.
+func (e *asyncExecutor) aliveLocked() int {
+	n := e.pending
 	for _, l := range e.lost {
 		if !l {
 			n++
@@ -402,13 +519,20 @@ func (e *asyncExecutor) markLost(r int) int {
 	return n
 }
 
-// release frees replica r.
-func (e *asyncExecutor) release(r int) {
-	e.imu.Lock()
-	defer e.imu.Unlock()
-	e.idle = append(e.idle, r)
+// broadcastLocked wakes the steps waiting for a replica.
+func (e *asyncExecutor) broadcastLocked() {
 	close(e.freed)
 	e.freed = make(chan struct{})
+}
+
+// release frees replica r, which ran on g (unless g was replaced).
+func (e *asyncExecutor) release(r int, g *groupExecutor) {
+	e.imu.Lock()
+	defer e.imu.Unlock()
+	if e.replicas[r] == g && !e.lost[r] && !slices.Contains(e.idle, r) {
+		e.idle = append(e.idle, r)
+	}
+	e.broadcastLocked()
 }
 
 // Staleness is the server's count of admitted gradients by staleness and

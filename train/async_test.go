@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -213,6 +214,8 @@ func TestAsyncConfigRefusals(t *testing.T) {
 		{"ReduceDType", func(c *Config) { c.ReduceDType = "bf16" }},
 		{"CheckEvery", func(c *Config) { c.CheckEvery = 2 }},
 		{"SyncEvery", func(c *Config) { c.SyncEvery = 4 }},
+		{"MaxRestarts", func(c *Config) { c.MaxRestarts = 1 }}, // without Procs
+		{"MaxRestarts", func(c *Config) { c.Procs, c.MaxRestarts = 2, -1 }},
 	} {
 		cfg := tinyGPT()
 		cfg.Sync, cfg.DP = "async", 2
@@ -222,6 +225,11 @@ func TestAsyncConfigRefusals(t *testing.T) {
 		if !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("%s: got %v, want an error naming %s", tc.field, err, tc.field)
 		}
+	}
+	step := tinyGPT()
+	step.DP, step.Procs, step.MaxRestarts = 2, 2, 1
+	if err := step.Validate(); err == nil || !strings.Contains(err.Error(), "MaxRestarts") {
+		t.Errorf("restarts under --sync step: %v, want an error naming MaxRestarts", err)
 	}
 	ac := AgentConfig{Name: "a", Listen: "127.0.0.1:0", Train: tinyGPT()}
 	ac.Train.Sync = "async"

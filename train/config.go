@@ -188,6 +188,11 @@ type Config struct {
 	// only gradients on the current weights, sequential SGD;
 	// DefaultConfig: 4).
 	MaxStaleness int
+	// MaxRestarts, with Procs and Sync async, starts a replica's worker
+	// process again when it exits, up to this many times in all: the new
+	// process joins the job and computes on the server's weights of the
+	// moment (0: a lost replica stays lost).
+	MaxRestarts int
 	// OuterLR, OuterMomentum and OuterNesterov are DiLoCo's outer
 	// optimizer (DefaultConfig: 0.7 and 0.9, the DiLoCo paper's, and no
 	// Nesterov; OuterMomentum 0 is none).
@@ -508,6 +513,12 @@ func (c *Config) checkSync() error {
 		}
 	} else if c.MaxStaleness < 0 {
 		return fieldErr("MaxStaleness", "must be 0 or more, got %d", c.MaxStaleness)
+	}
+	switch {
+	case c.MaxRestarts < 0:
+		return fieldErr("MaxRestarts", "must be 0 or more, got %d", c.MaxRestarts)
+	case c.MaxRestarts > 0 && (mode != worker.SyncAsync || c.Procs == 0):
+		return fieldErr("MaxRestarts", "starts a replica's worker process again: it applies with {Sync} async and {Procs}")
 	}
 	switch {
 	case !local && c.SyncEvery != 0:

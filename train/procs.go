@@ -32,9 +32,12 @@ import (
 const (
 	envWorkerConfig = "TROUPE_WORKER_CONFIG" // the run's Config as JSON
 	envWorkerRank   = "TROUPE_WORKER_RANK"
-	envWorkerAddrs  = "TROUPE_WORKER_ADDRS" // every rank's actor system address, comma-separated
-	envTrainer      = "TROUPE_TRAINER"      // the trainer's group actor, address/name
-	envTraceOrigin  = "TROUPE_TRACE_ORIGIN" // --trace: the trace's time zero, Unix nanoseconds
+	// envReplica is the replica a worker process of asynchronous training
+	// is (its world is one rank).
+	envReplica     = "TROUPE_ASYNC_REPLICA"
+	envWorkerAddrs = "TROUPE_WORKER_ADDRS" // every rank's actor system address, comma-separated
+	envTrainer     = "TROUPE_TRAINER"      // the trainer's group actor, address/name
+	envTraceOrigin = "TROUPE_TRACE_ORIGIN" // --trace: the trace's time zero, Unix nanoseconds
 )
 
 // readyTimeout bounds the start of the worker processes.
@@ -161,9 +164,9 @@ func launch(argv, env []string, n int, lost func(rank int, cause string), wg *sy
 		go func() {
 			defer wg.Done()
 			defer close(ch.done)
-			cause := "process exited"
+			cause := "exited"
 			if err := cmd.Wait(); err != nil {
-				cause = "process exited: " + err.Error()
+				cause = "exited: " + err.Error()
 			}
 			lost(ch.rank, "worker process "+cause)
 		}()
@@ -246,7 +249,11 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, o Options) error {
 	}
 	spec := j.workerSpec()
 	if cfg.sync().Async() {
-		spec = j.replicaSpec(rank) // the process is replica rank
+		r, err := strconv.Atoi(os.Getenv(envReplica))
+		if err != nil || r < 0 {
+			return fmt.Errorf("train: worker process: bad %s %q", envReplica, os.Getenv(envReplica))
+		}
+		spec = j.replicaSpec(r)
 	}
 	w, err := worker.New(spec, be, opts...)
 	if err != nil {

@@ -42,7 +42,7 @@ type trainFlags struct {
 	init, save, metricsOut, metricsAddr, dumpDir string
 	precision, reduceDType                       string
 	sync, syncDType                              string
-	syncEvery, maxStaleness                      int
+	syncEvery, maxStaleness, maxRestarts         int
 	outerLR, outerMomentum                       float64
 	outerNesterov                                bool
 	lossScaleInit, lossScaleMin                  float64
@@ -259,6 +259,7 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.precision, "precision", "fp32", "compute type: fp32, or bf16 or fp16 for mixed precision (fp32 master weights and optimizer state; GEMMs in the low type with fp32 accumulation; activations kept in it)")
 	fl.StringVar(&f.reduceDType, "reduce-dtype", "fp32", "the type gradients travel in between replicas: fp32, or bf16 or fp16 (half the bytes; each hop of the ring rounds its sums)")
 	fl.StringVar(&f.sync, "sync", "step", "how the replicas synchronise: step (every step's gradients, DDP), local-sgd (parameters averaged every --sync-every steps), diloco (pseudo-gradients averaged every --sync-every steps into an outer Nesterov-momentum SGD) or async (a parameter server applies each replica's gradient as it arrives, up to --max-staleness updates old)")
+	fl.IntVar(&f.maxRestarts, "max-restarts", 0, "with --procs and --sync async: start a replica's process again when it exits, up to N times in all (the new one joins and computes on the server's weights)")
 	fl.IntVar(&f.maxStaleness, "max-staleness", d.MaxStaleness, "with --sync async: reject a gradient computed on weights more than this many updates old (its batch is computed again; 0: sequential SGD)")
 	fl.IntVar(&f.syncEvery, "sync-every", 0, "with --sync local-sgd or diloco: the steps of a round (H)")
 	fl.Float64Var(&f.outerLR, "outer-lr", d.OuterLR, "with --sync diloco: the outer optimizer's learning rate")
@@ -358,6 +359,7 @@ func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 		return cfg, fmt.Errorf("%w: --max-staleness applies with --sync async", errUsage)
 	}
 	cfg.MaxStaleness = f.maxStaleness
+	set("max-restarts", func() { cfg.MaxRestarts = f.maxRestarts })
 	cfg.EvalEvery, cfg.EvalBatches, cfg.LogEvery = f.evalEvery, f.evalBatches, f.logEvery
 	cfg.Device, cfg.Threads = f.device, f.threads
 	set("dp", func() { cfg.DP = f.dp })
