@@ -5,11 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -190,23 +188,5 @@ func asyncReplicaFault(t *testing.T, extra []string, fault func(t *testing.T, pi
 // replica index.
 func replicaPID(t *testing.T, parent int) (pid, replica int) {
 	t.Helper()
-	out, err := exec.Command("pgrep", "-P", strconv.Itoa(parent)).Output()
-	if err != nil {
-		t.Fatalf("pgrep: %v", err)
-	}
-	for _, f := range strings.Fields(string(out)) {
-		pid, _ := strconv.Atoi(f)
-		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		if err != nil {
-			continue
-		}
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if v, ok := strings.CutPrefix(string(kv), "TROUPE_ASYNC_REPLICA="); ok {
-				r, _ := strconv.Atoi(v)
-				return pid, r
-			}
-		}
-	}
-	t.Fatalf("no replica process under %d", parent)
-	return 0, 0
+	return childWith(t, parent, "TROUPE_ASYNC_REPLICA")
 }

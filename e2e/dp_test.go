@@ -142,6 +142,13 @@ func killWorker(t *testing.T, extra ...string) {
 // environment).
 func workerPID(t *testing.T, parent int) (int, int) {
 	t.Helper()
+	return childWith(t, parent, "TROUPE_WORKER_RANK")
+}
+
+// childWith finds a child process of parent whose environment sets key,
+// and returns its pid and key's value (a number).
+func childWith(t *testing.T, parent int, key string) (int, int) {
+	t.Helper()
 	out, err := exec.Command("pgrep", "-P", strconv.Itoa(parent)).Output()
 	if err != nil {
 		t.Fatalf("pgrep: %v", err)
@@ -153,13 +160,13 @@ func workerPID(t *testing.T, parent int) (int, int) {
 			continue
 		}
 		for _, kv := range bytes.Split(env, []byte{0}) {
-			if v, ok := strings.CutPrefix(string(kv), "TROUPE_WORKER_RANK="); ok {
+			if v, ok := strings.CutPrefix(string(kv), key+"="); ok {
 				r, _ := strconv.Atoi(v)
 				return pid, r
 			}
 		}
 	}
-	t.Fatalf("no worker process under %d", parent)
+	t.Fatalf("no process under %d with %s", parent, key)
 	return 0, 0
 }
 

@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/troupe-ml/troupe/actors"
-	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/ps"
@@ -105,15 +104,7 @@ func startAsync(ctx context.Context, j *job, argv []string, from int, cursor dat
 		return nil, err
 	}
 	var stops []func() error
-	stop := func() error {
-		var errs []error
-		for i := len(stops) - 1; i >= 0; i-- {
-			if err := stops[i](); err != nil && !errors.Is(err, collective.ErrClosed) {
-				errs = append(errs, err)
-			}
-		}
-		return errors.Join(append(errs, sys.Close())...)
-	}
+	stop := stopAll(&stops, sys)
 	e := &asyncExecutor{world: world, log: log, core: core, lost: make([]bool, cfg.DP),
 		replicas: make([]*groupExecutor, cfg.DP), freed: make(chan struct{})}
 	// The restarts outlive the start's context, not the executor.

@@ -33,15 +33,7 @@ func startLocal(ctx context.Context, j *job, from int, cursor data.Cursor, log *
 		return nil, err
 	}
 	var stops []func() error
-	stop := func() error {
-		var errs []error
-		for i := len(stops) - 1; i >= 0; i-- {
-			if err := stops[i](); err != nil && !errors.Is(err, collective.ErrClosed) {
-				errs = append(errs, err)
-			}
-		}
-		return errors.Join(append(errs, sys.Close())...)
-	}
+	stop := stopAll(&stops, sys)
 	handed := false // once the executor owns stop, it runs it
 	defer func() {
 		if err != nil && !handed {
@@ -79,6 +71,20 @@ func startLocal(ctx context.Context, j *job, from int, cursor data.Cursor, log *
 		return nil, errors.Join(fmt.Errorf("train: forming the workers: %w", err), ex.Close())
 	}
 	return ex, nil
+}
+
+// stopAll returns what runs *stops last to first (a closed communicator
+// is not an error), then closes sys.
+func stopAll(stops *[]func() error, sys *actors.System) func() error {
+	return func() error {
+		var errs []error
+		for i := len(*stops) - 1; i >= 0; i-- {
+			if err := (*stops)[i](); err != nil && !errors.Is(err, collective.ErrClosed) {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(append(errs, sys.Close())...)
+	}
 }
 
 // spawnLocal spawns a worker actor for every rank of m in sys, each on its
