@@ -160,8 +160,8 @@ func startAsync(ctx context.Context, j *job, argv []string, from int, cursor dat
 	e.groupExecutor.local = true
 	e.groupExecutor.stop = stop
 	e.inc, e.exited, e.restarts = make([]int, cfg.DP), make([]bool, cfg.DP), cfg.MaxRestarts
-	if err := e.groupExecutor.Form(ctx, func(int, uint32) *workerpb.Form { return firstForm(j, one, from, cursor, nil)(0, 0) }); err != nil {
-		return nil, fmt.Errorf("train: forming the parameter server: %w", err)
+	if err := formOne(ctx, e.groupExecutor, j, from, cursor, nil); err != nil {
+		return nil, err
 	}
 	if procs {
 		conf, err := json.Marshal(cfg)
@@ -189,13 +189,23 @@ func startAsync(ctx context.Context, j *job, argv []string, from int, cursor dat
 		if err != nil {
 			return nil, err
 		}
-		if err := g.Form(ctx, func(int, uint32) *workerpb.Form { return firstForm(j, one, from, cursor, nil)(0, 0) }); err != nil {
+		if err := formOne(ctx, g, j, from, cursor, nil); err != nil {
 			g.group.Close()
-			return nil, fmt.Errorf("train: forming replica %d: %w", r, err)
+			return nil, err
 		}
 		e.replicas[r], e.idle = g, append(e.idle, r)
 	}
 	return e, nil
+}
+
+// formOne forms g's worker as the one rank of its world at step from
+// (the server from the checkpoint of that step; a replica computes on the
+// weights it is given, so its own matter only until then).
+func formOne(ctx context.Context, g *groupExecutor, j *job, from int, cursor data.Cursor, addrs []string) error {
+	if err := g.Form(ctx, func(int, uint32) *workerpb.Form { return firstForm(j, g.mesh, from, cursor, addrs)(0, 0) }); err != nil {
+		return fmt.Errorf("train: forming %s: %w", g.peerName(0), err)
+	}
+	return nil
 }
 
 // replicaProcs starts and restarts the replicas' worker processes
@@ -256,10 +266,9 @@ func (p *replicaProcs) start(ctx context.Context, r, inc int, lost func(r, inc i
 	if err != nil {
 		return nil, err
 	}
-	one, _ := mesh.New(1, 1, 1)
-	if err := g.Form(ctx, func(int, uint32) *workerpb.Form { return firstForm(p.j, one, p.from, p.cursor, addrs)(0, 0) }); err != nil {
+	if err := formOne(ctx, g, p.j, p.from, p.cursor, addrs); err != nil {
 		g.group.Close()
-		return nil, fmt.Errorf("train: forming %s: %w", name, err)
+		return nil, err
 	}
 	p.log.Info("replica process ready", zap.Int("replica", r), zap.Int("incarnation", inc), zap.String("address", addrs[0]))
 	return g, nil
@@ -374,9 +383,7 @@ func (e *asyncExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 				return st, fmt.Errorf("train: step %d: every replica was lost, the last: %w", req.Step+1, err)
 			}
 			e.log.Warn("replica lost; the job goes on without it", zap.Int("replica", r), zap.Int("step", req.Step+1), zap.Error(err))
-			if !e.untried(tried) {
-				clear(tried)
-			}
+			e.retryAll(tried)
 			continue
 		}
 		e.release(r, g)
@@ -401,9 +408,7 @@ func (e *asyncExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 		e.log.Debug("stale gradient rejected", zap.Int("step", req.Step+1), zap.Int("replica", r),
 			zap.Int("staleness", v.Staleness), zap.Int("max_staleness", e.core.MaxStaleness()))
 		tried[r] = true
-		if !e.untried(tried) {
-			clear(tried) // every replica was too slow once: any may try again
-		}
+		e.retryAll(tried)
 	}
 }
 
@@ -467,16 +472,18 @@ func (e *asyncExecutor) acquire(ctx context.Context, skip []bool) (int, *groupEx
 	}
 }
 
-// untried reports whether a live replica is not in tried.
-func (e *asyncExecutor) untried(tried []bool) bool {
+// retryAll clears tried when every live replica is in it: each was too
+// slow for the batch once (or the others are lost), and any may try it
+// again.
+func (e *asyncExecutor) retryAll(tried []bool) {
 	e.imu.Lock()
 	defer e.imu.Unlock()
 	for r, t := range tried {
 		if !t && !e.lost[r] {
-			return true
+			return
 		}
 	}
-	return false
+	clear(tried)
 }
 
 // markLost takes replica r out when g is still its group (its process
@@ -524,14 +531,6 @@ func (e *asyncExecutor) release(r int, g *groupExecutor) {
 		e.idle = append(e.idle, r)
 	}
 	e.broadcastLocked()
-}
-
-// Staleness is the server's count of admitted gradients by staleness and
-// of rejected ones.
-func (e *asyncExecutor) Staleness() ([]int64, int64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.core.Histogram(), e.core.Rejected()
 }
 
 // one runs a step request on the group's one worker and returns its

@@ -24,8 +24,9 @@ import (
 
 // Protocol is the version of the worker's wire messages: a worker process
 // whose hello carries another is refused (an unknown message type would
-// crash the receiving process).
-const Protocol = 3
+// crash the receiving process). 4: RunStep carries asynchronous steps
+// (a worker of 3 would run one as a synchronous step).
+const Protocol = 4
 
 // ActorName is the worker actor's name in a worker process's or an elastic
 // agent's actor system, so that a trainer elsewhere addresses it knowing

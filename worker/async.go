@@ -44,14 +44,13 @@ type AsyncStep struct {
 	Grads []float32
 }
 
-// asyncStep runs a replica's computation or the server's update. A
+// asyncStep runs a replica's computation or the server's update (Step
+// checked the generation). A
 // replica's Holding does not move (it holds whatever version it was last
 // given); the server's counts its updates: Applied is its version.
 func (w *Worker) asyncStep(ctx context.Context, req StepRequest) (StepResult, error) {
 	a := req.Async
 	switch {
-	case w.st == nil || req.Generation != w.gen:
-		return StepResult{}, fmt.Errorf("%w: this worker has no place in generation %d", ErrStale, req.Generation)
 	case !w.spec.Sync.Async():
 		return StepResult{}, fmt.Errorf("%w: an asynchronous step for a worker that synchronises by %v", ErrConfig, w.spec.Sync.Mode)
 	case w.st.mesh.Size() != 1:

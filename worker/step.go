@@ -123,12 +123,13 @@ type LastStep struct {
 // Step runs one optimizer step. On an error nothing was applied: the update
 // runs only after every gradient sum succeeded.
 func (w *Worker) Step(ctx context.Context, req StepRequest) (StepResult, error) {
+	if w.st == nil || req.Generation != w.gen {
+		return StepResult{}, fmt.Errorf("%w: this worker has no place in generation %d", ErrStale, req.Generation)
+	}
 	if req.Async != nil {
 		return w.asyncStep(ctx, req)
 	}
 	switch {
-	case w.st == nil || req.Generation != w.gen:
-		return StepResult{}, fmt.Errorf("%w: this worker has no place in generation %d", ErrStale, req.Generation)
 	case req.Step != w.hold.Applied:
 		return StepResult{}, fmt.Errorf("%w: this worker applied %d steps, asked for step %d", ErrStale, w.hold.Applied, req.Step+1)
 	}
