@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/troupe-ml/troupe/actors"
+	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/ps"
@@ -130,11 +131,14 @@ func startAsync(ctx context.Context, j *job, argv []string, from int, cursor dat
 		g.learnControls([]*actor.PID{pid})
 		return g, nil
 	}
-	// The server, and without worker processes the replicas: actors of a
-	// world of DP + 1 here (0 the server), the kernel threads split among
-	// the replicas (the server computes only between their passes: its
-	// updates, evaluations and checkpoints).
-	local := 1
+	// The servers, and without worker processes the replicas: actors of
+	// this process (the servers first), the kernel threads split among
+	// the replicas (the servers compute only between their passes: their
+	// updates, evaluations and checkpoints). The servers are a world of
+	// their own, connected in this process.
+	sj := j.serverJob()
+	K := sj.cfg.DP
+	local := K
 	if !procs {
 		local += cfg.DP
 	}
@@ -142,27 +146,37 @@ func startAsync(ctx context.Context, j *job, argv []string, from int, cursor dat
 	if err != nil {
 		return nil, fieldErr("DP", "%v", err)
 	}
-	server := j.workerSpec()
-	server.Straggler = nil
-	pids, closers, err := spawnLocal(sys, j, all, max(1, local-1), func(i int) *worker.Spec {
-		if i == 0 {
+	comms := make([]collective.Communicator, local)
+	if K > 1 {
+		sc, err := actors.StartLocal(sys, K, commConfig(cfg, log))
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range sc {
+			stops = append(stops, c.Close)
+		}
+		copy(comms, sc)
+	}
+	server := sj.workerSpec()
+	pids, closers, err := spawnLocal(sys, j, all, max(1, local-K), func(i int) *worker.Spec {
+		if i < K {
 			return server
 		}
-		return j.replicaSpec(i - 1)
-	}, nil, nil, log)
+		return j.replicaSpec(i - K)
+	}, comms, nil, log)
 	stops = append(stops, closers...)
 	if err != nil {
 		return nil, err
 	}
-	if e.groupExecutor, err = group("parameter server", 0, pids[0]); err != nil {
+	if e.groupExecutor, err = serverGroup(sys, sj, pids[:K], log); err != nil {
 		return nil, err
 	}
-	e.groupExecutor.local = true
 	e.groupExecutor.stop = stop
 	e.inc, e.exited, e.restarts = make([]int, cfg.DP), make([]bool, cfg.DP), cfg.MaxRestarts
-	if err := formOne(ctx, e.groupExecutor, j, from, cursor, nil); err != nil {
+	if err := formAll(ctx, e.groupExecutor, sj, from, cursor, nil); err != nil {
 		return nil, err
 	}
+	log.Info("parameter servers ready", zap.Int("servers", K), zap.Int("zero_stage", sj.cfg.Zero), zap.Int("max_staleness", cfg.MaxStaleness))
 	if procs {
 		conf, err := json.Marshal(cfg)
 		if err != nil {
@@ -185,11 +199,11 @@ func startAsync(ctx context.Context, j *job, argv []string, from int, cursor dat
 		return e, nil
 	}
 	for r := range cfg.DP {
-		g, err := group(fmt.Sprintf("replica %d", r), 0, pids[1+r])
+		g, err := group(fmt.Sprintf("replica %d", r), 0, pids[K+r])
 		if err != nil {
 			return nil, err
 		}
-		if err := formOne(ctx, g, j, from, cursor, nil); err != nil {
+		if err := formAll(ctx, g, j, from, cursor, nil); err != nil {
 			g.group.Close()
 			return nil, err
 		}
@@ -198,11 +212,35 @@ func startAsync(ctx context.Context, j *job, argv []string, from int, cursor dat
 	return e, nil
 }
 
-// formOne forms g's worker as the one rank of its world at step from
-// (the server from the checkpoint of that step; a replica computes on the
+// serverGroup drives the parameter servers at pids, the world of sj: one
+// server, or ZeRO-3's shards of the model (which evaluate, gather the
+// weights and save checkpoints together).
+func serverGroup(sys *actors.System, sj *job, pids []*actor.PID, log *zap.Logger) (*groupExecutor, error) {
+	K := len(pids)
+	m, err := mesh.New(K, 1, 1)
+	if err != nil {
+		return nil, fieldErr("Servers", "%v", err)
+	}
+	name := func(r int) string {
+		if K == 1 {
+			return "parameter server"
+		}
+		return fmt.Sprintf("parameter server %d", r)
+	}
+	g, err := newGroupExecutor(sys, "async parameter servers", pids, name, m, 0, identity(K), &sj.cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	g.local, g.parts, g.zeroShards = true, sj.partsLayout(), sj.zeroShards()
+	g.learnControls(pids)
+	return g, nil
+}
+
+// formAll forms g's workers as a fresh world of j's at step from (the
+// servers from the checkpoint of that step; a replica computes on the
 // weights it is given, so its own matter only until then).
-func formOne(ctx context.Context, g *groupExecutor, j *job, from int, cursor data.Cursor, addrs []string) error {
-	if err := g.Form(ctx, func(int, uint32) *workerpb.Form { return firstForm(j, g.mesh, from, cursor, addrs)(0, 0) }); err != nil {
+func formAll(ctx context.Context, g *groupExecutor, j *job, from int, cursor data.Cursor, addrs []string) error {
+	if err := g.Form(ctx, firstForm(j, g.mesh, from, cursor, addrs)); err != nil {
 		return fmt.Errorf("train: forming %s: %w", g.peerName(0), err)
 	}
 	return nil
@@ -266,7 +304,7 @@ func (p *replicaProcs) start(ctx context.Context, r, inc int, lost func(r, inc i
 	if err != nil {
 		return nil, err
 	}
-	if err := formOne(ctx, g, p.j, p.from, p.cursor, addrs); err != nil {
+	if err := formAll(ctx, g, p.j, p.from, p.cursor, addrs); err != nil {
 		g.group.Close()
 		return nil, err
 	}
@@ -427,8 +465,8 @@ func (e *asyncExecutor) pull(ctx context.Context) ([]float32, uint64, error) {
 	return e.weights, e.wver, nil
 }
 
-// push offers a gradient computed on version base to the server, which
-// applies it as its next update when the core admits it.
+// push offers a gradient computed on version base to the servers, which
+// apply it as their next update when the core admits it.
 func (e *asyncExecutor) push(ctx context.Context, req worker.StepRequest, base uint64, grads []float32) (ps.Verdict, *workerpb.StepDone, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -436,12 +474,28 @@ func (e *asyncExecutor) push(ctx context.Context, req worker.StepRequest, base u
 	if err != nil || !v.Admitted {
 		return v, nil, err
 	}
-	done, err := e.groupExecutor.one(ctx, &workerpb.RunStep{Step: v.Version - 1, Cursor: uint64(req.Cursor), Batch: uint32(req.Batch),
-		Lr: req.LR, AsyncKind: uint32(worker.AsyncApply), Grads: grads})
+	// Every server takes the whole gradient (by pointer: they are actors
+	// of this process) and applies its shard.
+	srv := e.groupExecutor
+	replies, err := srv.call(ctx, srv.byRank(func(_ int, p uint32) any {
+		return &workerpb.RunStep{Peer: p, Generation: srv.gen, Step: v.Version - 1, Cursor: uint64(req.Cursor), Batch: uint32(req.Batch),
+			Lr: req.LR, AsyncKind: uint32(worker.AsyncApply), Grads: grads}
+	}))
 	if err != nil {
-		return v, nil, fmt.Errorf("the parameter server's update %d: %w", v.Version, err)
+		return v, nil, fmt.Errorf("the parameter servers' update %d: %w", v.Version, err)
 	}
 	e.core.Applied()
+	// What the most loaded server holds (the shards differ by rounding).
+	var done *workerpb.StepDone
+	for _, r := range replies {
+		d := r.(*workerpb.StepDone)
+		if done == nil {
+			done = d
+			continue
+		}
+		done.ParamBytes, done.GradHeldBytes = max(done.ParamBytes, d.ParamBytes), max(done.GradHeldBytes, d.GradHeldBytes)
+		done.OptimizerBytes = max(done.OptimizerBytes, d.OptimizerBytes)
+	}
 	return v, done, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -200,6 +201,79 @@ func TestAsyncResumesFromCheckpoint(t *testing.T) {
 	}
 }
 
+// Sharded parameter servers (Servers K: ZeRO-3's shards, each applying
+// its chunks of every update) train as one server does. With one replica
+// (deterministic) the MLP's losses agree bit for bit (SGD is element-wise,
+// no clipping); the GPT's (AdamW, clipping at 1) within 1e-6 relative:
+// the clipping norm sums each shard's squares, rounded to float32 for the
+// servers' all-reduce, where one server sums them all in float64 — a
+// relative change of the norm of about 1e-7, which scales the update by
+// as much. Each server holds 1/K of the weights and of the optimizer
+// state (to the elements a bucket's cut into K chunks rounds).
+func TestAsyncShardedServers(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  func() Config
+		tol  float64
+	}{
+		{"mlp/sgd", func() Config { c := tinyMLP(); c.Steps, c.ClipNorm = 8, 0; return c }, 0},
+		{"gpt/adamw", func() Config { c := tinyGPT(); c.Steps = 8; return c }, 1e-6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg()
+			cfg.Sync, cfg.MaxStaleness, cfg.DP = "async", 0, 1
+			one := runMetrics(t, cfg)
+			for _, K := range []int{2, 3} {
+				cfg.Servers = K
+				ms := runMetrics(t, cfg)
+				if len(ms) != len(one) {
+					t.Fatalf("%d servers: %d steps, want %d", K, len(ms), len(one))
+				}
+				for s, m := range ms {
+					if d := math.Abs(m.Loss-one[s].Loss) / math.Abs(one[s].Loss); d > tc.tol {
+						t.Errorf("%d servers, step %d: loss %v, %v with one server (relative %.2g > %g)", K, s+1, m.Loss, one[s].Loss, d, tc.tol)
+					}
+				}
+				m, o := ms[len(ms)-1], one[len(one)-1]
+				for _, b := range []struct {
+					what        string
+					shard, whole int64
+				}{{"weights", m.ParamBytes, o.ParamBytes}, {"optimizer state", m.OptimizerBytes, o.OptimizerBytes}} {
+					if lo, hi := b.whole/int64(K), b.whole/int64(K)+b.whole/20; b.shard < lo || b.shard > hi {
+						t.Errorf("%d servers: the largest holds %d bytes of %s, want 1/%d of one server's %d (%d to %d)", K, b.shard, b.what, K, b.whole, lo, hi)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A checkpoint of sharded servers is the model's, whoever resumes it: one
+// server, or three, continues bit for bit where two stopped.
+func TestAsyncShardedServersResume(t *testing.T) {
+	cfg := tinyMLP()
+	cfg.Steps, cfg.ClipNorm, cfg.Sync, cfg.MaxStaleness, cfg.DP = 10, 0, "async", 0, 1
+	whole := runMetrics(t, cfg)
+	for _, K := range []int{1, 3} {
+		cfg := cfg
+		cfg.CkptDir, cfg.CkptEvery, cfg.Servers = t.TempDir(), 5, 2
+		cfg.MetricsOut = filepath.Join(t.TempDir(), "a.jsonl")
+		if _, err := Run(context.Background(), cfg, Options{StopAfter: 5}); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Resume, cfg.Servers = true, K
+		rest := runMetrics(t, cfg)
+		if len(rest) != 5 {
+			t.Fatalf("resumed by %d servers: %d steps, want 5", K, len(rest))
+		}
+		for i, m := range rest {
+			if w := whole[5+i]; m.Step != w.Step || m.Loss != w.Loss {
+				t.Errorf("resumed by %d servers, step %d: loss %v, %v without the stop", K, m.Step, m.Loss, w.Loss)
+			}
+		}
+	}
+}
+
 func TestAsyncConfigRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		field string
@@ -216,6 +290,7 @@ func TestAsyncConfigRefusals(t *testing.T) {
 		{"SyncEvery", func(c *Config) { c.SyncEvery = 4 }},
 		{"MaxRestarts", func(c *Config) { c.MaxRestarts = 1 }}, // without Procs
 		{"MaxRestarts", func(c *Config) { c.Procs, c.MaxRestarts = 2, -1 }},
+		{"Servers", func(c *Config) { c.Servers = -1 }},
 	} {
 		cfg := tinyGPT()
 		cfg.Sync, cfg.DP = "async", 2
@@ -230,6 +305,11 @@ func TestAsyncConfigRefusals(t *testing.T) {
 	step.DP, step.Procs, step.MaxRestarts = 2, 2, 1
 	if err := step.Validate(); err == nil || !strings.Contains(err.Error(), "MaxRestarts") {
 		t.Errorf("restarts under --sync step: %v, want an error naming MaxRestarts", err)
+	}
+	step = tinyGPT()
+	step.DP, step.Servers = 2, 2
+	if err := step.Validate(); err == nil || !strings.Contains(err.Error(), "Servers") {
+		t.Errorf("servers under --sync step: %v, want an error naming Servers", err)
 	}
 	ac := AgentConfig{Name: "a", Listen: "127.0.0.1:0", Train: tinyGPT()}
 	ac.Train.Sync = "async"

@@ -188,6 +188,12 @@ type Config struct {
 	// only gradients on the current weights, sequential SGD;
 	// DefaultConfig: 4).
 	MaxStaleness int
+	// Servers is how many parameter servers hold the model under Sync
+	// async (0 or 1: one holds every parameter and the optimizer state).
+	// More shard it: each owns 1/Servers of every parameter bucket and of
+	// the optimizer state (ZeRO-3's shards), applies its chunks of each
+	// update, and the clipping norm sums theirs.
+	Servers int
 	// MaxRestarts, with Procs and Sync async, starts a replica's worker
 	// process again when it exits, up to this many times in all: the new
 	// process joins the job and computes on the server's weights of the
@@ -305,6 +311,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MicroBatches == 0 {
 		c.MicroBatches = 1
+	}
+	if c.Servers == 0 {
+		c.Servers = 1
 	}
 	if c.Accum == 0 {
 		c.Accum = 1
@@ -515,6 +524,10 @@ func (c *Config) checkSync() error {
 		return fieldErr("MaxStaleness", "must be 0 or more, got %d", c.MaxStaleness)
 	}
 	switch {
+	case c.Servers < 0:
+		return fieldErr("Servers", "must be 1 or more, got %d", c.Servers)
+	case c.Servers > 1 && mode != worker.SyncAsync:
+		return fieldErr("Servers", "%d parameter servers apply with {Sync} async (%v has none)", c.Servers, mode)
 	case c.MaxRestarts < 0:
 		return fieldErr("MaxRestarts", "must be 0 or more, got %d", c.MaxRestarts)
 	case c.MaxRestarts > 0 && (mode != worker.SyncAsync || c.Procs == 0):
@@ -554,7 +567,7 @@ func (c *Config) checkAsync() error {
 	case c.PP > 1 || c.TP > 1:
 		return fieldErr("Sync", "async trains whole replicas: {PP} and {TP} must be 1, got %d and %d", c.PP, c.TP)
 	case c.Zero > 0:
-		return fieldErr("Zero", "%d shards the optimizer state among the replicas; {Sync} async keeps it on the parameter server (use ZeRO 0)", c.Zero)
+		return fieldErr("Zero", "%d shards the optimizer state among the replicas; {Sync} async keeps it on the parameter servers (use ZeRO 0, and {Servers} to shard it)", c.Zero)
 	case c.Procs > 0 && c.Procs != c.DP:
 		return fieldErr("Procs", "%d runs one replica per process under {Sync} async: {DP} must be %d, got %d", c.Procs, c.Procs, c.DP)
 	case c.precision() == kernels.F16:

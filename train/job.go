@@ -162,6 +162,19 @@ func (j *job) replicaSpec(r int) *worker.Spec {
 	return s
 }
 
+// serverJob is j for its parameter servers (Sync async): a world of
+// Servers ranks, each with the whole model when one, else ZeRO-3's shard
+// of it.
+func (j *job) serverJob() *job {
+	s := *j
+	s.cfg.DP, s.cfg.Procs, s.cfg.Zero, s.cfg.ZeroGroup = max(1, j.cfg.Servers), 0, 0, 0
+	if s.cfg.DP > 1 {
+		s.cfg.Zero = 3
+	}
+	s.straggler = nil
+	return &s
+}
+
 // zeroGroup is the ZeRO shard group's size in a world of dp replicas (0:
 // no ZeRO).
 func (j *job) zeroGroup(dp int) int {

@@ -89,7 +89,8 @@ func stopAll(stops *[]func() error, sys *actors.System) func() error {
 
 // spawnLocal spawns a worker actor for every rank of m in sys, each on its
 // own backend (the thread budget split among share workers), rank r with
-// spec(r) and comms[r]. It returns their actors and what stops them.
+// spec(r) and comms[r] (none: a world of one, or one its Form connects).
+// It returns their actors and what stops them.
 func spawnLocal(sys *actors.System, j *job, m mesh.Mesh, share int, spec func(r int) *worker.Spec, comms []collective.Communicator, tr *tracer, log *zap.Logger) ([]*actor.PID, []func() error, error) {
 	cfg := &j.cfg
 	threads := threadsPerWorker(cfg, share)
@@ -113,7 +114,7 @@ func spawnLocal(sys *actors.System, j *job, m mesh.Mesh, share int, spec func(r 
 			return nil, stops, err
 		}
 		sc := worker.ShellConfig{Name: fmt.Sprintf("%s-%d", worker.ActorName, r), Logger: log.With(zap.Int("rank", r))}
-		if comms != nil {
+		if comms != nil && comms[r] != nil {
 			comm := comms[r]
 			sc.Comms = func(*workerpb.Form) (collective.Communicator, error) { return comm, nil }
 		}

@@ -18,7 +18,10 @@ const (
 	AsyncCompute AsyncKind = iota + 1
 	// AsyncApply: the parameter server applies a replica's gradient
 	// (AsyncStep.Grads) with the step's learning rate (clipped as
-	// Spec.ClipNorm says) as its update number Step+1.
+	// Spec.ClipNorm says) as its update number Step+1. Sharded servers
+	// (a data-parallel world of several ranks with ZeRO) each take the
+	// whole gradient and apply the chunks they own; the clipping norm
+	// sums every server's.
 	AsyncApply
 )
 
@@ -33,8 +36,9 @@ func (k AsyncKind) String() string {
 }
 
 // AsyncStep is a worker's part in a step of asynchronous training
-// (StepRequest.Async). Its replicas and its server are workers of a mesh
-// of one rank each, so a step's batch is the replica's whole.
+// (StepRequest.Async). Each replica is a worker in a mesh of one rank, so
+// a step's batch is the replica's whole; the servers are the ranks of a
+// data-parallel mesh of their own (one, or the shards of ZeRO).
 type AsyncStep struct {
 	Kind AsyncKind
 	// Weights are the server's weights the replica computes on (every
@@ -49,12 +53,14 @@ type AsyncStep struct {
 // replica's Holding does not move (it holds whatever version it was last
 // given); the server's counts its updates: Applied is its version.
 func (w *Worker) asyncStep(ctx context.Context, req StepRequest) (StepResult, error) {
-	a := req.Async
+	a, m := req.Async, w.st.mesh
 	switch {
 	case !w.spec.Sync.Async():
 		return StepResult{}, fmt.Errorf("%w: an asynchronous step for a worker that synchronises by %v", ErrConfig, w.spec.Sync.Mode)
-	case w.st.mesh.Size() != 1:
-		return StepResult{}, fmt.Errorf("%w: an asynchronous step for a worker in a world of %d ranks (each replica and the server are one rank)", ErrConfig, w.st.mesh.Size())
+	case a.Kind == AsyncCompute && m.Size() != 1:
+		return StepResult{}, fmt.Errorf("%w: an asynchronous computation for a worker in a world of %d ranks (each replica is one rank)", ErrConfig, m.Size())
+	case a.Kind == AsyncApply && m.Size() != m.DP:
+		return StepResult{}, fmt.Errorf("%w: an asynchronous update for a worker in a %d×%d×%d world (the servers are data-parallel ranks)", ErrConfig, m.DP, m.PP, m.TP)
 	}
 	n := w.model.Set.Len()
 	switch a.Kind {
@@ -87,19 +93,35 @@ func (w *Worker) asyncStep(ctx context.Context, req StepRequest) (StepResult, er
 }
 
 // apply is the server's update: a replica's gradient, clipped, stepped
-// with the optimizer.
+// with the optimizer. A ZeRO shard takes the chunks it owns (ZeRO-2 and 3
+// hold no others) and, below stage 3, all-gathers the updated weights
+// with the other servers.
 func (s *stepper) apply(ctx context.Context, req StepRequest) (StepResult, error) {
 	var res StepResult
 	start := time.Now()
 	s.updated = false
 	s.meter.Take()
 	s.syncMeter.Take()
-	s.w.be.Upload(s.w.model.Set.Grads(), req.Async.Grads)
+	be, grads := s.w.be, req.Async.Grads
+	if g2 := s.zeroGrads(); g2 != nil {
+		off := 0
+		for _, r := range s.zero.sorted {
+			be.Upload(be.View(g2.owned, off, r.Len()), grads[r.Lo:r.Hi])
+			off += r.Len()
+		}
+	} else {
+		be.Upload(s.w.model.Set.Grads(), grads)
+	}
 	norm, err := s.clip(ctx, &res)
 	if err != nil {
 		return res, err
 	}
 	s.w.opt.Step(float32(req.LR))
 	s.updated = true
+	if s.zero != nil && s.zero.g3 == nil {
+		if err := s.gatherWeights(ctx, &res); err != nil {
+			return res, fmt.Errorf("parameter server: ZeRO weight gather: %w", err)
+		}
+	}
 	return s.finish(res, start, req, norm)
 }

@@ -158,7 +158,9 @@ func (s *Spec) Validate() error {
 	if err := s.Sync.Validate(); err != nil {
 		return err
 	}
-	if (s.Sync.Local() || s.Sync.Async()) && s.Zero > 0 {
+	// (Under async, ZeRO shards the parameter servers' state: the
+	// replicas hold none.)
+	if s.Sync.Local() && s.Zero > 0 {
 		return fmt.Errorf("%w: %v keeps each replica's optimizer whole; ZeRO shards it among the replicas (use --zero 0)", ErrConfig, s.Sync.Mode)
 	}
 	if s.Sync.Async() && (s.Stages() > 1 || s.Shards() > 1) {

@@ -26,43 +26,43 @@ import (
 // (train.DefaultConfig), and --model mlp switches the defaults the user
 // did not set to train.DefaultMLPConfig's.
 type trainFlags struct {
-	model, layers                                string
-	dModel, nLayers, heads, context              int
-	untied                                       bool
-	data, vocab                                  string
-	shuffle                                      bool
-	batch, steps, accum                          int
-	epochs                                       float64
-	optimizer, schedule                          string
-	lr, momentum, weightDecay, clip              float64
-	dampening, beta1, beta2, eps, minLR          float64
-	nesterov                                     bool
-	warmup                                       int
-	seed                                         uint64
-	init, save, metricsOut, metricsAddr, dumpDir string
-	precision, reduceDType                       string
-	sync, syncDType                              string
-	syncEvery, maxStaleness, maxRestarts         int
-	outerLR, outerMomentum                       float64
-	outerNesterov                                bool
-	lossScaleInit, lossScaleMin                  float64
-	lossScaleWindow                              int
-	evalEvery, evalBatches, logEvery             int
-	device                                       string
-	threads                                      int
-	jsonOut                                      bool
-	dp, procs, checkEvery                        int
-	bucketMB                                     float64
-	transport, allreduceAlgo                     string
-	collTimeout, stepTimeout, straggler          time.Duration
-	pp, tp, micro, zero, zeroGroup               int
-	sp                                           bool
-	pipeSchedule, stageLayers, trace             string
-	partition                                    string
-	recompute                                    bool
-	ckptDir                                      string
-	ckptEvery, keep                              int
-	resume                                       bool
+	model, layers                                 string
+	dModel, nLayers, heads, context               int
+	untied                                        bool
+	data, vocab                                   string
+	shuffle                                       bool
+	batch, steps, accum                           int
+	epochs                                        float64
+	optimizer, schedule                           string
+	lr, momentum, weightDecay, clip               float64
+	dampening, beta1, beta2, eps, minLR           float64
+	nesterov                                      bool
+	warmup                                        int
+	seed                                          uint64
+	init, save, metricsOut, metricsAddr, dumpDir  string
+	precision, reduceDType                        string
+	sync, syncDType                               string
+	syncEvery, maxStaleness, maxRestarts, servers int
+	outerLR, outerMomentum                        float64
+	outerNesterov                                 bool
+	lossScaleInit, lossScaleMin                   float64
+	lossScaleWindow                               int
+	evalEvery, evalBatches, logEvery              int
+	device                                        string
+	threads                                       int
+	jsonOut                                       bool
+	dp, procs, checkEvery                         int
+	bucketMB                                      float64
+	transport, allreduceAlgo                      string
+	collTimeout, stepTimeout, straggler           time.Duration
+	pp, tp, micro, zero, zeroGroup                int
+	sp                                            bool
+	pipeSchedule, stageLayers, trace              string
+	partition                                     string
+	recompute                                     bool
+	ckptDir                                       string
+	ckptEvery, keep                               int
+	resume                                        bool
 }
 
 func newTrainCmd() *cobra.Command {
@@ -261,6 +261,7 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.sync, "sync", "step", "how the replicas synchronise: step (every step's gradients, DDP), local-sgd (parameters averaged every --sync-every steps), diloco (pseudo-gradients averaged every --sync-every steps into an outer Nesterov-momentum SGD) or async (a parameter server applies each replica's gradient as it arrives, up to --max-staleness updates old)")
 	fl.IntVar(&f.maxRestarts, "max-restarts", 0, "with --procs and --sync async: start a replica's process again when it exits, up to N times in all (the new one joins and computes on the server's weights)")
 	fl.IntVar(&f.maxStaleness, "max-staleness", d.MaxStaleness, "with --sync async: reject a gradient computed on weights more than this many updates old (its batch is computed again; 0: sequential SGD)")
+	fl.IntVar(&f.servers, "servers", 1, "with --sync async: parameter servers, each owning 1/N of the parameters and optimizer state and applying its shard of every update")
 	fl.IntVar(&f.syncEvery, "sync-every", 0, "with --sync local-sgd or diloco: the steps of a round (H)")
 	fl.Float64Var(&f.outerLR, "outer-lr", d.OuterLR, "with --sync diloco: the outer optimizer's learning rate")
 	fl.Float64Var(&f.outerMomentum, "outer-momentum", d.OuterMomentum, "with --sync diloco: the outer optimizer's momentum (0: none)")
@@ -360,6 +361,10 @@ func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 	}
 	cfg.MaxStaleness = f.maxStaleness
 	set("max-restarts", func() { cfg.MaxRestarts = f.maxRestarts })
+	if fl.Changed("servers") && f.servers < 1 {
+		return cfg, fmt.Errorf("%w: --servers must be 1 or more, got %d", errUsage, f.servers)
+	}
+	set("servers", func() { cfg.Servers = f.servers })
 	cfg.EvalEvery, cfg.EvalBatches, cfg.LogEvery = f.evalEvery, f.evalBatches, f.logEvery
 	cfg.Device, cfg.Threads = f.device, f.threads
 	set("dp", func() { cfg.DP = f.dp })
