@@ -17,13 +17,14 @@ import (
 // TestAsyncKilledReplica: asynchronous training with its replicas as
 // worker processes (--procs 3 --sync async): kill -9 of one replica
 // mid-run, and the job goes on with the other two to its last step and
-// exits 0. Nothing is lost: the parameter server (in the trainer process)
-// holds every parameter and the optimizer state; the batch the killed
+// exits 0. Nothing is lost: the parameter servers (two shards, in the
+// trainer process) hold every parameter and the optimizer state; the
+// batch the killed
 // replica held is computed by another, so every step's batch is applied
 // exactly once (the metrics lines' cursors are the run's batches, each
 // once); every applied gradient is within --max-staleness; the loss falls.
 func TestAsyncKilledReplica(t *testing.T) {
-	asyncReplicaFault(t, nil, func(t *testing.T, pid int, lines func() int) {
+	asyncReplicaFault(t, []string{"--servers", "2"}, func(t *testing.T, pid int, lines func() int) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
