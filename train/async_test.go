@@ -236,7 +236,7 @@ func TestAsyncShardedServers(t *testing.T) {
 				}
 				m, o := ms[len(ms)-1], one[len(one)-1]
 				for _, b := range []struct {
-					what        string
+					what         string
 					shard, whole int64
 				}{{"weights", m.ParamBytes, o.ParamBytes}, {"optimizer state", m.OptimizerBytes, o.OptimizerBytes}} {
 					if lo, hi := b.whole/int64(K), b.whole/int64(K)+b.whole/20; b.shard < lo || b.shard > hi {
