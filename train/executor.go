@@ -346,17 +346,21 @@ func (e *groupExecutor) Evaluate(ctx context.Context, lo, hi int) (worker.Result
 // Weights returns the whole model's weights: replica 0's parts' put
 // together.
 func (e *groupExecutor) Weights(ctx context.Context) ([]float32, error) {
+	// Workers of this process hand their copy over as it is.
 	replies, err := e.call(ctx, e.onEvalRanks(func(p uint32) any {
-		return &workerpb.WeightsRequest{Peer: p, Generation: e.gen}
+		return &workerpb.WeightsRequest{Peer: p, Generation: e.gen, Floats: e.local}
 	}))
 	if err != nil {
 		return nil, err
 	}
 	var parts [][]float32
 	for _, r := range e.evalRanks() {
-		w, err := worker.BytesFloats(replies[e.peers[r]].(*workerpb.Weights).Data)
-		if err != nil {
-			return nil, err
+		m := replies[e.peers[r]].(*workerpb.Weights)
+		w := m.Values
+		if w == nil {
+			if w, err = worker.BytesFloats(m.Data); err != nil {
+				return nil, err
+			}
 		}
 		parts = append(parts, w)
 	}

@@ -31,6 +31,9 @@ func (l partsLayout) merge(parts [][]float32) ([]float32, error) {
 	if len(parts) != len(l.cuts)*tp {
 		return nil, fmt.Errorf("train: %d model parts' weights for %d stages of %d shards", len(parts), len(l.cuts), tp)
 	}
+	if len(parts) == 1 {
+		return parts[0], nil // the whole model: the caller's already
+	}
 	var all []float32
 	for st, cut := range l.cuts {
 		if tp == 1 {

@@ -433,6 +433,9 @@ func (a *shellActor) weights(m *workerpb.WeightsRequest) *workerpb.Weights {
 	if err != nil {
 		return &workerpb.Weights{Peer: m.Peer, Failure: workerpb.FailureOf(err)}
 	}
+	if m.Floats {
+		return &workerpb.Weights{Peer: m.Peer, Values: data}
+	}
 	return &workerpb.Weights{Peer: m.Peer, Data: FloatBytes(data)}
 }
 

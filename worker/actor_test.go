@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -162,5 +163,56 @@ func TestShellStatusKeepsTheScalerState(t *testing.T) {
 	if st.LastStep != 0 || st.Applied != 1 || st.LastLossScale != 1024 || st.LastLossScaleTracker != 7 || st.LastSkipped {
 		t.Errorf("status after a step at scale 1024, tracker 7: last step %d, applied %d, scale %v, tracker %d, skipped %v",
 			st.LastStep, st.Applied, st.LastLossScale, st.LastLossScaleTracker, st.LastSkipped)
+	}
+}
+
+// A worker's weights come as bytes for a caller elsewhere and as values
+// for one in its process, the same weights either way; each answer is the
+// caller's own copy (a later step does not change it).
+func TestShellWeightsAsBytesOrValues(t *testing.T) {
+	s := mlpSetup(t)
+	_, _, g := shells(t, s.spec(t, 1, 1, pipeline.Kind1F1B, false, 0), 1, nil, nil)
+	ask := func(floats bool) *workerpb.Weights {
+		t.Helper()
+		replies, err := g.Call(context.Background(), []any{&workerpb.WeightsRequest{Peer: 0, Generation: 1, Floats: floats}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return replies[0].(*workerpb.Weights)
+	}
+	if _, err := g.Call(context.Background(), steps(1, s)); err != nil {
+		t.Fatal(err)
+	}
+	b, v := ask(false), ask(true)
+	if v.Data != nil || b.Values != nil {
+		t.Fatalf("bytes asked: %d values; values asked: %d bytes", len(b.Values), len(v.Data))
+	}
+	w, err := BytesFloats(b.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w) == 0 || len(w) != len(v.Values) {
+		t.Fatalf("%d weights as bytes, %d as values", len(w), len(v.Values))
+	}
+	kept := append([]float32(nil), v.Values...)
+	for i := range w {
+		if math.Float32bits(w[i]) != math.Float32bits(v.Values[i]) {
+			t.Fatalf("weight %d: %v as bytes, %v as values", i, w[i], v.Values[i])
+		}
+	}
+	step := steps(1, s)
+	step[0].(*workerpb.RunStep).Step = 1
+	if _, err := g.Call(context.Background(), step); err != nil {
+		t.Fatal(err)
+	}
+	after, changed := ask(true).Values, false
+	for i := range kept {
+		if math.Float32bits(kept[i]) != math.Float32bits(v.Values[i]) {
+			t.Fatalf("weight %d of the answer changed with the next step", i)
+		}
+		changed = changed || after[i] != kept[i]
+	}
+	if !changed {
+		t.Fatal("the next step changed no weight: the test shows nothing")
 	}
 }

@@ -1413,9 +1413,12 @@ func (x *EvalDone) GetRows() uint64 {
 
 // WeightsRequest asks for the stage's parameters.
 type WeightsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Peer          uint32                 `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
-	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Peer       uint32                 `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Generation uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// floats asks for the answer in Weights.values: for a caller in the
+	// worker's own process, to which the message goes unencoded.
+	Floats        bool `protobuf:"varint,3,opt,name=floats,proto3" json:"floats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1464,12 +1467,21 @@ func (x *WeightsRequest) GetGeneration() uint64 {
 	return 0
 }
 
-// Weights carries a stage's flat parameters as little-endian float32.
+func (x *WeightsRequest) GetFloats() bool {
+	if x != nil {
+		return x.Floats
+	}
+	return false
+}
+
+// Weights carries a stage's flat parameters as little-endian float32
+// (data), or, when asked, as float32 values (values).
 type Weights struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Peer          uint32                 `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
 	Failure       *Failure               `protobuf:"bytes,2,opt,name=failure,proto3" json:"failure,omitempty"`
 	Data          []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	Values        []float32              `protobuf:"fixed32,4,rep,packed,name=values,proto3" json:"values,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1521,6 +1533,13 @@ func (x *Weights) GetFailure() *Failure {
 func (x *Weights) GetData() []byte {
 	if x != nil {
 		return x.Data
+	}
+	return nil
+}
+
+func (x *Weights) GetValues() []float32 {
+	if x != nil {
+		return x.Values
 	}
 	return nil
 }
@@ -2166,16 +2185,18 @@ const file_worker_proto_rawDesc = "" +
 	"\bloss_sum\x18\x03 \x01(\x01R\alossSum\x12\x18\n" +
 	"\atargets\x18\x04 \x01(\x04R\atargets\x12\x18\n" +
 	"\acorrect\x18\x05 \x01(\x04R\acorrect\x12\x12\n" +
-	"\x04rows\x18\x06 \x01(\x04R\x04rows\"D\n" +
+	"\x04rows\x18\x06 \x01(\x04R\x04rows\"\\\n" +
 	"\x0eWeightsRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
-	"generation\"f\n" +
+	"generation\x12\x16\n" +
+	"\x06floats\x18\x03 \x01(\bR\x06floats\"~\n" +
 	"\aWeights\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\"\x8b\x01\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x16\n" +
+	"\x06values\x18\x04 \x03(\x02R\x06values\"\x8b\x01\n" +
 	"\tSaveShard\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1e\n" +
 	"\n" +
