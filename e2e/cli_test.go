@@ -45,7 +45,7 @@ func TestBadInputExitsNonZero(t *testing.T) {
 		{"restarts without async worker processes", []string{"train", "--sync", "async", "--dp", "2", "--max-restarts", "1"}, 2, "--max-restarts"},
 		{"servers without async", []string{"train", "--dp", "2", "--servers", "2"}, 2, "--servers"},
 		{"no servers", []string{"train", "--sync", "async", "--servers", "0"}, 2, "--servers"},
-		{"async on an agent", []string{"agent", "--name", "a", "--listen", "127.0.0.1:0", "--sync", "async"}, 2, "--sync"},
+		{"async on an agent without checkpoints", []string{"agent", "--name", "a", "--listen", "127.0.0.1:0", "--sync", "async"}, 2, "--ckpt-dir"},
 		{"bench gemm in an unknown type", []string{"bench", "gemm", "--dtype", "int4"}, 2, "--dtype"},
 		{"unknown command", []string{"fly"}, 2, "fly"},
 	}

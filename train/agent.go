@@ -18,6 +18,7 @@ import (
 	"github.com/troupe-ml/troupe/actors"
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/elastic"
 	"github.com/troupe-ml/troupe/internal/pki"
 	"github.com/troupe-ml/troupe/kernels"
@@ -147,8 +148,10 @@ func (c AgentConfig) Validate() error {
 		return fieldErr("Train.ZeroGroup", "is needed with {Train.Zero} on agents (2 or more): the shard group keeps its size as members come and go, and the world is a multiple of it; members beyond that wait on standby")
 	case t.DP != 1 || t.Procs != 0:
 		return fieldErr("Train.DP", "and {Train.Procs} do not apply: an agent runs one worker, the job's members make the world")
-	case t.sync().Async():
-		return fieldErr("Train.Sync", "async runs its parameter server in the trainer process and its replicas beside it (troupe train --dp N, or --procs N for worker processes); elastic agents synchronise by step, local-sgd or diloco")
+	case t.sync().Async() && t.CkptDir == "":
+		return fieldErr("Train.CkptDir", "is needed with {Train.Sync} async on agents: the parameter servers live on the leader's node, and a new leader continues from their latest checkpoint")
+	case t.sync().Async() && r.Rescale != KeepGlobalBatch:
+		return fieldErr("Rescale", "%s does not apply with {Train.Sync} async: every step is one whole batch on one replica, whatever the world", r.Rescale)
 	case t.Transport == actors.TransportShm:
 		return fieldErr("Train.Transport", "shm needs every rank on one host; agents span hosts: use tcp")
 	case t.Trace != "":
@@ -290,6 +293,13 @@ type agent struct {
 	pending *StepMetrics
 	// current is the last world committed.
 	current elastic.World
+	// servers are this node's parameter servers (Sync async, while it
+	// leads), kept what they hold when a generation ended with every step
+	// it began applied (nil: the next generation does not continue from
+	// them).
+	servers *groupExecutor
+	kept    *ServerState
+	keptGen uint64 // the generation that ended with them
 	ckpt    *checkpointer
 	bar     *progress
 
@@ -315,6 +325,9 @@ type generation struct {
 	abortLoop context.CancelFunc
 	// committed is when the world committed (resume_ms).
 	committed time.Time
+	// async is the generation's asynchronous executor (Sync async), once
+	// its step loop made it.
+	async atomic.Pointer[asyncExecutor]
 }
 
 func newGeneration(w elastic.World, ex *groupExecutor, pids []*actor.PID) *generation {
@@ -369,7 +382,14 @@ func (a *agent) start(ctx context.Context) error {
 	cc := commConfig(cfg, a.log)
 	cc.DataPlane.Key, cc.DataPlane.TLS = key, id
 	a.gate = &nodeGate{}
-	if a.shell, err = worker.Spawn(a.sys, w, worker.ShellConfig{Name: worker.ActorName, Node: ac.Name, Gate: a.gate, Logger: a.log,
+	// Worlds change at step boundaries, except under async: a replica's
+	// computation involves no other member, so a world may change while
+	// it runs (the leader's step loop finishes its steps in flight first).
+	var gate worker.Gate = a.gate
+	if a.async() {
+		gate = nil
+	}
+	if a.shell, err = worker.Spawn(a.sys, w, worker.ShellConfig{Name: worker.ActorName, Node: ac.Name, Gate: gate, Logger: a.log,
 		Notify: a.notes.put,
 		Comms: func(f *workerpb.Form) (collective.Communicator, error) {
 			c := cc
@@ -390,7 +410,7 @@ func (a *agent) start(ctx context.Context) error {
 	a.ckpt.setObserver(a.prom.m())
 	quorum := ac.Quorum
 	timings, _ := elastic.ParseTimings(ac.Timings)
-	a.core = NewLeaderCore(LeaderConfig{Stages: cfg.PP, Shards: cfg.TP, ZeroGroup: a.j.zeroGroup(cfg.DP), ZeroShards: a.j.zeroShards(), MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR, Rounds: cfg.sync().Local(),
+	a.core = NewLeaderCore(LeaderConfig{Stages: cfg.PP, Shards: cfg.TP, ZeroGroup: a.j.zeroGroup(cfg.DP), ZeroShards: a.j.zeroShards(), MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR, Rounds: cfg.sync().Local(), Async: a.async(),
 		Resume: cfg.Resume, Target: a.j.steps, LostStageTimeout: ac.LostStageTimeout, RetryDelay: 3 * time.Second}, time.Now())
 	if a.o.Progress != nil {
 		a.bar = newProgress(a.o.Progress, a.j.steps)
@@ -415,6 +435,7 @@ func (a *agent) close() {
 	a.stopLeading()
 	close(a.quit)
 	a.wg.Wait()
+	a.dropServers()
 	if a.stopDumps != nil {
 		a.stopDumps()
 	}
@@ -477,7 +498,9 @@ func (a *agent) run(ctx context.Context) (*AgentSummary, error) {
 			if !ok {
 				return nil, fmt.Errorf("train: the membership closed: %w", elastic.ErrClosed)
 			}
-			a.shell.Abort(fmt.Sprintf("generation %d committed", w.Gen))
+			if !a.async() {
+				a.shell.Abort(fmt.Sprintf("generation %d committed", w.Gen))
+			}
 			a.commit(w)
 		case r := <-a.callDone:
 			a.core.Replies(r.gen, r.phase, r.replies, r.err)
@@ -489,7 +512,14 @@ func (a *agent) run(ctx context.Context) (*AgentSummary, error) {
 		}
 		if done, err := a.apply(); done {
 			// This node led the job's end: the core's word is the job's
-			// (its own worker's Finish note may not be read yet).
+			// (its own worker's Finish note may not be read yet). The
+			// steps its worker was told of before it are (they were
+			// queued before it answered the Finish).
+			for _, n := range a.notes.take() {
+				if m, ok := n.(*workerpb.Progress); ok {
+					a.progress(m)
+				}
+			}
 			return a.finished(&workerpb.Finish{Step: uint64(a.j.steps), Failure: workerpb.FailureOf(err)})
 		}
 	}
@@ -500,15 +530,20 @@ func (a *agent) run(ctx context.Context) (*AgentSummary, error) {
 func (a *agent) onEvent(ev elastic.Event) {
 	switch ev.Kind {
 	case elastic.EventFailed, elastic.EventLeft:
-		if a.current.Rank(ev.Member.ID) >= 0 {
+		// (Under async a replica's computation waits for no member.)
+		if a.current.Rank(ev.Member.ID) >= 0 && !a.async() {
 			a.shell.Abort(fmt.Sprintf("%s %s", ev.Kind, ev.Member.Name))
 		}
 		if g := a.gen; g != nil && ev.Kind == elastic.EventFailed {
 			// A failed member (dead, or hung: no reset comes) answers
-			// nothing more: the generation's calls stop waiting for it.
+			// nothing more: the generation's calls stop waiting for it,
+			// and under async its batch goes to another replica.
 			// A member that left answers until it is gone.
 			if i := g.world.Rank(ev.Member.ID); i >= 0 {
 				g.ex.group.Lost(i, "member "+ev.Member.Name+" failed")
+				if e := g.async.Load(); e != nil {
+					e.loseMember(i, "member "+ev.Member.Name+" failed")
+				}
 			}
 		}
 		a.log.Warn("member lost", zap.String("member", ev.Member.Name), zap.Stringer("kind", ev.Kind), zap.Duration("detection", ev.Silence))
@@ -516,7 +551,7 @@ func (a *agent) onEvent(ev elastic.Event) {
 		// A new world is being agreed: the step in flight is abandoned on
 		// every rank (a rank whose Hold failed would leave the others
 		// waiting in it) and retried in the new generation.
-		if ev.World.Rank(a.node.Self().ID) >= 0 {
+		if ev.World.Rank(a.node.Self().ID) >= 0 && !a.async() {
 			a.shell.Abort(fmt.Sprintf("generation %d proposed", ev.World.Gen))
 		}
 	case elastic.EventCommitted:
@@ -531,6 +566,16 @@ func (a *agent) commit(w elastic.World) {
 	a.stopLeading()
 	a.current = w
 	lead := w.Rank(a.node.Self().ID) == 0
+	if a.async() {
+		// The parameter servers go on here while this node leads; under
+		// another leader they start again from the latest checkpoint.
+		// Kept only from the generation just before: after one this node
+		// did not see, another leader may have trained past them.
+		if !lead || a.kept == nil || w.Gen != a.keptGen+1 {
+			a.dropServers()
+		}
+		a.core.KeepServers(a.kept)
+	}
 	if lead {
 		a.led++
 		pids := make([]*actor.PID, w.Size())
@@ -646,12 +691,43 @@ func (a *agent) call(c *LeaderCall) {
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		replies, err := g.ex.group.Call(g.ctx, c.Msgs)
+		var replies []any
+		var err error
+		if c.Phase == phaseFinish {
+			// Told to every member that can hear it: a member lost in the
+			// last generation (asynchronous training completes without
+			// it) must not keep the others from hearing the job ended.
+			replies = a.tellEach(g, c.Msgs)
+		} else {
+			replies, err = g.ex.group.Call(g.ctx, c.Msgs)
+		}
 		select {
 		case a.callDone <- callResult{gen: c.Gen, phase: c.Phase, replies: replies, err: err}:
 		case <-a.quit:
 		}
 	}()
+}
+
+// tellEach sends msgs[i] to member i of generation g, each on its own,
+// and returns the answers (nil where a member did not answer within the
+// step timeout).
+func (a *agent) tellEach(g *generation, msgs []any) []any {
+	replies := make([]any, len(msgs))
+	var wg sync.WaitGroup
+	for i, m := range msgs {
+		if m == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r, err := a.sys.Root().RequestFuture(g.pids[i], m, a.j.cfg.StepTimeout).Result(); err == nil {
+				replies[i] = r
+			}
+		}()
+	}
+	wg.Wait()
+	return replies
 }
 
 // train runs the generation's step loop beside the loop: the trainer
@@ -774,14 +850,94 @@ func (a *agent) lead(g *generation, t *trainer, o *TrainOrder, pending *StepMetr
 		}
 	}
 	l := o.Layout
-	if _, err := t.run(g.loopCtx, segment{ex: g.ex, from: l.Step, cursor: l.Cursor, batch: o.Batch, lrScale: o.LRScale,
+	var ex executor = g.ex
+	if a.async() {
+		e, err := a.asyncGeneration(g, o)
+		if err != nil {
+			return err
+		}
+		defer a.settleAsync(e, o)
+		ex = e
+	}
+	if _, err := t.run(g.loopCtx, segment{ex: ex, from: l.Step, cursor: l.Cursor, batch: o.Batch, lrScale: o.LRScale,
 		committed: g.committed, stop: g.soft}); err != nil {
 		return err
 	}
 	if a.j.cfg.Save != "" {
-		return t.saveWeights(g.loopCtx, g.ex, a.j.steps)
+		return t.saveWeights(g.loopCtx, ex, a.j.steps)
 	}
 	return nil
+}
+
+// async reports whether the job trains asynchronously (Sync async).
+func (a *agent) async() bool { return a.j.cfg.sync().Async() }
+
+// asyncGeneration is generation g's asynchronous executor: this node's
+// parameter servers (those it kept, or new ones formed from the order's
+// checkpoint or the seed) and a replica for each member, formed by the
+// core as a world of one.
+func (a *agent) asyncGeneration(g *generation, o *TrainOrder) (*asyncExecutor, error) {
+	l := o.Layout
+	if l.Source.Kind == worker.FromReplica && a.servers == nil {
+		return nil, fmt.Errorf("train: generation %d continues from parameter servers this node does not hold", o.Gen)
+	}
+	if l.Source.Kind != worker.FromReplica {
+		a.dropServers()
+		s, err := startServers(g.ctx, a.sys, a.j, 1, l.Step, l.Cursor, a.log)
+		if err != nil {
+			return nil, err
+		}
+		s.ckpt = a.ckpt
+		a.servers = s
+	}
+	a.kept = nil
+	e, err := newAsyncExecutor(g.ctx, a.servers, len(g.pids), l.Step, &a.j.cfg, a.log)
+	if err != nil {
+		return nil, err
+	}
+	e.gen = o.Gen
+	names := memberNames(g.world)
+	for i, pid := range g.pids {
+		rg, err := replicaGroup(a.sys, a.j, fmt.Sprintf("async-gen%d-%s", o.Gen, names[i]), "member "+names[i], o.Gen, pid, false, a.log)
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		e.add(i, rg)
+	}
+	g.async.Store(e)
+	return e, nil
+}
+
+// settleAsync ends a generation's executor e: the servers are kept for
+// the next generation this node leads when every step e began was applied
+// (the sampler's cursor continues exactly after them), else dropped (the
+// next generation continues from the latest checkpoint).
+func (a *agent) settleAsync(e *asyncExecutor, o *TrainOrder) {
+	v, ok := e.settled()
+	if err := e.Close(); err != nil {
+		a.log.Warn("closing the replicas' groups", zap.Error(err))
+	}
+	if !ok {
+		a.log.Warn("steps were begun and not applied: the parameter servers are dropped, the next generation continues from the latest checkpoint",
+			zap.Uint64("generation", o.Gen), zap.Uint64("version", v))
+		a.dropServers()
+		return
+	}
+	l := o.Layout
+	a.kept, a.keptGen = &ServerState{Step: int(v), Cursor: l.Cursor + data.Cursor((int(v)-l.Step)*o.Batch)}, o.Gen
+}
+
+// dropServers stops this node's parameter servers, if any.
+func (a *agent) dropServers() {
+	a.kept = nil
+	if a.servers == nil {
+		return
+	}
+	if err := a.servers.Close(); err != nil {
+		a.log.Warn("stopping the parameter servers", zap.Error(err))
+	}
+	a.servers = nil
 }
 
 // keepPending keeps the line of a step the loop could not report but that

@@ -97,3 +97,61 @@ func TestRunAgentHonoursOptions(t *testing.T) {
 	}
 	t.Logf("n3 left after step %d; n1 and n2 saw %d generations", leaver.sum.Step, len(runs[0].worlds))
 }
+
+// Asynchronous training on agents embedded in one process: the leader's
+// parameter servers apply every member's gradients; a member that leaves
+// (StopAfter) takes nothing with it, the next generation continues from
+// the servers, and every member still sees every step once, in order.
+func TestRunAgentAsync(t *testing.T) {
+	cfg := tinyMLP()
+	cfg.Steps, cfg.LogEvery, cfg.Sync, cfg.CkptDir, cfg.CkptEvery = 4000, 1000, "async", t.TempDir(), 1000
+	// Every replica's computation 2 ms longer: the job outlasts the leave
+	// (at least 2 s with two replicas) however fast the machine.
+	t.Setenv(envStraggler, "0:2ms")
+	addrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
+	runs := make([]*agentRun, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range runs {
+		r := &agentRun{name: fmt.Sprintf("n%d", i+1)}
+		runs[i] = r
+		ac := AgentConfig{Train: cfg, Name: r.name, Listen: addrs[i], Join: addrs, MinNodes: 2, Quorum: elastic.QuorumMajority,
+			Key: "passphrase:in-process-test", JoinTimeout: 30 * time.Second}
+		o := Options{
+			OnStep:  func(m StepMetrics) { r.steps = append(r.steps, m.Step) },
+			OnWorld: func(w WorldInfo) { r.worlds = append(r.worlds, w) },
+		}
+		if i == 2 {
+			o.StopAfter = 50
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.sum, r.err = RunAgent(ctx, ac, o)
+		}()
+	}
+	wg.Wait()
+	for _, r := range runs[:2] {
+		if r.err != nil {
+			t.Fatalf("%s: %v", r.name, r.err)
+		}
+		want := make([]int, cfg.Steps)
+		for s := range want {
+			want[s] = s + 1
+		}
+		if !slices.Equal(r.steps, want) {
+			t.Errorf("%s saw steps %v, want 1 to %d once each", r.name, r.steps, cfg.Steps)
+		}
+		if r.sum.Left || r.sum.Step != cfg.Steps {
+			t.Errorf("%s's summary %+v", r.name, r.sum)
+		}
+		last := r.worlds[len(r.worlds)-1]
+		if !slices.Equal(last.Members, []string{"n1", "n2"}) || last.StateFrom != "the parameter servers" {
+			t.Errorf("%s's last world %+v: want n1 and n2, continuing from the parameter servers", r.name, last)
+		}
+	}
+	if r := runs[2]; r.err != nil || !r.sum.Left || !slices.Contains(r.steps, 50) {
+		t.Errorf("n3 (StopAfter 50) saw steps %v and left with %+v, %v", r.steps, r.sum, r.err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
@@ -59,6 +60,16 @@ type asyncExecutor struct {
 	lost  []bool
 	freed chan struct{}
 
+	// gen is the elastic generation the replicas serve (0 outside agents);
+	// started and applied count the steps begun and the updates they
+	// made, equal when every step begun was applied (settled).
+	gen              uint64
+	started, applied atomic.Int64
+
+	// stopRest stops the servers and what startAsync started with them
+	// (nil: the servers are the caller's, the replicas' workers too).
+	stopRest func() error
+
 	// With worker processes: inc is each replica's incarnation (its
 	// process started again after an exit), exited says its process
 	// exited (handled once per incarnation), restarts what is left of
@@ -82,20 +93,12 @@ type asyncExecutor struct {
 	beforeCompute func(ctx context.Context, replica int, version uint64) error
 }
 
-// startAsync starts the server and j's DP replicas, formed at step from
-// (the server's version): all as actors of this process, or with
+// startAsync starts the servers and j's DP replicas, formed at step from
+// (the servers' version): all as actors of this process, or with
 // Config.Procs the replicas as worker processes (command argv), one each,
-// and the server here.
+// and the servers here.
 func startAsync(ctx context.Context, j *job, argv []string, from int, cursor data.Cursor, log *zap.Logger) (_ *asyncExecutor, err error) {
 	cfg := &j.cfg
-	world, err := mesh.New(cfg.DP, 1, 1)
-	if err != nil {
-		return nil, fieldErr("DP", "%v", err)
-	}
-	core, err := ps.New(uint64(from), cfg.MaxStaleness)
-	if err != nil {
-		return nil, fieldErr("MaxStaleness", "%v", err)
-	}
 	procs := cfg.Procs > 0
 	if procs && len(argv) == 0 {
 		return nil, fieldErr("Procs", "needs Options.WorkerCommand: the command that runs one worker process (a program calling RunWorkerProcess; troupe's own is troupe __worker)")
@@ -106,77 +109,40 @@ func startAsync(ctx context.Context, j *job, argv []string, from int, cursor dat
 	}
 	var stops []func() error
 	stop := stopAll(&stops, sys)
-	e := &asyncExecutor{world: world, log: log, core: core, lost: make([]bool, cfg.DP),
-		replicas: make([]*groupExecutor, cfg.DP), freed: make(chan struct{})}
-	// The restarts outlive the start's context, not the executor.
-	e.bgCtx, e.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		if err != nil {
-			if e.groupExecutor == nil {
-				stop()
-				return
-			}
+			stop()
+		}
+	}()
+	// The servers, and without worker processes the replicas: actors of
+	// this process, the kernel threads split among the replicas (the
+	// servers compute only between their passes: their updates,
+	// evaluations and checkpoints).
+	share := 1
+	if !procs {
+		share = cfg.DP
+	}
+	servers, err := startServers(ctx, sys, j, share, from, cursor, log)
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, servers.Close)
+	e, err := newAsyncExecutor(ctx, servers, cfg.DP, from, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	e.stopRest = stop
+	defer func() {
+		if err != nil {
+			e.stopRest = nil // the first defer stops it
 			e.Close()
 		}
 	}()
-	one, _ := mesh.New(1, 1, 1)
 	// A group's actor is named after its worker and incarnation (a
 	// replica's process started again gets a group of its own).
 	group := func(name string, inc int, pid *actor.PID) (*groupExecutor, error) {
-		g, err := newGroupExecutor(sys, fmt.Sprintf("async %s #%d", name, inc), []*actor.PID{pid}, func(int) string { return name }, one, 0, []int{0}, cfg, log)
-		if err != nil {
-			return nil, err
-		}
-		g.local, g.parts = !procs, j.partsLayout()
-		g.learnControls([]*actor.PID{pid})
-		return g, nil
+		return replicaGroup(sys, j, fmt.Sprintf("async %s #%d", name, inc), name, 0, pid, !procs, log)
 	}
-	// The servers, and without worker processes the replicas: actors of
-	// this process (the servers first), the kernel threads split among
-	// the replicas (the servers compute only between their passes: their
-	// updates, evaluations and checkpoints). The servers are a world of
-	// their own, connected in this process.
-	sj := j.serverJob()
-	K := sj.cfg.DP
-	local := K
-	if !procs {
-		local += cfg.DP
-	}
-	all, err := mesh.New(local, 1, 1)
-	if err != nil {
-		return nil, fieldErr("DP", "%v", err)
-	}
-	comms := make([]collective.Communicator, local)
-	if K > 1 {
-		sc, err := actors.StartLocal(sys, K, commConfig(cfg, log))
-		if err != nil {
-			return nil, err
-		}
-		for _, c := range sc {
-			stops = append(stops, c.Close)
-		}
-		copy(comms, sc)
-	}
-	server := sj.workerSpec()
-	pids, closers, err := spawnLocal(sys, j, all, max(1, local-K), func(i int) *worker.Spec {
-		if i < K {
-			return server
-		}
-		return j.replicaSpec(i - K)
-	}, comms, nil, log)
-	stops = append(stops, closers...)
-	if err != nil {
-		return nil, err
-	}
-	if e.groupExecutor, err = serverGroup(sys, sj, pids[:K], log); err != nil {
-		return nil, err
-	}
-	e.groupExecutor.stop = stop
-	e.inc, e.exited, e.restarts = make([]int, cfg.DP), make([]bool, cfg.DP), cfg.MaxRestarts
-	if err := formAll(ctx, e.groupExecutor, sj, from, cursor, nil); err != nil {
-		return nil, err
-	}
-	log.Info("parameter servers ready", zap.Int("servers", K), zap.Int("zero_stage", sj.cfg.Zero), zap.Int("max_staleness", cfg.MaxStaleness))
 	if procs {
 		conf, err := json.Marshal(cfg)
 		if err != nil {
@@ -191,15 +157,19 @@ func startAsync(ctx context.Context, j *job, argv []string, from int, cursor dat
 			if err != nil {
 				return nil, err
 			}
-			e.imu.Lock()
-			e.replicas[r], e.idle = g, append(e.idle, r)
-			e.imu.Unlock()
+			e.add(r, g)
 		}
 		log.Info("started replica processes", zap.Int("procs", cfg.DP))
 		return e, nil
 	}
+	world, _ := mesh.New(cfg.DP, 1, 1)
+	pids, closers, err := spawnLocal(sys, j, world, servers.mesh.Size(), share, j.replicaSpec, nil, nil, log)
+	stops = append(stops, closers...)
+	if err != nil {
+		return nil, err
+	}
 	for r := range cfg.DP {
-		g, err := group(fmt.Sprintf("replica %d", r), 0, pids[K+r])
+		g, err := group(fmt.Sprintf("replica %d", r), 0, pids[r])
 		if err != nil {
 			return nil, err
 		}
@@ -207,9 +177,95 @@ func startAsync(ctx context.Context, j *job, argv []string, from int, cursor dat
 			g.group.Close()
 			return nil, err
 		}
-		e.replicas[r], e.idle = g, append(e.idle, r)
+		e.add(r, g)
 	}
 	return e, nil
+}
+
+// newAsyncExecutor trains asynchronously on servers (formed at step from;
+// its caller's, unless it sets stopRest) with up to dp replicas, which the
+// caller adds. What it starts in the background (restarts) outlives ctx,
+// not the executor.
+func newAsyncExecutor(ctx context.Context, servers *groupExecutor, dp, from int, cfg *Config, log *zap.Logger) (*asyncExecutor, error) {
+	world, err := mesh.New(dp, 1, 1)
+	if err != nil {
+		return nil, fieldErr("DP", "%v", err)
+	}
+	core, err := ps.New(uint64(from), cfg.MaxStaleness)
+	if err != nil {
+		return nil, fieldErr("MaxStaleness", "%v", err)
+	}
+	e := &asyncExecutor{groupExecutor: servers, world: world, log: log, core: core, lost: make([]bool, dp),
+		replicas: make([]*groupExecutor, dp), inc: make([]int, dp), exited: make([]bool, dp), restarts: cfg.MaxRestarts,
+		freed: make(chan struct{})}
+	e.bgCtx, e.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
+	return e, nil
+}
+
+// add makes g replica r's group and r idle.
+func (e *asyncExecutor) add(r int, g *groupExecutor) {
+	e.imu.Lock()
+	defer e.imu.Unlock()
+	e.replicas[r], e.idle = g, append(e.idle, r)
+	e.broadcastLocked()
+}
+
+// replicaGroup drives one replica's worker at pid (a world of one, of
+// generation gen), named name; local: an actor of this process.
+func replicaGroup(sys *actors.System, j *job, group, name string, gen uint64, pid *actor.PID, local bool, log *zap.Logger) (*groupExecutor, error) {
+	one, _ := mesh.New(1, 1, 1)
+	g, err := newGroupExecutor(sys, group, []*actor.PID{pid}, func(int) string { return name }, one, gen, []int{0}, &j.cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	g.local, g.parts = local, j.partsLayout()
+	g.learnControls([]*actor.PID{pid})
+	return g, nil
+}
+
+// startServers starts j's parameter servers as actors of sys (the kernel
+// threads split as among share workers), connected in this process when
+// several, and forms them at step from. The group's Close stops them.
+func startServers(ctx context.Context, sys *actors.System, j *job, share, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
+	sj := j.serverJob()
+	m, err := mesh.New(sj.cfg.DP, 1, 1)
+	if err != nil {
+		return nil, fieldErr("Servers", "%v", err)
+	}
+	var stops []func() error
+	stop := stopAll(&stops, nil)
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	var comms []collective.Communicator
+	if m.Size() > 1 {
+		if comms, err = actors.StartLocal(sys, m.Size(), commConfig(&sj.cfg, log)); err != nil {
+			return nil, err
+		}
+		for _, c := range comms {
+			stops = append(stops, c.Close)
+		}
+	}
+	spec := sj.workerSpec()
+	pids, closers, err := spawnLocal(sys, sj, m, 0, share, func(int) *worker.Spec { return spec }, comms, nil, log)
+	stops = append(stops, closers...)
+	if err != nil {
+		return nil, err
+	}
+	g, err := serverGroup(sys, sj, pids, log)
+	if err != nil {
+		return nil, err
+	}
+	g.stop = stop
+	if err := formAll(ctx, g, sj, from, cursor, nil); err != nil {
+		g.stop = nil
+		g.Close()
+		return nil, err
+	}
+	log.Info("parameter servers ready", zap.Int("servers", m.Size()), zap.Int("zero_stage", sj.cfg.Zero), zap.Int("step", from))
+	return g, nil
 }
 
 // serverGroup drives the parameter servers at pids, the world of sj: one
@@ -366,6 +422,30 @@ func (e *asyncExecutor) lose(r, inc int, cause string) {
 	}()
 }
 
+// Generation is the elastic generation the replicas serve (0 outside
+// agents).
+func (e *asyncExecutor) Generation() uint64 { return e.gen }
+
+// settled returns the servers' version and whether every step begun was
+// applied (none in flight, none abandoned): then the batches applied are
+// exactly those begun, and training may continue after them.
+func (e *asyncExecutor) settled() (uint64, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.core.Version(), e.started.Load() == e.applied.Load()
+}
+
+// loseMember takes replica r out (its elastic member failed): what it
+// runs fails, and no step goes to it.
+func (e *asyncExecutor) loseMember(r int, cause string) {
+	e.imu.Lock()
+	defer e.imu.Unlock()
+	if r < len(e.replicas) && e.replicas[r] != nil && !e.lost[r] {
+		e.replicas[r].group.Lost(0, cause)
+		e.dropLocked(r)
+	}
+}
+
 // Mesh is the replicas' world (DP × 1 × 1).
 func (e *asyncExecutor) Mesh() mesh.Mesh { return e.world }
 
@@ -375,8 +455,8 @@ func (e *asyncExecutor) Window() int { return len(e.replicas) }
 // RankName names replica r.
 func (e *asyncExecutor) RankName(r int) string { return fmt.Sprintf("replica %d", r) }
 
-// Close stops the replicas' groups, then the server's, which stops every
-// actor.
+// Close stops the replicas' groups, then, when the executor started them,
+// the servers and everything else it started (stopRest).
 func (e *asyncExecutor) Close() error {
 	e.imu.Lock()
 	e.closing = true
@@ -388,7 +468,10 @@ func (e *asyncExecutor) Close() error {
 			g.group.Close()
 		}
 	}
-	return e.groupExecutor.Close()
+	if e.stopRest == nil {
+		return nil // the servers are the caller's
+	}
+	return e.stopRest()
 }
 
 // Step trains req's batch as one update of the server: computed by an
@@ -397,6 +480,7 @@ func (e *asyncExecutor) Close() error {
 // Steps run concurrently (up to Window); each returns once its update is
 // applied.
 func (e *asyncExecutor) Step(ctx context.Context, req worker.StepRequest) (stepStats, error) {
+	e.started.Add(1)
 	tried := make([]bool, len(e.replicas)) // replicas whose gradient for this batch was too stale
 	var st stepStats
 	for {
@@ -440,6 +524,7 @@ func (e *asyncExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 			st.GradNorm, st.ParamBytes, st.GradHeldBytes, st.OptimBytes = applied.GradNorm, applied.ParamBytes, applied.GradHeldBytes, applied.OptimizerBytes
 			st.PeakParamBytes, st.PeakGradBytes = applied.ParamBytes, applied.GradHeldBytes
 			st.Staleness, st.Replica, st.StragglerRank = v.Staleness, r, -1
+			e.applied.Add(1)
 			return st, nil
 		}
 		st.Rejected++

@@ -311,11 +311,21 @@ func TestAsyncConfigRefusals(t *testing.T) {
 	if err := step.Validate(); err == nil || !strings.Contains(err.Error(), "Servers") {
 		t.Errorf("servers under --sync step: %v, want an error naming Servers", err)
 	}
+	// Agents: the servers live on the leader; a new leader continues from
+	// their checkpoint, which must exist.
 	ac := AgentConfig{Name: "a", Listen: "127.0.0.1:0", Train: tinyGPT()}
 	ac.Train.Sync = "async"
 	var fe *FieldError
-	if err := ac.Validate(); !errors.As(err, &fe) || fe.Field != "Train.Sync" {
-		t.Errorf("agent: got %v, want an error naming Train.Sync", err)
+	if err := ac.Validate(); !errors.As(err, &fe) || fe.Field != "Train.CkptDir" {
+		t.Errorf("agent without checkpoints: got %v, want an error naming Train.CkptDir", err)
+	}
+	ac.Train.CkptDir, ac.Rescale = t.TempDir(), LinearLR
+	if err := ac.Validate(); !errors.As(err, &fe) || fe.Field != "Rescale" {
+		t.Errorf("agent with linear-lr: got %v, want an error naming Rescale", err)
+	}
+	ac.Rescale = KeepGlobalBatch
+	if err := ac.Validate(); err != nil {
+		t.Errorf("agent: %v", err)
 	}
 }
 

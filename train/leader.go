@@ -60,6 +60,13 @@ type LeaderConfig struct {
 	// differ between them, so a generation formed mid-round is not
 	// checked for divergence (the end is: the last step ends a round).
 	Rounds bool
+	// Async: asynchronous training (Sync async). Every member is a replica,
+	// a world of one of its own; the leader's node holds the parameter
+	// servers (the shell's), which continue from the servers this node
+	// kept (KeepServers), else from the latest checkpoint, else, when the
+	// job has not trained, from the seed. Replicas differ by design: no
+	// checksum is compared.
+	Async bool
 	// Target is the job's last step.
 	Target int
 	// LostStageTimeout is how long a stage that no member holds and no
@@ -86,8 +93,18 @@ type LeaderCall struct {
 	Msgs  []any
 }
 
+// ServerState is where the parameter servers this node kept from the
+// generation it led stand (Async): their updates and the sampler's cursor
+// after them.
+type ServerState struct {
+	Step   int
+	Cursor data.Cursor
+}
+
 // TrainOrder asks the shell to run the step loop of generation Gen on its
-// members' workers, and to report its end with LeaderCore.Trained.
+// members' workers, and to report its end with LeaderCore.Trained. Under
+// Async, Layout.Source is where the parameter servers' state comes from:
+// FromReplica the servers the shell kept, else a checkpoint or the seed.
 type TrainOrder struct {
 	Gen     uint64
 	Layout  Layout
@@ -153,7 +170,14 @@ type LeaderCore struct {
 	// endErr is why the job ends (finish phase; nil: it reached Target).
 	endErr error
 	out    []LeaderOut
+	// servers is what this node's parameter servers hold (Async; nil:
+	// none kept).
+	servers *ServerState
 }
+
+// KeepServers says that this node holds parameter servers at s (Async),
+// which the next generation it leads continues from; nil: none.
+func (c *LeaderCore) KeepServers(s *ServerState) { c.servers = s }
 
 // NewLeaderCore is a leader core for the job cfg, its clock at now.
 func NewLeaderCore(cfg LeaderConfig, now time.Time) *LeaderCore {
@@ -224,7 +248,7 @@ func (c *LeaderCore) Replies(gen uint64, ph LeaderPhase, replies []any, err erro
 		}
 		c.plan()
 	case phaseForm:
-		if c.cfg.Rounds {
+		if c.cfg.Rounds || c.cfg.Async {
 			c.startTraining()
 			return
 		}
@@ -249,6 +273,10 @@ func (c *LeaderCore) Replies(gen uint64, ph LeaderPhase, replies []any, err erro
 // plan lays the generation out from the members' states and tells every
 // member its place.
 func (c *LeaderCore) plan() {
+	if c.cfg.Async {
+		c.planAsync()
+		return
+	}
 	maxD := 0
 	if c.rowPerMicro() && (!c.cfg.LinearLR || c.world0 == 0) {
 		maxD = max(1, c.cfg.Batch/c.cfg.MicroBatches) // a row for every micro-batch of every replica
@@ -298,6 +326,49 @@ func (c *LeaderCore) plan() {
 			}
 		}
 		return f
+	})
+}
+
+// planAsync lays out a generation of asynchronous training: every member
+// a replica (built from the seed: it computes on the servers' weights),
+// and the servers continuing from those this node kept, else from the
+// latest checkpoint, else from the seed when the job has not trained.
+// Trained but with neither, the servers' state is lost: the job ends.
+func (c *LeaderCore) planAsync() {
+	n := c.world.Size()
+	m, err := mesh.New(n, 1, 1)
+	if err != nil {
+		c.end(fmt.Errorf("generation %d: %w", c.world.Gen, err))
+		return
+	}
+	l := Layout{Mesh: m, Rank: identity(n), Members: identity(n), RollBack: make([]bool, n)}
+	noCkpt := errors.Is(c.ckpt.Err, checkpoint.ErrNoCheckpoint)
+	// Servers kept from before a generation this node did not see are
+	// behind a member that computed a later step: not continued from.
+	ahead := false
+	for _, st := range c.states {
+		ahead = ahead || c.servers != nil && st.Applied > c.servers.Step
+	}
+	switch {
+	case c.servers != nil && !ahead:
+		l.Step, l.Cursor, l.Source = c.servers.Step, c.servers.Cursor, worker.Source{Kind: worker.FromReplica}
+	case c.ckpt.Err == nil && (c.cfg.Resume || !c.nothingTrained()):
+		c.fromCheckpoint(&l)
+	case c.ckpt.Err != nil && !noCkpt && (c.cfg.Resume || !c.nothingTrained()):
+		c.end(fmt.Errorf("generation %d: the parameter servers' checkpoint: %w", c.world.Gen, c.ckpt.Err))
+		return
+	case !c.nothingTrained():
+		c.end(fmt.Errorf("%w: generation %d: the parameter servers' state was lost with the node that led the job, before any checkpoint (--ckpt-every)", ErrStageLost, c.world.Gen))
+		return
+	}
+	if c.world0 == 0 {
+		c.world0 = n
+	}
+	c.lay, c.lostSince = l, time.Time{}
+	c.phase = phaseForm
+	c.call(func(i int) any {
+		return &workerpb.Form{Peer: uint32(i), Generation: c.world.Gen, Dp: 1, Pp: 1, Tp: 1, Rank: 0,
+			Addrs: []string{c.world.Members[i].ActorAddr}, Step: uint64(l.Step), Cursor: uint64(l.Cursor), World0: 1}
 	})
 }
 
@@ -382,7 +453,10 @@ func (c *LeaderCore) startTraining() {
 		c.verify()
 		return
 	}
-	info := WorldInfo{Generation: c.world.Gen, Mesh: l.Mesh.String(), DP: l.Mesh.DP, PP: l.Mesh.PP, Step: l.Step, StateFrom: stateFrom(l)}
+	if c.cfg.Async {
+		batch, scale = c.cfg.Batch, 1 // a step is one whole batch, on one replica
+	}
+	info := WorldInfo{Generation: c.world.Gen, Mesh: l.Mesh.String(), DP: l.Mesh.DP, PP: l.Mesh.PP, Step: l.Step, StateFrom: stateFrom(l, c.cfg.Async)}
 	for i, m := range c.world.Members {
 		if l.Rank[i] < 0 {
 			info.Standby = append(info.Standby, m.Name)
@@ -394,8 +468,12 @@ func (c *LeaderCore) startTraining() {
 	c.out = append(c.out, LeaderOut{Train: &TrainOrder{Gen: c.world.Gen, Layout: l, Batch: batch, LRScale: scale, World: info}})
 }
 
-func stateFrom(l Layout) string {
+func stateFrom(l Layout, async bool) string {
 	switch l.Source.Kind {
+	case worker.FromReplica:
+		if async {
+			return "the parameter servers"
+		}
 	case worker.FromSeed:
 		return "seed"
 	case worker.FromCheckpoint:
@@ -417,8 +495,13 @@ func (c *LeaderCore) Trained(gen uint64, err error) {
 	c.verify()
 }
 
-// verify asks every member for its checksum at the end.
+// verify asks every member for its checksum at the end (under Async,
+// whose replicas differ by design, the job ends).
 func (c *LeaderCore) verify() {
+	if c.cfg.Async {
+		c.end(nil)
+		return
+	}
 	c.phase = phaseVerify
 	c.call(func(i int) any { return &workerpb.StatusRequest{Peer: uint32(i), Checksum: true} })
 }

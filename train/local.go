@@ -56,7 +56,7 @@ func startLocal(ctx context.Context, j *job, from int, cursor data.Cursor, log *
 		}
 	}
 	spec := j.workerSpec()
-	pids, closers, err := spawnLocal(sys, j, m, m.Size(), func(int) *worker.Spec { return spec }, comms, tr, log)
+	pids, closers, err := spawnLocal(sys, j, m, 0, m.Size(), func(int) *worker.Spec { return spec }, comms, tr, log)
 	stops = append(stops, closers...)
 	if err != nil {
 		return nil, err
@@ -74,7 +74,7 @@ func startLocal(ctx context.Context, j *job, from int, cursor data.Cursor, log *
 }
 
 // stopAll returns what runs *stops last to first (a closed communicator
-// is not an error), then closes sys.
+// is not an error), then closes sys (when not nil).
 func stopAll(stops *[]func() error, sys *actors.System) func() error {
 	return func() error {
 		var errs []error
@@ -83,21 +83,25 @@ func stopAll(stops *[]func() error, sys *actors.System) func() error {
 				errs = append(errs, err)
 			}
 		}
-		return errors.Join(append(errs, sys.Close())...)
+		if sys != nil {
+			errs = append(errs, sys.Close())
+		}
+		return errors.Join(errs...)
 	}
 }
 
 // spawnLocal spawns a worker actor for every rank of m in sys, each on its
 // own backend (the thread budget split among share workers), rank r with
-// spec(r) and comms[r] (none: a world of one, or one its Form connects).
-// It returns their actors and what stops them.
-func spawnLocal(sys *actors.System, j *job, m mesh.Mesh, share int, spec func(r int) *worker.Spec, comms []collective.Communicator, tr *tracer, log *zap.Logger) ([]*actor.PID, []func() error, error) {
+// spec(r) and comms[r] (none: a world of one, or one its Form connects),
+// named and placed on a device as the process's worker first+r. It
+// returns their actors and what stops them.
+func spawnLocal(sys *actors.System, j *job, m mesh.Mesh, first, share int, spec func(r int) *worker.Spec, comms []collective.Communicator, tr *tracer, log *zap.Logger) ([]*actor.PID, []func() error, error) {
 	cfg := &j.cfg
 	threads := threadsPerWorker(cfg, share)
 	pids := make([]*actor.PID, m.Size())
 	var stops []func() error
 	for r := range pids {
-		be, err := kernels.Open(cfg.Device, kernels.Options{Threads: threads, Device: deviceFor(cfg.Device, r)})
+		be, err := kernels.Open(cfg.Device, kernels.Options{Threads: threads, Device: deviceFor(cfg.Device, first+r)})
 		if err != nil {
 			return nil, stops, fieldErr("Device", "%s: %v", cfg.Device, err)
 		}
@@ -113,7 +117,7 @@ func spawnLocal(sys *actors.System, j *job, m mesh.Mesh, share int, spec func(r 
 		if err != nil {
 			return nil, stops, err
 		}
-		sc := worker.ShellConfig{Name: fmt.Sprintf("%s-%d", worker.ActorName, r), Logger: log.With(zap.Int("rank", r))}
+		sc := worker.ShellConfig{Name: fmt.Sprintf("%s-%d", worker.ActorName, first+r), Logger: log.With(zap.Int("rank", r))}
 		if comms != nil && comms[r] != nil {
 			comm := comms[r]
 			sc.Comms = func(*workerpb.Form) (collective.Communicator, error) { return comm, nil }

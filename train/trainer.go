@@ -122,6 +122,10 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 	defer fl.stop()
 	next, nextCursor := seg.from, seg.cursor // the next step to start, at its cursor
 	lastDone := time.Now()
+	// stopped is why the loop stops starting steps (seg.stop): it returns
+	// once the steps in flight completed and were reported, so that the
+	// steps it reports are every one it started.
+	var stopped error
 	for step := seg.from; step < j.steps; step++ {
 		// Start steps while the window has room, never past one whose
 		// afterStep needs the executor quiet (an evaluation, a
@@ -135,7 +139,8 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 				return sum, fmt.Errorf("train: stopped before step %d: %w", next+1, context.Cause(ctx))
 			}
 			if seg.stop != nil && seg.stop.Err() != nil {
-				return sum, fmt.Errorf("train: stopped before step %d: %w", next+1, failure.Wrap(failure.Canceled, context.Cause(seg.stop)))
+				stopped = fmt.Errorf("train: stopped before step %d: %w", next+1, failure.Wrap(failure.Canceled, context.Cause(seg.stop)))
+				break
 			}
 			idx = sampler.At(nextCursor, seg.batch, idx)
 			j.train.Fill(idx, &b)
@@ -143,6 +148,12 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 				GlobalTargets: globalTargets(&b), Checksum: cfg.CheckEvery > 0 && (next+1)%cfg.CheckEvery == 0,
 				LossScale: t.scaler.scale(), LossScaleTracker: t.scaler.tracker(), Round: cfg.roundAt(next, t.total())})
 			next, nextCursor = next+1, nextCursor+data.Cursor(seg.batch)
+		}
+		if fl.running == 0 { // only a stop leaves none in flight
+			if stopped == nil {
+				stopped = fmt.Errorf("train: step %d: no step in flight to wait for", step+1)
+			}
+			return sum, stopped
 		}
 		o := fl.next()
 		req, st, err, t0 := o.req, o.st, o.err, o.t0

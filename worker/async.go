@@ -49,9 +49,9 @@ type AsyncStep struct {
 }
 
 // asyncStep runs a replica's computation or the server's update (Step
-// checked the generation). A
-// replica's Holding does not move (it holds whatever version it was last
-// given); the server's counts its updates: Applied is its version.
+// checked the generation). A replica's Holding says the latest step it
+// computed (its weights are whatever version it was last given); the
+// server's counts its updates: Applied is its version.
 func (w *Worker) asyncStep(ctx context.Context, req StepRequest) (StepResult, error) {
 	a, m := req.Async, w.st.mesh
 	switch {
@@ -73,6 +73,11 @@ func (w *Worker) asyncStep(ctx context.Context, req StepRequest) (StepResult, er
 		}
 		res, err := w.st.step(ctx, req)
 		w.last = LastStep{Step: req.Step, Result: res.Result, Computed: res.Computed}
+		if err == nil {
+			// What its status reports: the job trained this far (an
+			// elastic leader taking over knows the job is not fresh).
+			w.hold.Applied = max(w.hold.Applied, req.Step+1)
+		}
 		return res, err
 	case AsyncApply:
 		switch {
