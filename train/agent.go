@@ -710,7 +710,8 @@ func (a *agent) call(c *LeaderCall) {
 
 // tellEach sends msgs[i] to member i of generation g, each on its own,
 // and returns the answers (nil where a member did not answer within the
-// step timeout).
+// collective timeout: a live worker answers at once, between its steps,
+// and a silent one must not hold the end for the step timeout).
 func (a *agent) tellEach(g *generation, msgs []any) []any {
 	replies := make([]any, len(msgs))
 	var wg sync.WaitGroup
@@ -721,7 +722,7 @@ func (a *agent) tellEach(g *generation, msgs []any) []any {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if r, err := a.sys.Root().RequestFuture(g.pids[i], m, a.j.cfg.StepTimeout).Result(); err == nil {
+			if r, err := a.sys.Root().RequestFuture(g.pids[i], m, a.j.cfg.CollectiveTimeout).Result(); err == nil {
 				replies[i] = r
 			}
 		}()
