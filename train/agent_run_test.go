@@ -22,6 +22,37 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// runAgents runs three agents of cfg in this process (at least two form a
+// world) until each returns; the third leaves after step stopAfter.
+func runAgents(t *testing.T, cfg Config, stopAfter int) []*agentRun {
+	t.Helper()
+	addrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
+	runs := make([]*agentRun, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range runs {
+		r := &agentRun{name: fmt.Sprintf("n%d", i+1)}
+		runs[i] = r
+		ac := AgentConfig{Train: cfg, Name: r.name, Listen: addrs[i], Join: addrs, MinNodes: 2, Quorum: elastic.QuorumMajority,
+			Key: "passphrase:in-process-test", JoinTimeout: 30 * time.Second}
+		o := Options{
+			OnStep:  func(m StepMetrics) { r.steps = append(r.steps, m.Step) },
+			OnWorld: func(w WorldInfo) { r.worlds = append(r.worlds, w) },
+		}
+		if i == 2 {
+			o.StopAfter = stopAfter
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.sum, r.err = RunAgent(ctx, ac, o)
+		}()
+	}
+	wg.Wait()
+	return runs
+}
+
 // agentRun is one in-process agent and what its Options saw.
 type agentRun struct {
 	name   string
@@ -38,30 +69,7 @@ type agentRun struct {
 func TestRunAgentHonoursOptions(t *testing.T) {
 	cfg := tinyMLP()
 	cfg.Steps, cfg.LogEvery = 60, 1000
-	addrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
-	runs := make([]*agentRun, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i := range runs {
-		r := &agentRun{name: fmt.Sprintf("n%d", i+1)}
-		runs[i] = r
-		ac := AgentConfig{Train: cfg, Name: r.name, Listen: addrs[i], Join: addrs, MinNodes: 2, Quorum: elastic.QuorumMajority,
-			Key: "passphrase:in-process-test", JoinTimeout: 30 * time.Second}
-		o := Options{
-			OnStep:  func(m StepMetrics) { r.steps = append(r.steps, m.Step) },
-			OnWorld: func(w WorldInfo) { r.worlds = append(r.worlds, w) },
-		}
-		if i == 2 {
-			o.StopAfter = 10
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.sum, r.err = RunAgent(ctx, ac, o)
-		}()
-	}
-	wg.Wait()
+	runs := runAgents(t, cfg, 10)
 	for _, r := range runs {
 		if r.err != nil {
 			t.Fatalf("%s: %v", r.name, r.err)
@@ -108,30 +116,7 @@ func TestRunAgentAsync(t *testing.T) {
 	// Every replica's computation 2 ms longer: the job outlasts the leave
 	// (at least 2 s with two replicas) however fast the machine.
 	t.Setenv(envStraggler, "0:2ms")
-	addrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
-	runs := make([]*agentRun, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i := range runs {
-		r := &agentRun{name: fmt.Sprintf("n%d", i+1)}
-		runs[i] = r
-		ac := AgentConfig{Train: cfg, Name: r.name, Listen: addrs[i], Join: addrs, MinNodes: 2, Quorum: elastic.QuorumMajority,
-			Key: "passphrase:in-process-test", JoinTimeout: 30 * time.Second}
-		o := Options{
-			OnStep:  func(m StepMetrics) { r.steps = append(r.steps, m.Step) },
-			OnWorld: func(w WorldInfo) { r.worlds = append(r.worlds, w) },
-		}
-		if i == 2 {
-			o.StopAfter = 50
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.sum, r.err = RunAgent(ctx, ac, o)
-		}()
-	}
-	wg.Wait()
+	runs := runAgents(t, cfg, 50)
 	for _, r := range runs[:2] {
 		if r.err != nil {
 			t.Fatalf("%s: %v", r.name, r.err)

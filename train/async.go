@@ -23,22 +23,24 @@ import (
 	"github.com/troupe-ml/troupe/worker/workerpb"
 )
 
-// asyncExecutor trains asynchronously (Config.Sync async): DP replicas
-// and a parameter server, each a worker actor holding the whole model in
-// a world of its own (one rank), all in this process. A step is one
-// update of the server: an idle replica takes the server's weights,
-// computes the gradient of the step's batch, and the server applies it
-// (ps.Core admits it when at most MaxStaleness updates landed since those
-// weights; otherwise another replica computes the batch again on fresh
-// weights). The step loop keeps up to DP steps in flight (Window), so the
-// replicas never wait for each other, only for the server's update.
+// asyncExecutor trains asynchronously (Config.Sync async): DP replicas,
+// each a worker holding the whole model in a world of its own (one rank;
+// an actor of this process, a worker process, or an elastic member's
+// worker), and the parameter servers, actors of this process (one, or
+// ZeRO-3's shards of the model: Config.Servers). A step is one update of
+// the servers: an idle replica takes their weights, computes the gradient
+// of the step's batch, and the servers apply it (ps.Core admits it when
+// at most MaxStaleness updates landed since those weights; otherwise
+// another replica computes the batch again on fresh weights). The step
+// loop keeps up to DP steps in flight (Window), so the replicas never
+// wait for each other, only for the servers' update.
 //
-// The server holds the only master weights and optimizer state: the
-// evaluations, the weights to save and the checkpoints are its (the
-// embedded groupExecutor's); a checkpoint is a one-rank world's, which
-// any world resumes from.
+// The servers hold the only master weights and optimizer state: the
+// evaluations, the weights to save and the checkpoints are theirs (the
+// embedded groupExecutor's); a checkpoint is theirs, which any world
+// resumes from.
 type asyncExecutor struct {
-	*groupExecutor // the parameter server's
+	*groupExecutor // the parameter servers'
 	replicas       []*groupExecutor
 	world          mesh.Mesh // DP × 1 × 1: the replicas, as the metrics report them
 	log            *zap.Logger
@@ -61,10 +63,11 @@ type asyncExecutor struct {
 	freed chan struct{}
 
 	// gen is the elastic generation the replicas serve (0 outside agents);
-	// started and applied count the steps begun and the updates they
-	// made, equal when every step begun was applied (settled).
-	gen              uint64
-	started, applied atomic.Int64
+	// from is the servers' version at the start, started counts the steps
+	// begun: every one was applied when the version is from + started
+	// (settled).
+	gen, from uint64
+	started   atomic.Int64
 
 	// stopRest stops the servers and what startAsync started with them
 	// (nil: the servers are the caller's, the replicas' workers too).
@@ -195,7 +198,7 @@ func newAsyncExecutor(ctx context.Context, servers *groupExecutor, dp, from int,
 	if err != nil {
 		return nil, fieldErr("MaxStaleness", "%v", err)
 	}
-	e := &asyncExecutor{groupExecutor: servers, world: world, log: log, core: core, lost: make([]bool, dp),
+	e := &asyncExecutor{groupExecutor: servers, world: world, log: log, core: core, from: uint64(from), lost: make([]bool, dp),
 		replicas: make([]*groupExecutor, dp), inc: make([]int, dp), exited: make([]bool, dp), restarts: cfg.MaxRestarts,
 		freed: make(chan struct{})}
 	e.bgCtx, e.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -254,41 +257,26 @@ func startServers(ctx context.Context, sys *actors.System, j *job, share, from i
 	if err != nil {
 		return nil, err
 	}
-	g, err := serverGroup(sys, sj, pids, log)
+	name := func(r int) string {
+		if m.Size() == 1 {
+			return "parameter server"
+		}
+		return fmt.Sprintf("parameter server %d", r)
+	}
+	// One server, or ZeRO-3's shards of the model, which evaluate, gather
+	// the weights and save checkpoints together.
+	g, err := newGroupExecutor(sys, "async parameter servers", pids, name, m, 0, identity(m.Size()), &sj.cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	g.stop = stop
+	g.local, g.parts, g.zeroShards, g.stop = true, sj.partsLayout(), sj.zeroShards(), stop
+	g.learnControls(pids)
 	if err := formAll(ctx, g, sj, from, cursor, nil); err != nil {
 		g.stop = nil
 		g.Close()
 		return nil, err
 	}
 	log.Info("parameter servers ready", zap.Int("servers", m.Size()), zap.Int("zero_stage", sj.cfg.Zero), zap.Int("step", from))
-	return g, nil
-}
-
-// serverGroup drives the parameter servers at pids, the world of sj: one
-// server, or ZeRO-3's shards of the model (which evaluate, gather the
-// weights and save checkpoints together).
-func serverGroup(sys *actors.System, sj *job, pids []*actor.PID, log *zap.Logger) (*groupExecutor, error) {
-	K := len(pids)
-	m, err := mesh.New(K, 1, 1)
-	if err != nil {
-		return nil, fieldErr("Servers", "%v", err)
-	}
-	name := func(r int) string {
-		if K == 1 {
-			return "parameter server"
-		}
-		return fmt.Sprintf("parameter server %d", r)
-	}
-	g, err := newGroupExecutor(sys, "async parameter servers", pids, name, m, 0, identity(K), &sj.cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	g.local, g.parts, g.zeroShards = true, sj.partsLayout(), sj.zeroShards()
-	g.learnControls(pids)
 	return g, nil
 }
 
@@ -389,10 +377,7 @@ func (e *asyncExecutor) lose(r, inc int, cause string) {
 	// A step's call may have found it lost first (its group watches the
 	// process too); the restart is this exit's either way.
 	e.exited[r] = true
-	if !e.lost[r] {
-		e.replicas[r].group.Lost(0, cause)
-		e.dropLocked(r)
-	}
+	e.loseLocked(r, cause)
 	if e.closing || e.restarts == 0 {
 		return
 	}
@@ -432,7 +417,8 @@ func (e *asyncExecutor) Generation() uint64 { return e.gen }
 func (e *asyncExecutor) settled() (uint64, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.core.Version(), e.started.Load() == e.applied.Load()
+	v := e.core.Version()
+	return v, v-e.from == uint64(e.started.Load())
 }
 
 // loseMember takes replica r out (its elastic member failed): what it
@@ -440,7 +426,15 @@ func (e *asyncExecutor) settled() (uint64, bool) {
 func (e *asyncExecutor) loseMember(r int, cause string) {
 	e.imu.Lock()
 	defer e.imu.Unlock()
-	if r < len(e.replicas) && e.replicas[r] != nil && !e.lost[r] {
+	if r < len(e.replicas) && e.replicas[r] != nil {
+		e.loseLocked(r, cause)
+	}
+}
+
+// loseLocked takes replica r out unless it is already: its group fails
+// what it runs (cause), and no step goes to it.
+func (e *asyncExecutor) loseLocked(r int, cause string) {
+	if !e.lost[r] {
 		e.replicas[r].group.Lost(0, cause)
 		e.dropLocked(r)
 	}
@@ -524,7 +518,6 @@ func (e *asyncExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 			st.GradNorm, st.ParamBytes, st.GradHeldBytes, st.OptimBytes = applied.GradNorm, applied.ParamBytes, applied.GradHeldBytes, applied.OptimizerBytes
 			st.PeakParamBytes, st.PeakGradBytes = applied.ParamBytes, applied.GradHeldBytes
 			st.Staleness, st.Replica, st.StragglerRank = v.Staleness, r, -1
-			e.applied.Add(1)
 			return st, nil
 		}
 		st.Rejected++
