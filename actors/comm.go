@@ -512,8 +512,11 @@ func (a *commActor) Unplace(group uint32, id collective.OpID) {
 }
 
 // SharedPayloads is the engine's Outbox: peers in this process read our
-// buffers in place.
-func (a *commActor) SharedPayloads() bool { return !a.remoteWorld || slices.Contains(a.local, true) }
+// buffers in place, and so do peers on this host that map our registered
+// memory.
+func (a *commActor) SharedPayloads() bool {
+	return !a.remoteWorld || slices.Contains(a.local, true) || a.cfg.Collective.RegisteredMemory
+}
 
 // StartLocal spawns size Comm actors in sys, one per rank, that pass chunks
 // to each other by pointer, and returns their communicators (rank r at
@@ -607,6 +610,8 @@ func StartRemote(sys *System, w RemoteWorld, cfg CommConfig) (collective.Communi
 	if cfg.Logger == nil {
 		cfg.Logger = sys.Logger()
 	}
+	// same-host peers read registered memory where it lies (dataplane.go)
+	cfg.Collective.RegisteredMemory = cfg.Transport.dataPlane() && cfg.DataPlane.SharedMemory
 	shell := &commShell{root: sys.Root(), done: make(chan struct{})}
 	local := make([]bool, size)
 	peers := make([]*actor.PID, size)

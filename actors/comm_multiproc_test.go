@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/internal/shmem"
 )
 
 // The multi-process tests start this test binary again as the ranks: with
@@ -37,6 +38,9 @@ type childLine struct {
 	Err   string   `json:"err,omitempty"`
 	Msg   string   `json:"msg,omitempty"`
 	ElapS float64  `json:"elapsed_s,omitempty"`
+	// Refs is how many data frames the rank sent by reference to its
+	// registered memory.
+	Refs int64 `json:"refs,omitempty"`
 }
 
 func init() {
@@ -63,6 +67,20 @@ func childInput(r, k, n int) []float32 {
 		b[i] = float32(math.Sin(float64(1+r)*1.7+float64(k)*0.3+float64(i)*0.011)) * float32(1+r)
 	}
 	return b
+}
+
+// childBuf is where a rank reduces in: registered memory where the
+// transport reads it in place (shm, auto), as a trainer's gradients are.
+func childBuf(c collective.Communicator, in []float32) ([]float32, error) {
+	if !collective.ReadsRegisteredMemory(c) {
+		return in, nil
+	}
+	b, err := shmem.Alloc(len(in))
+	if err != nil {
+		return nil, err
+	}
+	copy(b, in)
+	return b, nil // freed when the process ends
 }
 
 func hashBits(b []float32) uint64 {
@@ -109,19 +127,26 @@ func runChild(scenario string, tr Transport, rank, size int, stdin io.Reader, st
 	switch scenario {
 	case "reduce":
 		for k, n := range []int{1, 1000, 300_001} {
-			b := childInput(rank, k, n)
+			b, err := childBuf(comm, childInput(rank, k, n))
+			if err != nil {
+				return err
+			}
 			if err := comm.AllReduce(ctx, b, collective.Sum).Wait(); err != nil {
 				return err
 			}
-			enc.Encode(childLine{Rank: rank, Hash: hashBits(b), First: b[0]})
+			enc.Encode(childLine{Rank: rank, Hash: hashBits(b), First: b[0], Refs: refFrames.Load()})
 		}
 	case "kill":
 		if rank == size-1 {
 			enc.Encode(childLine{Rank: rank, Msg: "waiting to be killed"})
 			select {}
 		}
+		b, err := childBuf(comm, childInput(rank, 0, 100_000))
+		if err != nil {
+			return err
+		}
 		start := time.Now()
-		err := comm.AllReduce(ctx, childInput(rank, 0, 100_000), collective.Sum).Wait()
+		err = comm.AllReduce(ctx, b, collective.Sum).Wait()
 		msg := "no error"
 		if err != nil {
 			msg = err.Error()
@@ -138,11 +163,13 @@ func runChild(scenario string, tr Transport, rank, size int, stdin io.Reader, st
 		if err != nil {
 			return err
 		}
-		b := childInput(rank, 1, 5000)
+		if b, err = childBuf(comm, childInput(rank, 1, 5000)); err != nil {
+			return err
+		}
 		if err := g.AllReduce(ctx, b, collective.Sum).Wait(); err != nil {
 			return err
 		}
-		enc.Encode(childLine{Rank: rank, Hash: hashBits(b), First: b[0]})
+		enc.Encode(childLine{Rank: rank, Hash: hashBits(b), First: b[0], Refs: refFrames.Load()})
 	}
 	// wait for the parent's go-ahead: leaving now could cut another rank's
 	// last message
@@ -258,6 +285,11 @@ func TestMultiProcessAllReduce(t *testing.T) {
 					// P terms: (P−1)·2⁻²⁴·Σ|x| at most; we allow P·2⁻²³·Σ|x|.
 					if math.Abs(float64(l.First)-want) > float64(P)*math.Ldexp(mag, -23)+1e-30 {
 						t.Fatalf("op %d rank %d: %v, want %v", k, r, l.First, want)
+					}
+					// the ring of the last operation: over shared memory
+					// the chunks went by reference to the registered buffer
+					if k == 2 && (l.Refs > 0) != (tr == TransportShm || tr == TransportAuto) {
+						t.Fatalf("%s rank %d: %d data frames sent by reference", tr, r, l.Refs)
 					}
 				}
 			}

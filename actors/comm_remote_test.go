@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/internal/shmem"
 	"github.com/troupe-ml/troupe/kernels"
 )
 
@@ -475,6 +477,104 @@ func TestRemoteGatherReadInPlace(t *testing.T) {
 						t.Fatalf("broadcast: rank %d value %d is %v, want 2", r, i, v)
 					}
 				}
+			}
+		})
+	}
+}
+
+// TestRemoteRegisteredMemory: buffers in registered memory go to same-host
+// peers by reference (the peer adds from and copies out of the sender's
+// memory where it lies): every kind of operation gives the same bits as
+// the same operations on private buffers (the order of the sums does not
+// depend on the transport; the naive all-reduce, which adds in arrival
+// order, is checked against the sum), also with one rank's buffers
+// private, and the frames went by reference.
+func TestRemoteRegisteredMemory(t *testing.T) {
+	for _, tr := range []Transport{TransportShm, TransportAuto} {
+		t.Run(string(tr), func(t *testing.T) {
+			const P = 3
+			cfg := DefaultCommConfig()
+			cfg.Transport = tr
+			cfg.Collective.SubChunkBytes = 4 << 10
+			cfg.DataPlane.Window = 4
+			_, comms := startRemoteWorld(t, P, cfg)
+			if !collective.ReadsRegisteredMemory(comms[0]) {
+				t.Fatal("a shared-memory world does not read registered memory")
+			}
+			rng := rand.New(rand.NewPCG(9, 9))
+			type opFn func(c collective.Communicator, b []float32) *collective.Handle
+			ops := map[string]opFn{
+				"sum": func(c collective.Communicator, b []float32) *collective.Handle {
+					return c.AllReduce(context.Background(), b, collective.Sum)
+				},
+				"avg": func(c collective.Communicator, b []float32) *collective.Handle {
+					return c.AllReduce(context.Background(), b, collective.Avg)
+				},
+				"max": func(c collective.Communicator, b []float32) *collective.Handle {
+					return c.AllReduce(context.Background(), b, collective.Max)
+				},
+				"reduce-scatter": func(c collective.Communicator, b []float32) *collective.Handle {
+					return c.ReduceScatter(context.Background(), b, collective.Sum)
+				},
+				"all-gather": func(c collective.Communicator, b []float32) *collective.Handle {
+					return c.AllGather(context.Background(), b)
+				},
+				"broadcast": func(c collective.Communicator, b []float32) *collective.Handle {
+					return c.Broadcast(context.Background(), b, 2)
+				},
+				"naive": func(c collective.Communicator, b []float32) *collective.Handle {
+					return c.NaiveAllReduce(context.Background(), b, collective.Sum)
+				},
+			}
+			var segs [][]float32
+			t.Cleanup(func() {
+				for _, s := range segs {
+					shmem.Free(s)
+				}
+			})
+			// registered copies of in; rank private keeps Go memory
+			registered := func(in [][]float32, private int) [][]float32 {
+				out := make([][]float32, len(in))
+				for r := range in {
+					if r == private {
+						out[r] = slices.Clone(in[r])
+						continue
+					}
+					b, err := shmem.Alloc(len(in[r]))
+					if err != nil {
+						t.Fatal(err)
+					}
+					segs = append(segs, b)
+					out[r] = b
+					copy(b, in[r])
+				}
+				return out
+			}
+			refsBefore := refFrames.Load()
+			for name, op := range ops {
+				for _, n := range []int{0, 1, 2, 1000, 100_003} {
+					for _, private := range []int{-1, 1} {
+						in := randBufs(rng, P, n)
+						want, got := clone(in), registered(in, private)
+						noErr(t, runAll(comms, func(r int, c collective.Communicator) *collective.Handle { return op(c, want[r]) }))
+						noErr(t, runAll(comms, func(r int, c collective.Communicator) *collective.Handle { return op(c, got[r]) }))
+						if name == "naive" {
+							// rank 0 adds in arrival order: not the same bits
+							checkSum(t, in, got, false)
+							continue
+						}
+						for r := range got {
+							for i := range got[r] {
+								if math.Float32bits(got[r][i]) != math.Float32bits(want[r][i]) {
+									t.Fatalf("%s of %d values (rank %d private: %v): rank %d value %d is %v in registered memory, %v in private", name, n, private, private >= 0, r, i, got[r][i], want[r][i])
+								}
+							}
+						}
+					}
+				}
+			}
+			if refFrames.Load() == refsBefore {
+				t.Fatal("no frame went by reference")
 			}
 		})
 	}

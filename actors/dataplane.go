@@ -14,12 +14,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/internal/pki"
+	"github.com/troupe-ml/troupe/internal/shmem"
 	"github.com/troupe-ml/troupe/kernels"
 )
 
@@ -116,7 +118,18 @@ func (c *DataPlaneConfig) Validate() error {
 // receiver's region (SCM_RIGHTS), Window slots of MaxFrameBytes; a data
 // frame's payload is in slot "slot" instead of after the header (slot is 0
 // on TCP and in done frames), and each credit is the index of a slot
-// released.
+// released. A data frame whose payload lies in the sender's registered
+// memory (internal/shmem) is sent by reference instead, and takes no slot
+// and no credit: slot dpSlotRef, the header followed by
+//
+//	ref:                           segment:u32 offset:u64 (bytes)
+//
+// and the receiver reads the payload where it lies, in its mapping of the
+// sender's segment. Before its first reference to a segment the sender
+// passes the segment itself: a header with slot dpSlotSegment, seq the
+// segment's id, len its bytes and count 0, then one byte 'M' carrying the
+// memfd (SCM_RIGHTS). The receiver keeps its mappings until the connection
+// ends and no message it delivered still reads one.
 const (
 	dpMagic        = "TRDP"
 	dpVersion      = commProtocol
@@ -127,6 +140,13 @@ const (
 	dpMaxWorld     = 255
 	dpHeaderLen    = 56
 	dpWelcomeLen   = 1 + 4 + 4
+	dpRefLen       = 4 + 8
+	// dpSlotRef and dpSlotSegment are the slots of a reference to the
+	// sender's registered memory and of a segment's hand-over.
+	dpSlotRef     = math.MaxUint32
+	dpSlotSegment = math.MaxUint32 - 1
+	// dpMaxSegment bounds the size of a segment a peer may hand over.
+	dpMaxSegment = 1 << 40
 )
 
 // frameHeader is the fixed part of a frame: a collective message without
@@ -674,6 +694,17 @@ func (d *DataPlane) serveIn(c net.Conn) {
 		}
 		m := collective.Message{Type: h.typ, Group: h.group, From: int(h.from), To: int(h.to), Gen: h.gen, Op: h.op,
 			Seq: h.seq, Kind: h.kind, Algo: h.algo, Len: h.len, Root: int(h.root), Wire: h.wire, Culprit: -1}
+		if slots != nil && h.typ == collective.MsgData && h.slot >= dpSlotSegment {
+			var deliver bool
+			if deliver, err = slots.shared(c, &h, &m); err != nil {
+				err = fmt.Errorf("%w: rank %d: %w", ErrDataPlane, peer, err)
+				break
+			}
+			if deliver {
+				d.deliver(m)
+			}
+			continue
+		}
 		if slots != nil && h.typ == collective.MsgData {
 			i := int(h.slot)
 			if err = slots.take(i); err != nil {
@@ -736,14 +767,83 @@ func (d *DataPlane) serveIn(c net.Conn) {
 }
 
 // slotPool tracks which of a shared region's slots the Comm actor holds,
-// and unmaps the region once the connection ended and all came back: a
-// message may still be in the actor's mailbox when the connection breaks.
+// and the sender's registered segments this side mapped and the messages
+// that read them, and unmaps all once the connection ended and every
+// message came back: one may still be in the actor's mailbox when the
+// connection breaks.
 type slotPool struct {
 	mu     sync.Mutex
 	region *shmRegion
 	inUse  []bool
+	segs   map[uint32]*shmRegion
 	held   int
 	ended  bool
+}
+
+// shared reads the rest of a frame about the sender's registered memory: a
+// segment's hand-over (mapped here; nothing to deliver) or a reference (m's
+// payload is then the values where they lie, until m.Release).
+func (p *slotPool) shared(c net.Conn, h *frameHeader, m *collective.Message) (bool, error) {
+	if h.slot == dpSlotSegment {
+		if h.count != 0 || h.len == 0 || h.len > dpMaxSegment || h.len%4 != 0 {
+			return false, fmt.Errorf("a segment hand-over of %d bytes with %d values", h.len, h.count)
+		}
+		fd, err := shmRecv(c)
+		if err != nil {
+			return false, err
+		}
+		r, err := shmMap(fd, int(h.len))
+		shmClose(fd)
+		if err != nil {
+			return false, err
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.segs[h.seq] != nil {
+			r.unmap()
+			return false, fmt.Errorf("segment %d handed over twice", h.seq)
+		}
+		if p.segs == nil {
+			p.segs = map[uint32]*shmRegion{}
+		}
+		p.segs[h.seq] = r
+		return false, nil
+	}
+	var b [dpRefLen]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		return false, err
+	}
+	id, off := binary.LittleEndian.Uint32(b[:]), binary.LittleEndian.Uint64(b[4:])
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.segs[id]
+	switch {
+	case r == nil:
+		return false, fmt.Errorf("a reference to segment %d, which it never handed over", id)
+	case off%4 != 0 || off > uint64(r.size()) || 4*uint64(h.count) > uint64(r.size())-off:
+		return false, fmt.Errorf("a reference to %d values at byte %d of segment %d, which holds %d bytes", h.count, off, id, r.size())
+	}
+	p.held++
+	m.Payload, m.Release = r.floats(int(off), int(h.count)), p.unref
+	return true, nil
+}
+
+// unref: a message that read a segment is done.
+func (p *slotPool) unref() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held--; p.held == 0 && p.ended {
+		p.unmapAll()
+	}
+}
+
+func (p *slotPool) unmapAll() {
+	if p.region != nil {
+		p.region.unmap()
+	}
+	for _, r := range p.segs {
+		r.unmap()
+	}
 }
 
 // take marks slot i handed out; the sender may name only a free slot.
@@ -764,7 +864,7 @@ func (p *slotPool) put(i int) {
 	defer p.mu.Unlock()
 	p.inUse[i] = false
 	if p.held--; p.held == 0 && p.ended {
-		p.region.unmap()
+		p.unmapAll()
 	}
 }
 
@@ -774,7 +874,7 @@ func (p *slotPool) end() {
 	defer p.mu.Unlock()
 	p.ended = true
 	if p.held == 0 {
-		p.region.unmap()
+		p.unmapAll()
 	}
 }
 
@@ -859,6 +959,22 @@ type dpOut struct {
 	slotBytes int
 	freeSlots []uint32
 	isFree    []bool
+	// segments: the registered segments handed over to the receiver
+	// (writer goroutine only)
+	segments map[uint32]bool
+}
+
+// refFrames counts the data frames this process sent by reference (tests).
+var refFrames atomic.Int64
+
+// isRef reports whether m goes by reference: a data frame to a peer that
+// maps this process's memory, its payload in registered memory. The writer
+// goroutine calls it (o.region is set before it writes).
+func (o *dpOut) isRef(m *collective.Message) (shmem.Segment, int, bool) {
+	if o.region == nil || m.Type != collective.MsgData {
+		return shmem.Segment{}, 0, false
+	}
+	return shmem.Find(m.Payload)
 }
 
 func (o *dpOut) fail(err error) {
@@ -1019,6 +1135,39 @@ func (o *dpOut) readCredits(window int) error {
 	return nil
 }
 
+// writeRef sends data frame m by reference to where its payload lies in
+// segment seg (at byte off), handing the segment over first if the
+// receiver has not mapped it yet.
+func (o *dpOut) writeRef(m *collective.Message, seg shmem.Segment, off int) error {
+	var hb [dpHeaderLen + dpRefLen]byte
+	h := frameHeader{typ: m.Type, kind: m.Kind, algo: m.Algo, group: m.Group, from: uint32(m.From), to: uint32(m.To),
+		gen: m.Gen, op: m.Op, wire: m.Wire}
+	o.conn.SetWriteDeadline(time.Now().Add(o.d.cfg.WriteTimeout))
+	if !o.segments[seg.ID] {
+		h.seq, h.len, h.slot = seg.ID, uint64(seg.Bytes), dpSlotSegment
+		h.put(hb[:])
+		if _, err := o.conn.Write(hb[:dpHeaderLen]); err != nil {
+			return err
+		}
+		if err := shmSend(o.conn, seg.FD); err != nil {
+			return err
+		}
+		if o.segments == nil {
+			o.segments = map[uint32]bool{}
+		}
+		o.segments[seg.ID] = true
+	}
+	h.seq, h.root, h.len, h.count, h.slot = m.Seq, uint32(m.Root), m.Len, uint32(len(m.Payload)), dpSlotRef
+	h.put(hb[:])
+	binary.LittleEndian.PutUint32(hb[dpHeaderLen:], seg.ID)
+	binary.LittleEndian.PutUint64(hb[dpHeaderLen+4:], uint64(off))
+	if _, err := o.conn.Write(hb[:]); err != nil {
+		return err
+	}
+	refFrames.Add(1)
+	return nil
+}
+
 // run is the connection's writer goroutine.
 func (o *dpOut) run() {
 	defer o.d.wg.Done()
@@ -1045,7 +1194,8 @@ func (o *dpOut) run() {
 			o.mu.Unlock()
 			return
 		}
-		if o.queue[0].Type == collective.MsgData && o.credits == 0 {
+		_, _, ref := o.isRef(&o.queue[0])
+		if o.queue[0].Type == collective.MsgData && o.credits == 0 && !ref {
 			o.mu.Unlock()
 			if err := o.readCredits(window); err != nil {
 				o.fail(err)
@@ -1058,7 +1208,10 @@ func (o *dpOut) run() {
 		o.queue = o.queue[1:]
 		var slot []float32
 		var slotIndex uint32
-		if m.Type == collective.MsgData {
+		seg, segOff, ref := o.isRef(&m)
+		if ref {
+			slotIndex = dpSlotRef
+		} else if m.Type == collective.MsgData {
 			o.credits--
 			if o.region != nil {
 				slotIndex = o.freeSlots[len(o.freeSlots)-1]
@@ -1074,6 +1227,8 @@ func (o *dpOut) run() {
 		var err error
 		if len(m.Payload) > maxVals {
 			err = fmt.Errorf("%w: a chunk of %d values exceeds rank %d's frames of %d values (SubChunkBytes > MaxFrameBytes)", ErrDataPlane, len(m.Payload), o.peer, maxVals)
+		} else if ref {
+			err = o.writeRef(&m, seg, segOff)
 		} else {
 			h := frameHeader{typ: m.Type, kind: m.Kind, algo: m.Algo, group: m.Group, from: uint32(m.From), to: uint32(m.To),
 				gen: m.Gen, op: m.Op, seq: m.Seq, root: uint32(m.Root), len: m.Len, count: uint32(len(m.Payload)), wire: m.Wire, slot: slotIndex}

@@ -79,6 +79,17 @@ func (r *shmRegion) slot(i, size int) []float32 {
 	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), size/4)
 }
 
+// floats is n float32s from byte off (a multiple of 4) on.
+func (r *shmRegion) floats(off, n int) []float32 {
+	if n == 0 {
+		return []float32{}
+	}
+	b := r.mem[off : off+4*n : off+4*n]
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
+}
+
+func (r *shmRegion) size() int { return len(r.mem) }
+
 func (r *shmRegion) unmap() {
 	if r.mem != nil {
 		unix.Munmap(r.mem)

@@ -19,8 +19,10 @@ func shmCreate(int) (*shmRegion, int, error) {
 func shmMap(int, int) (*shmRegion, error) {
 	return nil, fmt.Errorf("%w: the shared-memory data plane needs Linux", ErrBadConfig)
 }
-func (r *shmRegion) slot(int, int) []float32 { return nil }
-func (r *shmRegion) unmap()                  {}
+func (r *shmRegion) slot(int, int) []float32   { return nil }
+func (r *shmRegion) unmap()                    {}
+func (r *shmRegion) floats(int, int) []float32 { return nil }
+func (r *shmRegion) size() int                 { return 0 }
 func shmSend(net.Conn, int) error {
 	return fmt.Errorf("%w: the shared-memory data plane needs Linux", ErrBadConfig)
 }

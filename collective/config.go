@@ -46,7 +46,30 @@ type Config struct {
 	// FlightOps is how many operations the flight recorder of each rank
 	// keeps (Engine.Flight). Default DefaultFlightOps.
 	FlightOps int
+	// RegisteredMemory is set by a transport whose peers on the same host
+	// read a buffer in registered memory (internal/shmem) where it lies,
+	// instead of receiving a copy: the buffers a caller reduces often (a
+	// trainer's gradients) are then best allocated there
+	// (ReadsRegisteredMemory).
+	RegisteredMemory bool
 }
+
+// ReadsRegisteredMemory reports whether c's transport reads a buffer that
+// lies in registered memory (internal/shmem) in place when the peer is on
+// the same host (Config.RegisteredMemory): one copy fewer per message.
+func ReadsRegisteredMemory(c Communicator) bool {
+	r, ok := c.(RegisteredMemoryReader)
+	return ok && r.ReadsRegisteredMemory()
+}
+
+// RegisteredMemoryReader is a communicator that tells whether its
+// transport reads registered memory in place; wrappers pass it on.
+type RegisteredMemoryReader interface {
+	ReadsRegisteredMemory() bool
+}
+
+// ReadsRegisteredMemory: see the function of that name.
+func (f *frontend) ReadsRegisteredMemory() bool { return f.cfg.RegisteredMemory }
 
 // DefaultConfig returns the defaults described on each Config field.
 func DefaultConfig() Config {

@@ -90,6 +90,9 @@ type metered struct {
 	m *Meter
 }
 
+// ReadsRegisteredMemory is the wrapped communicator's.
+func (c *metered) ReadsRegisteredMemory() bool { return ReadsRegisteredMemory(c.Communicator) }
+
 // Flight is the wrapped communicator's recorder.
 func (c *metered) Flight() *FlightRecorder { return FlightOf(c.Communicator) }
 

@@ -174,3 +174,21 @@ func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
 }
+
+// TestProcsGradientsInRegisteredMemory: rank processes on one host keep
+// their gradients in registered memory over shared memory (the replicas
+// read each other's chunks where they lie; TestDataParallelWorlds checks
+// the losses of that world), and in private memory over TCP.
+func TestProcsGradientsInRegisteredMemory(t *testing.T) {
+	for _, tr := range []string{"shm", "tcp"} {
+		_, stderr, err := run(t, 2*time.Minute, troupeBin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp",
+			"--batch", "32", "--steps", "3", "--procs", "2", "--transport", tr, "--log-format", "json")
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", tr, err, stderr)
+		}
+		n := strings.Count(stderr, "gradients in registered memory")
+		if want := map[string]int{"shm": 2, "tcp": 0}[tr]; n != want {
+			t.Fatalf("%s: %d ranks logged gradients in registered memory, want %d\n%s", tr, n, want, stderr)
+		}
+	}
+}

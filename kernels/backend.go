@@ -259,6 +259,14 @@ type AdamWHyper struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float32
 }
 
+// RegisteredAllocator is implemented by host-memory backends that can
+// place a buffer in registered memory (internal/shmem): memory other
+// processes on the host map, which a collective's same-host peers read in
+// place (collective.ReadsRegisteredMemory). Free releases it.
+type RegisteredAllocator interface {
+	AllocRegistered(n int) (Buffer, error)
+}
+
 // HostMemory is implemented by backends whose buffers are host memory (the
 // CPU backend): collectives then read and write gradients in place instead
 // of staging them through host copies.

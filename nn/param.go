@@ -187,6 +187,24 @@ func (s *ParamSet) ReleaseGrads() {
 	}
 }
 
+// MoveGrads makes g (Len values) the flat gradient buffer: the gradients
+// are copied into it, every Param.G becomes a view of it and the old
+// buffer is freed (a trainer moves them into registered memory).
+func (s *ParamSet) MoveGrads(g kernels.Buffer) error {
+	if g.Len() != s.n {
+		return fmt.Errorf("nn: a gradient buffer of %d values for %d parameters", g.Len(), s.n)
+	}
+	if s.g != nil {
+		s.be.Copy(g, s.g)
+		s.be.Free(s.g)
+	}
+	s.g = g
+	for _, p := range s.params {
+		p.G = s.be.View(s.g, p.Offset, p.Size())
+	}
+	return nil
+}
+
 // HostWeights downloads every weight into one host slice (flat order).
 func (s *ParamSet) HostWeights() []float32 {
 	out := make([]float32, s.n)

@@ -238,7 +238,9 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, o Options) error {
 	if c, ok := be.(io.Closer); ok {
 		defer c.Close()
 	}
-	opts := []worker.Option{worker.WithLogger(log)}
+	// the worker lives as long as this process: its gradients may stay in
+	// registered memory, which same-host replicas read in place
+	opts := []worker.Option{worker.WithLogger(log), worker.WithRegisteredGrads()}
 	ship := !env.origin.IsZero() && cfg.PP > 1
 	if ship {
 		rec, err := pipeline.NewRecorder(cfg.PP, env.origin)

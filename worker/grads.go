@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/internal/shmem"
 	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/nn"
@@ -370,4 +371,32 @@ func (s *stepper) broadcastState(ctx context.Context, root int, keep bool) error
 		s.w.opt.SetSteps(int(count[0]))
 	}
 	return nil
+}
+
+// registerGrads moves the gradients into registered memory when the worker
+// may (WithRegisteredGrads) and the data-parallel peers read it in place:
+// a host backend that allocates it, gradients that stay whole (below
+// ZeRO-2, which frees them), more than one replica. A failure to allocate
+// is logged and the gradients stay where they are (the all-reduce then
+// copies, as with private memory).
+func (s *stepper) registerGrads() {
+	w := s.w
+	set := w.model.Set
+	ra, ok := w.be.(kernels.RegisteredAllocator)
+	if !w.registerGrads || !ok || s.hostMem == nil || w.spec.Zero >= 2 || s.dp.Size() < 2 ||
+		!collective.ReadsRegisteredMemory(s.dp) || set.Grads() == nil || set.Len() == 0 {
+		return
+	}
+	if _, _, done := shmem.Find(s.hostMem.HostSlice(set.Grads())); done {
+		return
+	}
+	g, err := ra.AllocRegistered(set.Len())
+	if err == nil {
+		err = set.MoveGrads(g)
+	}
+	if err != nil {
+		w.log.Warn("gradients stay in private memory", zap.Error(err))
+		return
+	}
+	w.log.Info("gradients in registered memory: same-host replicas read them in place", zap.Int("values", set.Len()))
 }

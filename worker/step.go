@@ -270,6 +270,7 @@ func newStepper(w *Worker, m mesh.Mesh, rank int, comm collective.Communicator) 
 		return nil, err
 	}
 	if s.dp != nil && !w.spec.Sync.Local() {
+		s.registerGrads()
 		if s.reducer, err = newReducer(s); err != nil {
 			s.release()
 			return nil, err

@@ -27,6 +27,16 @@ func WithLogger(l *zap.Logger) Option { return func(w *Worker) { w.log = l } }
 // activations it holds, into rec (bubble accounting and traces).
 func WithRecorder(rec *pipeline.Recorder) Option { return func(w *Worker) { w.rec = rec } }
 
+// WithRegisteredGrads lets the worker move its gradients into registered
+// memory (kernels.RegisteredAllocator) when it joins a world whose
+// data-parallel peers on this host read that memory in place
+// (collective.ReadsRegisteredMemory): every chunk of the gradient
+// all-reduce then reaches them with no copy. For a worker that lives as
+// long as its process (a rank process of Config.Procs): the memory stays
+// registered while the model part is held, and a part built again leaves
+// the old part's gradients mapped until the process ends.
+func WithRegisteredGrads() Option { return func(w *Worker) { w.registerGrads = true } }
+
 // Worker is one rank's model part, optimizer and step machinery.
 //
 // A Worker is owned by one goroutine (its actor's); its backend too.
@@ -35,6 +45,8 @@ type Worker struct {
 	be   kernels.Backend
 	log  *zap.Logger
 	rec  *pipeline.Recorder
+	// registerGrads: WithRegisteredGrads
+	registerGrads bool
 
 	hold  Holding
 	last  LastStep

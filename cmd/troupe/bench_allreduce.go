@@ -24,6 +24,7 @@ import (
 	"github.com/troupe-ml/troupe/actors"
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/internal/pki"
+	"github.com/troupe-ml/troupe/internal/shmem"
 	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/train"
 )
@@ -42,6 +43,7 @@ type benchAllReduceFlags struct {
 	timeout   time.Duration
 	json      bool
 	tls       bool
+	private   bool
 	// a rank process's TLS files (allreduce-worker)
 	tlsFiles train.TLSFiles
 }
@@ -67,6 +69,12 @@ Transports:
          protoactor remote (kept to compare with tcp); "grpc" is an alias
   auto   as tcp to the ranks on another host, as shm to those on this one
          (what training uses)
+
+With shm and auto each rank's buffer lies in registered memory (a memfd the
+ranks on its host map, as training's gradient buffers do): a peer adds from
+it and copies out of it where it lies, and the socket carries only headers
+and references. --private-buffers allocates ordinary memory instead, which
+costs one copy of every chunk into the receiver's slot.
 
 --hosts H places the P rank processes on H "hosts" of P/H ranks each
 (ranks 0…P/H−1 on the first; a host identity per group, as NCCL_HOSTID
@@ -118,6 +126,7 @@ JSON object per size, one per line.`,
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up (and stop every rank process) after this long")
 	fl.BoolVar(&f.json, "json", false, "print JSON lines")
 	fl.BoolVar(&f.tls, "tls", false, "TLS between the rank processes (tcp and actor transports)")
+	fl.BoolVar(&f.private, "private-buffers", false, "shm and auto: the buffers in private memory, copied into the peer's slot (default: registered memory the peer reads in place)")
 	return cmd
 }
 
@@ -139,13 +148,15 @@ type benchAllReduceResult struct {
 	MiB           float64 `json:"mib"`
 	SubChunkBytes int     `json:"sub_chunk_bytes"`
 	TLS           bool    `json:"tls"`
-	Iters         int     `json:"iters"`
-	TimeMedS      float64 `json:"time_med_s"`
-	TimeMinS      float64 `json:"time_min_s"`
-	TimeMaxS      float64 `json:"time_max_s"`
-	AlgbwGBs      float64 `json:"algbw_gbs"`
-	BusbwGBs      float64 `json:"busbw_gbs"`
-	Correct       bool    `json:"correct"`
+	// Registered: the buffers lay in registered memory (shm, auto).
+	Registered bool    `json:"registered"`
+	Iters      int     `json:"iters"`
+	TimeMedS   float64 `json:"time_med_s"`
+	TimeMinS   float64 `json:"time_min_s"`
+	TimeMaxS   float64 `json:"time_max_s"`
+	AlgbwGBs   float64 `json:"algbw_gbs"`
+	BusbwGBs   float64 `json:"busbw_gbs"`
+	Correct    bool    `json:"correct"`
 }
 
 // allreduceParseSize reads "16MiB", "1M", "64kB", "4096".
@@ -211,7 +222,9 @@ type allreducePlan struct {
 	iters     int
 	warmup    int
 	tls       bool
-	comm      actors.CommConfig
+	// registered: the rank processes' buffers in registered memory
+	registered bool
+	comm       actors.CommConfig
 }
 
 func allreducePlanOf(f benchAllReduceFlags) (*allreducePlan, error) {
@@ -271,6 +284,10 @@ func allreducePlanOf(f benchAllReduceFlags) (*allreducePlan, error) {
 	}
 	if f.tls && p.transport == "local" {
 		return nil, fmt.Errorf("%w: --tls: the local transport passes chunks by pointer in one process; use --transport tcp or actor", errUsage)
+	}
+	p.registered = (p.transport == "shm" || p.transport == "auto") && !f.private && shmem.Supported
+	if f.private && p.transport != "shm" && p.transport != "auto" {
+		return nil, fmt.Errorf("%w: --private-buffers: only the shm and auto transports read registered memory; %s buffers are always private", errUsage, p.transport)
 	}
 	if f.tls && p.transport == "shm" {
 		return nil, fmt.Errorf("%w: --tls: the shm transport's bytes never leave the host; use --transport tcp or actor", errUsage)
@@ -355,6 +372,9 @@ func runBenchAllReduce(ctx context.Context, w io.Writer, f benchAllReduceFlags) 
 		if r.TLS {
 			transport += "+tls"
 		}
+		if r.Registered {
+			transport += "+reg"
+		}
 		fmt.Fprintf(w, "allreduce %-9s %-5s %s P=%d %9.2f MiB  median %9.3f ms  algbw %6.2f GB/s  busbw %6.2f GB/s  (%d iters, min %.3f ms, max %.3f ms, correct %v)\n",
 			transport, r.Algo, r.DType, r.Ranks, r.MiB, r.TimeMedS*1e3, r.AlgbwGBs, r.BusbwGBs, r.Iters, r.TimeMinS*1e3, r.TimeMaxS*1e3, r.Correct)
 	}
@@ -376,8 +396,17 @@ type allreduceRankTimes struct {
 
 // allreduceRank runs one rank's iterations of one size: fill (untimed),
 // barrier, timed all-reduce, check (untimed).
-func allreduceRank(ctx context.Context, c collective.Communicator, plan *allreducePlan, bytes int64, iters, warmup int) (allreduceRankTimes, error) {
-	buf := make([]float32, bytes/int64(plan.dtype.Size()))
+//
+// arena, when not nil, is registered memory for the buffer (at least its
+// length).
+func allreduceRank(ctx context.Context, c collective.Communicator, plan *allreducePlan, bytes int64, iters, warmup int, arena []float32) (allreduceRankTimes, error) {
+	n := bytes / int64(plan.dtype.Size())
+	var buf []float32
+	if arena != nil {
+		buf = arena[:n]
+	} else {
+		buf = make([]float32, n)
+	}
 	rt := allreduceRankTimes{Rank: c.Rank(), Bytes: bytes, Correct: true}
 	want := float32(c.Size())
 	for it := 0; it < warmup+iters; it++ {
@@ -444,7 +473,7 @@ func allreduceSummarize(plan *allreducePlan, bytes int64, procs int, ranks []all
 	return benchAllReduceResult{
 		Bench: "allreduce", Backend: "troupe", Transport: plan.transport, Algo: algo,
 		Procs: procs, Ranks: P, Bytes: bytes, DType: plan.dtype.String(), MiB: float64(bytes) / (1 << 20),
-		SubChunkBytes: plan.comm.Collective.SubChunkBytes, TLS: plan.tls, Iters: iters,
+		SubChunkBytes: plan.comm.Collective.SubChunkBytes, TLS: plan.tls, Registered: plan.registered, Iters: iters,
 		TimeMedS: med, TimeMinS: per[0], TimeMaxS: per[iters-1],
 		AlgbwGBs: alg, BusbwGBs: alg * 2 * float64(P-1) / float64(P), Correct: correct,
 	}
@@ -477,7 +506,7 @@ func runAllReduceLocal(ctx context.Context, plan *allreducePlan) ([]benchAllRedu
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ranks[r], errs[r] = allreduceRank(ctx, c, plan, bytes, iters, plan.warmup)
+				ranks[r], errs[r] = allreduceRank(ctx, c, plan, bytes, iters, plan.warmup, nil)
 			}()
 		}
 		wg.Wait()
@@ -567,7 +596,7 @@ func runAllReduceProcesses(ctx context.Context, plan *allreducePlan, f benchAllR
 			"--bytes", f.bytes, "--transport", plan.transport, "--algo", f.algo, "--dtype", plan.dtype.String(), "--hosts", strconv.Itoa(plan.hosts),
 			"--iters", strconv.Itoa(plan.iters), "--warmup", strconv.Itoa(plan.warmup),
 			"--sub-chunk", strconv.Itoa(plan.comm.Collective.SubChunkBytes), "--window", strconv.Itoa(f.window),
-			"--log-level", logLevel, "--log-format", "json"}
+			"--log-level", logLevel, "--log-format", "json", "--private-buffers=" + strconv.FormatBool(f.private)}
 		if plan.tls {
 			n := filepath.Join(tlsDir, fmt.Sprintf("rank%d", r))
 			args = append(args, "--tls", "--tls-ca", filepath.Join(tlsDir, "ca.pem"), "--tls-cert", n+".pem", "--tls-key", n+"-key.pem")
@@ -694,6 +723,7 @@ func newBenchAllReduceWorkerCmd() *cobra.Command {
 	fl.StringVar(&f.subChunk, "sub-chunk", "1MiB", "sub-chunk bytes")
 	fl.IntVar(&f.window, "window", 0, "window")
 	fl.BoolVar(&f.tls, "tls", false, "TLS")
+	fl.BoolVar(&f.private, "private-buffers", false, "private buffers")
 	fl.StringVar(&f.tlsFiles.CA, "tls-ca", "", "CA certificate")
 	fl.StringVar(&f.tlsFiles.Cert, "tls-cert", "", "certificate")
 	fl.StringVar(&f.tlsFiles.Key, "tls-key", "", "key")
@@ -760,8 +790,21 @@ func runAllReduceWorker(ctx context.Context, stdin io.Reader, stdout io.Writer, 
 		return err
 	}
 	defer comm.Close()
+	// One registered buffer of the largest size for every size: a peer
+	// keeps its mapping of each segment it was handed until the
+	// connection ends.
+	var arena []float32
+	if plan.registered {
+		if !collective.ReadsRegisteredMemory(comm) {
+			return fmt.Errorf("the %s transport does not read registered memory", plan.transport)
+		}
+		if arena, err = shmem.Alloc(int(slices.Max(plan.sizes) / int64(plan.dtype.Size()))); err != nil {
+			return err
+		}
+		defer shmem.Free(arena)
+	}
 	for _, bytes := range plan.sizes {
-		rt, err := allreduceRank(ctx, comm, plan, bytes, allreduceIters(bytes, plan.iters), plan.warmup)
+		rt, err := allreduceRank(ctx, comm, plan, bytes, allreduceIters(bytes, plan.iters), plan.warmup, arena)
 		if err != nil {
 			enc.Encode(allreduceWorkerLine{Rank: rank, Error: err.Error()})
 			return err

@@ -144,11 +144,21 @@ func TestBenchAllReduceProcesses(t *testing.T) {
 		if want := map[string]string{"tcp": "ring", "shm": "rd", "actor": "rd"}[tr]; rs[0].Algo != want || rs[1].Algo != "ring" {
 			t.Fatalf("%s ran %s and %s, want %s and ring", tr, rs[0].Algo, rs[1].Algo, want)
 		}
+		// shm reduces in registered memory (its workers refuse to run
+		// when the transport would not read it in place)
+		if rs[1].Registered != (tr == "shm") {
+			t.Fatalf("%s: registered %v", tr, rs[1].Registered)
+		}
+	}
+	rs := allreduceRunBench(t, "--ranks", "2", "--bytes", "256KiB", "--transport", "shm", "--private-buffers", "--iters", "2", "--warmup", "1", "--sub-chunk", "64KiB", "--timeout", "2m")
+	allreduceCheckResults(t, rs, "shm", 2, 256<<10)
+	if rs[0].Registered {
+		t.Fatal("--private-buffers reported registered memory")
 	}
 	// two "hosts" of two rank processes: auto runs recursive doubling on
 	// 4 KiB and the hierarchical all-reduce on 256 KiB (shared memory in
 	// each host, TCP between them), every element right
-	rs := allreduceRunBench(t, "--ranks", "4", "--hosts", "2", "--bytes", "4KiB,256KiB", "--transport", "auto", "--algo", "auto", "--iters", "2", "--warmup", "1", "--sub-chunk", "64KiB", "--timeout", "2m")
+	rs = allreduceRunBench(t, "--ranks", "4", "--hosts", "2", "--bytes", "4KiB,256KiB", "--transport", "auto", "--algo", "auto", "--iters", "2", "--warmup", "1", "--sub-chunk", "64KiB", "--timeout", "2m")
 	allreduceCheckResults(t, rs, "auto", 4, 4<<10, 256<<10)
 	if rs[0].Algo != "rd" || rs[1].Algo != "hier" {
 		t.Fatalf("--hosts 2 ran %s and %s, want rd and hier", rs[0].Algo, rs[1].Algo)
@@ -169,6 +179,8 @@ func TestBenchAllReduceUsage(t *testing.T) {
 		{"--algo", "rd", "--dtype", "bf16"},
 		{"--algo", "rd", "--bytes", "2MiB"},
 		{"--transport", "shm", "--tls"},
+		{"--transport", "tcp", "--private-buffers"},
+		{"--transport", "local", "--private-buffers"},
 		{"--ranks", "4", "--hosts", "3", "--transport", "auto"},
 		{"--ranks", "4", "--hosts", "2"}, // the local transport is one process
 		{"--ranks", "4", "--hosts", "2", "--transport", "shm"},
@@ -178,7 +190,7 @@ func TestBenchAllReduceUsage(t *testing.T) {
 	} {
 		var out bytes.Buffer
 		rootCmd.SetOut(&out)
-		_, err := runRoot(t, append([]string{"bench", "allreduce", "--ranks", "2", "--bytes", "4KiB", "--transport", "local", "--algo", "ring", "--hosts", "1", "--dtype", "fp32", "--sub-chunk", "1MiB"}, args...)...)
+		_, err := runRoot(t, append([]string{"bench", "allreduce", "--ranks", "2", "--bytes", "4KiB", "--transport", "local", "--algo", "ring", "--hosts", "1", "--dtype", "fp32", "--sub-chunk", "1MiB", "--private-buffers=false"}, args...)...)
 		if !errors.Is(err, errUsage) {
 			t.Fatalf("%v: %v, want a usage error", args, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"runtime"
 
 	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/internal/shmem"
 	"github.com/troupe-ml/troupe/kernels/convert"
 )
 
@@ -87,7 +88,26 @@ func (be *Backend) Alloc(n int) kernels.Buffer { return make(Buf, n) }
 func (be *Backend) AllocIndex(n int) kernels.Index { return make(Ids, n) }
 
 // Free implements kernels.Backend; the GC reclaims CPU buffers.
-func (be *Backend) Free(kernels.Buffer) {}
+// Free releases registered memory (AllocRegistered); Go memory is the
+// collector's.
+func (be *Backend) Free(b kernels.Buffer) {
+	if f, ok := b.(Buf); ok && cap(f) > 0 {
+		// the whole allocation, not a view of part of it
+		if seg, off, reg := shmem.Find(f[:cap(f)]); reg && off == 0 && 4*max(len(f), 1) == seg.Bytes {
+			shmem.Free(f)
+		}
+	}
+}
+
+// AllocRegistered is kernels.RegisteredAllocator: n zeros in registered
+// memory.
+func (be *Backend) AllocRegistered(n int) (kernels.Buffer, error) {
+	b, err := shmem.Alloc(n)
+	if err != nil {
+		return nil, err
+	}
+	return Buf(b), nil
+}
 
 // FreeIndex implements kernels.Backend.
 func (be *Backend) FreeIndex(kernels.Index) {}
