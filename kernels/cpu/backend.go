@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"runtime"
 
-	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/internal/shmem"
+	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/kernels/convert"
 )
 
