@@ -378,3 +378,39 @@ func TestPoolDrop(t *testing.T) {
 	}
 	p.Drop(nil)
 }
+
+// TestMoveGrads: the gradients move into a new buffer with their values,
+// and every parameter's gradient is a view of it.
+func TestMoveGrads(t *testing.T) {
+	be := cpu.New(1)
+	m, err := nn.NewMLP(be, nn.MLPConfig{Sizes: []int{4, 3, 2}}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := m.Set
+	old := make([]float32, set.Len())
+	for i := range old {
+		old[i] = float32(i)
+	}
+	be.Upload(set.Grads(), old)
+	if err := set.MoveGrads(be.Alloc(set.Len() - 1)); err == nil {
+		t.Fatal("a buffer of the wrong length was taken")
+	}
+	g := be.Alloc(set.Len())
+	if err := set.MoveGrads(g); err != nil {
+		t.Fatal(err)
+	}
+	if &cpu.F(set.Grads())[0] != &cpu.F(g)[0] {
+		t.Fatal("the set's gradients are not the new buffer")
+	}
+	for _, p := range set.Params() {
+		got := cpu.F(p.G)
+		if got[0] != float32(p.Offset) {
+			t.Fatalf("%s: first gradient %v, want %v", p.Name, got[0], p.Offset)
+		}
+		got[0] = -1
+		if cpu.F(g)[p.Offset] != -1 {
+			t.Fatalf("%s: its gradient is not a view of the new buffer", p.Name)
+		}
+	}
+}
