@@ -59,8 +59,12 @@ type DataPlaneConfig struct {
 	// inbound connection's Window buffers are slots of a region the
 	// receiver creates and passes to the sender, a frame on the socket
 	// carries only its header and slot, and the receiver reduces straight
-	// from the slot (see shm_linux.go). Linux only; not with TLS (whose
-	// point is the bytes on the network).
+	// from the slot (see shm_linux.go). A payload in the sender's
+	// registered memory (internal/shmem; a trainer's gradients, see
+	// collective.ReadsRegisteredMemory) goes by reference instead: the
+	// receiver maps the sender's segment once and reads the values where
+	// they lie, so no byte is copied to move them. Linux only; not with
+	// TLS (whose point is the bytes on the network).
 	SharedMemory bool
 }
 
@@ -824,7 +828,7 @@ func (p *slotPool) shared(c net.Conn, h *frameHeader, m *collective.Message) (bo
 		return false, fmt.Errorf("a reference to %d values at byte %d of segment %d, which holds %d bytes", h.count, off, id, r.size())
 	}
 	p.held++
-	m.Payload, m.Release = r.floats(int(off), int(h.count)), p.unref
+	m.Payload, m.Release, m.Borrowed = r.floats(int(off), int(h.count)), p.unref, true
 	return true, nil
 }
 

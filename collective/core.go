@@ -491,7 +491,7 @@ func (c *Core) hold(now time.Time, m Message) {
 		c.abortGen(now, fmt.Errorf("%w: %d bytes held for operations not started, %s sent more", ErrOverflow, c.earlyBytes, c.peerName(m.From)), m.From, c.gen)
 		return
 	}
-	if m.Release != nil {
+	if m.Release != nil && !m.Borrowed {
 		p := make([]float32, len(m.Payload))
 		copy(p, m.Payload)
 		m.release()
@@ -503,8 +503,14 @@ func (c *Core) hold(now time.Time, m Message) {
 }
 
 // heldSize is what a held message counts against Config.MaxEarlyBytes: its
-// payload, and at least 64 bytes, so that empty messages count too.
-func heldSize(m *Message) int64 { return max(64, int64(4*len(m.Payload))) }
+// payload, and at least 64 bytes, so that empty messages count too (a
+// borrowed payload is the sender's memory, not held here).
+func heldSize(m *Message) int64 {
+	if m.Borrowed {
+		return 64
+	}
+	return max(64, int64(4*len(m.Payload)))
+}
 
 func (c *Core) onOpMessage(now time.Time, op *opState, m *Message) {
 	if m.Kind != op.spec.Kind || m.Len != uint64(op.n) || (op.spec.Kind == KindBroadcast && m.Root != op.spec.Root) || m.Wire != op.spec.Reduce.Wire() || m.Algo != op.spec.Algo {

@@ -741,3 +741,48 @@ func TestEarlyMessagesBounded(t *testing.T) {
 		t.Fatal(id, err)
 	}
 }
+
+// TestEarlyBorrowedKeptInPlace: a message whose payload is borrowed (the
+// sender's registered memory) is held for an operation not started yet
+// as it is, not copied, counts as an empty message against
+// MaxEarlyBytes, and is released once consumed.
+func TestEarlyBorrowedKeptInPlace(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxEarlyBytes = 1000 // ten copies of 100 values would overflow it
+	c, err := NewCore(cfg, 0, 1, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(0, 0)
+	released := 0
+	srcs := make([][]float32, 10)
+	for op := range srcs {
+		srcs[op] = make([]float32, 100)
+		c.Step(now, Message{Type: MsgData, From: 0, To: 1, Op: uint64(op), Kind: KindAllReduce, Algo: AlgoRing, Len: 200,
+			Payload: srcs[op], Release: func() { released++ }, Borrowed: true})
+	}
+	if c.Gen() != 0 || released != 0 {
+		t.Fatalf("generation %d, %d released: the borrowed payloads were not held as they are", c.Gen(), released)
+	}
+	// what the sender's memory holds when this rank reduces, counts
+	for i := range srcs[0] {
+		srcs[0][i] = 5
+	}
+	buf := make([]float32, 200)
+	for i := range buf {
+		buf[i] = 2
+	}
+	if _, err := c.Start(now, Spec{Kind: KindAllReduce, Algo: AlgoRing, Buf: buf, Reduce: Sum}); err != nil {
+		t.Fatal(err)
+	}
+	c.Ready()
+	if c.Gen() != 0 || released != 1 {
+		t.Fatalf("generation %d, %d released after the operation consumed one", c.Gen(), released)
+	}
+	lo, hi := ChunkRange(200, 2, ReduceScatterRecvChunk(1, 1, 2))
+	for i := lo; i < hi; i++ {
+		if buf[i] != 7 {
+			t.Fatalf("value %d is %v, want 7: the held payload was a copy", i, buf[i])
+		}
+	}
+}

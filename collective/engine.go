@@ -174,7 +174,7 @@ func (e *Engine) Deliver(now time.Time, m Message) {
 			m.release()
 			return
 		}
-		if m.Release != nil {
+		if m.Release != nil && !m.Borrowed {
 			p := slices.Clone(m.Payload)
 			m.release()
 			m.Payload = p

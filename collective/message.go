@@ -76,6 +76,13 @@ type Message struct {
 	// Payload (after adding or copying it, or dropping the message), so a
 	// transport can recycle the buffer it received into.
 	Release func()
+	// Borrowed: Payload is the sender's own buffer, which this process
+	// maps (a reference to its registered memory). It stays valid and
+	// unchanged until this rank consumed it, as the sender's operation
+	// cannot complete before, so a message held for an operation not
+	// started yet keeps it instead of a copy, and weighs no more than an
+	// empty one against Config.MaxEarlyBytes.
+	Borrowed bool
 }
 
 func (m *Message) release() {
