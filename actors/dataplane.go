@@ -425,7 +425,11 @@ func (d *DataPlane) Send(m collective.Message) {
 	}
 	d.mu.Unlock()
 	if raceBuild && m.Type == collective.MsgData {
-		m.Payload = slices.Clone(m.Payload)
+		// registered memory stays: the detector does not watch it, and
+		// the reference is what is sent
+		if _, _, reg := shmem.Find(m.Payload); !reg {
+			m.Payload = slices.Clone(m.Payload)
+		}
 	}
 	o.mu.Lock()
 	if o.err == nil {
