@@ -153,3 +153,55 @@ func TestDPBF16PSEncoding(t *testing.T) {
 		t.Fatalf("encodings differ from as's:\n got % x\nwant % x", flat, got)
 	}
 }
+
+// TestBF16GemmThreads: the native bf16 products of a model's shapes (the
+// activations' rows by a narrow weight, and the weight gradients' long K)
+// give with 2 and 3 cooperating threads the bits one thread gives (each
+// element's sum runs the same k blocks in the same order), with packed
+// and with in-place operand panels.
+func TestBF16GemmThreads(t *testing.T) {
+	if bf16Native == nil {
+		t.Skip("this CPU (or build) has no AVX-512 BF16: the native bf16 GEMM path is not tested here")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, g := range []kernels.GemmArgs{
+		{M: 2048, N: 128, K: 128, Alpha: 1},                        // rows, A read in place
+		{M: 600, N: 300, K: 200, Alpha: 1, Beta: 0.5},              // rows, A packed
+		{M: 1000, N: 120, K: 70, Alpha: 1, TransA: true},           // rows, transposed A in place, edges
+		{M: 2048, N: 128, K: 384, Alpha: 1, TransB: true},          // rows, B transposed
+		{M: 128, N: 384, K: 2048, Alpha: 1, TransA: true},          // columns (weight gradient)
+		{M: 60, N: 700, K: 300, Alpha: 1},                          // columns, B read in place, edges
+		{M: 512, N: 128, K: 2048, Alpha: 1, Beta: 1, TransA: true}, // rows, long K
+	} {
+		n := g.Normalize()
+		rowsA, rowsB := n.M, n.K
+		if g.TransA {
+			rowsA = n.K
+		}
+		if g.TransB {
+			rowsB = n.N
+		}
+		a, b, c0 := make([]float32, rowsA*n.LDA), make([]float32, rowsB*n.LDB), make([]float32, n.M*n.LDC)
+		for _, v := range [][]float32{a, b, c0} {
+			for i := range v {
+				v[i] = float32(rng.NormFloat64())
+			}
+		}
+		var want []float32
+		for _, threads := range []int{1, 2, 3} {
+			be := &Backend{threads: threads, bf16: bf16Native}
+			ab, bb := be.AllocAs(len(a), kernels.BF16), be.AllocAs(len(b), kernels.BF16)
+			be.Upload(ab, a)
+			be.Upload(bb, b)
+			c := Buf(append([]float32(nil), c0...))
+			be.Gemm(g, ab, bb, c)
+			if threads == 1 {
+				want = c
+				continue
+			}
+			if i := firstBitDiff(c, want); i >= 0 {
+				t.Fatalf("%+v, %d threads: C[%d] = %v, one thread %v", g, threads, i, c[i], want[i])
+			}
+		}
+	}
+}

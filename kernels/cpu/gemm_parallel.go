@@ -193,6 +193,8 @@ func (p *gemmProblem) coop(threads, bt int) {
 			s.b = grow(s.b, kcMax*chunk)
 		}
 		s.tile = grow(s.tile, mr*nr)
+		s.edgeA = grow(s.edgeA, mr*kcMax)
+		s.edgeB = grow(s.edgeB, nr*kcMax)
 		for r := range nRanges {
 			packStep, computeStep := &steps[2*r], &steps[2*r+1]
 			if rowsMode {
@@ -208,15 +210,24 @@ func (p *gemmProblem) coop(threads, bt int) {
 					cs.finish(packStep, nPack)
 				}
 				cs.wait(packStep, nPack)
+				// as member does: A's panels are packed only when each is
+				// read often enough to pay for it
+				packOwn := ceilDiv(nc, nr) >= packMinReads
 				for i, ok := computeStep.next(nChunks); ok; i, ok = computeStep.next(nChunks) {
 					ic := i * chunk
 					mc := min(chunk, p.M-ic)
 					for q := range nPC {
 						pc := q * kcMax
 						kc := min(kcMax, p.K-pc)
-						src := p.aPanels(bt, ic, pc)
-						p.packA(s.a, &src, 0, ceilDiv(mc, mr), mc, kc)
-						ap := panels{data: s.a, step: mr * kc, rs: 1, ks: mr}
+						ap := p.aPanels(bt, ic, pc)
+						if packOwn {
+							p.packA(s.a, &ap, 0, ceilDiv(mc, mr), mc, kc)
+							ap = panels{data: s.a, step: mr * kc, rs: 1, ks: mr}
+						} else if mc%mr != 0 {
+							e := mc / mr
+							kern.packA(s.edgeA, ap.data[e*ap.step:], p.LDA, p.TransA, mc-e*mr, kc)
+							ap.edge, ap.edgeIndex, ap.edgeKS = s.edgeA, e, mr
+						}
 						bp := panels{data: sh.b[q*kcMax*span:], step: nr * kc, ks: nr}
 						macroKernel(kern, s, mc, nc, kc, p.Alpha, p.betaAt(pc), &ap, &bp, p.C[offC+ic*p.LDC+jc:], p.LDC)
 					}
@@ -237,16 +248,23 @@ func (p *gemmProblem) coop(threads, bt int) {
 				cs.finish(packStep, nPack)
 			}
 			cs.wait(packStep, nPack)
+			packOwn := p.TransB || ceilDiv(mc, mr) >= packMinReads
 			for i, ok := computeStep.next(nChunks); ok; i, ok = computeStep.next(nChunks) {
 				jc := i * chunk
 				nc := min(chunk, p.N-jc)
 				for q := range nPC {
 					pc := q * kcMax
 					kc := min(kcMax, p.K-pc)
-					src := p.bPanels(bt, pc, jc)
-					p.packB(s.b, &src, 0, ceilDiv(nc, nr), nc, kc)
+					bp := p.bPanels(bt, pc, jc)
+					if packOwn {
+						p.packB(s.b, &bp, 0, ceilDiv(nc, nr), nc, kc)
+						bp = panels{data: s.b, step: nr * kc, ks: nr}
+					} else if nc%nr != 0 {
+						e := nc / nr
+						kern.packB(s.edgeB, bp.data[e*bp.step:], p.LDB, false, nc-e*nr, kc)
+						bp.edge, bp.edgeIndex, bp.edgeKS = s.edgeB, e, nr
+					}
 					ap := panels{data: sh.a[q*kcMax*span:], step: mr * kc, rs: 1, ks: mr}
-					bp := panels{data: s.b, step: nr * kc, ks: nr}
 					macroKernel(kern, s, mc, nc, kc, p.Alpha, p.betaAt(pc), &ap, &bp, p.C[offC+ic*p.LDC+jc:], p.LDC)
 				}
 				cs.finish(computeStep, nChunks)
