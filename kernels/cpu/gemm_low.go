@@ -142,13 +142,13 @@ func gemmPairs(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b []uint16,
 		// transposed, which the driver reads as such.
 		pa = getFloats(g.Batch * k2 * g.M)
 		for bt := range g.Batch {
-			pairRowsOf((*pa)[bt*k2*g.M:], a[bt*g.StrideA:], g.K, g.M, g.LDA)
+			pairRowsPar(threads, (*pa)[bt*k2*g.M:], a[bt*g.StrideA:], g.K, g.M, g.LDA)
 		}
 		A, pg.TransA, pg.LDA, pg.StrideA = *pa, true, g.M, k2*g.M
 	} else {
 		pa = getFloats(g.Batch * g.M * k2)
 		for bt := range g.Batch {
-			pairWithinRows((*pa)[bt*g.M*k2:], a[bt*g.StrideA:], g.M, g.K, g.LDA)
+			pairWithinRowsPar(threads, (*pa)[bt*g.M*k2:], a[bt*g.StrideA:], g.M, g.K, g.LDA)
 		}
 		A, pg.LDA, pg.StrideA = *pa, k2, g.M*k2
 	}
@@ -157,14 +157,14 @@ func gemmPairs(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b []uint16,
 	} else if !g.TransB {
 		pb = getFloats(g.Batch * k2 * g.N)
 		for bt := range g.Batch {
-			pairRowsOf((*pb)[bt*k2*g.N:], b[bt*g.StrideB:], g.K, g.N, g.LDB)
+			pairRowsPar(threads, (*pb)[bt*k2*g.N:], b[bt*g.StrideB:], g.K, g.N, g.LDB)
 		}
 		B, pg.LDB, pg.StrideB = *pb, g.N, k2*g.N
 	} else {
 		// Stored N×K: its rows paired in place of a copy, read transposed.
 		pb = getFloats(g.Batch * g.N * k2)
 		for bt := range g.Batch {
-			pairWithinRows((*pb)[bt*g.N*k2:], b[bt*g.StrideB:], g.N, g.K, g.LDB)
+			pairWithinRowsPar(threads, (*pb)[bt*g.N*k2:], b[bt*g.StrideB:], g.N, g.K, g.LDB)
 		}
 		B, pg.TransB, pg.LDB, pg.StrideB = *pb, true, k2, g.N*k2
 	}
@@ -205,6 +205,36 @@ func pairRowsOf(dst []float32, src []uint16, k, n, ld int) {
 			row[j] = pair(v, 0)
 		}
 	}
+}
+
+// pairRowsPar is pairRowsOf on up to threads goroutines, when the operand
+// is large enough to share (a weight gradient's operands: 2048 rows).
+func pairRowsPar(threads int, dst []float32, src []uint16, k, n, ld int) {
+	if threads <= 1 || (k/2)*n < 2*grainSimple {
+		pairRowsOf(dst, src, k, n, ld)
+		return
+	}
+	parallelFor(k/2, threads, max(1, grainSimple/max(n, 1)), func(lo, hi int) {
+		for p := lo; p < hi; p++ {
+			pairRows(dst[p*n:(p+1)*n], src[2*p*ld:2*p*ld+n], src[(2*p+1)*ld:(2*p+1)*ld+n])
+		}
+	})
+	if k%2 == 1 {
+		pairRowsOf(dst[(k/2)*n:], src[(k-1)*ld:], 1, n, ld)
+	}
+}
+
+// pairWithinRowsPar is pairWithinRows on up to threads goroutines, when
+// the operand is large enough to share.
+func pairWithinRowsPar(threads int, dst []float32, src []uint16, rows, k, ld int) {
+	k2 := (k + 1) / 2
+	if threads <= 1 || rows*k2 < 2*grainSimple {
+		pairWithinRows(dst, src, rows, k, ld)
+		return
+	}
+	parallelFor(rows, threads, max(1, grainSimple/max(k2, 1)), func(lo, hi int) {
+		pairWithinRows(dst[lo*k2:], src[lo*ld:], hi-lo, k, ld)
+	})
 }
 
 // pairRowsGo is pairRows' reference loop.

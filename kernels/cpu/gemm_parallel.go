@@ -58,9 +58,13 @@ func (p *gemmProblem) parallel(threads int) {
 	}
 }
 
-// runWorkers runs body(0) on the calling goroutine and body(1…n−1) on new
-// ones, and returns when all have returned.
+// runWorkers runs body(0) on the calling goroutine and body(1…n−1) on the
+// team (or new goroutines while it is busy), and returns when all have
+// returned.
 func runWorkers(n int, body func(w int)) {
+	if teamRun(n, body) {
+		return
+	}
 	var wg sync.WaitGroup
 	wg.Add(n - 1)
 	for w := 1; w < n; w++ {
@@ -139,6 +143,14 @@ const (
 	coopMaxCols         = 512 // a chunk's kc×cols packed B stays in L2
 )
 
+// coopFloor is the smallest chunk of an extent of n cut into panels of
+// r: coopMinPanels panels, unless that would leave a thread without a
+// chunk (the weight gradients of a small model, 128 to 512 wide with a
+// long K, ran on one thread while the other waited).
+func coopFloor(n, r, threads int) int {
+	return min(coopMinPanels*r, ceilDiv(ceilDiv(n, threads), r)*r)
+}
+
 // coop computes batch member bt with all threads working on it, BLIS style.
 // When C has at least as many rows as columns, op(B) is packed (for all of
 // K, over a range of columns of C) into a buffer the threads share, each
@@ -168,7 +180,7 @@ func (p *gemmProblem) coop(threads, bt int) {
 		span = max(nr, min(kern.nc, shared/(nPC*kcMax)/nr*nr))
 		nRanges = ceilDiv(p.N, span)
 		chunk = ceilDiv(ceilDiv(p.M, coopChunksPerThread*threads), mr) * mr
-		chunk = min(max(chunk, coopMinPanels*mr), kern.mc)
+		chunk = min(max(chunk, coopFloor(p.M, mr, threads)), kern.mc)
 		nChunks = ceilDiv(p.M, chunk)
 		span = min(span, ceilDiv(p.N, nr)*nr)
 		sh.b = grow(sh.b, nPC*kcMax*span)
@@ -176,7 +188,7 @@ func (p *gemmProblem) coop(threads, bt int) {
 		span = max(mr, min(2*kern.mc, shared/(nPC*kcMax)/mr*mr))
 		nRanges = ceilDiv(p.M, span)
 		chunk = ceilDiv(ceilDiv(p.N, coopChunksPerThread*threads), nr) * nr
-		chunk = min(max(chunk, coopMinPanels*nr), coopMaxCols)
+		chunk = min(max(chunk, coopFloor(p.N, nr, threads)), coopMaxCols)
 		nChunks = ceilDiv(p.N, chunk)
 		span = min(span, ceilDiv(p.M, mr)*mr)
 		sh.a = grow(sh.a, nPC*kcMax*span)

@@ -13,7 +13,9 @@ import (
 	"github.com/troupe-ml/troupe/kernels"
 )
 
-// Gemm starts goroutines; none may outlive a call.
+// Gemm and the other parallel kernels run on the team's helpers, which
+// outlive a call by at most teamSpin + teamIdle; nothing may be left after
+// that (goleak waits that long).
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // kernelsToTest is every micro-kernel this machine can run: the portable one

@@ -45,9 +45,19 @@ func (be *Backend) Convert(dst, src kernels.Buffer) {
 	case !dLow && !sLow:
 		copy(F(dst), F(src))
 	case dLow && !sLow:
-		convert.ToLow(hd.T, hd.V, F(src))
+		d, s := hd.V, F(src)
+		if be.serial(len(d), grainSimple) {
+			convert.ToLow(hd.T, d, s)
+			return
+		}
+		parallelFor(len(d), be.threads, grainSimple, func(lo, hi int) { convert.ToLow(hd.T, d[lo:hi], s[lo:hi]) })
 	case !dLow && sLow:
-		convert.FromLow(hs.T, F(dst), hs.V)
+		d, s := F(dst), hs.V
+		if be.serial(len(d), grainSimple) {
+			convert.FromLow(hs.T, d, s)
+			return
+		}
+		parallelFor(len(d), be.threads, grainSimple, func(lo, hi int) { convert.FromLow(hs.T, d[lo:hi], s[lo:hi]) })
 	case hd.T == hs.T:
 		copy(hd.V, hs.V)
 	default:

@@ -20,6 +20,9 @@ func parallelFor(n, threads, grain int, body func(lo, hi int)) {
 		}
 		return
 	}
+	if teamRun(parts, func(p int) { body(p*n/parts, (p+1)*n/parts) }) {
+		return
+	}
 	var wg sync.WaitGroup
 	wg.Add(parts - 1)
 	for p := 0; p < parts-1; p++ {

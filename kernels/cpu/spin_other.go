@@ -1,0 +1,6 @@
+//go:build !amd64 || noasm
+
+package cpu
+
+// spinPause: no hint where there is no assembly.
+func spinPause() {}
