@@ -14,7 +14,7 @@ import (
 // commProtocol is the version of the Comm actors' wire protocol (actorspb
 // messages and the data plane framing); peers with another version refuse
 // to talk.
-const commProtocol = 3
+const commProtocol = 4 // 4: references to registered memory on the shared-memory data plane
 
 // littleEndian: float32 payloads go on the wire little-endian, which on
 // such hosts is their memory layout, so they are written and read in place.
