@@ -115,6 +115,7 @@ func TestRemoteAllReduce(t *testing.T) {
 				for k := range sizes {
 					hs[k] = c.AllReduce(context.Background(), outs[k][r], collective.Sum)
 				}
+				waitEarlier(t, r, hs)
 				return hs[len(hs)-1]
 			}))
 			for k := range sizes {
