@@ -242,30 +242,49 @@ func (p *gemmProblem) member(s *gemmScratch, bt int) {
 		nc := min(kern.nc, n-jc)
 		for pc := 0; pc < p.K; pc += kcMax {
 			kc := min(kcMax, p.K-pc)
-			bp := p.bPanels(bt, pc, jc)
-			if packB {
-				p.packB(s.b, &bp, 0, ceilDiv(nc, nr), nc, kc)
-				bp = panels{data: s.b, step: nr * kc, ks: nr}
-			} else if nc%nr != 0 {
-				q := nc / nr
-				kern.packB(s.edgeB, bp.data[q*bp.step:], p.LDB, false, nc-q*nr, kc)
-				bp.edge, bp.edgeIndex, bp.edgeKS = s.edgeB, q, nr
-			}
+			bp := p.ownB(s, bt, pc, jc, nc, kc, packB)
 			for ic := 0; ic < m; ic += kern.mc {
 				mc := min(kern.mc, m-ic)
-				ap := p.aPanels(bt, ic, pc)
-				if packA {
-					p.packA(s.a, &ap, 0, ceilDiv(mc, mr), mc, kc)
-					ap = panels{data: s.a, step: mr * kc, rs: 1, ks: mr}
-				} else if mc%mr != 0 {
-					q := mc / mr
-					kern.packA(s.edgeA, ap.data[q*ap.step:], p.LDA, p.TransA, mc-q*mr, kc)
-					ap.edge, ap.edgeIndex, ap.edgeKS = s.edgeA, q, mr
-				}
+				ap := p.ownA(s, bt, ic, pc, mc, kc, packA)
 				macroKernel(kern, s, mc, nc, kc, p.Alpha, p.betaAt(pc), &ap, &bp, p.C[offC+ic*p.LDC+jc:], p.LDC)
 			}
 		}
 	}
+}
+
+// ownA is the mc×kc block of op(A) at (ic, pc) as the kernel reads it:
+// packed into s.a when pack is set, else where it lies, with a partial
+// last panel packed into s.edgeA.
+func (p *gemmProblem) ownA(s *gemmScratch, bt, ic, pc, mc, kc int, pack bool) panels {
+	mr := p.kern.mr
+	ap := p.aPanels(bt, ic, pc)
+	if pack {
+		p.packA(s.a, &ap, 0, ceilDiv(mc, mr), mc, kc)
+		return panels{data: s.a, step: mr * kc, rs: 1, ks: mr}
+	}
+	if mc%mr != 0 {
+		e := mc / mr
+		p.kern.packA(s.edgeA, ap.data[e*ap.step:], p.LDA, p.TransA, mc-e*mr, kc)
+		ap.edge, ap.edgeIndex, ap.edgeKS = s.edgeA, e, mr
+	}
+	return ap
+}
+
+// ownB is ownA for the kc×nc block of op(B) at (pc, jc) (a transposed B
+// is always packed).
+func (p *gemmProblem) ownB(s *gemmScratch, bt, pc, jc, nc, kc int, pack bool) panels {
+	nr := p.kern.nr
+	bp := p.bPanels(bt, pc, jc)
+	if pack {
+		p.packB(s.b, &bp, 0, ceilDiv(nc, nr), nc, kc)
+		return panels{data: s.b, step: nr * kc, ks: nr}
+	}
+	if nc%nr != 0 {
+		e := nc / nr
+		p.kern.packB(s.edgeB, bp.data[e*bp.step:], p.LDB, false, nc-e*nr, kc)
+		bp.edge, bp.edgeIndex, bp.edgeKS = s.edgeB, e, nr
+	}
+	return bp
 }
 
 // macroKernel multiplies an mc×kc block of A by a kc×nc block of B into the

@@ -231,15 +231,7 @@ func (p *gemmProblem) coop(threads, bt int) {
 					for q := range nPC {
 						pc := q * kcMax
 						kc := min(kcMax, p.K-pc)
-						ap := p.aPanels(bt, ic, pc)
-						if packOwn {
-							p.packA(s.a, &ap, 0, ceilDiv(mc, mr), mc, kc)
-							ap = panels{data: s.a, step: mr * kc, rs: 1, ks: mr}
-						} else if mc%mr != 0 {
-							e := mc / mr
-							kern.packA(s.edgeA, ap.data[e*ap.step:], p.LDA, p.TransA, mc-e*mr, kc)
-							ap.edge, ap.edgeIndex, ap.edgeKS = s.edgeA, e, mr
-						}
+						ap := p.ownA(s, bt, ic, pc, mc, kc, packOwn)
 						bp := panels{data: sh.b[q*kcMax*span:], step: nr * kc, ks: nr}
 						macroKernel(kern, s, mc, nc, kc, p.Alpha, p.betaAt(pc), &ap, &bp, p.C[offC+ic*p.LDC+jc:], p.LDC)
 					}
@@ -267,15 +259,7 @@ func (p *gemmProblem) coop(threads, bt int) {
 				for q := range nPC {
 					pc := q * kcMax
 					kc := min(kcMax, p.K-pc)
-					bp := p.bPanels(bt, pc, jc)
-					if packOwn {
-						p.packB(s.b, &bp, 0, ceilDiv(nc, nr), nc, kc)
-						bp = panels{data: s.b, step: nr * kc, ks: nr}
-					} else if nc%nr != 0 {
-						e := nc / nr
-						kern.packB(s.edgeB, bp.data[e*bp.step:], p.LDB, false, nc-e*nr, kc)
-						bp.edge, bp.edgeIndex, bp.edgeKS = s.edgeB, e, nr
-					}
+					bp := p.ownB(s, bt, pc, jc, nc, kc, packOwn)
 					ap := panels{data: sh.a[q*kcMax*span:], step: mr * kc, rs: 1, ks: mr}
 					macroKernel(kern, s, mc, nc, kc, p.Alpha, p.betaAt(pc), &ap, &bp, p.C[offC+ic*p.LDC+jc:], p.LDC)
 				}
