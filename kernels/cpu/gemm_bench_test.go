@@ -37,13 +37,7 @@ func BenchmarkGemm(b *testing.B) {
 		g := tc.g
 		g.Alpha = 1
 		n := g.Normalize()
-		rowsA, rowsB := n.M, n.K
-		if n.TransA {
-			rowsA = n.K
-		}
-		if n.TransB {
-			rowsB = n.N
-		}
+		rowsA, rowsB := storedRows(n)
 		a := make(Buf, (n.Batch-1)*n.StrideA+rowsA*n.LDA)
 		bb := make(Buf, (n.Batch-1)*n.StrideB+rowsB*n.LDB)
 		c := make(Buf, (n.Batch-1)*n.StrideC+n.M*n.LDC)
@@ -65,4 +59,17 @@ func BenchmarkGemm(b *testing.B) {
 			})
 		}
 	}
+}
+
+// storedRows is how many rows of their leading dimension A and B occupy in
+// storage (one batch member of a normalized product).
+func storedRows(n kernels.GemmArgs) (rowsA, rowsB int) {
+	rowsA, rowsB = n.M, n.K
+	if n.TransA {
+		rowsA = n.K
+	}
+	if n.TransB {
+		rowsB = n.N
+	}
+	return rowsA, rowsB
 }

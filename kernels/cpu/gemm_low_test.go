@@ -174,13 +174,7 @@ func TestBF16GemmThreads(t *testing.T) {
 		{M: 512, N: 128, K: 2048, Alpha: 1, Beta: 1, TransA: true}, // rows, long K
 	} {
 		n := g.Normalize()
-		rowsA, rowsB := n.M, n.K
-		if g.TransA {
-			rowsA = n.K
-		}
-		if g.TransB {
-			rowsB = n.N
-		}
+		rowsA, rowsB := storedRows(n)
 		a, b, c0 := make([]float32, rowsA*n.LDA), make([]float32, rowsB*n.LDB), make([]float32, n.M*n.LDC)
 		for _, v := range [][]float32{a, b, c0} {
 			for i := range v {
