@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -44,7 +45,15 @@ func TestElasticTLS(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(r.stderr.String()), "\n")
 		t.Logf("the rogue exited (%v): %.400s", err, lines[len(lines)-1])
 	case <-time.After(time.Minute):
+		// SIGQUIT makes the Go runtime print every goroutine's stack to
+		// the rogue's stderr: the dump shows where it waits.
+		r.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-r.done:
+		case <-time.After(10 * time.Second):
+		}
 		c.dump()
+		t.Logf("--- the rogue's whole stderr:\n%s", r.stderr.String())
 		t.Fatal("the rogue still runs a minute after it started")
 	}
 	sums := c.finish("n1", "n2")

@@ -292,6 +292,8 @@ func (n *Node) seeds(ctx context.Context) (others []string, seed bool, err error
 // join it when they start, and the reconnector keeps trying the seeds.
 func (n *Node) join(ctx context.Context) error {
 	deadline := time.Now().Add(n.cfg.JoinTimeout)
+	var refusal error // the last attempt a seed refused by TLS
+	tlsAnswered := false
 	for {
 		// A dns: entry that resolves to nothing yet (a pod not yet in
 		// its service's records) is asked again until the deadline.
@@ -312,17 +314,31 @@ func (n *Node) join(ctx context.Context) error {
 		if rerr != nil {
 			err = errors.Join(rerr, err)
 		}
-		// A seed starts the cluster when no other seed answers; one that
+		// A seed starts the cluster when no other seed answers. One that
 		// answered but whose certificate check failed (either way) says
-		// this node is not of its cluster, and it may not start another.
-		tlsRefused := n.sys.TLS() != nil && err != nil && (errors.Is(err, pki.ErrPeerRefused) || strings.Contains(err.Error(), pki.ErrPeerRefused.Error()) || strings.Contains(err.Error(), "tls:"))
-		if seed && !tlsRefused && rerr == nil {
+		// this node is not of its cluster, and it may not start another;
+		// nor may it when a seed accepted the connection but the handshake
+		// did not finish in time (a loaded peer, or one that refuses
+		// slowly): that seed is up. Both are remembered across attempts.
+		tlsOn := n.sys.TLS() != nil && err != nil
+		tlsRefused := tlsOn && (errors.Is(err, pki.ErrPeerRefused) || strings.Contains(err.Error(), pki.ErrPeerRefused.Error()) || strings.Contains(err.Error(), "tls:"))
+		if tlsRefused {
+			refusal = err
+		}
+		if tlsOn && strings.Contains(err.Error(), tlsDialFailed) {
+			tlsAnswered = true
+		}
+		if seed && refusal == nil && !tlsAnswered && rerr == nil {
 			n.logger.Info("elastic: no other seed answered; starting the cluster", zap.String("gossip", n.gossip), zap.Error(err))
 			return nil
 		}
 		if time.Now().After(deadline) {
-			if tlsRefused {
+			if refusal != nil {
 				return fmt.Errorf("%w: the nodes at %v did not admit this node within %v (TLS: they refused its certificate, or theirs is not signed by its CA; check --tls-ca and --tls-cert): %s",
+					ErrJoin, others, n.cfg.JoinTimeout, oneLine(refusal))
+			}
+			if tlsAnswered {
+				return fmt.Errorf("%w: the nodes at %v accepted connections but no TLS handshake with them completed within %v: %s",
 					ErrJoin, others, n.cfg.JoinTimeout, oneLine(err))
 			}
 			if len(others) == 0 {

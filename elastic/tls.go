@@ -66,6 +66,11 @@ func (t *tlsTransport) forward() {
 
 func (t *tlsTransport) StreamCh() <-chan net.Conn { return t.streams }
 
+// tlsDialFailed begins the error of a TLS handshake this node started: the
+// peer accepted the connection, so it is up. memberlist's Join keeps only
+// its errors' text, which join reads.
+const tlsDialFailed = "TLS with "
+
 func (t *tlsTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
 	return t.DialAddressTimeout(memberlist.Address{Addr: addr}, timeout)
 }
@@ -84,7 +89,7 @@ func (t *tlsTransport) DialAddressTimeout(a memberlist.Address, timeout time.Dur
 			t.log.Warn("elastic: gossip refused a peer", zap.String("peer", a.Addr), zap.Error(err))
 		}
 		c.Close()
-		return nil, fmt.Errorf("TLS with %s: %w", a.Addr, err)
+		return nil, fmt.Errorf("%s%s: %w", tlsDialFailed, a.Addr, err)
 	}
 	tc.SetDeadline(time.Time{})
 	return tc, nil

@@ -167,3 +167,73 @@ func TestTLSTransportShutdownDrains(t *testing.T) {
 		t.Fatal("the late stream was not closed")
 	}
 }
+
+// TestSeedWaitsForSilentTLSPeer: a seed whose other seed accepts the
+// connection but never finishes the TLS handshake (a peer too loaded to
+// answer within TCPTimeout, or one that refuses slowly) must not start a
+// cluster of its own beside it: Start fails with ErrJoin naming the
+// handshake. (A rogue node once did, under a loaded test suite, and then
+// waited for members that never came instead of exiting.)
+func TestSeedWaitsForSilentTLSPeer(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a remote actor system races inside protoactor-go (see raceEnabled)")
+	}
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan net.Conn, 64)
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			held <- c // read nothing, answer nothing
+		}
+	}()
+	defer func() {
+		silent.Close()
+		<-accepted
+		for len(held) > 0 {
+			(<-held).Close()
+		}
+	}()
+	ca, err := pki.NewCA("cluster", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := ca.Identity("a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := actors.DefaultSystemConfig()
+	sc.Remote, sc.TLS, sc.Logger = true, id, zap.NewNop()
+	sys, err := actors.NewSystem(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := ln.Addr().String()
+	ln.Close()
+	cfg := DefaultConfig()
+	cfg.Name, cfg.Key, cfg.BindAddr, cfg.JoinTimeout = "a", testKey(0), own, 2*time.Second
+	cfg.Join = []string{silent.Addr().String(), own} // a seed
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	n, err := Start(ctx, cfg, sys)
+	if err == nil {
+		n.Close()
+		t.Fatal("the seed started a cluster beside a seed that accepted its connection")
+	}
+	t.Logf("Start: %v", err)
+	if !errors.Is(err, ErrJoin) || !strings.Contains(err.Error(), "no TLS handshake") {
+		t.Fatalf("Start: %v, want ErrJoin naming the TLS handshake", err)
+	}
+}
