@@ -148,7 +148,9 @@ type Backend interface {
 	// AddBias adds bias[c] to every row of y ([rows, len(bias)]), in place.
 	AddBias(y, bias Buffer)
 	// SumRows accumulates the column sums of x ([rows, len(dst)]):
-	// dst[c] += Σ_r x[r, c]. It is the gradient of AddBias.
+	// dst[c] += Σ_r x[r, c]. It is the gradient of AddBias. x may be
+	// 16-bit (LowPrecision), widened as it is read: the sums of its fp32
+	// widening, bit for bit.
 	SumRows(dst, x Buffer)
 	// Sum returns Σ x in float64 (a sync point).
 	Sum(x Buffer) float64
@@ -162,13 +164,14 @@ type Backend interface {
 	// ReLUBackward computes dx = dy where x > 0, else 0. x, the activation
 	// the forward pass saved, may be of the backend's 16-bit types
 	// (LowPrecision): it is widened as it is read, bit for bit the result
-	// of its fp32 widening.
+	// of its fp32 widening. So may dy (a gradient kept in the compute
+	// type), and dx, computed in fp32 and rounded once; dx may be dy.
 	ReLUBackward(dx, dy, x Buffer)
 	// GELU computes the exact (erf) GELU, PyTorch's nn.GELU() default; x
 	// and y may be 16-bit, as ReLU's.
 	GELU(y, x Buffer)
-	// GELUBackward computes dx = dy·GELU'(x); x may be 16-bit, as for
-	// ReLUBackward.
+	// GELUBackward computes dx = dy·GELU'(x); x, dy and dx may be 16-bit,
+	// as for ReLUBackward.
 	GELUBackward(dx, dy, x Buffer)
 
 	// LayerNorm normalises each row of x ([rows, cols], cols = len(gamma)):

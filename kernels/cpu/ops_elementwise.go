@@ -106,16 +106,18 @@ func reluGo(y, x []float32) {
 }
 
 // ReLUBackward implements kernels.Backend.
-// x may be bf16 or fp16 (a saved activation, widened as it is read).
+// x may be bf16 or fp16 (a saved activation, widened as it is read), and
+// so may dy (widened) and dx (rounded once).
 func (be *Backend) ReLUBackward(dx, dy, x kernels.Buffer) {
-	dxs, dys, xs := F(dx), F(dy), savedOf(x)
-	mustLenOf("ReLUBackward", "dy", len(dys), len(dxs))
-	mustLenOf("ReLUBackward", "x", xs.Len(), len(dxs))
-	if be.serial(len(dxs), grainSimple) {
-		xs.apply(actReLU, dxs, dys, 0, len(dxs))
+	dxs, dys, xs := savedOf(dx), savedOf(dy), savedOf(x)
+	n := dxs.Len()
+	mustLenOf("ReLUBackward", "dy", dys.Len(), n)
+	mustLenOf("ReLUBackward", "x", xs.Len(), n)
+	if be.serial(n, grainSimple) {
+		xs.apply(actReLU, dxs, dys, 0, n)
 		return
 	}
-	parallelFor(len(dxs), be.threads, grainSimple, func(lo, hi int) { xs.apply(actReLU, dxs, dys, lo, hi) })
+	parallelFor(n, be.threads, grainSimple, func(lo, hi int) { xs.apply(actReLU, dxs, dys, lo, hi) })
 }
 
 // reluBackwardGo is reluBackward's Go loop.
@@ -144,14 +146,15 @@ func (be *Backend) GELU(y, x kernels.Buffer) {
 
 // GELUBackward implements kernels.Backend: GELU'(x) = Φ(x) + x·φ(x), φ the
 // standard normal density. x may be bf16 or fp16 (a saved activation,
-// widened as it is read).
+// widened as it is read), and so may dy (widened) and dx (rounded once).
 func (be *Backend) GELUBackward(dx, dy, x kernels.Buffer) {
-	dxs, dys, xs := F(dx), F(dy), savedOf(x)
-	mustLenOf("GELUBackward", "dy", len(dys), len(dxs))
-	mustLenOf("GELUBackward", "x", xs.Len(), len(dxs))
-	if be.serial(len(dxs), grainExp) {
-		xs.apply(actGELU, dxs, dys, 0, len(dxs))
+	dxs, dys, xs := savedOf(dx), savedOf(dy), savedOf(x)
+	n := dxs.Len()
+	mustLenOf("GELUBackward", "dy", dys.Len(), n)
+	mustLenOf("GELUBackward", "x", xs.Len(), n)
+	if be.serial(n, grainExp) {
+		xs.apply(actGELU, dxs, dys, 0, n)
 		return
 	}
-	parallelFor(len(dxs), be.threads, grainExp, func(lo, hi int) { xs.apply(actGELU, dxs, dys, lo, hi) })
+	parallelFor(n, be.threads, grainExp, func(lo, hi int) { xs.apply(actGELU, dxs, dys, lo, hi) })
 }

@@ -128,12 +128,14 @@ func sumSqDev64(x []float32, m float64) float64 {
 // SumRows implements kernels.Backend. The split is over blocks of columns:
 // each column is summed down all rows by one goroutine, in row order, in
 // float64, and then added to dst once.
+// x may be bf16 or fp16 (a gradient kept in the compute type): its rows
+// are widened piece by piece, the sums the same as its fp32 widening's.
 func (be *Backend) SumRows(dst, x kernels.Buffer) {
-	d, xs := F(dst), F(x)
+	d, xs := F(dst), savedOf(x)
 	cols := len(d)
-	rowsOf("SumRows", "x", len(xs), cols)
+	rowsOf("SumRows", "x", xs.Len(), cols)
 	blocks := (cols + colBlock - 1) / colBlock
-	if be.serial(len(xs), grainSimple) || blocks < 2 {
+	if be.serial(xs.Len(), grainSimple) || blocks < 2 {
 		sumRows(d, xs, 0, blocks)
 		return
 	}
@@ -141,15 +143,32 @@ func (be *Backend) SumRows(dst, x kernels.Buffer) {
 }
 
 // sumRows accumulates the column sums of column blocks [blo, bhi).
-func sumRows(dst, x []float32, blo, bhi int) {
+func sumRows(dst []float32, x saved, blo, bhi int) {
 	cols := len(dst)
 	var acc [colBlock]float64
+	var wide [wideBlock]float32
 	for b := blo; b < bhi; b++ {
 		c0, c1 := b*colBlock, min((b+1)*colBlock, cols)
 		a := acc[:c1-c0]
 		clear(a)
-		if rows := len(x) / cols; rows > 0 {
-			sumCols(a, x[c0:], rows, cols)
+		rows := x.Len() / cols
+		switch {
+		case rows == 0:
+		case !x.low():
+			sumCols(a, x.f[c0:], rows, cols)
+		default:
+			// Widen the block's columns of a few rows at a time, packed
+			// (stride c1 − c0), and add them in row order as above.
+			w := c1 - c0
+			per := len(wide) / w
+			for r := 0; r < rows; r += per {
+				k := min(per, rows-r)
+				for i := range k {
+					row := (r + i) * cols
+					x.at(row+c0, row+c1, wide[i*w:(i+1)*w])
+				}
+				sumCols(a, wide[:k*w], k, w)
+			}
 		}
 		for j, v := range a {
 			dst[c0+j] = float32(float64(dst[c0+j]) + v)

@@ -8,8 +8,9 @@ import (
 // saved is the input of a kernel that may read an activation kept in the
 // compute type: fp32, or under mixed precision bf16 or fp16 (kernels.
 // Backend's ReLU, GELU, ReLUBackward, GELUBackward, LayerNormBackward,
-// SoftmaxBackward), widened piece by piece as the kernel reads it, so that
-// no fp32 copy of the whole activation is ever made.
+// SoftmaxBackward, SumRows), widened piece by piece as the kernel reads
+// it, so that no fp32 copy of the whole activation is ever made; also
+// the element-wise kernels' 16-bit outputs and gradients.
 type saved struct {
 	f []float32
 	h Half
@@ -78,18 +79,24 @@ func (f activation) forward(y, x []float32) {
 	}
 }
 
-// apply runs f's backward kernel over [lo, hi) with x's values in fp32:
-// in one call for fp32, in pieces of wideBlock values widened on the
-// stack for a 16-bit x.
-func (s saved) apply(f activation, dx, dy []float32, lo, hi int) {
-	if !s.low() {
-		f.backward(dx[lo:hi], dy[lo:hi], s.f[lo:hi])
+// apply runs f's backward kernel over [lo, hi) in fp32: in one call when
+// x, dy and dx are fp32, else in pieces of wideBlock values, the 16-bit
+// ones widened on the stack and a 16-bit dx rounded once. dx may be dy.
+func (s saved) apply(f activation, dx, dy saved, lo, hi int) {
+	if !s.low() && !dx.low() && !dy.low() {
+		f.backward(dx.f[lo:hi], dy.f[lo:hi], s.f[lo:hi])
 		return
 	}
-	var tmp [wideBlock]float32
+	var tx, tdy, tdx [wideBlock]float32
 	for a := lo; a < hi; a += wideBlock {
 		b := min(a+wideBlock, hi)
-		f.backward(dx[a:b], dy[a:b], s.at(a, b, tmp[:]))
+		if !dx.low() {
+			f.backward(dx.f[a:b], dy.at(a, b, tdy[:]), s.at(a, b, tx[:]))
+			continue
+		}
+		out := tdx[:b-a]
+		f.backward(out, dy.at(a, b, tdy[:]), s.at(a, b, tx[:]))
+		convert.ToLow(dx.h.T, dx.h.V[a:b], out)
 	}
 }
 

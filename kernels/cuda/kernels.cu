@@ -191,9 +191,10 @@ extern "C" __global__ void k_relu(i64 n, void* y, const void* x, int xt, int yt)
 	}
 }
 
-// k_relu_backward: x of type xt (a saved activation, see ldw).
-extern "C" __global__ void k_relu_backward(i64 n, float* dx, const float* dy, const void* x, int xt) {
-	for (i64 i = gtid(); i < n; i += gstride()) dx[i] = ldw(x, xt, i) > 0.0f ? dy[i] : 0.0f;
+// k_relu_backward: x of type xt (a saved activation, see ldw), dy of type
+// dyt (see ldw), dx of type dxt (see stw); dx may be dy.
+extern "C" __global__ void k_relu_backward(i64 n, void* dx, const void* dy, const void* x, int xt, int dyt, int dxt) {
+	for (i64 i = gtid(); i < n; i += gstride()) stw(dx, dxt, i, ldw(x, xt, i) > 0.0f ? ldw(dy, dyt, i) : 0.0f);
 }
 
 // Φ(x) = erfc(−x/√2)/2, which keeps full relative precision in the left
@@ -208,12 +209,13 @@ extern "C" __global__ void k_gelu(i64 n, void* y, const void* x, int xt, int yt)
 	}
 }
 
-// k_gelu_backward: x of type xt (see ldw).
-extern "C" __global__ void k_gelu_backward(i64 n, float* dx, const float* dy, const void* x, int xt) {
+// k_gelu_backward: x of type xt and dy of type dyt (see ldw), dx of type
+// dxt (see stw); dx may be dy.
+extern "C" __global__ void k_gelu_backward(i64 n, void* dx, const void* dy, const void* x, int xt, int dyt, int dxt) {
 	for (i64 i = gtid(); i < n; i += gstride()) {
 		float v = ldw(x, xt, i);
 		float pdf = 0.39894228040143268f * expf(-0.5f * v * v);
-		dx[i] = dy[i] * (norm_cdf(v) + v * pdf);
+		stw(dx, dxt, i, ldw(dy, dyt, i) * (norm_cdf(v) + v * pdf));
 	}
 }
 
@@ -250,7 +252,7 @@ extern "C" __global__ void k_reduce_final(i64 nparts, const double* partial, dou
 #define CL 8
 
 // k_sum_rows: dst[c] += Σ_r x[r, c].
-extern "C" __global__ void k_sum_rows(i64 rows, i64 cols, float* dst, const float* x) {
+extern "C" __global__ void k_sum_rows(i64 rows, i64 cols, float* dst, const void* x, int xt) {
 	EMU_SHARED double sh[CL][CW];
 	int tx = threadIdx.x % CW, ty = threadIdx.x / CW;
 	i64 tiles = (cols + CW - 1) / CW;
@@ -258,7 +260,7 @@ extern "C" __global__ void k_sum_rows(i64 rows, i64 cols, float* dst, const floa
 		i64 c = tile * CW + tx;
 		double s = 0;
 		if (c < cols)
-			for (i64 r = ty; r < rows; r += CL) s += (double)x[r * cols + c];
+			for (i64 r = ty; r < rows; r += CL) s += (double)ldw(x, xt, r * cols + c);
 		sh[ty][tx] = s;
 		__syncthreads();
 		if (ty == 0 && c < cols) {

@@ -43,12 +43,13 @@ func (be *Backend) ReLU(y, x kernels.Buffer) {
 	be.launch1(kReLU, ys.n, argInt(ys.n), ys.arg(), xs.arg(), uint64(xs.dt), uint64(ys.dt))
 }
 
-// ReLUBackward implements kernels.Backend (x fp32, bf16 or fp16).
+// ReLUBackward implements kernels.Backend (x, dy and dx each fp32, bf16 or
+// fp16).
 func (be *Backend) ReLUBackward(dx, dy, x kernels.Buffer) {
-	d, dys, xs := be.buf("ReLUBackward", dx), be.buf("ReLUBackward", dy), be.saved("ReLUBackward", x)
+	d, dys, xs := be.saved("ReLUBackward", dx), be.saved("ReLUBackward", dy), be.saved("ReLUBackward", x)
 	mustLen("ReLUBackward", "dy", dys.n, d.n)
 	mustLen("ReLUBackward", "x", xs.n, d.n)
-	be.launch1(kReLUBackward, d.n, argInt(d.n), d.arg(), dys.arg(), xs.arg(), uint64(xs.dt))
+	be.launch1(kReLUBackward, d.n, argInt(d.n), d.arg(), dys.arg(), xs.arg(), uint64(xs.dt), uint64(dys.dt), uint64(d.dt))
 }
 
 // GELU implements kernels.Backend: x·Φ(x) with Φ from erfcf.
@@ -58,11 +59,11 @@ func (be *Backend) GELU(y, x kernels.Buffer) {
 	be.launch1(kGELU, ys.n, argInt(ys.n), ys.arg(), xs.arg(), uint64(xs.dt), uint64(ys.dt))
 }
 
-// GELUBackward implements kernels.Backend: dy·(Φ(x) + x·φ(x)), x fp32,
-// bf16 or fp16.
+// GELUBackward implements kernels.Backend: dy·(Φ(x) + x·φ(x)), x, dy and
+// dx each fp32, bf16 or fp16.
 func (be *Backend) GELUBackward(dx, dy, x kernels.Buffer) {
-	d, dys, xs := be.buf("GELUBackward", dx), be.buf("GELUBackward", dy), be.saved("GELUBackward", x)
+	d, dys, xs := be.saved("GELUBackward", dx), be.saved("GELUBackward", dy), be.saved("GELUBackward", x)
 	mustLen("GELUBackward", "dy", dys.n, d.n)
 	mustLen("GELUBackward", "x", xs.n, d.n)
-	be.launch1(kGELUBackward, d.n, argInt(d.n), d.arg(), dys.arg(), xs.arg(), uint64(xs.dt))
+	be.launch1(kGELUBackward, d.n, argInt(d.n), d.arg(), dys.arg(), xs.arg(), uint64(xs.dt), uint64(dys.dt), uint64(d.dt))
 }

@@ -36,15 +36,16 @@ func (be *Backend) reduce(op string, x kernels.Buffer, squares bool) float64 {
 }
 
 // SumRows implements kernels.Backend: blocks of 32 columns, each column
-// summed down the rows in double by 8 lanes and the lanes added in order.
+// summed down the rows in double by 8 lanes and the lanes added in order;
+// x fp32, bf16 or fp16.
 func (be *Backend) SumRows(dst, x kernels.Buffer) {
-	d, xs := be.buf("SumRows", dst), be.buf("SumRows", x)
+	d, xs := be.buf("SumRows", dst), be.saved("SumRows", x)
 	rows := rowsOf("SumRows", "x", xs.n, d.n)
 	if d.n == 0 {
 		return
 	}
 	be.launch(kSumRows, [3]int{be.colGrid(d.n), 1, 1}, [3]int{blockThreads, 1, 1},
-		argInt(rows), argInt(d.n), d.arg(), xs.arg())
+		argInt(rows), argInt(d.n), d.arg(), xs.arg(), uint64(xs.dt))
 }
 
 // colGrid is the grid of the column-block kernels (32 columns a block).

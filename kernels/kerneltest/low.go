@@ -179,10 +179,11 @@ func (c *tcase) lowGemm(lp kernels.LowPrecision, dt kernels.DType, outLow bool, 
 }
 
 // testLowSaved: the kernels that read an activation kept in the compute
-// type (ReLU, GELU and their backward kernels' x, LayerNormBackward's x,
-// SoftmaxBackward's y) take it in bf16 and fp16 and give, bit for bit,
-// what they give for its exact fp32 widening: nothing but the load
-// changes; ReLU and GELU into a 16-bit y give their fp32 result rounded. Sizes leave every tail of a vector loop and of a 512-value
+// type (ReLU, GELU and their backward kernels' x and dy, LayerNormBackward's
+// x, SoftmaxBackward's y, SumRows' x) take it in bf16 and fp16 and give,
+// bit for bit, what they give for its exact fp32 widening: nothing but the
+// load changes; ReLU and GELU into a 16-bit y, and their backward kernels
+// into a 16-bit dx, give their fp32 result rounded. Sizes leave every tail of a vector loop and of a 512-value
 // piece; the element-wise ones also run in place (dx = dy).
 func testLowSaved(s *suite) {
 	lp, _ := s.lowPrecision()
@@ -211,6 +212,20 @@ func testLowSaved(s *suite) {
 					inPlace := c.up(dy)
 					k.f(inPlace, inPlace, xl)
 					same(c, k.name+" in place", c.down(inPlace), c.down(want))
+					// A 16-bit gradient: dy widened as it is read, dx
+					// computed in fp32 and rounded once (also in place).
+					dyl := roundTo(dt, dy)
+					want16 := c.up(make([]float32, n))
+					k.f(want16, c.up(dyl), c.up(x))
+					wide := c.up(make([]float32, n))
+					k.f(wide, c.upAs(lp, dt, dyl), xl)
+					same(c, k.name+" of a "+dt.String()+" dy", c.down(wide), c.down(want16))
+					low := lp.AllocAs(n, dt)
+					k.f(low, c.upAs(lp, dt, dyl), xl)
+					same(c, k.name+" into "+dt.String(), c.down(low), roundTo(dt, c.down(want16)))
+					lowInPlace := c.upAs(lp, dt, dyl)
+					k.f(lowInPlace, lowInPlace, xl)
+					same(c, k.name+" into "+dt.String()+" in place", c.down(lowInPlace), roundTo(dt, c.down(want16)))
 				}
 				for _, k := range []struct {
 					name string
@@ -245,6 +260,17 @@ func testLowSaved(s *suite) {
 				same(c, "dx", gx, wx)
 				same(c, "dgamma", gg, wg)
 				same(c, "dbeta", gb, wb)
+			})
+		}
+		for _, sz := range [][2]int{{1, 1}, {3, 5}, {33, 130}, {1000, 64}, {9, 1000}} {
+			rows, cols := sz[0], sz[1]
+			s.run(fmt.Sprintf("%v/SumRows/%dx%d", dt, rows, cols), func(c *tcase) {
+				x := roundTo(dt, c.randn(rows*cols, 0.5, 1))
+				d0 := c.randn(cols, 0, 1)
+				want, got := c.up(d0), c.up(d0)
+				c.be.SumRows(want, c.up(x))
+				c.be.SumRows(got, c.upAs(lp, dt, x))
+				same(c, "dst", c.down(got), c.down(want))
 			})
 		}
 		for _, sz := range [][2]int{{3, 5}, {64, 64}, {4, 700}} {
