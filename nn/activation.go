@@ -43,9 +43,10 @@ func (a *ActLayer) Forward(c *Ctx, x Act) Act {
 	return Act{X: y, Rows: x.Rows, Cols: x.Cols}
 }
 
-// Backward implements Layer; dx is written over dy, the saved input
-// (fp32, or in the compute type under mixed precision: the kernels widen it
-// as they read it) goes back to the pool.
+// Backward implements Layer; dx is written over dy, in dy's type (fp32, or
+// the compute type when the Linear after this layer has LowInputGrad), and
+// the saved input (fp32, or in the compute type under mixed precision: the
+// kernels widen it as they read it) goes back to the pool.
 func (a *ActLayer) Backward(c *Ctx, dy Act) Act {
 	x := c.Tape.Pop()
 	switch a.Fn {

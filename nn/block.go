@@ -27,8 +27,10 @@ func NewBlock(s *ParamSet, prefix string, c, heads, t int, std, projStd float32,
 	b.Attn = attn
 	b.LN2 = newReplicatedLayerNorm(s, prefix+".ln2", c, tp)
 	b.FC = newColumn(s, prefix+".fc", c, 4*c, 1, tp, Normal(0, std), Const(0))
+	b.FC.LowOutput = true // the GELU reads it in the compute type
 	b.Act = &ActLayer{Fn: GELU}
 	b.Out = newRow(s, prefix+".out", 4*c, c, tp, Normal(0, projStd), Const(0))
+	b.Out.LowInputGrad = true // its dx goes to the GELU, whose dx to fc's GEMMs
 	b.fc, b.out = columnLayer(b.FC, tp), rowLayer(b.Out, tp)
 	return b, nil
 }

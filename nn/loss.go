@@ -72,8 +72,20 @@ func Backward(c *Ctx, layers []Layer, dy Act) Act {
 	return BackwardWith(c, layers, dy, Hooks{})
 }
 
-// BackwardWith is Backward with hooks around each layer.
+// BackwardWith is Backward with hooks around each layer. The gradient it
+// returns is fp32 (what a pipeline stage sends on): one that the first
+// layer left in the compute type is widened.
 func BackwardWith(c *Ctx, layers []Layer, dy Act, h Hooks) Act {
+	dy = backward(c, layers, dy, h)
+	if dy.X != nil {
+		dy.X = c.widen(dy.X)
+	}
+	return dy
+}
+
+// backward runs the layers' Backward in reverse order; the gradient
+// between them may be in the compute type (see Linear.LowInputGrad).
+func backward(c *Ctx, layers []Layer, dy Act, h Hooks) Act {
 	for i := len(layers) - 1; i >= 0; i-- {
 		h.before(i)
 		dy = layers[i].Backward(c, dy)

@@ -114,11 +114,13 @@ func checkMixed(t *testing.T, l32, lLow float64, g32, gLow map[string][]float32,
 // forward pass every buffer on the tape is bf16, at its fp32 twin's
 // length, except the LayerNorms' statistics (a value per row, fp32 by
 // design), so the saved bytes are exactly half plus those. The pool's peak
-// (what peak_activation_bytes reports) falls to at most 53 % of fp32's on
-// the default GPT's shape (0.52× measured): besides the saved activations
-// it holds the working buffers of the layer running, of which the fp32
-// ones stay (the loss's logits and gradient, an fp32 activation gradient
-// flowing back).
+// (what peak_activation_bytes reports) falls to at most 51.5 % of fp32's
+// on the default GPT's shape at 8 sequences (0.511× measured; 0.524× before
+// the MLP's hidden activation and its gradient stayed in bf16 throughout):
+// besides the saved activations it holds the working buffers of the layer
+// running, of which the fp32 ones do not halve — the residual stream (fp32
+// in both, as under autocast), the loss's logits and their gradient. The
+// accounting is deterministic, so the bound is exact, not statistical.
 func TestMixedPrecisionHalvesActivations(t *testing.T) {
 	be := cpu.New(2)
 	r := rand.New(rand.NewPCG(23, 24))
@@ -181,7 +183,80 @@ func TestMixedPrecisionHalvesActivations(t *testing.T) {
 	_, _, p16 := passAt(t, be, kernels.BF16, m, nil, tokens, tokens)
 	t.Logf("saved activations: fp32 %d, bf16 %d bytes (%.3f×); pool peak: fp32 %d, bf16 %d (%.3f×)",
 		b32, b16, float64(b16)/float64(b32), p32, p16, float64(p16)/float64(p32))
-	if float64(p16) > 0.53*float64(p32) {
-		t.Errorf("bf16 peak %d is more than 53%% of fp32's %d", p16, p32)
+	if float64(p16) > 0.515*float64(p32) {
+		t.Errorf("bf16 peak %d is more than 51.5%% of fp32's %d", p16, p32)
+	}
+}
+
+// A Linear with LowOutput writes what the plain one writes in fp32,
+// rounded once to the compute type, bit for bit, also when the rows take
+// several blocks of its fp32 scratch; with LowInputGrad its dx, written
+// in the compute type over its saved input, is the plain one's fp32 dx
+// rounded once. The forward pass's peak in the pool is below the plain
+// layer's (no fp32 output as large as y).
+func TestLinearLowOutputAndInputGrad(t *testing.T) {
+	be := cpu.New(2)
+	lp, _ := kernels.LowPrecisionOf(be)
+	r := rand.New(rand.NewPCG(25, 26))
+	const rows, in, out = 501, 37, 300 // 150,300 outputs: three scratch blocks, the last short
+	s := nn.NewParamSet(be, 4)
+	plain := nn.NewLinear(s, "l", in, out, true)
+	s.Finalize()
+	low := *plain // the same parameters
+	low.LowOutput, low.LowInputGrad = true, true
+	x := make([]float32, rows*in)
+	dy := make([]float32, rows*out)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	for i := range dy {
+		dy[i] = float32(r.NormFloat64())
+	}
+	pass := func(l *nn.Linear) (y, dx kernels.Buffer, fwdPeak int64) {
+		pool := nn.NewPool(be)
+		c := nn.NewCtx(be, pool)
+		if err := c.SetPrecision(kernels.BF16); err != nil {
+			t.Fatal(err)
+		}
+		if err := nn.RefreshLow(be, kernels.BF16, s.Params()); err != nil {
+			t.Fatal(err)
+		}
+		xb := pool.Get(len(x))
+		be.Upload(xb, x)
+		ya := l.Forward(c, nn.Act{X: xb, Rows: rows, Cols: in})
+		fwdPeak = pool.PeakBytes()
+		y = lp.AllocAs(rows*out, kernels.DTypeOf(ya.X))
+		lp.Convert(y, ya.X)
+		pool.Put(ya.X)
+		db := pool.Get(len(dy))
+		be.Upload(db, dy)
+		s.ZeroGrads()
+		da := l.Backward(c, nn.Act{X: db, Rows: rows, Cols: out})
+		dx = lp.AllocAs(rows*in, kernels.DTypeOf(da.X))
+		lp.Convert(dx, da.X)
+		pool.Put(da.X)
+		if pool.LiveBytes() != 0 {
+			t.Fatalf("%d bytes still out", pool.LiveBytes())
+		}
+		return y, dx, fwdPeak
+	}
+	y32, dx32, p32 := pass(plain)
+	y16, dx16, p16 := pass(&low)
+	if kernels.DTypeOf(y32) != kernels.F32 || kernels.DTypeOf(y16) != kernels.BF16 || kernels.DTypeOf(dx32) != kernels.F32 || kernels.DTypeOf(dx16) != kernels.BF16 {
+		t.Fatalf("types: y %v and %v, dx %v and %v", kernels.DTypeOf(y32), kernels.DTypeOf(y16), kernels.DTypeOf(dx32), kernels.DTypeOf(dx16))
+	}
+	for what, pair := range map[string][2]kernels.Buffer{"y": {y32, y16}, "dx": {dx32, dx16}} {
+		want := lp.AllocAs(pair[0].Len(), kernels.BF16)
+		lp.Convert(want, pair[0])
+		w, g := download(be, want), download(be, pair[1])
+		for i := range w {
+			if math.Float32bits(w[i]) != math.Float32bits(g[i]) {
+				t.Fatalf("%s[%d] = %v, the fp32 one rounded is %v", what, i, g[i], w[i])
+			}
+		}
+	}
+	t.Logf("forward's pool peak: plain %d, low %d bytes", p32, p16)
+	if p16 >= p32 {
+		t.Errorf("forward's pool peak %d with the low output, %d without", p16, p32)
 	}
 }

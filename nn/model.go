@@ -334,6 +334,12 @@ func buildMLP(m *Model, cfg MLPConfig) {
 			layer = l
 		}
 		l.SkipInputGrad = u == 0
+		// dx goes to the ReLU before it, unless a column-parallel layer
+		// sums it over the group first (in fp32).
+		l.LowInputGrad = u > 0 && mlpCut(u, n) != cutColumn
+		// y goes to a ReLU, unless a row-parallel layer sums it over
+		// the group first (in fp32).
+		l.LowOutput = u < n-1 && mlpCut(u, n) != cutRow
 		if u < n-1 {
 			m.Layers = append(m.Layers, Seq{layer, &ActLayer{Fn: ReLU}})
 		} else {

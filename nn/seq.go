@@ -17,4 +17,4 @@ func (s Seq) Params() []*Param {
 func (s Seq) Forward(c *Ctx, x Act) Act { return Forward(c, s, x) }
 
 // Backward implements Layer.
-func (s Seq) Backward(c *Ctx, dy Act) Act { return Backward(c, s, dy) }
+func (s Seq) Backward(c *Ctx, dy Act) Act { return backward(c, s, dy, Hooks{}) }

@@ -47,10 +47,11 @@ func TestMNISTReaches97Percent(t *testing.T) {
 // to at most 55% of the first step's within 300 steps. The last ten steps'
 // mean is compared, so one lucky batch cannot pass it. Mixed precision
 // (bf16; fp16 with its loss scaler) must end within 3 % of fp32's, with
-// its peak activation bytes at most 53 % of fp32's (0.52× measured: the
-// saved activations halve exactly, nn's TestMixedPrecisionHalvesActivations;
-// the loss's logits and gradient, the LayerNorm statistics and one fp32
-// activation gradient flowing back stay fp32).
+// its peak activation bytes at most 52 % of fp32's (0.514× measured, 0.521×
+// before the MLP's hidden activation and gradient stayed 16-bit: the saved
+// activations halve exactly, nn's TestMixedPrecisionHalvesActivations; the
+// residual stream, the loss's logits and gradient and the LayerNorm
+// statistics stay fp32, as under autocast).
 func TestDefaultGPTLossFalls(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the default GPT for 300 steps per precision")
@@ -91,7 +92,7 @@ func TestDefaultGPTLossFalls(t *testing.T) {
 		if d := math.Abs(tail-ref) / ref; d > 0.03 {
 			t.Errorf("%s: final loss %.4f, fp32 %.4f: %.1f%% apart, want ≤ 3%%", p, tail, ref, 100*d)
 		}
-		if act > 0.53*refAct {
+		if act > 0.52*refAct {
 			t.Errorf("%s: peak activations %.0f bytes, %.0f%% of fp32's %.0f", p, act, 100*act/refAct, refAct)
 		}
 	}
