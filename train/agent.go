@@ -472,6 +472,14 @@ func (a *agent) run(ctx context.Context) (*AgentSummary, error) {
 		case <-ctx.Done():
 			return a.leave("stopped")
 		case <-a.node.Failed():
+			if ended, err := a.core.Ended(); ended && err == nil {
+				// This node led the job to its target and is telling every
+				// member: they exit as they hear it, and an answer sent as
+				// a member exits may be lost, so the others' going is the
+				// end's consequence, not this node's failure.
+				a.log.Info("the other nodes left after the job's end", zap.NamedError("membership", a.node.Err()))
+				return a.finished(&workerpb.Finish{Step: uint64(a.j.steps)})
+			}
 			return nil, a.node.Err()
 		case <-a.notes.ready():
 			for _, n := range a.notes.take() {

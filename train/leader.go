@@ -524,6 +524,16 @@ func (c *LeaderCore) wait(reason string) {
 	c.out = append(c.out, LeaderOut{Wait: reason})
 }
 
+// Ended reports whether this core, leading, has decided the job's end
+// (every member is being or was told), and why: nil when it reached its
+// target with identical replicas.
+func (c *LeaderCore) Ended() (bool, error) {
+	if !c.lead || (c.phase != phaseFinish && c.phase != phaseDone) {
+		return false, nil
+	}
+	return true, c.endErr
+}
+
 // end tells every member that the job ended, with err when it failed.
 func (c *LeaderCore) end(err error) {
 	c.phase, c.endErr = phaseFinish, err

@@ -607,3 +607,55 @@ func (s *leaderSim) check() error {
 	}
 	return nil
 }
+
+// TestLeaderEnded: the core reports the job's end from the moment it
+// decided it (the call that tells every member) on, and not before:
+// with no error when the job reached its target with identical replicas,
+// with the failure when it failed. The agent reads the other nodes' going
+// in that window as the end's consequence (they exit as they hear it).
+func TestLeaderEnded(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		steps []string // after the world formed and training started
+		fails bool
+	}{
+		{"target", []string{"train", "deliver"}, false},
+		{"diverged", []string{"perturb n2", "train steps=3 diverge=1"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newLeaderSim()
+			run := func(cmd string) string {
+				t.Helper()
+				out, err := s.Exec(cmd)
+				if err != nil {
+					t.Fatalf("%s: %v\n%s", cmd, err, out)
+				}
+				return out
+			}
+			run("config stages=1 micro=1 batch=12 target=10")
+			run("start n1 n2 n3")
+			for _, cmd := range append([]string{"commit n1 n2 n3", "deliver", "deliver"}, tc.steps...) {
+				if ended, _ := s.cores["n1"].Ended(); ended {
+					t.Fatalf("ended before %q", cmd)
+				}
+				run(cmd)
+			}
+			if out := s.call; out == nil || out.Phase != phaseFinish {
+				t.Fatalf("the leader's pending call is %+v, want the finish call", out)
+			}
+			ended, err := s.cores["n1"].Ended()
+			if !ended || (err != nil) != tc.fails {
+				t.Fatalf("Ended() = %v, %v while telling every member", ended, err)
+			}
+			for _, n := range []string{"n2", "n3"} {
+				if e, _ := s.cores[n].Ended(); e {
+					t.Fatalf("%s, not leading, reports the end", n)
+				}
+			}
+			run("deliver")
+			if e, err2 := s.cores["n1"].Ended(); !e || (err2 != nil) != tc.fails {
+				t.Fatalf("Ended() = %v, %v after the end", e, err2)
+			}
+		})
+	}
+}
