@@ -125,8 +125,9 @@ func (l *Linear) lowProduct(c *Ctx, a kernels.Buffer, rows int, withBias bool) k
 }
 
 // weightGrads accumulates dW += dyᵀ·x (and, when withBias, the bias's
-// gradient from the fp32 dy) and reports them done; d is dy as a GEMM
-// operand (Ctx.operand), rows its rows.
+// gradient from dy: fp32, or in the compute type behind a LowInputGrad
+// layer) and reports them done; d is dy as a GEMM operand (Ctx.operand),
+// rows its rows.
 func (l *Linear) weightGrads(c *Ctx, dy, d kernels.Buffer, rows int, x kernels.Buffer, withBias bool) {
 	xo := c.operand(x)
 	c.Be.Gemm(kernels.GemmArgs{TransA: true, M: l.Out, N: l.In, K: rows, Alpha: 1, Beta: 1}, d, xo, l.Weight.G)
