@@ -109,15 +109,7 @@ func reluGo(y, x []float32) {
 // x may be bf16 or fp16 (a saved activation, widened as it is read), and
 // so may dy (widened) and dx (rounded once).
 func (be *Backend) ReLUBackward(dx, dy, x kernels.Buffer) {
-	dxs, dys, xs := savedOf(dx), savedOf(dy), savedOf(x)
-	n := dxs.Len()
-	mustLenOf("ReLUBackward", "dy", dys.Len(), n)
-	mustLenOf("ReLUBackward", "x", xs.Len(), n)
-	if be.serial(n, grainSimple) {
-		xs.apply(actReLU, dxs, dys, 0, n)
-		return
-	}
-	parallelFor(n, be.threads, grainSimple, func(lo, hi int) { xs.apply(actReLU, dxs, dys, lo, hi) })
+	be.activationBackward("ReLUBackward", actReLU, grainSimple, dx, dy, x)
 }
 
 // reluBackwardGo is reluBackward's Go loop.
@@ -148,13 +140,19 @@ func (be *Backend) GELU(y, x kernels.Buffer) {
 // standard normal density. x may be bf16 or fp16 (a saved activation,
 // widened as it is read), and so may dy (widened) and dx (rounded once).
 func (be *Backend) GELUBackward(dx, dy, x kernels.Buffer) {
+	be.activationBackward("GELUBackward", actGELU, grainExp, dx, dy, x)
+}
+
+// activationBackward runs f's backward kernel, dx = dy·f'(x), over the
+// whole buffers (each fp32 or 16-bit), split across threads in grains.
+func (be *Backend) activationBackward(op string, f activation, grain int, dx, dy, x kernels.Buffer) {
 	dxs, dys, xs := savedOf(dx), savedOf(dy), savedOf(x)
 	n := dxs.Len()
-	mustLenOf("GELUBackward", "dy", dys.Len(), n)
-	mustLenOf("GELUBackward", "x", xs.Len(), n)
-	if be.serial(n, grainExp) {
-		xs.apply(actGELU, dxs, dys, 0, n)
+	mustLenOf(op, "dy", dys.Len(), n)
+	mustLenOf(op, "x", xs.Len(), n)
+	if be.serial(n, grain) {
+		xs.apply(f, dxs, dys, 0, n)
 		return
 	}
-	parallelFor(n, be.threads, grainExp, func(lo, hi int) { xs.apply(actGELU, dxs, dys, lo, hi) })
+	parallelFor(n, be.threads, grain, func(lo, hi int) { xs.apply(f, dxs, dys, lo, hi) })
 }

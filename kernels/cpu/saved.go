@@ -90,13 +90,14 @@ func (s saved) apply(f activation, dx, dy saved, lo, hi int) {
 	var tx, tdy, tdx [wideBlock]float32
 	for a := lo; a < hi; a += wideBlock {
 		b := min(a+wideBlock, hi)
-		if !dx.low() {
-			f.backward(dx.f[a:b], dy.at(a, b, tdy[:]), s.at(a, b, tx[:]))
-			continue
-		}
 		out := tdx[:b-a]
+		if !dx.low() {
+			out = dx.f[a:b]
+		}
 		f.backward(out, dy.at(a, b, tdy[:]), s.at(a, b, tx[:]))
-		convert.ToLow(dx.h.T, dx.h.V[a:b], out)
+		if dx.low() {
+			convert.ToLow(dx.h.T, dx.h.V[a:b], out)
+		}
 	}
 }
 
