@@ -38,16 +38,7 @@ func TestNodesTLS(t *testing.T) {
 	core, logs := observer.New(zapcore.WarnLevel)
 	log := zap.New(core)
 	start := func(name string, from *pki.CA, join []string, bind ...string) (*Node, error) {
-		id, err := from.Identity(name, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := actors.DefaultSystemConfig()
-		sc.Remote, sc.TLS, sc.Logger = true, id, log
-		sys, err := actors.NewSystem(sc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		sys := tlsSystem(t, from, name, log)
 		cfg := DefaultConfig()
 		cfg.Name, cfg.Key, cfg.Join, cfg.JoinTimeout = name, testKey(0), join, 2*time.Second
 		if len(bind) > 0 {
@@ -99,6 +90,22 @@ func TestNodesTLS(t *testing.T) {
 	if w := a.World(); namesOf(w) != "a b" {
 		t.Fatalf("world %s", w)
 	}
+}
+
+// tlsSystem is a remote actor system holding name's certificate of ca.
+func tlsSystem(t *testing.T, ca *pki.CA, name string, log *zap.Logger) *actors.System {
+	t.Helper()
+	id, err := ca.Identity(name, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := actors.DefaultSystemConfig()
+	sc.Remote, sc.TLS, sc.Logger = true, id, log
+	sys, err := actors.NewSystem(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sys
 }
 
 func logged(logs *observer.ObservedLogs, s string) bool {
@@ -205,16 +212,7 @@ func TestSeedWaitsForSilentTLSPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := ca.Identity("a", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := actors.DefaultSystemConfig()
-	sc.Remote, sc.TLS, sc.Logger = true, id, zap.NewNop()
-	sys, err := actors.NewSystem(sc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sys := tlsSystem(t, ca, "a", zap.NewNop())
 	defer sys.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
