@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
 
 // TestAsyncKilledReplica: asynchronous training with its replicas as
@@ -42,7 +44,7 @@ func TestAsyncKilledReplicaRejoins(t *testing.T) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-	}, "replica rejoined", func(t *testing.T, replica int, recs []asyncLine) {
+	}, "replica rejoined", func(t *testing.T, replica int, recs []e2etest.AsyncLine) {
 		n := 0
 		for _, r := range recs[killedAt+50:] {
 			if r.Async.Replica == replica {
@@ -76,22 +78,11 @@ func TestAsyncStoppedReplica(t *testing.T) {
 	}, "stale gradient rejected", nil)
 }
 
-// asyncLine is a metrics line of asynchronous training.
-type asyncLine struct {
-	Step   int     `json:"step"`
-	Loss   float64 `json:"loss"`
-	Cursor uint64  `json:"cursor"`
-	Async  *struct {
-		Staleness int `json:"staleness"`
-		Replica   int `json:"replica"`
-	} `json:"async"`
-}
-
 // asyncReplicaFault runs --procs 3 --sync async (and extra), applies
 // fault to one replica process once 50 steps are logged, and checks that
 // the job completes with nothing lost; logged must appear in its log, and
 // check, when set, looks at the metrics lines.
-func asyncReplicaFault(t *testing.T, extra []string, fault func(t *testing.T, pid int, lines func() int), logged string, check func(t *testing.T, replica int, recs []asyncLine)) {
+func asyncReplicaFault(t *testing.T, extra []string, fault func(t *testing.T, pid int, lines func() int), logged string, check func(t *testing.T, replica int, recs []e2etest.AsyncLine)) {
 	const steps, batch, bound = 3000, 32, 4
 	dir := t.TempDir()
 	metrics, weights := filepath.Join(dir, "m.jsonl"), filepath.Join(dir, "w.safetensors")
@@ -148,11 +139,11 @@ func asyncReplicaFault(t *testing.T, extra []string, fault func(t *testing.T, pi
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var recs []asyncLine
+	var recs []e2etest.AsyncLine
 	seen := map[uint64]bool{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var l asyncLine
+		var l e2etest.AsyncLine
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +157,7 @@ func asyncReplicaFault(t *testing.T, extra []string, fault func(t *testing.T, pi
 	if len(recs) != steps {
 		t.Fatalf("%d metrics recs, want %d", len(recs), steps)
 	}
-	mean := func(ls []asyncLine) float64 {
+	mean := func(ls []e2etest.AsyncLine) float64 {
 		s := 0.0
 		for _, l := range ls {
 			s += l.Loss

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
 
 // TestKillDuringCheckpointWrites: kill -9 of a training process at random
@@ -123,7 +124,7 @@ func TestProcsCheckpointResume(t *testing.T) {
 	}
 	m := filepath.Join(t.TempDir(), "m.jsonl")
 	troupe(t, 3*time.Minute, append(append([]string{}, base...), "--ckpt-dir", dir, "--resume", "--metrics-out", m)...)
-	got := losses(t, readFile(t, m), "loss")
+	got := e2etest.Field(t, e2etest.ReadFile(t, m), "loss")
 	if len(got) != 5 {
 		t.Fatalf("resumed run logged %d steps, want 5", len(got))
 	}

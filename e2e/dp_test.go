@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 	"github.com/troupe-ml/troupe/kernels/cpu"
 	"github.com/troupe-ml/troupe/nn"
 )
@@ -77,7 +78,7 @@ func runLosses(t *testing.T, args []string) []float64 {
 	t.Helper()
 	m := filepath.Join(t.TempDir(), "m.jsonl")
 	troupe(t, 5*time.Minute, append(args, "--metrics-out", m)...)
-	return losses(t, readFile(t, m), "loss")
+	return e2etest.Field(t, e2etest.ReadFile(t, m), "loss")
 }
 
 // TestKilledWorkerStopsTheJob: kill -9 of a worker process mid-run ends the
@@ -128,7 +129,7 @@ func killWorker(t *testing.T, extra ...string) {
 	if elapsed > 10*time.Second {
 		t.Errorf("the job took %v to stop after the kill", elapsed)
 	}
-	last := lastLine(stderr.String())
+	last := e2etest.LastLine(stderr.String())
 	if !strings.Contains(last, fmt.Sprintf("rank %d", rank)) {
 		t.Errorf("the final error does not name rank %d: %q", rank, last)
 	}
@@ -168,11 +169,6 @@ func childWith(t *testing.T, parent int, key string) (int, int) {
 	}
 	t.Fatalf("no process under %d with %s", parent, key)
 	return 0, 0
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
 }
 
 // TestProcsGradientsInRegisteredMemory: rank processes on one host keep

@@ -7,12 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
 
 // workerProcess finds the worker process of rank rank among parent's
@@ -97,7 +98,7 @@ func TestProcsHungWorkerEndsTheJob(t *testing.T) {
 	// Stopped inside a step's all-reduce, rank 0's collective names it;
 	// stopped after its last send of a step, rank 0 answers the step and
 	// rank 1 does not: the step call names it.
-	last := lastLine(stderr.String())
+	last := e2etest.LastLine(stderr.String())
 	if !strings.Contains(last, "rank 1") || !strings.Contains(last, "AllReduce") && !strings.Contains(last, "did not answer") {
 		t.Errorf("the job's last error does not name rank 1 and the all-reduce or the step it did not answer: %s", last)
 	}
@@ -126,35 +127,6 @@ func TestProcsHungWorkerEndsTheJob(t *testing.T) {
 	}
 }
 
-// A hung agent holding a pipeline stage (SIGSTOP: no connection reset):
-// four agents hold two replicas of two stages; n4 stops. Within seconds
-// the others' logs name it lost, the generation moves on as one replica
-// with a standby, and after SIGCONT the job still ends with the fault-free
-// losses and bit-identical replicas.
-func TestElasticHungStageAgent(t *testing.T) {
-	ref := faultFree(t)
-	c := newCluster(t, 4, 2)
-	c.extra = []string{"--pp", "2", "--micro-batches", "2"}
-	c.startWorld(4)
-	hung := c.agents["n4"]
-	hung.cmd.Process.Signal(syscall.SIGSTOP)
-	stopped := time.Now()
-	r := c.waitWorld(2, 300)
-	t.Logf("SIGSTOP of n4 (stage 1 of replica 1): one replica of two stages completed step %d %.1f s later", r.Step, time.Since(stopped).Seconds())
-	named := false
-	for _, n := range []string{"n1", "n2", "n3"} {
-		if regexp.MustCompile(`"msg":"member lost".*"member":"n4"`).MatchString(c.agents[n].stderr.String()) {
-			named = true
-		}
-	}
-	if !named {
-		c.dump()
-		t.Error("no survivor's log names n4 lost")
-	}
-	hung.cmd.Process.Signal(syscall.SIGCONT)
-	c.check(c.finish("n1", "n2", "n3", "n4"), ref)
-}
-
 // A rank alive but stuck outside the collectives (TROUPE_TEST_STRAGGLER:
 // rank 1 computes 60 s longer, more than --collective-timeout 2s): rank 0
 // times out in the step's first all-reduce, rank 1's control actor still
@@ -171,7 +143,7 @@ func TestProcsRankOutsideTheCollectiveIsNamed(t *testing.T) {
 	if !errors.As(err, &exit) {
 		t.Fatalf("exit %v, want a non-zero exit:\n%s", err, out)
 	}
-	last := lastLine(string(out))
+	last := e2etest.LastLine(string(out))
 	if !strings.Contains(last, "flight recorders: rank 1 did not enter AllReduce") {
 		t.Errorf("the last error does not say that rank 1 did not enter the all-reduce: %s", last)
 	}

@@ -9,67 +9,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
-
-// scrape reads url's body (an empty string while nothing answers).
-func scrape(url string) (int, string) {
-	res, err := http.Get(url)
-	if err != nil {
-		return 0, ""
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return res.StatusCode, string(b)
-}
-
-// sample is the value of the first sample of name (with its labels, if
-// any) in a Prometheus text exposition, or -1.
-func sample(body, name string) float64 {
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `(\{[^}]*\})? (\S+)$`).FindStringSubmatch(body)
-	if m == nil {
-		return -1
-	}
-	v, err := strconv.ParseFloat(m[2], 64)
-	if err != nil {
-		return -1
-	}
-	return v
-}
-
-// waitMetrics scrapes url until ok accepts the body, for up to a minute.
-func waitMetrics(t *testing.T, url string, ok func(string) bool) string {
-	t.Helper()
-	var body string
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if code, b := scrape(url); code == http.StatusOK {
-			if body = b; ok(b) {
-				return b
-			}
-		}
-	}
-	t.Fatalf("%s never showed what was waited for; last scrape:\n%s", url, body)
-	return ""
-}
-
-// promtoolCheck runs promtool check metrics on a scrape when the machine
-// has it (.ci/run installs Debian's prometheus package).
-func promtoolCheck(t *testing.T, body string) {
-	t.Helper()
-	if _, err := exec.LookPath("promtool"); err != nil {
-		t.Log("promtool not installed: the exposition's lint is skipped (apt-get install prometheus)")
-		return
-	}
-	cmd := exec.Command("promtool", "check", "metrics")
-	cmd.Stdin = strings.NewReader(body)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("promtool check metrics: %v\n%s", err, out)
-	}
-}
 
 // troupe train --metrics-addr serves Prometheus metrics while it trains:
 // /readyz answers, the step and checkpoint counters move between scrapes
@@ -79,7 +25,7 @@ func promtoolCheck(t *testing.T, body string) {
 // into --dump-dir, and troupe debug dump fetches them from
 // /debug/flight.
 func TestTrainServesPrometheusMetrics(t *testing.T) {
-	addr := freePort(t)
+	addr := e2etest.FreePort(t)
 	dumps := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -93,26 +39,26 @@ func TestTrainServesPrometheusMetrics(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 	url := "http://" + addr
-	first := waitMetrics(t, url+"/metrics", func(b string) bool { return sample(b, "troupe_steps_total") >= 10 })
-	later := waitMetrics(t, url+"/metrics", func(b string) bool {
-		return sample(b, "troupe_steps_total") > sample(first, "troupe_steps_total") && sample(b, "troupe_checkpoints_total") >= 1
+	first := e2etest.WaitMetrics(t, url+"/metrics", func(b string) bool { return e2etest.Sample(b, "troupe_steps_total") >= 10 })
+	later := e2etest.WaitMetrics(t, url+"/metrics", func(b string) bool {
+		return e2etest.Sample(b, "troupe_steps_total") > e2etest.Sample(first, "troupe_steps_total") && e2etest.Sample(b, "troupe_checkpoints_total") >= 1
 	})
 	for _, name := range []string{"troupe_samples_total", "troupe_step_duration_seconds_count", `troupe_collective_sent_bytes_total{kind="all_reduce"}`,
 		`troupe_collective_duration_seconds_count{kind="all_reduce",rank="0"}`, `troupe_collective_duration_seconds_count{kind="all_reduce",rank="1"}`} {
-		if !(sample(later, name) > sample(first, name)) {
-			t.Errorf("%s did not grow between scrapes: %v then %v", name, sample(first, name), sample(later, name))
+		if !(e2etest.Sample(later, name) > e2etest.Sample(first, name)) {
+			t.Errorf("%s did not grow between scrapes: %v then %v", name, e2etest.Sample(first, name), e2etest.Sample(later, name))
 		}
 	}
-	if v := sample(later, "troupe_world_size"); v != 2 {
+	if v := e2etest.Sample(later, "troupe_world_size"); v != 2 {
 		t.Errorf("troupe_world_size %v, want 2", v)
 	}
-	if code, _ := scrape(url + "/readyz"); code != http.StatusOK {
+	if code, _ := e2etest.Scrape(url + "/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz while training: %d", code)
 	}
-	if v := sample(later, `troupe_rank_compute_seconds{rank="1"}`); !(v > 0) {
+	if v := e2etest.Sample(later, `troupe_rank_compute_seconds{rank="1"}`); !(v > 0) {
 		t.Errorf("troupe_rank_compute_seconds of rank 1: %v", v)
 	}
-	promtoolCheck(t, later)
+	e2etest.PromtoolCheck(t, later)
 
 	// SIGUSR1: both ranks' recorders in a new directory under --dump-dir.
 	cmd.Process.Signal(syscall.SIGUSR1)
@@ -153,54 +99,8 @@ func TestTrainServesPrometheusMetrics(t *testing.T) {
 	if err := cmd.Wait(); err == nil {
 		t.Log("interrupted run exited 0")
 	}
-	if code, _ := scrape(url + "/healthz"); code != 0 {
+	if code, _ := e2etest.Scrape(url + "/healthz"); code != 0 {
 		t.Errorf("the metrics server still answers after the run ended (%d)", code)
-	}
-}
-
-// Every agent serves the job's metrics under its node label: its world
-// (the generation, two members), the steps, the collective latencies of
-// both ranks, /readyz once it holds a place, and its own rank's flight
-// recorder on /debug/flight; troupe debug dump aligns the two agents'.
-func TestAgentServesPrometheusMetrics(t *testing.T) {
-	c := newCluster(t, 2, 2)
-	c.extra = []string{"--steps", "1000000"}
-	addrs := []string{freePort(t), freePort(t)}
-	for i, a := range addrs {
-		c.startWith(i, "--metrics-addr", a)
-	}
-	c.waitWorld(2, 0)
-	for i, a := range addrs {
-		body := waitMetrics(t, "http://"+a+"/metrics", func(b string) bool { return sample(b, "troupe_steps_total") >= 5 })
-		if !strings.Contains(body, `troupe_world_size{node="n`+strconv.Itoa(i+1)+`"} 2`) || sample(body, "troupe_generation") < 1 {
-			t.Errorf("agent n%d's metrics lack its world:\n%s", i+1, body)
-		}
-		if code, _ := scrape("http://" + a + "/readyz"); code != http.StatusOK {
-			t.Errorf("agent n%d /readyz: %d", i+1, code)
-		}
-		for r := range 2 {
-			name := `troupe_collective_duration_seconds_count{kind="all_reduce",node="n` + strconv.Itoa(i+1) + `",rank="` + strconv.Itoa(r) + `"}`
-			if !(sample(body, name) > 0) {
-				t.Errorf("agent n%d: no %s", i+1, name)
-			}
-		}
-		promtoolCheck(t, body)
-		var fr struct {
-			Dumps []struct {
-				Rank int               `json:"rank"`
-				Ops  []json.RawMessage `json:"ops"`
-			} `json:"dumps"`
-		}
-		if _, b := scrape("http://" + a + "/debug/flight"); json.Unmarshal([]byte(b), &fr) != nil || len(fr.Dumps) != 1 || len(fr.Dumps[0].Ops) == 0 {
-			t.Errorf("agent n%d /debug/flight: %s", i+1, b)
-		}
-	}
-	out, err := exec.Command(troupeBin, "debug", "dump", addrs[0], addrs[1], "-o", t.TempDir()).Output()
-	if err != nil || !strings.Contains(string(out), "dumps from ranks [0 1]") {
-		t.Errorf("troupe debug dump of both agents: %v\n%s", err, out)
-	}
-	for _, a := range c.agents {
-		a.cmd.Process.Signal(syscall.SIGTERM)
 	}
 }
 
@@ -221,7 +121,7 @@ func TestProcsStragglerIsNamed(t *testing.T) {
 		t.Errorf("%d straggler warnings naming rank 1 in 6 steps:\n%s", n, out)
 	}
 	named := 0
-	for _, r := range losses(t, readFile(t, metrics), "straggler_rank") {
+	for _, r := range e2etest.Field(t, e2etest.ReadFile(t, metrics), "straggler_rank") {
 		if r == 1 {
 			named++
 		}

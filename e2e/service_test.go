@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
 
 // buildExample builds one of examples/ into the test's temporary directory.
@@ -55,7 +57,7 @@ func getStatus(addr string) (serviceStatus, error) {
 func TestElasticAgentEmbeddedInAService(t *testing.T) {
 	bin := buildExample(t, "elastic-service")
 	const steps = 1500
-	gossip := []string{freePort(t), freePort(t), freePort(t)}
+	gossip := []string{e2etest.FreePort(t), e2etest.FreePort(t), e2etest.FreePort(t)}
 	type node struct {
 		cmd    *exec.Cmd
 		http   string
@@ -65,7 +67,7 @@ func TestElasticAgentEmbeddedInAService(t *testing.T) {
 	}
 	nodes := make([]*node, 3)
 	for i := range nodes {
-		n := &node{http: freePort(t), done: make(chan error, 1)}
+		n := &node{http: e2etest.FreePort(t), done: make(chan error, 1)}
 		n.cmd = exec.Command(bin, "--name", fmt.Sprintf("n%d", i+1), "--listen", gossip[i], "--http", n.http,
 			"--join", strings.Join(gossip, ","), "--min-nodes", "2", "--steps", fmt.Sprint(steps))
 		n.cmd.Stdout, n.cmd.Stderr = &n.stdout, &n.stderr
@@ -129,7 +131,7 @@ func TestElasticAgentEmbeddedInAService(t *testing.T) {
 // /progress says where the weights of which step are.
 func TestServiceKeepsItsWeightsWhenStopped(t *testing.T) {
 	bin := buildExample(t, "service")
-	addr := freePort(t)
+	addr := e2etest.FreePort(t)
 	save := filepath.Join(t.TempDir(), "w.safetensors")
 	cmd := exec.Command(bin, "--addr", addr, "--dp", "2", "--steps", "300", "--save", save)
 	var stderr bytes.Buffer
@@ -182,7 +184,7 @@ func TestServiceKeepsItsWeightsWhenStopped(t *testing.T) {
 	if p.State != "stopped" || p.Saved != save || p.SavedStep < p.Step || p.SavedStep > p.Step+1 {
 		t.Fatalf("after /stop: %+v; want stopped with the weights of the last step trained in %s", p, save)
 	}
-	f := readFile(t, save)
+	f := e2etest.ReadFile(t, save)
 	if !strings.Contains(f, fmt.Sprintf(`"step":"%d"`, p.SavedStep)) {
 		t.Errorf("%s does not say it holds step %d", save, p.SavedStep)
 	}

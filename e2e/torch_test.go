@@ -1,17 +1,14 @@
 package e2e
 
 import (
-	"bufio"
-	"encoding/json"
 	"math"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 	"github.com/troupe-ml/troupe/safetensors"
 )
 
@@ -32,29 +29,6 @@ func interop(t *testing.T, args ...string) string {
 		t.Fatalf("torch_interop.py %v: %v\n%s", args, err, errs)
 	}
 	return out
-}
-
-func losses(t *testing.T, jsonl string, field string) []float64 {
-	t.Helper()
-	var out []float64
-	sc := bufio.NewScanner(strings.NewReader(jsonl))
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("bad JSON line %q: %v", sc.Text(), err)
-		}
-		out = append(out, m[field].(float64))
-	}
-	return out
-}
-
-func readFile(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // Both sides compute in float32 with different summation orders; over 20
@@ -104,9 +78,9 @@ func TestPyTorchInterop(t *testing.T) {
 		troupe(t, 5*time.Minute, "train", "--model", "mlp", "--layers", "20,32,16,5", "--data", data, "--init", init,
 			"--shuffle=false", "--batch", "32", "--steps", "20", "--optimizer", "sgd", "--momentum", "0.9",
 			"--lr", "0.05", "--lr-schedule", "constant", "--metrics-out", metrics, "--save", saved)
-		want := losses(t, interop(t, "losses", "--model", "mlp", "--layers", "20,32,16,5", "--init", init, "--data", data,
+		want := e2etest.Field(t, interop(t, "losses", "--model", "mlp", "--layers", "20,32,16,5", "--init", init, "--data", data,
 			"--batch", "32", "--steps", "20", "--lr", "0.05", "--momentum", "0.9"), "loss")
-		compareLosses(t, losses(t, readFile(t, metrics), "loss"), want)
+		compareLosses(t, e2etest.Field(t, e2etest.ReadFile(t, metrics), "loss"), want)
 		interop(t, "load", "--model", "mlp", "--layers", "20,32,16,5", saved)
 	})
 
@@ -129,9 +103,9 @@ func TestPyTorchInterop(t *testing.T) {
 			"--context", "16", "--data", data, "--init", init, "--shuffle=false", "--batch", "8", "--steps", "10",
 			"--optimizer", "adamw", "--lr", "0.003", "--lr-schedule", "constant", "--warmup", "0", "--clip", "0",
 			"--metrics-out", metrics, "--save", saved)
-		want := losses(t, interop(t, append([]string{"losses", "--model", "gpt", "--init", init, "--data", data,
+		want := e2etest.Field(t, interop(t, append([]string{"losses", "--model", "gpt", "--init", init, "--data", data,
 			"--batch", "8", "--steps", "10", "--optimizer", "adamw", "--lr", "0.003"}, shape...)...), "loss")
-		compareLosses(t, losses(t, readFile(t, metrics), "loss"), want)
+		compareLosses(t, e2etest.Field(t, e2etest.ReadFile(t, metrics), "loss"), want)
 		interop(t, append([]string{"load", "--model", "gpt", saved}, shape...)...)
 	})
 }

@@ -1,4 +1,6 @@
-package e2e
+//go:build long
+
+package cluster
 
 import (
 	"bufio"
@@ -7,18 +9,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
 
 // The elastic job of these tests: a small MLP on synthetic data, every
@@ -79,73 +80,12 @@ type cluster struct {
 	env []string
 }
 
-// handedOut holds every address freePort returned in this test binary.
-var handedOut = struct {
-	sync.Mutex
-	addrs map[string]bool
-}{addrs: map[string]bool{}}
-
-// freePort returns a loopback address that nothing listened on (TCP or
-// UDP) when it was picked, that no earlier call returned, and that lies
-// below the kernel's ephemeral range: agents pick their actor and data
-// plane ports from that range while others start, and one took a port
-// handed out for another agent's gossip, which then could not bind it
-// (seen twice: TestElasticPartKill, TestElasticTLS).
-func freePort(t *testing.T) string {
-	t.Helper()
-	lo := ephemeralLow()
-	for range 200 {
-		port := 10000 + rand.IntN(lo-10000)
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		handedOut.Lock()
-		fresh := !handedOut.addrs[addr]
-		handedOut.Unlock()
-		if !fresh {
-			continue
-		}
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		pc, err := net.ListenPacket("udp", addr)
-		if err != nil {
-			continue
-		}
-		pc.Close()
-		handedOut.Lock()
-		handedOut.addrs[addr] = true
-		handedOut.Unlock()
-		return addr
-	}
-	t.Fatal("no free loopback port below the ephemeral range in 200 tries")
-	return ""
-}
-
-// ephemeralLow is the first port of the kernel's ephemeral range (32768
-// when it cannot be read).
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 32768
-	}
-	lo, err := strconv.Atoi(f[0])
-	if err != nil || lo <= 11000 {
-		return 32768
-	}
-	return lo
-}
-
 func newCluster(t *testing.T, nodes, minNodes int) *cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	c := &cluster{t: t, dir: t.TempDir(), minN: minNodes, agents: map[string]*agentProc{}, ctx: ctx}
 	for i := 0; i < nodes; i++ {
-		c.ports = append(c.ports, freePort(t))
+		c.ports = append(c.ports, e2etest.FreePort(t))
 	}
 	t.Cleanup(c.killAll)
 	return c
@@ -378,8 +318,8 @@ func faultFree(t *testing.T) []float64 {
 	refOnce.Do(func() {
 		m := filepath.Join(t.TempDir(), "m.jsonl")
 		troupe(t, 5*time.Minute, append(append([]string{"train"}, elasticTrainArgs()...), "--metrics-out", m)...)
-		text := readFile(t, m)
-		refLosses = losses(t, text, "loss")
+		text := e2etest.ReadFile(t, m)
+		refLosses = e2etest.Field(t, text, "loss")
 		lines := strings.Split(strings.TrimSpace(text), "\n")
 		var last stepRecord
 		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
@@ -398,7 +338,7 @@ func faultFree(t *testing.T) []float64 {
 func faultFreeSteps(t *testing.T, n int) []float64 {
 	m := filepath.Join(t.TempDir(), "m.jsonl")
 	troupe(t, 2*time.Minute, append(append([]string{"train"}, elasticTrainArgs()...), "--steps", fmt.Sprint(n), "--metrics-out", m)...)
-	ref := losses(t, readFile(t, m), "loss")
+	ref := e2etest.Field(t, e2etest.ReadFile(t, m), "loss")
 	if len(ref) != n {
 		t.Fatalf("the fault-free run of %d steps logged %d", n, len(ref))
 	}
@@ -547,7 +487,7 @@ func TestElasticWrongKeyRefused(t *testing.T) {
 	if err == nil {
 		t.Fatal("an agent with the wrong key joined")
 	}
-	last := lastLine(errs)
+	last := e2etest.LastLine(errs)
 	if !strings.Contains(last, "key") {
 		t.Errorf("the refusal does not mention the key: %q", last)
 	}
@@ -727,18 +667,5 @@ func TestElasticLostStageWithoutCheckpointFails(t *testing.T) {
 				t.Fatalf("agent %s: no %q in its error output", n, want)
 			}
 		}
-	}
-}
-
-// freePort never hands out an address twice, however the kernel reuses
-// closed ports.
-func TestFreePortNeverRepeats(t *testing.T) {
-	seen := map[string]bool{}
-	for range 300 {
-		a := freePort(t)
-		if seen[a] {
-			t.Fatalf("%s handed out twice", a)
-		}
-		seen[a] = true
 	}
 }

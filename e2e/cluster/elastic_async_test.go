@@ -1,4 +1,6 @@
-package e2e
+//go:build long
+
+package cluster
 
 import (
 	"bufio"
@@ -8,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
 
 // The elastic asynchronous job: the elastic tests' MLP, every replica's
@@ -27,7 +31,7 @@ func asyncCluster(t *testing.T, nodes int) *cluster {
 
 // elasticAsyncLine is what the tests read of a leader's metrics line.
 type elasticAsyncLine struct {
-	asyncLine
+	e2etest.AsyncLine
 	World      int    `json:"world"`
 	Generation uint64 `json:"generation"`
 }

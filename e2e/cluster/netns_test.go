@@ -1,4 +1,6 @@
-package e2e
+//go:build long
+
+package cluster
 
 import (
 	"context"
@@ -187,7 +189,7 @@ func (tn *testNet) remove() {
 // buildDelayLine builds the delay line command once for the package.
 var buildDelayLine = sync.OnceValues(func() (string, error) {
 	path := filepath.Join(filepath.Dir(troupeBin), "delayline")
-	if out, err := exec.Command("go", "build", "-o", path, "../internal/netemu/cmd/delayline").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", path, "github.com/troupe-ml/troupe/internal/netemu/cmd/delayline").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building the delay line: %v: %s", err, out)
 	}
 	return path, nil

@@ -1,4 +1,6 @@
-package e2e
+//go:build long
+
+package cluster
 
 import (
 	"errors"
@@ -8,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
 
 // failed waits up to within for the named agents to exit non-zero, and
@@ -30,7 +34,7 @@ func (c *cluster) failed(within time.Duration, names ...string) map[string]strin
 			c.t.Fatalf("agent %s still runs %v later", n, within)
 		}
 		out[n] = a.stderr.String()
-		c.t.Logf("agent %s: %s", n, lastLine(out[n]))
+		c.t.Logf("agent %s: %s", n, e2etest.LastLine(out[n]))
 	}
 	return out
 }
@@ -56,8 +60,8 @@ func TestElasticUnwritableSaveEndsTheJob(t *testing.T) {
 	logs := c.failed(30*time.Second, "n1", "n2")
 	t.Logf("both agents exited %.1f s after the directory went", time.Since(removed).Seconds())
 	for n, l := range logs {
-		if !strings.Contains(lastLine(l), save) {
-			t.Errorf("agent %s's error does not name %s: %q", n, save, lastLine(l))
+		if !strings.Contains(e2etest.LastLine(l), save) {
+			t.Errorf("agent %s's error does not name %s: %q", n, save, e2etest.LastLine(l))
 		}
 	}
 	for _, r := range c.steps() {
@@ -70,11 +74,11 @@ func TestElasticUnwritableSaveEndsTheJob(t *testing.T) {
 // A --save path that cannot be written is refused before the agent joins.
 func TestAgentRefusesAnUnwritableSave(t *testing.T) {
 	save := filepath.Join(t.TempDir(), "missing", "w.safetensors")
-	args := append([]string{"agent", "--name", "n1", "--listen", freePort(t), "--save", save}, elasticTrainArgs()...)
+	args := append([]string{"agent", "--name", "n1", "--listen", e2etest.FreePort(t), "--save", save}, elasticTrainArgs()...)
 	_, errs, err := run(t, time.Minute, troupeBin, args...)
 	var exit *exec.ExitError
-	if !errors.As(err, &exit) || !strings.Contains(lastLine(errs), save) {
-		t.Fatalf("exit %v, error %q: want a non-zero exit naming %s", err, lastLine(errs), save)
+	if !errors.As(err, &exit) || !strings.Contains(e2etest.LastLine(errs), save) {
+		t.Fatalf("exit %v, error %q: want a non-zero exit naming %s", err, e2etest.LastLine(errs), save)
 	}
 }
 
@@ -93,8 +97,8 @@ func TestElasticWorldTooSmallEndsTheJob(t *testing.T) {
 	c.agents["n3"].cmd.Process.Kill()
 	killed := time.Now()
 	for n, l := range c.failed(30*time.Second, "n1", "n2") {
-		if !strings.Contains(lastLine(l), "2 members cannot hold 3 pipeline stages") {
-			t.Errorf("agent %s: %q", n, lastLine(l))
+		if !strings.Contains(e2etest.LastLine(l), "2 members cannot hold 3 pipeline stages") {
+			t.Errorf("agent %s: %q", n, e2etest.LastLine(l))
 		}
 	}
 	t.Logf("both agents exited %.1f s after the kill", time.Since(killed).Seconds())
@@ -110,7 +114,7 @@ func TestElasticDivergenceEndsTheJob(t *testing.T) {
 	c.start(1)
 	c.startWith(2, "--seed", "7")
 	for n, l := range c.failed(60*time.Second, "n1", "n2", "n3") {
-		if last := lastLine(l); !strings.Contains(last, "replicas diverged") || !strings.Contains(last, "member n3") {
+		if last := e2etest.LastLine(l); !strings.Contains(last, "replicas diverged") || !strings.Contains(last, "member n3") {
 			t.Errorf("agent %s: %q", n, last)
 		}
 	}
