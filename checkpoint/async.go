@@ -174,7 +174,7 @@ func (a *AsyncSaver) collect(r WriteResult) error {
 	a.inFlight = false
 	a.last = r
 	if r.Err != nil {
-		return fmt.Errorf("checkpoint of step %d: %w", r.Step, r.Err)
+		return fmt.Errorf("%w of step %d: %w", ErrWrite, r.Step, r.Err)
 	}
 	return nil
 }

@@ -30,6 +30,10 @@ var (
 	// ErrCommitted: the step being saved is already the latest checkpoint;
 	// it is not written again (its state is the same whatever the world).
 	ErrCommitted = failure.New(failure.Checkpoint, "checkpoint: step already committed")
+	// ErrWrite: a checkpoint could not be written (a full disk, a
+	// read-only or vanished directory); the previous one is still the
+	// latest.
+	ErrWrite = failure.New(failure.Output, "checkpoint: cannot write the checkpoint")
 	// ErrPrune: the checkpoint was committed, but removing old or stale
 	// directories afterwards failed.
 	ErrPrune = failure.New(failure.Output, "checkpoint: pruning old checkpoints failed")

@@ -234,19 +234,12 @@ func RunAgent(ctx context.Context, ac AgentConfig, o Options) (*AgentSummary, er
 		return nil, err
 	}
 	ac = ac.withDefaults()
+	if err := ac.Train.probeOutputs(); err != nil {
+		return nil, err
+	}
 	j, err := openValidJob(ac.Train)
 	if err != nil {
 		return nil, err
-	}
-	if err := checkWritable("Save", j.cfg.Save); err != nil {
-		return nil, err
-	}
-	if j.cfg.MetricsOut != "" {
-		mw, err := appendMetricsWriter(j.cfg.MetricsOut)
-		if err != nil {
-			return nil, err
-		}
-		mw.close()
 	}
 	a := &agent{ac: ac, j: j, o: o, log: o.logger().With(zap.String("node", ac.Name)), notes: newMailbox(),
 		callDone: make(chan callResult, 1), trainDone: make(chan trainResult, 1), quit: make(chan struct{})}
@@ -411,7 +404,7 @@ func (a *agent) start(ctx context.Context) error {
 	quorum := ac.Quorum
 	timings, _ := elastic.ParseTimings(ac.Timings)
 	a.core = NewLeaderCore(LeaderConfig{Stages: cfg.PP, Shards: cfg.TP, ZeroGroup: a.j.zeroGroup(cfg.DP), ZeroShards: a.j.zeroShards(), MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR, Rounds: cfg.sync().Local(), Async: a.async(),
-		Resume: cfg.Resume, Target: a.j.steps, LostStageTimeout: ac.LostStageTimeout, RetryDelay: 3 * time.Second}, time.Now())
+		Resume: cfg.Resume, ResumeRequired: cfg.ResumeRequired, Target: a.j.steps, LostStageTimeout: ac.LostStageTimeout, RetryDelay: 3 * time.Second}, time.Now())
 	if a.o.Progress != nil {
 		a.bar = newProgress(a.o.Progress, a.j.steps)
 	}

@@ -82,6 +82,9 @@ func (c *checkpointer) saveAsync(meta checkpoint.Meta, capture func(*checkpoint.
 		s.Meta = meta
 		return capture(s)
 	})
+	if errors.Is(err, checkpoint.ErrWrite) { // the write of an earlier step, which names it
+		return st.Pause(), fmt.Errorf("train: %w", err)
+	}
 	if err != nil {
 		return st.Pause(), fmt.Errorf("train: checkpoint at step %d: %w", meta.Step, err)
 	}
@@ -151,7 +154,10 @@ func (c *checkpointer) close() error {
 func resumePoint(cfg *Config, log *zap.Logger) (int, *data.SamplerState, *checkpoint.ScalerState, error) {
 	ck, err := checkpoint.OpenLatest(checkpoint.OSFS{}, cfg.CkptDir)
 	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
-		log.Info("resume: no checkpoint in the checkpoint directory, starting from scratch", zap.String("dir", cfg.CkptDir))
+		if cfg.ResumeRequired {
+			return 0, nil, nil, &FieldError{Field: "ResumeRequired", Msg: fmt.Sprintf("found no checkpoint in %s to resume from", cfg.CkptDir), Class: checkpoint.ErrNoCheckpoint}
+		}
+		log.Warn("not resumed: no checkpoint in the checkpoint directory, starting from step 0", zap.String("dir", cfg.CkptDir))
 		return 0, nil, nil, nil
 	}
 	if err != nil {
@@ -162,7 +168,7 @@ func resumePoint(cfg *Config, log *zap.Logger) (int, *data.SamplerState, *checkp
 	if m.Sampler == nil {
 		return 0, nil, nil, fmt.Errorf("train: resume: %w: checkpoint step %d has no sampler state", checkpoint.ErrManifest, m.Step)
 	}
-	log.Info("resuming", zap.String("dir", cfg.CkptDir), zap.Int64("step", m.Step), zap.Stringer("written_by", m.World),
+	log.Info("resumed from the latest checkpoint", zap.String("dir", cfg.CkptDir), zap.Int64("step", m.Step), zap.Stringer("written_by", m.World),
 		zap.Uint64("generation", m.Generation))
 	return int(m.Step), m.Sampler, m.LossScaler, nil
 }

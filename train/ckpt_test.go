@@ -1,12 +1,20 @@
 package train
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/failure"
 )
 
 // A run stopped after step k and resumed with --resume gives per-step
@@ -96,4 +104,164 @@ func TestResumeWithoutCheckpointStartsFromScratch(t *testing.T) {
 		t.Fatalf("start %d of %d, want a whole run from 0", sum.StartStep, sum.Steps)
 	}
 	_ = fmt.Sprint()
+}
+
+// diskFullAt is a checkpoint file system whose disk is full for the
+// checkpoint of one step: every file of it fails to be created.
+type diskFullAt struct {
+	checkpoint.FS
+	step int64
+}
+
+func (d diskFullAt) Create(name string) (checkpoint.File, error) {
+	if strings.Contains(name, checkpoint.StepDirName(d.step)) {
+		return nil, &fs.PathError{Op: "create", Path: name, Err: syscall.ENOSPC}
+	}
+	return d.FS.Create(name)
+}
+
+// A checkpoint that cannot be written ends the run with an output failure
+// naming it, after the weights of the last step were written to Save, as an
+// interrupt would; the checkpoint before it stays the latest.
+func TestCheckpointWriteFailureSavesTheWeights(t *testing.T) {
+	cfg := tinyMLP()
+	cfg.Steps, cfg.CkptEvery = 8, 2
+	cfg.CkptDir = t.TempDir()
+	cfg.Save = filepath.Join(t.TempDir(), "w.safetensors")
+	sum, err := Run(context.Background(), cfg, Options{ckptFS: diskFullAt{checkpoint.OSFS{}, 4}})
+	if err == nil {
+		t.Fatal("the run succeeded with a full disk")
+	}
+	if !errors.Is(err, checkpoint.ErrWrite) || failure.CodeOf(err) != failure.Output || !strings.Contains(err.Error(), "no space left on device") {
+		t.Fatalf("error %v (class %v), want checkpoint.ErrWrite of class output naming the cause", err, failure.CodeOf(err))
+	}
+	// The write of step 4 runs in the background; its failure is taken by
+	// the next checkpoint's Save, after step 6.
+	if sum == nil || sum.Saved != cfg.Save || sum.SavedStep != 6 || sum.Steps != 6 {
+		t.Fatalf("summary %+v, want the weights of step 6 saved", sum)
+	}
+	if got, err := checkpoint.Latest(checkpoint.OSFS{}, cfg.CkptDir); err != nil || got != 2 {
+		t.Fatalf("latest checkpoint %d (%v), want step 2", got, err)
+	}
+	// The weights are those of an uninterrupted run stopped after step 6.
+	ref := cfg
+	ref.CkptDir, ref.CkptEvery = "", 0
+	ref.Save = filepath.Join(t.TempDir(), "ref.safetensors")
+	if _, err := Run(context.Background(), ref, Options{StopAfter: 6}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(cfg.Save)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(ref.Save)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the saved weights differ from those of a run stopped after step 6")
+	}
+}
+
+func TestResumeRequiredWithoutCheckpointFails(t *testing.T) {
+	cfg := tinyMLP()
+	cfg.CkptDir, cfg.Resume, cfg.ResumeRequired = t.TempDir(), true, true
+	stepped := false
+	_, err := Run(context.Background(), cfg, Options{OnStep: func(StepMetrics) { stepped = true }})
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "ResumeRequired" || !errors.Is(err, checkpoint.ErrNoCheckpoint) {
+		t.Fatalf("error %v, want a FieldError of ResumeRequired wrapping checkpoint.ErrNoCheckpoint", err)
+	}
+	if stepped {
+		t.Fatal("a step ran")
+	}
+	cfg.Resume = false
+	if err := cfg.Validate(); err == nil {
+		t.Fatal("ResumeRequired without Resume validated")
+	}
+}
+
+// Every output is probed before the first step; the error names its field.
+func TestOutputsProbedBeforeTraining(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		field string
+		set   func(*Config)
+		say   string
+	}{
+		{"Save", func(c *Config) { c.Save = filepath.Join(dir, "missing", "w.safetensors") }, "does not exist"},
+		{"MetricsOut", func(c *Config) { c.MetricsOut = filepath.Join(file, "m.jsonl") }, "is not a directory"},
+		{"CkptDir", func(c *Config) { c.CkptDir, c.CkptEvery = file, 2 }, "is a file, not a directory"},
+		{"DumpDir", func(c *Config) { c.DumpDir = filepath.Join(file, "dumps") }, "cannot make the directory"},
+		{"Trace", func(c *Config) { c.Trace, c.PP, c.MicroBatches = dir, 2, 2 }, "is a directory"},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			cfg := tinyMLP()
+			tc.set(&cfg)
+			stepped := false
+			_, err := Run(context.Background(), cfg, Options{OnStep: func(StepMetrics) { stepped = true }})
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field || !errors.Is(err, ErrOutput) || !strings.Contains(err.Error(), tc.say) {
+				t.Fatalf("error %v, want an output FieldError of %s saying %q", err, tc.field, tc.say)
+			}
+			if stepped {
+				t.Fatal("a step ran before the output was refused")
+			}
+		})
+	}
+}
+
+// A resumed run takes the model, data and training options its checkpoint
+// recorded; a model or data option set to another value is refused, naming
+// it.
+func TestFromCheckpoint(t *testing.T) {
+	first := tinyMLP()
+	first.Steps, first.CkptEvery, first.CkptDir = 4, 2, t.TempDir()
+	first.LR = 0.02
+	if _, err := Run(context.Background(), first, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	unset := func(string) bool { return false }
+
+	cfg := DefaultConfig() // the GPT's: every model field differs
+	cfg.CkptDir, cfg.Resume = first.CkptDir, true
+	step, err := cfg.FromCheckpoint(unset)
+	if err != nil || step != 4 {
+		t.Fatalf("FromCheckpoint: step %d, %v", step, err)
+	}
+	if cfg.Model != MLP || cfg.Data != first.Data || !slices.Equal(cfg.MLPSizes, first.MLPSizes) || cfg.LR != first.LR || cfg.Optim != first.Optim || cfg.Batch != first.Batch {
+		t.Fatalf("config after FromCheckpoint: %+v", cfg)
+	}
+
+	cfg = DefaultConfig()
+	cfg.CkptDir, cfg.Resume = first.CkptDir, true
+	cfg.Model, cfg.MLPSizes, cfg.Data, cfg.LR = MLP, []int{12, 4, 3}, "synthetic-mlp:features=12,classes=3,n=64,test=17", 0.5
+	setFields := map[string]bool{"Model": true, "MLPSizes": true, "Data": true, "LR": true}
+	_, err = cfg.FromCheckpoint(func(f string) bool { return setFields[f] })
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "MLPSizes" || !strings.Contains(err.Error(), ", Data synthetic-mlp") {
+		t.Fatalf("conflicting model and data: %v", err)
+	}
+	if strings.Contains(err.Error(), "LR") {
+		t.Fatalf("the learning rate, which a resumed run may change, is named: %v", err)
+	}
+
+	cfg = DefaultConfig()
+	cfg.CkptDir, cfg.Resume = t.TempDir(), true
+	if step, err := cfg.FromCheckpoint(unset); err != nil || step != -1 || cfg.Model != GPT {
+		t.Fatalf("no checkpoint: step %d, %v, model %s; want the config unchanged", step, err, cfg.Model)
+	}
+}
+
+func TestStepsAndEpochsAreOneChoice(t *testing.T) {
+	cfg := DefaultMLPConfig()
+	cfg.Steps = 300
+	var fe *FieldError
+	if err := cfg.Validate(); !errors.As(err, &fe) || fe.Field != "Steps" {
+		t.Fatalf("Steps and Epochs both set: %v", err)
+	}
 }

@@ -74,7 +74,8 @@ type Config struct {
 	Batch int
 	// Steps is the number of optimizer steps from the start of training.
 	Steps int
-	// Epochs, when positive, sets Steps to cover that many epochs.
+	// Epochs, when positive, is the run's length in epochs instead (Steps
+	// must then be 0).
 	Epochs float64
 	// Accum is the number of micro-steps per optimizer step (gradient
 	// accumulation, without pipelining); Batch must be divisible by it.
@@ -260,6 +261,9 @@ type Config struct {
 	// Resume continues from the latest checkpoint in CkptDir (from scratch,
 	// saying so, when there is none).
 	Resume bool
+	// ResumeRequired, with Resume, fails the run when CkptDir holds no
+	// checkpoint instead of starting from scratch.
+	ResumeRequired bool
 }
 
 // DefaultConfig is `troupe train` with no flags: the GPT of
@@ -278,17 +282,17 @@ func DefaultConfig() Config {
 	}
 }
 
-// DefaultMLPConfig is the MLP classifier on MNIST: 784-256-10, SGD with
+// DefaultMLPConfig is the MLP classifier on MNIST: 784-256-10 (MLPSizes
+// unset: the data's features, 256, the data's classes), SGD with
 // momentum 0.9, batch 64, two epochs with the learning rate decaying from
 // 0.05 to 0 on a cosine (98% test accuracy).
 func DefaultMLPConfig() Config {
 	c := DefaultConfig()
 	c.Model = MLP
-	c.MLPSizes = []int{784, 256, 10}
 	c.Batch = 64
 	c.Optim = optim.Config{Name: "sgd", Momentum: 0.9}
 	c.LR, c.Schedule, c.Warmup, c.MinLRFactor, c.ClipNorm = 0.05, Cosine, 0, 0, 0
-	c.Epochs = 2
+	c.Steps, c.Epochs = 0, 2
 	return c
 }
 
@@ -426,6 +430,8 @@ func (c *Config) checkTraining() error {
 		return fieldErr("Steps", "and {Epochs} must be ≥ 0")
 	case c.Steps == 0 && c.Epochs == 0:
 		return fieldErr("Steps", "or {Epochs}: give one")
+	case c.Steps > 0 && c.Epochs > 0:
+		return fieldErr("Steps", "%d and {Epochs} %g are both set: give one", c.Steps, c.Epochs)
 	case c.ClipNorm < 0:
 		return fieldErr("ClipNorm", "must be ≥ 0")
 	case c.EvalEvery < 0 || c.EvalBatches < 0:
@@ -621,6 +627,8 @@ func (c *Config) checkOutputs() error {
 		return fieldErr("CkptEvery", "and {Keep} must be ≥ 0")
 	case (c.CkptEvery > 0 || c.Resume) && c.CkptDir == "":
 		return fieldErr("CkptDir", "is needed by {CkptEvery} and {Resume}")
+	case c.ResumeRequired && !c.Resume:
+		return fieldErr("ResumeRequired", "needs {Resume}")
 	case c.Trace != "" && c.PP == 1:
 		return fieldErr("Trace", "records the stages of a pipeline: it needs {PP} > 1")
 	}

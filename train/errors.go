@@ -29,18 +29,28 @@ var (
 	ErrLoss = failure.New(failure.Diverged, "train: the loss is not finite")
 )
 
-// FieldError is a configuration field whose value cannot work. Msg may
-// name other fields as {Field}; Render writes them (and Field) the way
-// the caller names them (the CLI: as its flags).
+// FieldError is a configuration field whose value cannot work, or an
+// output path set by one that cannot be written. Msg may name other
+// fields as {Field}; Render writes them (and Field) the way the caller
+// names them (the CLI: as its flags).
 type FieldError struct {
 	// Field is the Config (or AgentConfig) field, e.g. "Batch".
 	Field string
 	// Msg says what is wrong, e.g. "12 is not divisible by {Accum} 5".
 	Msg string
+	// Class is what errors.Is finds: ErrConfig when nil, ErrOutput for an
+	// output that cannot be written, checkpoint.ErrNoCheckpoint for a
+	// required checkpoint that is not there.
+	Class error
 }
 
 func fieldErr(field, format string, args ...any) *FieldError {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// outputErr is an output of field's that cannot be written.
+func outputErr(field, path string, err error) *FieldError {
+	return &FieldError{Field: field, Msg: fmt.Sprintf("%s: %v", path, err), Class: ErrOutput}
 }
 
 var fieldRef = regexp.MustCompile(`\{([A-Za-z.]+)\}`)
@@ -52,8 +62,21 @@ func (e *FieldError) Render(name func(field string) string) string {
 }
 
 func (e *FieldError) Error() string {
-	return "train: invalid config: " + e.Render(func(f string) string { return f })
+	prefix := "train: invalid config: "
+	switch e.Class {
+	case ErrOutput:
+		prefix = "train: cannot write an output: "
+	case nil:
+	default:
+		prefix = "train: "
+	}
+	return prefix + e.Render(func(f string) string { return f })
 }
 
-// Unwrap makes errors.Is(err, ErrConfig) hold.
-func (e *FieldError) Unwrap() error { return ErrConfig }
+// Unwrap makes errors.Is(err, ErrConfig) (or the error's Class) hold.
+func (e *FieldError) Unwrap() error {
+	if e.Class != nil {
+		return e.Class
+	}
+	return ErrConfig
+}

@@ -54,8 +54,9 @@ type LeaderConfig struct {
 	// Batch is the global batch (under LinearLR: the first world's).
 	Batch    int
 	LinearLR bool
-	// Resume starts a fresh job from the latest checkpoint.
-	Resume bool
+	// Resume starts a fresh job from the latest checkpoint;
+	// ResumeRequired ends it when there is none.
+	Resume, ResumeRequired bool
 	// Rounds: the replicas synchronise in rounds (local SGD, DiLoCo) and
 	// differ between them, so a generation formed mid-round is not
 	// checked for divergence (the end is: the last step ends a round).
@@ -292,7 +293,7 @@ func (c *LeaderCore) plan() {
 	}
 	switch {
 	case l.Source.Kind == worker.FromSeed && c.cfg.Resume:
-		if c.ckpt.Err != nil && !errors.Is(c.ckpt.Err, checkpoint.ErrNoCheckpoint) {
+		if c.ckpt.Err != nil && (c.cfg.ResumeRequired || !errors.Is(c.ckpt.Err, checkpoint.ErrNoCheckpoint)) {
 			c.end(fmt.Errorf("generation %d: resume: %w", c.world.Gen, c.ckpt.Err))
 			return
 		}
@@ -352,6 +353,9 @@ func (c *LeaderCore) planAsync() {
 	switch {
 	case c.servers != nil && !ahead:
 		l.Step, l.Cursor, l.Source = c.servers.Step, c.servers.Cursor, worker.Source{Kind: worker.FromReplica}
+	case noCkpt && c.cfg.ResumeRequired && c.nothingTrained():
+		c.end(fmt.Errorf("generation %d: resume: %w", c.world.Gen, c.ckpt.Err))
+		return
 	case c.ckpt.Err == nil && (c.cfg.Resume || !c.nothingTrained()):
 		c.fromCheckpoint(&l)
 	case c.ckpt.Err != nil && !noCkpt && (c.cfg.Resume || !c.nothingTrained()):

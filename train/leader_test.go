@@ -29,7 +29,7 @@ import (
 // simulated members answer the leader's calls with what worker.Holding.Plan
 // makes of them. Commands:
 //
-//	config stages=P micro=M batch=B target=T [zero=S [zero3]] [lost-timeout=D] [retry=D] [linear-lr] [resume]
+//	config stages=P micro=M batch=B target=T [zero=S [zero3]] [lost-timeout=D] [retry=D] [linear-lr] [resume] [resume-required]
 //	start n1 n2 ...      new members, holding nothing
 //	commit n1 n2 ...     a world of these members (in rank order) commits
 //	deliver [only=n1,n2] the leader's pending call reaches every live member
@@ -216,11 +216,16 @@ func (s *leaderSim) config(args map[string]string, pos []string) error {
 		}
 	}
 	s.cfg.LinearLR, s.cfg.Resume = slices.Contains(pos, "linear-lr"), slices.Contains(pos, "resume")
+	s.cfg.ResumeRequired = slices.Contains(pos, "resume-required")
+	s.cfg.Resume = s.cfg.Resume || s.cfg.ResumeRequired
 	if slices.Contains(pos, "zero3") {
 		s.cfg.ZeroShards = s.cfg.ZeroGroup // ZeRO-3: replicas of a shard group hold different weights
 	}
 	fmt.Fprintf(&s.out, "%d stages, %d micro-batches, batch %d, target %d, lost-stage timeout %s, retry %s, linear-lr %v, resume %v\n",
 		s.cfg.Stages, s.cfg.MicroBatches, s.cfg.Batch, s.cfg.Target, s.cfg.LostStageTimeout, s.cfg.RetryDelay, s.cfg.LinearLR, s.cfg.Resume)
+	if s.cfg.ResumeRequired {
+		fmt.Fprintln(&s.out, "a checkpoint is required")
+	}
 	if s.cfg.ZeroGroup > 0 {
 		fmt.Fprintf(&s.out, "ZeRO shard groups of %d, stage 3 %v\n", s.cfg.ZeroGroup, s.cfg.ZeroShards > 0)
 	}

@@ -12,13 +12,17 @@ import (
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/failure"
 )
 
 // Summary is what a finished run reports (troupe train --json prints it).
 type Summary struct {
-	Model       string  `json:"model"`
-	Params      int     `json:"params"`
-	Data        string  `json:"data"`
+	Model  string `json:"model"`
+	Params int    `json:"params"`
+	Data   string `json:"data"`
+	// Steps is the step the run reached, counted from the start of
+	// training: the last one, or the last completed one of a run that
+	// stopped or failed.
 	Steps       int     `json:"steps"`
 	StartStep   int     `json:"start_step"`
 	Samples     int64   `json:"samples"`
@@ -98,6 +102,9 @@ type Options struct {
 
 	// beforeCompute is asyncExecutor.beforeCompute (tests).
 	beforeCompute func(ctx context.Context, replica int, version uint64) error
+	// ckptFS replaces the file system checkpoints are written to (tests:
+	// a disk that fills up).
+	ckptFS checkpoint.FS
 }
 
 // WorldInfo describes a world the job formed.
@@ -138,19 +145,27 @@ func (o Options) logger() *zap.Logger {
 // and the error says why); the last checkpoint in Config.CkptDir is
 // complete (a write in flight is finished first). Run then returns the
 // summary of the steps trained and an error wrapping context.Canceled.
+// A checkpoint or metrics write that fails ends the run the same way,
+// weights saved, with an error of class failure.Output
+// (checkpoint.ErrWrite for a checkpoint); the checkpoint directory keeps
+// its last committed checkpoint. Every output is probed before the first
+// step (an error naming its field: *FieldError of class ErrOutput).
 //
 // Run's own goroutine drives the steps and calls Options.OnStep; it
 // returns once every worker (and worker process) has stopped.
 func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.probeOutputs(); err != nil {
+		return nil, err
+	}
 	j, err := openJob(cfg)
 	if err != nil {
 		return nil, err
 	}
 	cfg = j.cfg
 	log := o.logger()
-	if err := checkWritable("Save", cfg.Save); err != nil {
-		return nil, err
-	}
 	from, cursor, scaler, err := startPoint(j, log)
 	if err != nil {
 		return nil, err
@@ -164,6 +179,9 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	ckpt, err := newCheckpointer(&cfg, log)
 	if err != nil {
 		return nil, err
+	}
+	if ckpt != nil && o.ckptFS != nil {
+		ckpt.fsys = o.ckptFS
 	}
 	ckpt.setObserver(prom.m())
 	defer ckpt.close()
@@ -228,14 +246,17 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	t.observe, t.logSteps = out.observe, o.Progress == nil
 	sum, err := t.run(ctx, segment{ex: ex, from: from, cursor: cursor, batch: cfg.Batch, lrScale: 1})
 	out.finish()
+	if err == nil {
+		err = ckpt.close() // the last checkpoint, written in the background
+	}
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && failure.CodeOf(err) != failure.Output {
 			return nil, err
 		}
+		// Stopped, or a checkpoint or the metrics could not be written:
+		// the workers are sound, so the weights they hold are saved
+		// before the run ends with err.
 		return t.stopped(group, sum, err)
-	}
-	if err := ckpt.close(); err != nil {
-		return nil, fmt.Errorf("train: the last checkpoint write failed: %w", err)
 	}
 	if cfg.Save != "" {
 		if err := t.saveWeights(ctx, ex, sum.Steps); err != nil {
@@ -272,9 +293,9 @@ func startPoint(j *job, log *zap.Logger) (int, data.Cursor, *checkpoint.ScalerSt
 	return step, s.Cursor(), sc, nil
 }
 
-// stopped ends a run whose context was cancelled: the workers' steps are
-// aborted, the weights of the last step every stage holds are saved, and
-// the summary so far returned with err.
+// stopped ends a run that was cancelled (the workers' steps are aborted)
+// or failed to write an output: the weights of the last step every stage
+// holds are saved, and the summary so far returned with err.
 func (t *trainer) stopped(ex *groupExecutor, sum *Summary, err error) (*Summary, error) {
 	t.log.Info("stopped", zap.Error(err))
 	if t.job.cfg.Save == "" {

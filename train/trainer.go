@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -108,7 +106,7 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 		}
 	}()
 	j, cfg := t.job, &t.job.cfg
-	sum = &Summary{Model: j.describe, Params: j.params, Data: j.train.Name(), Steps: j.steps, StartStep: seg.from, World: seg.ex.Mesh().Size()}
+	sum = &Summary{Model: j.describe, Params: j.params, Data: j.train.Name(), Steps: seg.from, StartStep: seg.from, World: seg.ex.Mesh().Size()}
 	sampler, err := data.NewSampler(j.train.Len(), cfg.Seed, cfg.Shuffle)
 	if err != nil {
 		return sum, fmt.Errorf("train: %w", err)
@@ -193,7 +191,7 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 		if step == seg.from {
 			sum.FirstLoss = loss
 		}
-		sum.FinalLoss, sum.Samples = loss, sum.Samples+int64(seg.batch)
+		sum.Steps, sum.FinalLoss, sum.Samples = step+1, loss, sum.Samples+int64(seg.batch)
 		// The samples trained by the completed steps (the step's own
 		// batch's end, unless steps complete out of order).
 		cursor = seg.cursor + data.Cursor((step+1-seg.from)*seg.batch)
@@ -216,7 +214,6 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 		}
 		if t.stopAfter > 0 && step+1 >= t.stopAfter && !last {
 			t.log.Info("stopping early", zap.Int("after_step", step+1))
-			sum.Steps = step + 1
 			break
 		}
 	}
@@ -419,22 +416,6 @@ func (t *trainer) saveWeights(ctx context.Context, ex executor, step int) error 
 		return fmt.Errorf("%w: weights to %s: %w", ErrOutput, path, err)
 	}
 	t.log.Info("saved weights", zap.String("path", path), zap.Int("step", step))
-	return nil
-}
-
-// checkWritable refuses an output path that cannot be written: its
-// directory missing, or a directory in its place. It catches a wrong path
-// before training rather than after.
-func checkWritable(field, path string) error {
-	if path == "" {
-		return nil
-	}
-	if fi, err := os.Stat(filepath.Dir(path)); err != nil || !fi.IsDir() {
-		return fmt.Errorf("%w: %s %s: its directory %s does not exist", ErrOutput, field, path, filepath.Dir(path))
-	}
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("%w: %s %s is a directory", ErrOutput, field, path)
-	}
 	return nil
 }
 

@@ -21,7 +21,7 @@ var flagOf = map[string]string{
 	"CollectiveTimeout": "--collective-timeout", "StepTimeout": "--step-timeout", "StragglerThreshold": "--straggler-threshold", "PP": "--pp", "TP": "--tp", "SequenceParallel": "--sequence-parallel", "Zero": "--zero", "ZeroGroup": "--zero-group", "Precision": "--precision", "ReduceDType": "--reduce-dtype", "Sync": "--sync", "SyncEvery": "--sync-every", "SyncDType": "--sync-dtype", "OuterLR": "--outer-lr", "OuterMomentum": "--outer-momentum", "OuterNesterov": "--outer-nesterov", "MaxStaleness": "--max-staleness", "MaxRestarts": "--max-restarts", "Servers": "--servers", "LossScaleInit": "--loss-scale-init", "LossScaleWindow": "--loss-scale-window", "LossScaleMin": "--loss-scale-min",
 	"MicroBatches": "--micro-batches", "PipelineSchedule": "--schedule", "Recompute": "--recompute",
 	"StageLayers": "--stage-layers", "Partition": "--partition", "Trace": "--trace", "CkptDir": "--ckpt-dir",
-	"CkptEvery": "--ckpt-every", "Keep": "--keep", "Resume": "--resume",
+	"CkptEvery": "--ckpt-every", "Keep": "--keep", "Resume": "--resume", "ResumeRequired": "--resume=require",
 	// troupe agent
 	"Name": "--name", "Listen": "--listen", "Join": "--join", "MinNodes": "--min-nodes", "MaxNodes": "--max-nodes",
 	"Quorum": "--quorum", "Key": "--key", "Timings": "--timings", "JoinTimeout": "--join-timeout",

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,8 +13,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.uber.org/zap"
 
 	"github.com/troupe-ml/troupe/actors"
+	"github.com/troupe-ml/troupe/internal/probe"
 	_ "github.com/troupe-ml/troupe/kernels/cpu"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/pipeline"
@@ -62,7 +63,7 @@ type trainFlags struct {
 	recompute                                     bool
 	ckptDir                                       string
 	ckptEvery, keep                               int
-	resume                                        bool
+	resume                                        string
 }
 
 func newTrainCmd() *cobra.Command {
@@ -97,21 +98,27 @@ func newTrainCmd() *cobra.Command {
 				o.OnStep = func(m train.StepMetrics) { steps = append(steps, m) }
 			}
 			sum, err := train.Run(ctx, cfg, o)
+			var rerr error
 			if reportPath != "" && len(steps) > 0 {
 				// Also of a run that failed or was stopped: what it trained.
 				title := "troupe train --model " + string(cfg.Model)
 				if sum != nil {
 					title = fmt.Sprintf("troupe train: %s on %s", sum.Model, sum.Data)
 				}
-				if rerr := writeReport(reportPath, title, steps, cfg.Trace); rerr != nil {
-					err = errors.Join(err, rerr)
+				if rerr = writeReport(reportPath, title, steps, cfg.Trace); rerr != nil {
+					rerr = fmt.Errorf("--report %s: %w", reportPath, rerr)
 				}
 			}
 			if err != nil {
-				return inFlags(err)
+				if sum != nil && sum.Saved != "" {
+					err = fmt.Errorf("%w (the weights of step %d were written to %s)", err, sum.SavedStep, sum.Saved)
+				}
+				return errors.Join(inFlags(err), rerr)
 			}
+			// The summary is printed even when the report failed: the run
+			// itself succeeded.
 			if f.jsonOut {
-				return json.NewEncoder(os.Stdout).Encode(sum)
+				return errors.Join(json.NewEncoder(os.Stdout).Encode(sum), rerr)
 			}
 			line := fmt.Sprintf("trained %s on %s: %d steps, loss %.4f → %.4f, %.0f samples/s",
 				sum.Model, sum.Data, sum.Steps, sum.FirstLoss, sum.FinalLoss, sum.SamplesPerS)
@@ -125,7 +132,7 @@ func newTrainCmd() *cobra.Command {
 				line += fmt.Sprintf(", accuracy %.2f%%", 100*sum.EvalAcc)
 			}
 			fmt.Fprintln(os.Stdout, line)
-			return nil
+			return rerr
 		},
 	}
 	f.register(cmd.Flags())
@@ -161,11 +168,11 @@ func dumpOnSignal() (<-chan struct{}, func()) {
 	}
 }
 
-// checkReportPath refuses a report path whose directory does not exist,
-// before the run.
+// checkReportPath refuses a report path that cannot be written, before
+// the run.
 func checkReportPath(p string) error {
-	if fi, err := os.Stat(filepath.Dir(p)); err != nil || !fi.IsDir() {
-		return fmt.Errorf("%w: --report %s: no directory %s", errUsage, p, filepath.Dir(p))
+	if err := probe.File(p); err != nil {
+		return fmt.Errorf("--report %s: %w", p, err)
 	}
 	return nil
 }
@@ -279,7 +286,8 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.ckptDir, "ckpt-dir", "", "checkpoint directory (sharded safetensors + manifest.json, atomic commits)")
 	fl.IntVar(&f.ckptEvery, "ckpt-every", 0, "save a checkpoint every N steps (0: never)")
 	fl.IntVar(&f.keep, "keep", d.Keep, "keep the last K checkpoints (0: all)")
-	fl.BoolVar(&f.resume, "resume", false, "continue from the latest checkpoint in --ckpt-dir (--steps counts from the start of training)")
+	fl.StringVar(&f.resume, "resume", "", "continue from the latest checkpoint in --ckpt-dir, with the model, data and training options it records (flags given override the training options; a model or data flag must match): --resume (or =auto) starts from step 0 when there is none, saying so; --resume=require fails then. --steps counts from the start of training")
+	fl.Lookup("resume").NoOptDefVal = "auto"
 }
 
 // config builds the run's configuration (build) and validates it.
@@ -317,8 +325,6 @@ func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 			return cfg, fmt.Errorf("%w: --layers %q: %v", errUsage, f.layers, err)
 		}
 		cfg.MLPSizes = sizes
-	} else if fl.Changed("data") && cfg.Model == "mlp" {
-		cfg.MLPSizes = nil // fit the data's features and classes
 	}
 	set("d-model", func() { cfg.DModel = f.dModel })
 	set("n-layers", func() { cfg.NLayers = f.nLayers })
@@ -330,7 +336,7 @@ func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 	set("shuffle", func() { cfg.Shuffle = f.shuffle })
 	set("batch", func() { cfg.Batch = f.batch })
 	set("steps", func() { cfg.Steps, cfg.Epochs = f.steps, 0 })
-	set("epochs", func() { cfg.Epochs = f.epochs })
+	set("epochs", func() { cfg.Steps, cfg.Epochs = 0, f.epochs })
 	set("accum", func() { cfg.Accum = f.accum })
 	set("optimizer", func() { cfg.Optim = optim.DefaultConfig(f.optimizer) })
 	set("lr", func() { cfg.LR = f.lr })
@@ -393,9 +399,47 @@ func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 	set("stage-layers", func() { cfg.StageLayers = f.stageLayers })
 	set("partition", func() { cfg.Partition = train.Partition(f.partition) })
 	set("trace", func() { cfg.Trace = f.trace })
-	cfg.CkptDir, cfg.CkptEvery, cfg.Resume = f.ckptDir, f.ckptEvery, f.resume
+	cfg.CkptDir, cfg.CkptEvery = f.ckptDir, f.ckptEvery
+	switch f.resume {
+	case "", "false", "never":
+	case "auto", "true":
+		cfg.Resume = true
+	case "require":
+		cfg.Resume, cfg.ResumeRequired = true, true
+	default:
+		return cfg, fmt.Errorf("%w: --resume=%s: want auto (from the latest checkpoint when there is one) or require (fail without one)", errUsage, f.resume)
+	}
 	set("keep", func() { cfg.Keep = f.keep })
+	step, err := cfg.FromCheckpoint(func(field string) bool { return flagSet(fl, field) })
+	var fe *train.FieldError
+	if errors.As(err, &fe) {
+		return cfg, fmt.Errorf("%w: %w", errUsage, inFlags(err))
+	}
+	if err != nil {
+		return cfg, err
+	}
+	if step >= 0 {
+		logger.Info("resuming with the model, data and training options of the checkpoint", zap.String("dir", cfg.CkptDir), zap.Int64("step", step))
+	}
 	return cfg, nil
+}
+
+// flagSet reports whether the command line set a configuration field: Optim
+// by any optimizer flag, Steps and Epochs by either (they are one choice).
+func flagSet(fl *pflag.FlagSet, field string) bool {
+	names := map[string][]string{
+		"Optim": {"optimizer", "momentum", "dampening", "nesterov", "weight-decay", "beta1", "beta2", "eps"},
+		"Steps": {"steps", "epochs"}, "Epochs": {"steps", "epochs"},
+	}[field]
+	if names == nil {
+		names = []string{strings.TrimPrefix(flagName(field), "--")}
+	}
+	for _, n := range names {
+		if fl.Changed(n) {
+			return true
+		}
+	}
+	return false
 }
 
 func parseInts(s string) ([]int, error) {
