@@ -2,6 +2,7 @@ package data
 
 import (
 	"fmt"
+	"os"
 	"strings"
 )
 
@@ -152,8 +153,9 @@ var builtins = []string{"gospec", "mnist", "synthetic-mlp", "synthetic-tokens", 
 // held-out test set. test is nil when the source has no held-out split (a
 // safetensors file without x_test/y_test or tokens_test). Specs:
 //
-//	gospec[:vocab=char|byte,context=C]      the Go spec from GOROOT, as text
-//	mnist                                   MNIST from the Go module cache
+//	gospec[:vocab=char|byte,context=C]      the Go spec (Go 1.26.8's, in the binary), as text
+//	mnist                                   MNIST from $TROUPE_MNIST_DIR, the Go
+//	                                        module cache or /usr/share/troupe/mnist
 //	mnist:DIR                               the four MNIST IDX files in DIR
 //	synthetic-mlp[:features=F,classes=K,n=N,test=M]
 //	synthetic-tokens[:vocab=V,context=C,n=N,test=M]
@@ -176,19 +178,23 @@ func Open(spec string, o Options) (train, test Dataset, err error) {
 		if err := applyParams(spec, rest, textParams(&o)); err != nil {
 			return nil, nil, err
 		}
-		path, err := goSpecPath()
+		raw, err := goSpec()
 		if err != nil {
 			return nil, nil, err
 		}
-		return openText("gospec", path, o)
+		return textFromBytes("gospec", raw, o)
 	case "mnist":
-		dir := rest
-		if !hasRest {
-			if dir, err = findMNISTModuleDir(); err != nil {
-				return nil, nil, err
-			}
+		if hasRest {
+			return openMNIST(rest)
 		}
-		return openMNIST(dir)
+		dir, err := findMNIST()
+		if err != nil {
+			return nil, nil, err
+		}
+		if train, test, err = openMNIST(dir); err != nil && os.Getenv(MNISTDirEnv) != "" {
+			err = fmt.Errorf("%w (the directory $%s names)", err, MNISTDirEnv)
+		}
+		return train, test, err
 	case "synthetic-mlp":
 		if err := applyParams(spec, rest, map[string]any{
 			"features": &o.Features, "classes": &o.Classes, "n": &o.Samples, "test": &o.TestSamples,

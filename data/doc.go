@@ -3,9 +3,11 @@
 // # Datasets
 //
 // Open(spec, options) turns a --data spec into a training and a test
-// Dataset: the Go specification or any text file as a character- or
-// byte-level corpus for language models, MNIST (from the Go module cache or
-// a directory of IDX files), tensors in a safetensors file, and synthetic
+// Dataset: the Go specification (Go 1.26.8's, embedded in the binary, so
+// the default job needs no file) or any text file as a character- or
+// byte-level corpus for language models, MNIST (from $TROUPE_MNIST_DIR, the
+// Go module cache, the Docker image's /usr/share/troupe/mnist, or a
+// directory of IDX files), tensors in a safetensors file, and synthetic
 // data for tests and benchmarks. A Dataset is read-only and indexed by
 // sample; Fill copies the rows for a list of sample indices into a Batch
 // whose slices it reuses:

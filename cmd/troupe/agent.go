@@ -21,6 +21,9 @@ type agentFlags struct {
 	train                 trainFlags
 	ac                    train.AgentConfig
 	join, quorum, rescale string
+	// leaveExit is the exit status when a signal ends the agent before the
+	// job's end (0: a leave exits 0, as before).
+	leaveExit int
 }
 
 // config is the agent configuration the flags (and $TROUPE_CLUSTER_KEY)
@@ -42,6 +45,9 @@ func (a *agentFlags) config(fl *pflag.FlagSet) (train.AgentConfig, error) {
 		return train.AgentConfig{}, fmt.Errorf("%w: --quorum: %v", errUsage, err)
 	}
 	ac.Rescale = train.Rescale(a.rescale)
+	if a.leaveExit < 0 || a.leaveExit > 255 || a.leaveExit == 1 || a.leaveExit == 2 {
+		return train.AgentConfig{}, fmt.Errorf("%w: --leave-exit-code %d: want 0 or 3-255 (1 is a failure's exit status, 2 a bad command line's)", errUsage, a.leaveExit)
+	}
 	if err := ac.Validate(); err != nil {
 		return train.AgentConfig{}, fmt.Errorf("%w: %w", errUsage, inFlags(err))
 	}
@@ -91,6 +97,15 @@ stdout.`,
 					return err
 				}
 			}
+			// A signal before the job's end: the node left, or was
+			// stopped before it joined (the error says where).
+			if a.leaveExit != 0 && ctx.Err() != nil && (err != nil || sum != nil && sum.Left) {
+				msg := "left the job before its end"
+				if err != nil {
+					msg = fmt.Sprintf("stopped before the job's end: %v", inFlags(err))
+				}
+				return &exitError{code: a.leaveExit, msg: fmt.Sprintf("%s (exit status %d, --leave-exit-code)", msg, a.leaveExit)}
+			}
 			return inFlags(err)
 		},
 	}
@@ -110,6 +125,7 @@ stdout.`,
 	fl.DurationVar(&ac.JoinTimeout, "join-timeout", 30*time.Second, "give up when no node of --join answers within this time")
 	fl.DurationVar(&ac.LostStageTimeout, "lost-stage-timeout", time.Minute, "with --pp: end the job with an error when a stage no member holds, and no checkpoint can restore, stays lost this long")
 	fl.StringVar(&a.rescale, "rescale", string(train.KeepGlobalBatch), "on a world of another size keep the global batch (keep-global-batch) or each rank's batch and scale the LR (linear-lr)")
+	fl.IntVar(&a.leaveExit, "leave-exit-code", 0, "exit status when a signal (SIGTERM, SIGINT) ends the agent before the job's end: it left the job, or had not joined it yet; 0 (default): a leave exits 0 and a signal before joining is an error (1). A Kubernetes Job sets one (deploy/k8s: 143) so that a deleted or evicted pod is replaced, and exit 0 means the job reached its last step")
 	return cmd
 }
 

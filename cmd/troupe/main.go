@@ -52,13 +52,25 @@ func init() {
 // errUsage marks an error in the command line (exit status 2).
 var errUsage = errors.New("usage")
 
+// exitError ends troupe with its exit status, saying msg on stderr.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
 func main() {
 	err := rootCmd.Execute()
 	stopProfile()
 	syncLogger()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "troupe:", err)
-		if errors.Is(err, errUsage) || strings.HasPrefix(err.Error(), "unknown command") {
+		var ee *exitError
+		switch {
+		case errors.As(err, &ee):
+			os.Exit(ee.code)
+		case errors.Is(err, errUsage) || strings.HasPrefix(err.Error(), "unknown command"):
 			os.Exit(2)
 		}
 		os.Exit(1)
