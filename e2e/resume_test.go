@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -33,13 +31,13 @@ func TestResumeNeedsNoModelFlags(t *testing.T) {
 	}
 
 	_, stderr, err = run(t, time.Minute, troupeBin, append([]string{"train", "--ckpt-dir", dir, "--resume", "--layers", "12,16,3"}, quiet...)...)
-	if code := exitCode(err); code != 2 || !strings.Contains(e2etest.LastLine(stderr), "--layers [12 16 3] differs from the checkpoint's") {
+	if code := e2etest.ExitStatus(t, err); code != 2 || !strings.Contains(e2etest.LastLine(stderr), "--layers [12 16 3] differs from the checkpoint's") {
 		t.Fatalf("a conflicting model flag: exit %d, %q", code, e2etest.LastLine(stderr))
 	}
 
 	empty := t.TempDir()
 	_, stderr, err = run(t, time.Minute, troupeBin, append([]string{"train", "--ckpt-dir", empty, "--resume=require"}, quiet...)...)
-	if code := exitCode(err); code != 1 || !strings.Contains(e2etest.LastLine(stderr), "--resume=require found no checkpoint in "+empty) {
+	if code := e2etest.ExitStatus(t, err); code != 1 || !strings.Contains(e2etest.LastLine(stderr), "--resume=require found no checkpoint in "+empty) {
 		t.Fatalf("--resume=require without a checkpoint: exit %d, %q", code, e2etest.LastLine(stderr))
 	}
 	_, stderr, err = run(t, time.Minute, troupeBin, append([]string{"train", "--ckpt-dir", empty, "--resume", "--model", "mlp",
@@ -47,17 +45,4 @@ func TestResumeNeedsNoModelFlags(t *testing.T) {
 	if err != nil || !strings.Contains(stderr, `"msg":"not resumed: no checkpoint in the checkpoint directory, starting from step 0"`) {
 		t.Fatalf("--resume without a checkpoint: %v\n%s", err, stderr)
 	}
-}
-
-// exitCode is a command's exit status (0 for no error, -1 when it did not
-// exit).
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ee):
-		return ee.ExitCode()
-	}
-	return -1
 }

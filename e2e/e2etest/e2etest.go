@@ -7,6 +7,7 @@ package e2etest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -135,4 +136,18 @@ func ephemeralLow() int {
 		return 32768
 	}
 	return lo
+}
+
+// ExitStatus is a finished command's exit status, failing the test when
+// the process did not exit by itself (killed by a signal, or not run).
+func ExitStatus(t *testing.T, err error) int {
+	t.Helper()
+	if err == nil {
+		return 0
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() < 0 {
+		t.Fatalf("%v: want an exit status", err)
+	}
+	return exit.ExitCode()
 }

@@ -1,30 +1,18 @@
-package e2e
+//go:build long
+
+package cluster
 
 import (
 	"encoding/json"
-	"errors"
 	"net"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-)
 
-// exitStatus is a finished command's exit status, failing the test when
-// the process did not exit by itself (killed by a signal, or not run).
-func exitStatus(t *testing.T, err error) int {
-	t.Helper()
-	if err == nil {
-		return 0
-	}
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() < 0 {
-		t.Fatalf("%v: want an exit status", err)
-	}
-	return exit.ExitCode()
-}
+	"github.com/troupe-ml/troupe/e2e/e2etest"
+)
 
 // The exit statuses of troupe agent that deploy/k8s/job.yaml's policies
 // rely on (cmd/troupe's TestK8sManifests checks the policies map them):
@@ -49,14 +37,14 @@ func TestAgentExitStatuses(t *testing.T) {
 		a := c.startWith(0, "--leave-exit-code", leave)
 		c.waitSteps(5)
 		a.cmd.Process.Signal(syscall.SIGTERM)
-		if code := exitStatus(t, <-a.done); code != 143 {
+		if code := e2etest.ExitStatus(t, <-a.done); code != 143 {
 			t.Fatalf("exit status %d after SIGTERM, want 143\n%s", code, a.stderr.String())
 		}
 		var s agentSummary
 		if err := json.Unmarshal(a.stdout.Bytes(), &s); err != nil || !s.Left {
 			t.Errorf("summary %q: want left", a.stdout.String())
 		}
-		if l := lastLine(a.stderr.String()); !strings.Contains(l, "left the job before its end (exit status 143, --leave-exit-code)") {
+		if l := e2etest.LastLine(a.stderr.String()); !strings.Contains(l, "left the job before its end (exit status 143, --leave-exit-code)") {
 			t.Errorf("last line %q does not say why the status is 143", l)
 		}
 	})
@@ -64,31 +52,31 @@ func TestAgentExitStatuses(t *testing.T) {
 		// Its only seed never answers: the agent keeps trying to join
 		// until the signal.
 		c := newCluster(t, 1, 1)
-		c.ports = append(c.ports, freePort(t))
+		c.ports = append(c.ports, e2etest.FreePort(t))
 		a := c.startWith(0, "--join", c.ports[1], "--join-timeout", "2m", "--leave-exit-code", leave)
 		waitListening(t, c.ports[0], a)
 		a.cmd.Process.Signal(syscall.SIGTERM)
-		if code := exitStatus(t, <-a.done); code != 143 {
+		if code := e2etest.ExitStatus(t, <-a.done); code != 143 {
 			t.Fatalf("exit status %d after SIGTERM while joining, want 143\n%s", code, a.stderr.String())
 		}
-		if l := lastLine(a.stderr.String()); !strings.Contains(l, "stopped before the job's end: elastic: cannot join the cluster") {
+		if l := e2etest.LastLine(a.stderr.String()); !strings.Contains(l, "stopped before the job's end: elastic: cannot join the cluster") {
 			t.Errorf("last line %q does not say the agent was stopped while joining", l)
 		}
 	})
 	t.Run("permanent", func(t *testing.T) {
 		save := filepath.Join(t.TempDir(), "missing", "w.safetensors")
-		args := append([]string{"agent", "--name", "n1", "--listen", freePort(t), "--save", save, "--leave-exit-code", leave}, elasticTrainArgs()...)
+		args := append([]string{"agent", "--name", "n1", "--listen", e2etest.FreePort(t), "--save", save, "--leave-exit-code", leave}, elasticTrainArgs()...)
 		_, errs, err := run(t, time.Minute, troupeBin, args...)
-		if code := exitStatus(t, err); code != 1 || !strings.Contains(lastLine(errs), save) {
-			t.Fatalf("exit status %d, error %q: want 1 naming %s", code, lastLine(errs), save)
+		if code := e2etest.ExitStatus(t, err); code != 1 || !strings.Contains(e2etest.LastLine(errs), save) {
+			t.Fatalf("exit status %d, error %q: want 1 naming %s", code, e2etest.LastLine(errs), save)
 		}
 	})
 	t.Run("usage", func(t *testing.T) {
 		for _, bad := range []string{"1", "2", "256", "-1"} {
-			args := append([]string{"agent", "--name", "n1", "--listen", freePort(t), "--leave-exit-code", bad}, elasticTrainArgs()...)
+			args := append([]string{"agent", "--name", "n1", "--listen", e2etest.FreePort(t), "--leave-exit-code", bad}, elasticTrainArgs()...)
 			_, errs, err := run(t, time.Minute, troupeBin, args...)
-			if code := exitStatus(t, err); code != 2 || !strings.Contains(lastLine(errs), "--leave-exit-code "+bad+": want 0 or 3-255") {
-				t.Errorf("--leave-exit-code %s: exit status %d, error %q: want 2 naming the flag", bad, code, lastLine(errs))
+			if code := e2etest.ExitStatus(t, err); code != 2 || !strings.Contains(e2etest.LastLine(errs), "--leave-exit-code "+bad+": want 0 or 3-255") {
+				t.Errorf("--leave-exit-code %s: exit status %d, error %q: want 2 naming the flag", bad, code, e2etest.LastLine(errs))
 			}
 		}
 	})
