@@ -63,7 +63,8 @@ type Span struct {
 
 // ReadMetrics reads metrics lines from path: a --metrics-out file, or a
 // directory whose *.jsonl files (an elastic job's nodes) are merged by
-// step.
+// step. In a directory an empty file is a node that led no step; a file
+// given alone must hold steps.
 func ReadMetrics(path string) ([]train.StepMetrics, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -79,13 +80,22 @@ func ReadMetrics(path string) ([]train.StepMetrics, error) {
 		}
 	}
 	byStep := map[int]train.StepMetrics{}
-	for _, f := range files {
-		if err := readLines(f, byStep); err != nil {
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		err = readLines(f, name, byStep)
+		f.Close()
+		if err != nil {
 			return nil, err
 		}
 	}
 	if len(byStep) == 0 {
-		return nil, fmt.Errorf("%w: no steps in %s", ErrInput, path)
+		if fi.IsDir() {
+			return nil, fmt.Errorf("%w: %s: its *.jsonl files hold no metrics lines", ErrInput, path)
+		}
+		return nil, fmt.Errorf("%w: %s holds no metrics lines (troupe train --metrics-out writes one per step)", ErrInput, path)
 	}
 	out := make([]train.StepMetrics, 0, len(byStep))
 	for _, m := range byStep {
@@ -95,25 +105,33 @@ func ReadMetrics(path string) ([]train.StepMetrics, error) {
 	return out, nil
 }
 
-func readLines(path string, byStep map[int]train.StepMetrics) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<16), 1<<24)
-	for n := 1; sc.Scan(); n++ {
+// maxLine bounds a metrics line (one is about 1 KiB; a world of
+// thousands of ranks adds their compute times).
+const maxLine = 1 << 24
+
+// readLines reads the metrics lines of r, the file name, into byStep; an
+// error names the file and the line.
+func readLines(r io.Reader, name string, byStep map[int]train.StepMetrics) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<16), maxLine)
+	n := 0
+	for sc.Scan() {
+		n++
 		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
 		m, err := ParseLine(sc.Bytes())
 		if err != nil {
-			return fmt.Errorf("%s line %d: %w", path, n, err)
+			return fmt.Errorf("%s line %d: %w", name, n, err)
 		}
 		byStep[m.Step] = m
 	}
-	return sc.Err()
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return fmt.Errorf("%w: %s line %d: longer than %d bytes: not a metrics line", ErrInput, name, n+1, maxLine)
+	} else if err != nil {
+		return fmt.Errorf("%s line %d: %w", name, n+1, err)
+	}
+	return nil
 }
 
 // ParseLine reads one metrics line.

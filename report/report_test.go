@@ -99,6 +99,51 @@ func TestWriteIsSelfContained(t *testing.T) {
 	}
 }
 
+// A bad metrics input is an error naming the file and the line.
+func TestReadMetricsBadInput(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	long := "{\"step\":1,\"loss\":2,\"pad\":\"" + strings.Repeat("x", maxLine) + "\"}\n"
+	for _, c := range []struct {
+		name, text, want string
+	}{
+		{"torn.jsonl", "{\"step\":1,\"loss\":2}\n\n{\"step\":2,\"lo", "torn.jsonl line 3: report: bad input: not a metrics line"},
+		{"empty.jsonl", "", "empty.jsonl holds no metrics lines"},
+		{"blank.jsonl", "\n  \n", "blank.jsonl holds no metrics lines"},
+		{"nostep.jsonl", "{\"step\":1}\n{\"loss\":2}\n", "nostep.jsonl line 2: report: bad input: a metrics line without a step"},
+		{"list.jsonl", "[1,2]\n", "list.jsonl line 1: report: bad input: not a metrics line"},
+		{"string.jsonl", "{\"step\":\"one\"}\n", "string.jsonl line 1: report: bad input: not a metrics line"},
+		{"long.jsonl", "{\"step\":1}\n" + long, "long.jsonl line 2: longer than 16777216 bytes"},
+	} {
+		_, err := ReadMetrics(write(c.name, c.text))
+		if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want ErrInput saying %q", c.name, err, c.want)
+		}
+	}
+	// In an elastic job's directory a node that led no step leaves an
+	// empty file; the others' steps make the report.
+	job := filepath.Join(dir, "job")
+	os.Mkdir(job, 0o755)
+	writeLines(t, filepath.Join(job, "n1.jsonl"), train.StepMetrics{Step: 1, Loss: 3})
+	os.WriteFile(filepath.Join(job, "n2.jsonl"), nil, 0o644)
+	if got, err := ReadMetrics(job); err != nil || len(got) != 1 {
+		t.Errorf("a job with an idle node: %v, %v", got, err)
+	}
+	os.WriteFile(filepath.Join(job, "n1.jsonl"), nil, 0o644)
+	if _, err := ReadMetrics(job); !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "job: its *.jsonl files hold no metrics lines") {
+		t.Errorf("a job of empty files: %v", err)
+	}
+	if _, err := ReadMetrics(filepath.Join(dir, "missing.jsonl")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a missing file: %v", err)
+	}
+}
+
 func FuzzParseLine(f *testing.F) {
 	f.Add([]byte(`{"step":3,"loss":2.5,"samples_per_s":100}`))
 	f.Add([]byte(`{"step":0}`))
@@ -128,6 +173,36 @@ func FuzzReadTrace(f *testing.F) {
 		var out bytes.Buffer
 		if err := Write(&out, Input{Steps: []train.StepMetrics{{Step: 1}}, Trace: spans}); err != nil {
 			t.Fatalf("a trace that read cannot be reported: %v", err)
+		}
+	})
+}
+
+func FuzzReadLines(f *testing.F) {
+	f.Add([]byte("{\"step\":1,\"loss\":2.5,\"lr\":0.001,\"grad_norm\":1.5}\n\n{\"step\":2,\"loss\":2}\n"))
+	f.Add([]byte("{\"step\":1}\r\n{\"step\":1,\"loss\":3}"))
+	f.Add([]byte("{\"step\":1}\nnot json\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		byStep := map[int]train.StepMetrics{}
+		err := readLines(bytes.NewReader(b), "fuzz.jsonl", byStep)
+		if err != nil {
+			if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "fuzz.jsonl line ") {
+				t.Fatalf("error %v is not ErrInput naming the file and line", err)
+			}
+			return
+		}
+		var steps []train.StepMetrics
+		for s, m := range byStep {
+			if s < 1 || m.Step != s {
+				t.Fatalf("step %d kept as %d", m.Step, s)
+			}
+			steps = append(steps, m)
+		}
+		if len(steps) == 0 {
+			return
+		}
+		var out bytes.Buffer
+		if err := Write(&out, Input{Steps: steps}); err != nil {
+			t.Fatalf("metrics that read cannot be reported: %v", err)
 		}
 	})
 }
