@@ -6,9 +6,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/train"
 )
 
@@ -142,6 +145,124 @@ func TestReadMetricsBadInput(t *testing.T) {
 	if _, err := ReadMetrics(filepath.Join(dir, "missing.jsonl")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a missing file: %v", err)
 	}
+}
+
+func mlpConfig() *train.Config {
+	c := train.DefaultMLPConfig()
+	c.MLPSizes, c.Data, c.DP, c.Epochs, c.Steps, c.EvalEvery, c.ClipNorm = []int{784, 64, 10}, "synthetic-mlp", 2, 0, 40, 10, 1
+	return &c
+}
+
+// saveCheckpoint saves a checkpoint of step in dir whose manifest carries
+// config.
+func saveCheckpoint(t testing.TB, dir string, step int64, config []byte) {
+	t.Helper()
+	s := &checkpoint.Snapshot{Meta: checkpoint.Meta{Step: step, World: checkpoint.World{DP: 1, PP: 1}, Config: config}}
+	if _, err := checkpoint.Save(checkpoint.OSFS{}, dir, s, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A configuration is read from a checkpoint (troupe train writes its
+// configuration into every manifest: the checkpoint directory, one
+// checkpoint or its manifest), or from a JSON or YAML file of its
+// settings; a field train.Config lacks is refused by name.
+func TestReadConfig(t *testing.T) {
+	dir := t.TempDir()
+	want := mlpConfig()
+	conf, _ := json.Marshal(want)
+	ck := filepath.Join(dir, "ck")
+	saveCheckpoint(t, ck, 10, []byte(`{"Batch":1}`))
+	saveCheckpoint(t, ck, 20, conf)
+	step20 := filepath.Join(ck, checkpoint.StepDirName(20))
+	for _, path := range []string{ck, step20, filepath.Join(step20, checkpoint.ManifestFile)} {
+		got, from, err := ReadConfig(path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if !reflect.DeepEqual(got, want) || from != filepath.Join(step20, checkpoint.ManifestFile) {
+			t.Errorf("%s: %+v from %s, want %+v from the latest checkpoint's manifest", path, got, from, want)
+		}
+	}
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	yml := write("run.yaml", "model: mlp\nmlpsizes: [784, 64, 10]\nbatch: 64\nlr: 0.05\noptim:\n  name: sgd\n  momentum: 0.9\ndp: 2\nschedule: cosine\npipelineschedule: gpipe\n")
+	got, from, err := ReadConfig(yml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Model != train.MLP || !slices.Equal(got.MLPSizes, []int{784, 64, 10}) || got.Batch != 64 || got.LR != 0.05 ||
+		got.Optim.Name != "sgd" || got.Optim.Momentum != 0.9 || got.DP != 2 || got.Schedule != train.Cosine || from != yml {
+		t.Errorf("the YAML file read as %+v from %s", got, from)
+	}
+	if got, _, err := ReadConfig(write("run.json", string(conf))); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("the JSON file read as %+v, %v", got, err)
+	}
+
+	noConf := filepath.Join(dir, "old")
+	saveCheckpoint(t, noConf, 5, nil)
+	for _, c := range []struct {
+		path, want string
+	}{
+		{write("typo.yaml", "model: mlp\nbatchsize: 64\n"), `typo.yaml: report: bad input: not a troupe train configuration: json: unknown field "batchsize"`},
+		{write("type.json", `{"Batch": "64"}`), "type.json: report: bad input: not a troupe train configuration"},
+		{write("list.yaml", "- 1\n- 2\n"), "list.yaml: report: bad input: a configuration is a mapping of settings, not a list"},
+		{write("empty.yaml", "\n"), "empty.yaml: report: bad input: an empty configuration"},
+		{write("broken.json", `{"Batch": 64,`), "broken.json: report: bad input: neither JSON nor YAML: unexpected end of JSON input"},
+		{write("schedule.json", `{"PipelineSchedule": "zigzag"}`), "schedule.json: report: bad input: not a troupe train configuration: pipeline: unknown schedule"},
+		{write("metrics.jsonl", "{\"step\":1}\n{\"step\":2}\n"), "metrics.jsonl: report: bad input"},
+		{noConf, "manifest.json: report: bad input: the checkpoint's manifest carries no configuration"},
+		{dir, "is neither a checkpoint directory nor a checkpoint"},
+	} {
+		if _, _, err := ReadConfig(c.path); !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want ErrInput saying %q", c.path, err, c.want)
+		}
+	}
+	// A manifest's checksum is checked: a flipped setting is not trusted.
+	m := filepath.Join(step20, checkpoint.ManifestFile)
+	b, _ := os.ReadFile(m)
+	flipped := strings.Replace(string(b), `"LR": 0.05`, `"LR": 0.06`, 1)
+	bad := write("flipped.json", flipped)
+	if string(b) == flipped {
+		t.Fatalf("the manifest does not hold the rate as the test expects:\n%s", b)
+	}
+	if _, _, err := ReadConfig(bad); !errors.Is(err, ErrInput) || !errors.Is(err, checkpoint.ErrManifest) {
+		t.Errorf("a manifest with a changed setting: %v", err)
+	}
+}
+
+func FuzzParseConfig(f *testing.F) {
+	conf, _ := json.Marshal(mlpConfig())
+	f.Add(conf)
+	gpt, _ := json.Marshal(train.DefaultConfig())
+	f.Add(gpt)
+	f.Add([]byte("model: gpt\ndmodel: 64\nlr: 3e-4\noptim: {name: adamw}\n"))
+	f.Add([]byte(`{"PipelineSchedule": "gpipe", "MLPSizes": [3, 2]}`))
+	ck := filepath.Join(f.TempDir(), "ck")
+	saveCheckpoint(f, ck, 1, conf)
+	m, err := os.ReadFile(filepath.Join(ck, checkpoint.StepDirName(1), checkpoint.ManifestFile))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(m)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := ParseConfig(b)
+		if err != nil {
+			if !errors.Is(err, ErrInput) {
+				t.Fatalf("error %v is not ErrInput", err)
+			}
+			return
+		}
+		// The report will show every setting as JSON.
+		if _, err := json.MarshalIndent(c, "", "  "); err != nil {
+			t.Fatalf("a configuration that read cannot be shown: %v", err)
+		}
+	})
 }
 
 func FuzzParseLine(f *testing.F) {
