@@ -48,7 +48,7 @@ func init() { rootCmd.AddCommand(newReportCmd()) }
 // writeReport writes the report of steps (and of the trace at tracePath,
 // when set) to path, atomically.
 func writeReport(path, title string, steps []train.StepMetrics, tracePath string) error {
-	in := report.Input{Title: title, Steps: steps}
+	in := report.Input{Title: title, Runs: []report.Run{{Name: title, Steps: steps}}}
 	if tracePath != "" {
 		f, err := os.Open(tracePath)
 		if err != nil {
