@@ -427,7 +427,7 @@ func saveCheckpoint(t testing.TB, dir string, step int64, config []byte) {
 // A configuration is read from a checkpoint (troupe train writes its
 // configuration into every manifest: the checkpoint directory, one
 // checkpoint or its manifest), or from a JSON or YAML file of its
-// settings; a field train.Config lacks is refused by name.
+// settings, where a field train.Config lacks is refused by name.
 func TestReadConfig(t *testing.T) {
 	dir := t.TempDir()
 	want := mlpConfig()
@@ -484,6 +484,28 @@ func TestReadConfig(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInput saying %q", c.path, err, c.want)
 		}
 	}
+	// A manifest written by another version of troupe: its settings this
+	// one does not know are left out and named.
+	var newer map[string]any
+	json.Unmarshal(conf, &newer)
+	newer["ResumeRequired"] = true
+	newer["Optim"].(map[string]any)["Lion"] = 0.5
+	conf2, _ := json.Marshal(newer)
+	ck2 := filepath.Join(dir, "ck2")
+	saveCheckpoint(t, ck2, 7, conf2)
+	got, from, err = ReadConfig(ck2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFrom := filepath.Join(ck2, checkpoint.StepDirName(7), checkpoint.ManifestFile) + " (left out, unknown to this troupe: Optim.Lion, ResumeRequired)"
+	if !reflect.DeepEqual(got, want) || from != wantFrom {
+		t.Errorf("a newer manifest: %+v from %q, want %+v from %q", got, from, want, wantFrom)
+	}
+	// A file of settings is the user's: a setting troupe lacks is refused.
+	if _, _, err := ReadConfig(write("newer.json", string(conf2))); !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "unknown field") {
+		t.Errorf("a file with a setting troupe lacks: %v", err)
+	}
+
 	// A manifest's checksum is checked: a flipped setting is not trusted.
 	m := filepath.Join(step20, checkpoint.ManifestFile)
 	b, _ := os.ReadFile(m)
@@ -513,7 +535,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add(m)
 	steps := []train.StepMetrics{{Step: 1, Loss: 1}}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := ParseConfig(b)
+		c, _, err := ParseConfig(b)
 		if err != nil {
 			if !errors.Is(err, ErrInput) {
 				t.Fatalf("error %v is not ErrInput", err)

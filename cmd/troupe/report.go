@@ -35,9 +35,10 @@ not share highlighted.
 The metrics lines carry the world a run trained in (its size, dp × pp × tp, batch,
 micro-batches, generations) but not its configuration. --config adds it, one per input in
 order ("" for an input without one): the run's checkpoint directory (--ckpt-dir: every
-checkpoint's manifest carries the configuration), one checkpoint or its manifest.json, or a
-JSON or YAML file of troupe's train.Config fields (model, mlpsizes, batch, lr, optim: {name:
-sgd, momentum: 0.9}, dp, pp…; a field it does not have is an error).`,
+checkpoint's manifest carries the configuration; settings of it this troupe does not know are
+left out and named), one checkpoint or its manifest.json, or a JSON or YAML file of troupe's
+train.Config fields (model, mlpsizes, batch, lr, optim: {name: sgd, momentum: 0.9}, dp, pp…;
+a field it does not have is an error).`,
 		Example: `  troupe train --dp 2 --metrics-out m.jsonl && troupe report m.jsonl -o report.html
   troupe report metrics-dir/ -o job.html
   troupe train --pp 2 --micro-batches 4 --trace t.json --report run.html
