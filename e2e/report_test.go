@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -39,9 +41,10 @@ func chromium(t *testing.T, args ...string) []byte {
 
 // troupe train --report writes one HTML file that headless Chromium opens
 // with no error on its console, every chart drawn (its canvases hold
-// pixels): loss, throughput, step time, stragglers (a slow rank made by
-// TROUPE_TEST_STRAGGLER), compute per rank, membership, checkpoints,
-// memory; with --trace the pipeline's timeline too. A screenshot of it is not blank.
+// pixels): loss, learning rate, gradient norm (--clip), throughput, step
+// time, stragglers (a slow rank made by TROUPE_TEST_STRAGGLER), compute
+// per rank, membership, checkpoints, memory; with --trace the pipeline's
+// timeline too. A screenshot of it is not blank.
 func TestReportOpensInABrowser(t *testing.T) {
 	if chromiumBin() == "" {
 		t.Skip("no chromium: the browser test needs Debian's chromium (apt-get install chromium)")
@@ -52,8 +55,8 @@ func TestReportOpensInABrowser(t *testing.T) {
 		args   []string
 		charts int
 	}{
-		{"dp2", []string{"--dp", "2", "--eval-every", "10", "--ckpt-dir", filepath.Join(dir, "ckpt"), "--ckpt-every", "10"}, 8},
-		{"pp2", []string{"--pp", "2", "--micro-batches", "2", "--trace", filepath.Join(dir, "t.json")}, 7},
+		{"dp2", []string{"--dp", "2", "--eval-every", "10", "--clip", "1", "--ckpt-dir", filepath.Join(dir, "ckpt"), "--ckpt-every", "10"}, 10},
+		{"pp2", []string{"--pp", "2", "--micro-batches", "2", "--trace", filepath.Join(dir, "t.json")}, 8},
 	}
 	for _, r := range runs {
 		t.Run(r.name, func(t *testing.T) {
@@ -65,37 +68,116 @@ func TestReportOpensInABrowser(t *testing.T) {
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
-			dom := chromium(t, "--dump-dom", "file://"+html)
-			body := regexp.MustCompile(`<body[^>]*>`).Find(dom)
-			if m := regexp.MustCompile(`data-errors="([^"]*)"`).FindSubmatch(body); m != nil {
-				t.Fatalf("errors in the page: %s", m[1])
+			p := openReport(t, html)
+			if len(p.colors) < r.charts {
+				t.Fatalf("%d charts drawn, want at least %d", len(p.colors), r.charts)
 			}
-			drawn := regexp.MustCompile(`data-drawn="(\d+)" data-charts="(\d+)"`).FindSubmatch(body)
-			if drawn == nil {
-				t.Fatalf("the page did not report its charts: %s", body)
-			}
-			d, _ := strconv.Atoi(string(drawn[1]))
-			n, _ := strconv.Atoi(string(drawn[2]))
-			if n < r.charts || d != n {
-				t.Fatalf("%d of %d charts drawn, want all of at least %d", d, n, r.charts)
-			}
-			shot := filepath.Join(dir, r.name+".png")
-			chromium(t, "--window-size=1280,2400", "--screenshot="+shot, "file://"+html)
-			f, err := os.Open(shot)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			img, err := png.Decode(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !inked(img) {
-				t.Fatal("the screenshot is blank")
-			}
-			t.Logf("%d charts drawn", n)
+			t.Logf("%d charts drawn", len(p.colors))
 		})
 	}
+}
+
+// troupe report A B compares runs: each run is a line of its own colour
+// in each of the six charts (loss, held-out loss, throughput, step time,
+// learning rate, gradient norm), named in every chart's legend by its
+// --label, and the settings give the configuration --config read from
+// the first run's checkpoints (none for the second).
+func TestReportComparesRunsInABrowser(t *testing.T) {
+	if chromiumBin() == "" {
+		t.Skip("no chromium: the browser test needs Debian's chromium (apt-get install chromium)")
+	}
+	dir := t.TempDir()
+	a, b, ck := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl"), filepath.Join(dir, "ckpt")
+	train := []string{"train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp", "--threads", "1",
+		"--eval-every", "10", "--clip", "1", "--log-level", "warn"}
+	troupe(t, 2*time.Minute, slices.Concat(train, []string{"--steps", "40", "--dp", "2", "--metrics-out", a, "--ckpt-dir", ck, "--ckpt-every", "20"})...)
+	troupe(t, 2*time.Minute, slices.Concat(train, []string{"--steps", "30", "--lr", "0.1", "--metrics-out", b})...)
+	html := filepath.Join(dir, "compare.html")
+	troupe(t, time.Minute, "report", a, b, "--label", "dp 2", "--label", "lr 0.1", "--config", ck, "--config", "", "-o", html, "--log-level", "warn")
+
+	p := openReport(t, html)
+	charts := []string{"Loss", "Held-out loss", "Throughput", "Step time", "Learning rate", "Gradient norm"}
+	if len(p.colors) != len(charts) {
+		t.Fatalf("%d charts, want %d (%q)", len(p.colors), len(charts), charts)
+	}
+	for i, c := range charts {
+		if !strings.Contains(p.dom, "<h2>"+c+"</h2>") {
+			t.Errorf("no %s chart", c)
+		}
+		// The runs' colours are the palette's first two.
+		if !slices.Contains(p.colors[i], 0) || !slices.Contains(p.colors[i], 1) {
+			t.Errorf("the %s chart shows the colours %v: want both runs' lines (0 and 1)", c, p.colors[i])
+		}
+	}
+	for _, label := range []string{"dp 2", "lr 0.1"} {
+		if n := strings.Count(p.dom, `<div class="u-label">`+label+`</div>`); n != len(charts) {
+			t.Errorf("%q is in %d charts' legends, want %d", label, n, len(charts))
+		}
+	}
+	for _, want := range []string{`<th scope="row">learning rate</th><td>0.05</td><td>—</td>`,
+		`<th scope="row">parallelism</th><td>dp 2 × pp 1 × tp 1</td><td>—</td>`,
+		`<th scope="row">world</th><td>2</td><td>1</td>`} {
+		if !strings.Contains(p.dom, want) {
+			t.Errorf("the settings lack %s", want)
+		}
+	}
+}
+
+// reportPage is what headless Chromium made of a report: the DOM after
+// its scripts ran, and for each canvas the indices of the palette's
+// colours it shows.
+type reportPage struct {
+	dom    string
+	colors [][]int
+}
+
+// openReport opens the report at html in headless Chromium and fails the
+// test when its page logged an error, a canvas holds no drawing, or a
+// screenshot of it is blank.
+func openReport(t *testing.T, html string) reportPage {
+	t.Helper()
+	dom := chromium(t, "--dump-dom", "file://"+html)
+	body := regexp.MustCompile(`<body[^>]*>`).Find(dom)
+	if m := regexp.MustCompile(`data-errors="([^"]*)"`).FindSubmatch(body); m != nil {
+		t.Fatalf("errors in the page: %s", m[1])
+	}
+	drawn := regexp.MustCompile(`data-drawn="(\d+)" data-charts="(\d+)" data-colors="([^"]*)"`).FindSubmatch(body)
+	if drawn == nil {
+		t.Fatalf("the page did not report its charts: %s", body)
+	}
+	d, _ := strconv.Atoi(string(drawn[1]))
+	n, _ := strconv.Atoi(string(drawn[2]))
+	if n == 0 || d != n {
+		t.Fatalf("%d of %d charts drawn, want all", d, n)
+	}
+	p := reportPage{dom: string(dom)}
+	for _, c := range strings.Split(string(drawn[3]), " ") {
+		var idx []int
+		for _, k := range strings.Split(c, ",") {
+			if v, err := strconv.Atoi(k); err == nil {
+				idx = append(idx, v)
+			}
+		}
+		p.colors = append(p.colors, idx)
+	}
+	if len(p.colors) != n {
+		t.Fatalf("colours of %d canvases for %d charts: %q", len(p.colors), n, drawn[3])
+	}
+	shot := strings.TrimSuffix(html, ".html") + ".png"
+	chromium(t, "--window-size=1280,2400", "--screenshot="+shot, "file://"+html)
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inked(img) {
+		t.Fatal("the screenshot is blank")
+	}
+	return p
 }
 
 // inked reports whether img has a pixel that is not white.

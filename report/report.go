@@ -1,11 +1,14 @@
 // Package report writes a run's report: one self-contained HTML file (no
-// network access when it is opened) with the loss and held-out loss, the
-// throughput, the time of a step (compute, communication, pipeline bubble),
-// the straggler of every step, the membership of an elastic job
-// (generations, world size, resume times), checkpoints, memory, and, from a
-// pipeline trace, the stages' timeline. It reads what troupe writes: the
-// metrics lines (--metrics-out; an elastic job's nodes each write their
-// own, merged by step) and a Chrome trace (--trace).
+// network access when it is opened) with the run's configuration, the
+// loss and held-out loss, the throughput, the learning rate, the gradient
+// norm, the time of a step (compute, communication, pipeline bubble), the
+// straggler of every step, the membership of an elastic job (generations,
+// world size, resume times), checkpoints, memory, and, from a pipeline
+// trace, the stages' timeline; or several runs compared, each a line of
+// the same charts. It reads what troupe writes: the metrics lines
+// (--metrics-out; an elastic job's nodes each write their own, merged by
+// step), a Chrome trace (--trace), and the configuration a checkpoint's
+// manifest carries.
 //
 // The charts are drawn by uPlot 1.6.32 (MIT, assets/LICENSE.uPlot), taken
 // from npm (`npm pack uplot@1.6.32`, dist/uPlot.iife.min.js and
@@ -34,7 +37,8 @@ var (
 	//go:embed assets/uPlot.min.css
 	uplotCSS string
 	//go:embed report.html
-	page string
+	page         string
+	pageTemplate = template.Must(template.New("report").Parse(page))
 )
 
 // ErrInput is a metrics file or trace that cannot be read as one.
@@ -42,13 +46,29 @@ var ErrInput = errors.New("report: bad input")
 
 // Input is what a report shows.
 type Input struct {
-	// Title names the run (the report's heading).
+	// Title names the report (its heading).
 	Title string
+	// Runs are the runs shown: one run's report has every chart of it;
+	// several are compared, each a series of the same charts (loss,
+	// held-out loss, throughput, step time, learning rate, gradient norm).
+	Runs []Run
+	// Trace is a pipeline trace's complete spans (nil: none).
+	Trace []Span
+}
+
+// Run is one training run of a report.
+type Run struct {
+	// Name labels the run's series and its column of the settings (no
+	// two runs of a report share one).
+	Name string
 	// Steps are the metrics lines in step order (a step logged twice, as
 	// after a restore from a checkpoint, keeps its last line).
 	Steps []train.StepMetrics
-	// Trace is a pipeline trace's complete spans (nil: none).
-	Trace []Span
+	// Config is the run's configuration (nil: not known; the report then
+	// shows what the metrics lines carry of it, and only that).
+	Config *train.Config
+	// ConfigFrom says where Config came from (a file, troupe train).
+	ConfigFrom string
 }
 
 // Span is one complete span of a trace: a stage's pass over a
@@ -63,7 +83,8 @@ type Span struct {
 
 // ReadMetrics reads metrics lines from path: a --metrics-out file, or a
 // directory whose *.jsonl files (an elastic job's nodes) are merged by
-// step.
+// step. In a directory an empty file is a node that led no step; a file
+// given alone must hold steps.
 func ReadMetrics(path string) ([]train.StepMetrics, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -79,13 +100,22 @@ func ReadMetrics(path string) ([]train.StepMetrics, error) {
 		}
 	}
 	byStep := map[int]train.StepMetrics{}
-	for _, f := range files {
-		if err := readLines(f, byStep); err != nil {
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		err = readLines(f, name, byStep)
+		f.Close()
+		if err != nil {
 			return nil, err
 		}
 	}
 	if len(byStep) == 0 {
-		return nil, fmt.Errorf("%w: no steps in %s", ErrInput, path)
+		if fi.IsDir() {
+			return nil, fmt.Errorf("%w: %s: its *.jsonl files hold no metrics lines", ErrInput, path)
+		}
+		return nil, fmt.Errorf("%w: %s holds no metrics lines (troupe train --metrics-out writes one per step)", ErrInput, path)
 	}
 	out := make([]train.StepMetrics, 0, len(byStep))
 	for _, m := range byStep {
@@ -95,25 +125,33 @@ func ReadMetrics(path string) ([]train.StepMetrics, error) {
 	return out, nil
 }
 
-func readLines(path string, byStep map[int]train.StepMetrics) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<16), 1<<24)
-	for n := 1; sc.Scan(); n++ {
+// maxLine bounds a metrics line (one is about 1 KiB; a world of
+// thousands of ranks adds their compute times).
+const maxLine = 1 << 24
+
+// readLines reads the metrics lines of r, the file name, into byStep; an
+// error names the file and the line.
+func readLines(r io.Reader, name string, byStep map[int]train.StepMetrics) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<16), maxLine)
+	n := 0
+	for sc.Scan() {
+		n++
 		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
 		m, err := ParseLine(sc.Bytes())
 		if err != nil {
-			return fmt.Errorf("%s line %d: %w", path, n, err)
+			return fmt.Errorf("%s line %d: %w", name, n, err)
 		}
 		byStep[m.Step] = m
 	}
-	return sc.Err()
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return fmt.Errorf("%w: %s line %d: longer than %d bytes: not a metrics line", ErrInput, name, n+1, maxLine)
+	} else if err != nil {
+		return fmt.Errorf("%s line %d: %w", name, n+1, err)
+	}
+	return nil
 }
 
 // ParseLine reads one metrics line.
@@ -181,17 +219,40 @@ func ReadTrace(r io.Reader) ([]Span, error) {
 
 // Write writes in's report to w.
 func Write(w io.Writer, in Input) error {
-	if len(in.Steps) == 0 {
-		return fmt.Errorf("%w: no steps to report", ErrInput)
+	if len(in.Runs) == 0 {
+		return fmt.Errorf("%w: no run to report", ErrInput)
+	}
+	type pageRun struct {
+		Name  string              `json:"name"`
+		Steps []train.StepMetrics `json:"steps"`
+	}
+	type fullConfig struct {
+		Run, From, JSON string
+	}
+	runs := make([]pageRun, len(in.Runs))
+	var configs []fullConfig
+	for i, r := range in.Runs {
+		if len(r.Steps) == 0 {
+			return fmt.Errorf("%w: run %q has no steps to report", ErrInput, r.Name)
+		}
+		for _, o := range in.Runs[:i] {
+			if o.Name == r.Name {
+				return fmt.Errorf("%w: two runs are named %q", ErrInput, r.Name)
+			}
+		}
+		runs[i] = pageRun{r.Name, r.Steps}
+		if r.Config != nil {
+			b, err := json.MarshalIndent(r.Config, "", "  ")
+			if err != nil {
+				return fmt.Errorf("%w: run %q: its configuration: %v", ErrInput, r.Name, err)
+			}
+			configs = append(configs, fullConfig{r.Name, r.ConfigFrom, string(b)})
+		}
 	}
 	data, err := json.Marshal(struct {
-		Steps []train.StepMetrics `json:"steps"`
-		Trace []Span              `json:"trace"`
-	}{in.Steps, in.Trace})
-	if err != nil {
-		return err
-	}
-	t, err := template.New("report").Parse(page)
+		Runs  []pageRun `json:"runs"`
+		Trace []Span    `json:"trace"`
+	}{runs, in.Trace})
 	if err != nil {
 		return err
 	}
@@ -199,9 +260,11 @@ func Write(w io.Writer, in Input) error {
 	if title == "" {
 		title = "troupe run"
 	}
-	return t.Execute(w, struct {
+	return pageTemplate.Execute(w, struct {
 		Title    string
+		Settings settingsTable
+		Configs  []fullConfig
 		CSS      template.CSS
 		JS, Data template.JS
-	}{title, template.CSS(uplotCSS), template.JS(uplotJS), template.JS(data)})
+	}{title, settings(in.Runs), configs, template.CSS(uplotCSS), template.JS(uplotJS), template.JS(data)})
 }
