@@ -72,6 +72,9 @@ func TestReportOpensInABrowser(t *testing.T) {
 			if len(p.colors) < r.charts {
 				t.Fatalf("%d charts drawn, want at least %d", len(p.colors), r.charts)
 			}
+			if !strings.Contains(p.dom, "<td>troupe train</td>") {
+				t.Error("the report does not give the run's settings (read from troupe train)")
+			}
 			t.Logf("%d charts drawn", len(p.colors))
 		})
 	}

@@ -124,13 +124,11 @@ func reportRuns(inputs, labels, configs []string) ([]report.Run, error) {
 
 // writeReport writes the report of one run's steps, and of the trace at
 // tracePath when set, to path, atomically. cfg is the run's
-// configuration where the caller has it (troupe train passes its own;
-// only the first is read).
-func writeReport(path, title string, steps []train.StepMetrics, tracePath string, cfg ...train.Config) error {
+// configuration (troupe train's own; nil when unknown).
+func writeReport(path, title string, steps []train.StepMetrics, tracePath string, cfg *train.Config) error {
 	run := report.Run{Name: title, Steps: steps}
-	if len(cfg) > 0 {
-		c := cfg[0]
-		run.Config, run.ConfigFrom = &c, "troupe train"
+	if cfg != nil {
+		run.Config, run.ConfigFrom = cfg, "troupe train"
 	}
 	return writeRuns(path, report.Input{Title: title, Runs: []report.Run{run}}, tracePath)
 }

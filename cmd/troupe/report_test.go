@@ -189,7 +189,7 @@ func TestWriteReportOfTrain(t *testing.T) {
 	cfg := train.DefaultMLPConfig()
 	cfg.MLPSizes, cfg.DP = []int{784, 64, 10}, 2
 	out := filepath.Join(dir, "run.html")
-	if err := writeReport(out, "troupe train: mlp", steps, "", cfg); err != nil {
+	if err := writeReport(out, "troupe train: mlp", steps, "", &cfg); err != nil {
 		t.Fatal(err)
 	}
 	page := readReport(t, out).page
@@ -199,7 +199,7 @@ func TestWriteReportOfTrain(t *testing.T) {
 		}
 	}
 	// Without it, the report says the configuration is not known.
-	if err := writeReport(out, "troupe train: mlp", steps, ""); err != nil {
+	if err := writeReport(out, "troupe train: mlp", steps, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if page := readReport(t, out).page; strings.Contains(page, "read from") || !strings.Contains(page, "do not carry the run") {

@@ -105,7 +105,7 @@ func newTrainCmd() *cobra.Command {
 				if sum != nil {
 					title = fmt.Sprintf("troupe train: %s on %s", sum.Model, sum.Data)
 				}
-				if rerr = writeReport(reportPath, title, steps, cfg.Trace); rerr != nil {
+				if rerr = writeReport(reportPath, title, steps, cfg.Trace, &cfg); rerr != nil {
 					rerr = fmt.Errorf("--report %s: %w", reportPath, rerr)
 				}
 			}
