@@ -91,7 +91,7 @@ func asyncReplicaFault(t *testing.T, extra []string, fault func(t *testing.T, pi
 	args := append([]string{"train", "--model", "mlp", "--data", "synthetic-mlp", "--layers", "784,64,10",
 		"--steps", "3000", "--batch", "32", "--procs", "3", "--sync", "async", "--max-staleness", "4",
 		"--metrics-out", metrics, "--save", weights, "--json", "--log-format", "json", "--log-level", "debug"}, extra...)
-	cmd := exec.CommandContext(ctx, troupeBin, args...)
+	cmd := exec.CommandContext(ctx, e2etest.Bin, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {

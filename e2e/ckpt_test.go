@@ -29,7 +29,7 @@ func TestKillDuringCheckpointWrites(t *testing.T) {
 	kills, committed := 0, 0
 	for round := 0; round < 6; round++ {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cmd := exec.CommandContext(ctx, troupeBin, args...)
+		cmd := exec.CommandContext(ctx, e2etest.Bin, args...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
@@ -72,12 +72,12 @@ func TestKillDuringCheckpointWrites(t *testing.T) {
 		t.Logf("round %d: killed; latest is step %d, verified", round, step)
 	}
 	// The survivor inspects clean and resumes.
-	if out, errs, err := run(t, time.Minute, troupeBin, "ckpt", "inspect", dir); err != nil {
+	if out, errs, err := e2etest.Run(t, time.Minute, e2etest.Bin, "ckpt", "inspect", dir); err != nil {
 		t.Fatalf("troupe ckpt inspect after %d kills: %v\n%s%s", kills, err, out, errs)
 	}
 	step, _ := checkpoint.Latest(checkpoint.OSFS{}, dir)
 	final := append(append([]string{}, args...), "--steps", itoa(int(step)+2))
-	troupe(t, 2*time.Minute, final...)
+	e2etest.Troupe(t, 2*time.Minute, final...)
 	if committed != kills {
 		t.Fatalf("%d of %d kills left a verifiable checkpoint", committed, kills)
 	}
@@ -117,13 +117,13 @@ func TestProcsCheckpointResume(t *testing.T) {
 	base := []string{"train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp", "--batch", "32",
 		"--steps", "10", "--procs", "2"}
 	whole := runLosses(t, base)
-	troupe(t, 3*time.Minute, append(append([]string{}, base...), "--steps", "10", "--ckpt-dir", dir, "--ckpt-every", "5")...)
+	e2etest.Troupe(t, 3*time.Minute, append(append([]string{}, base...), "--steps", "10", "--ckpt-dir", dir, "--ckpt-every", "5")...)
 	// Keep only the step-5 checkpoint as the latest: resume from there.
 	if err := os.WriteFile(filepath.Join(dir, "latest"), []byte("step-000005\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	m := filepath.Join(t.TempDir(), "m.jsonl")
-	troupe(t, 3*time.Minute, append(append([]string{}, base...), "--ckpt-dir", dir, "--resume", "--metrics-out", m)...)
+	e2etest.Troupe(t, 3*time.Minute, append(append([]string{}, base...), "--ckpt-dir", dir, "--resume", "--metrics-out", m)...)
 	got := e2etest.Field(t, e2etest.ReadFile(t, m), "loss")
 	if len(got) != 5 {
 		t.Fatalf("resumed run logged %d steps, want 5", len(got))

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
 
 // TestBadInputExitsNonZero: every kind of bad input exits non-zero with a
@@ -51,7 +53,7 @@ func TestBadInputExitsNonZero(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			out, errs, err := run(t, time.Minute, troupeBin, tc.args...)
+			out, errs, err := e2etest.Run(t, time.Minute, e2etest.Bin, tc.args...)
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) {
 				t.Fatalf("exit error %v, want a non-zero exit\nstderr: %s", err, errs)
@@ -72,7 +74,7 @@ func TestBadInputExitsNonZero(t *testing.T) {
 // troupe bench train measures every world it is given, worker processes
 // included, and prints one JSON document.
 func TestBenchTrainWorlds(t *testing.T) {
-	out := troupe(t, 2*time.Minute, "bench", "train", "--model", "mlp", "--layers", "784,32,10", "--data", "synthetic-mlp",
+	out := e2etest.Troupe(t, 2*time.Minute, "bench", "train", "--model", "mlp", "--layers", "784,32,10", "--data", "synthetic-mlp",
 		"--batch", "16", "--steps", "6", "--warmup-steps", "2", "--worlds", "dp1,dp2,procs2", "--threads", "1", "--json")
 	var doc struct {
 		Results []struct {

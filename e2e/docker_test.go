@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
 
 // TestDockerfileBuildsAStaticBinary runs the Dockerfile's build commands (no
@@ -53,7 +55,7 @@ func TestDockerfileBuildsAStaticBinary(t *testing.T) {
 	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
 		t.Fatalf("the binary needs %v", libs)
 	}
-	help, _, err := run(t, time.Minute, bin, "certs", "--help")
+	help, _, err := e2etest.Run(t, time.Minute, bin, "certs", "--help")
 	if err != nil || !strings.Contains(help, "troupe certs") {
 		t.Fatalf("the static binary: %v\n%s", err, help)
 	}

@@ -77,7 +77,7 @@ func TestDataParallelWorlds(t *testing.T) {
 func runLosses(t *testing.T, args []string) []float64 {
 	t.Helper()
 	m := filepath.Join(t.TempDir(), "m.jsonl")
-	troupe(t, 5*time.Minute, append(args, "--metrics-out", m)...)
+	e2etest.Troupe(t, 5*time.Minute, append(args, "--metrics-out", m)...)
 	return e2etest.Field(t, e2etest.ReadFile(t, m), "loss")
 }
 
@@ -96,7 +96,7 @@ func killWorker(t *testing.T, extra ...string) {
 	defer cancel()
 	args := append([]string{"train", "--model", "mlp", "--data", "synthetic-mlp", "--layers", "784,64,10",
 		"--steps", "1000000", "--batch", "32", "--procs", "2", "--metrics-out", metrics, "--log-format", "json"}, extra...)
-	cmd := exec.CommandContext(ctx, troupeBin, args...)
+	cmd := exec.CommandContext(ctx, e2etest.Bin, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -177,7 +177,7 @@ func childWith(t *testing.T, parent int, key string) (int, int) {
 // the losses of that world), and in private memory over TCP.
 func TestProcsGradientsInRegisteredMemory(t *testing.T) {
 	for _, tr := range []string{"shm", "tcp"} {
-		_, stderr, err := run(t, 2*time.Minute, troupeBin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp",
+		_, stderr, err := e2etest.Run(t, 2*time.Minute, e2etest.Bin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp",
 			"--batch", "32", "--steps", "3", "--procs", "2", "--transport", tr, "--log-format", "json")
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", tr, err, stderr)

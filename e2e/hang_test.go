@@ -54,7 +54,7 @@ func TestProcsHungWorkerEndsTheJob(t *testing.T) {
 	dumps := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, troupeBin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp",
+	cmd := exec.CommandContext(ctx, e2etest.Bin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp",
 		"--steps", "1000000", "--threads", "1", "--procs", "2", "--collective-timeout", "3s", "--metrics-out", metrics, "--dump-dir", dumps, "--log-format", "json")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -112,7 +112,7 @@ func TestProcsHungWorkerEndsTheJob(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dirs[0], "rank-0.json")); err != nil {
 		t.Fatalf("rank 0's dump: %v", err)
 	}
-	out, err := exec.Command(troupeBin, "explain", "hang", dirs[0]).CombinedOutput()
+	out, err := exec.Command(e2etest.Bin, "explain", "hang", dirs[0]).CombinedOutput()
 	if err != nil {
 		t.Fatalf("troupe explain hang: %v\n%s", err, out)
 	}
@@ -135,7 +135,7 @@ func TestProcsHungWorkerEndsTheJob(t *testing.T) {
 func TestProcsRankOutsideTheCollectiveIsNamed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, troupeBin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp",
+	cmd := exec.CommandContext(ctx, e2etest.Bin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp",
 		"--steps", "3", "--threads", "1", "--procs", "2", "--collective-timeout", "2s", "--dump-dir", t.TempDir(), "--log-format", "json")
 	cmd.Env = append(os.Environ(), "TROUPE_TEST_STRAGGLER=1:60s")
 	out, err := cmd.CombinedOutput()

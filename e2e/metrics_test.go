@@ -29,7 +29,7 @@ func TestTrainServesPrometheusMetrics(t *testing.T) {
 	dumps := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, troupeBin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp",
+	cmd := exec.CommandContext(ctx, e2etest.Bin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp",
 		"--steps", "1000000", "--threads", "1", "--dp", "2", "--metrics-addr", addr, "--ckpt-dir", filepath.Join(t.TempDir(), "ckpt"),
 		"--ckpt-every", "50", "--dump-dir", dumps, "--log-format", "json")
 	var stderr strings.Builder
@@ -69,13 +69,13 @@ func TestTrainServesPrometheusMetrics(t *testing.T) {
 	if len(files) != 2 {
 		t.Fatalf("dumps after SIGUSR1: %v, want rank-0.json and rank-1.json", files)
 	}
-	out, err := exec.Command(troupeBin, "explain", "hang", filepath.Dir(files[0])).CombinedOutput()
+	out, err := exec.Command(e2etest.Bin, "explain", "hang", filepath.Dir(files[0])).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "dumps from ranks [0 1]") || !strings.Contains(string(out), "AllReduce") {
 		t.Errorf("troupe explain hang of the SIGUSR1 dumps: %v\n%s", err, out)
 	}
 	// troupe debug dump: the same from /debug/flight, aligned as JSON.
 	fetched := t.TempDir()
-	dbg := exec.Command(troupeBin, "debug", "dump", addr, "-o", fetched, "--json")
+	dbg := exec.Command(e2etest.Bin, "debug", "dump", addr, "-o", fetched, "--json")
 	dbg.Stderr = io.Discard
 	b, err := dbg.Output()
 	if err != nil {
@@ -110,7 +110,7 @@ func TestTrainServesPrometheusMetrics(t *testing.T) {
 // the other rank's own time varies with the machine's load.
 func TestProcsStragglerIsNamed(t *testing.T) {
 	metrics := filepath.Join(t.TempDir(), "m.jsonl")
-	cmd := exec.Command(troupeBin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp", "--steps", "6",
+	cmd := exec.Command(e2etest.Bin, "train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp", "--steps", "6",
 		"--threads", "1", "--procs", "2", "--straggler-threshold", "75ms", "--metrics-out", metrics, "--log-format", "json")
 	cmd.Env = append(os.Environ(), "TROUPE_TEST_STRAGGLER=1:150ms")
 	out, err := cmd.CombinedOutput()

@@ -38,7 +38,7 @@ func TestUnwritableOutputsFailBeforeTraining(t *testing.T) {
 	} {
 		t.Run(tc.flag, func(t *testing.T) {
 			start := time.Now()
-			_, stderr, err := run(t, time.Minute, troupeBin, append([]string{"train", "--log-format", "json"}, tc.args...)...)
+			_, stderr, err := e2etest.Run(t, time.Minute, e2etest.Bin, append([]string{"train", "--log-format", "json"}, tc.args...)...)
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) {
 				t.Fatalf("exit: %v, want a non-zero exit\nstderr:\n%s", err, stderr)
@@ -65,7 +65,7 @@ func TestCheckpointOnAFullDiskSavesTheWeights(t *testing.T) {
 	}
 	t.Cleanup(func() { syscall.Unmount(small, 0) })
 	w := filepath.Join(t.TempDir(), "w.safetensors")
-	_, stderr, err := run(t, 2*time.Minute, troupeBin, "train", "--steps", "6", "--ckpt-dir", small, "--ckpt-every", "2",
+	_, stderr, err := e2etest.Run(t, 2*time.Minute, e2etest.Bin, "train", "--steps", "6", "--ckpt-dir", small, "--ckpt-every", "2",
 		"--save", w, "--log-format", "json", "--threads", "1")
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
@@ -76,5 +76,5 @@ func TestCheckpointOnAFullDiskSavesTheWeights(t *testing.T) {
 		t.Fatalf("the error does not name the cause and the saved weights: %q", last)
 	}
 	// The saved weights load: a run starts from them.
-	troupe(t, 2*time.Minute, "train", "--steps", "1", "--init", w, "--threads", "1", "--log-level", "warn")
+	e2etest.Troupe(t, 2*time.Minute, "train", "--steps", "1", "--init", w, "--threads", "1", "--log-level", "warn")
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
 
 // --trace with --procs: every stage runs in its own worker process and
@@ -15,7 +17,7 @@ import (
 // stage 0's first forward ended (it needs stage 0's activation).
 func TestPipelineTraceAcrossProcesses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "trace.json")
-	troupe(t, 2*time.Minute, "train", "--model", "mlp", "--data", "synthetic-mlp", "--layers", "784,64,32,10",
+	e2etest.Troupe(t, 2*time.Minute, "train", "--model", "mlp", "--data", "synthetic-mlp", "--layers", "784,64,32,10",
 		"--pp", "2", "--micro-batches", "4", "--schedule", "gpipe", "--procs", "2", "--batch", "32", "--steps", "3",
 		"--trace", path, "--log-format", "json")
 	b, err := os.ReadFile(path)

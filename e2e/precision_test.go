@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
 
 // fp16 across worker processes, the gradients sent in fp16 too
@@ -16,7 +18,7 @@ import (
 // only, and the loss scale halves there.
 func TestProcsFP16SkipsTheOverflow(t *testing.T) {
 	metrics := filepath.Join(t.TempDir(), "m.jsonl")
-	cmd := exec.Command(troupeBin, "train", "--steps", "4", "--batch", "8", "--d-model", "32", "--n-layers", "1", "--threads", "1",
+	cmd := exec.Command(e2etest.Bin, "train", "--steps", "4", "--batch", "8", "--d-model", "32", "--n-layers", "1", "--threads", "1",
 		"--procs", "2", "--precision", "fp16", "--reduce-dtype", "fp16", "--check-every", "1", "--metrics-out", metrics, "--log-format", "json")
 	cmd.Env = append(os.Environ(), "TROUPE_TEST_OVERFLOW=1:2")
 	if out, err := cmd.CombinedOutput(); err != nil {

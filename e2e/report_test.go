@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
 
 // chromiumBin is Debian's chromium, or "" (the browser tests skip).
@@ -63,7 +65,7 @@ func TestReportOpensInABrowser(t *testing.T) {
 			html := filepath.Join(dir, r.name+".html")
 			args := append([]string{"train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp", "--steps", "40",
 				"--threads", "1", "--report", html, "--log-level", "warn"}, r.args...)
-			cmd := exec.Command(troupeBin, args...)
+			cmd := exec.Command(e2etest.Bin, args...)
 			cmd.Env = append(os.Environ(), "TROUPE_TEST_STRAGGLER=1:5ms")
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("%v\n%s", err, out)
@@ -93,10 +95,10 @@ func TestReportComparesRunsInABrowser(t *testing.T) {
 	a, b, ck := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl"), filepath.Join(dir, "ckpt")
 	train := []string{"train", "--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp", "--threads", "1",
 		"--eval-every", "10", "--clip", "1", "--log-level", "warn"}
-	troupe(t, 2*time.Minute, slices.Concat(train, []string{"--steps", "40", "--dp", "2", "--metrics-out", a, "--ckpt-dir", ck, "--ckpt-every", "20"})...)
-	troupe(t, 2*time.Minute, slices.Concat(train, []string{"--steps", "30", "--lr", "0.1", "--metrics-out", b})...)
+	e2etest.Troupe(t, 2*time.Minute, slices.Concat(train, []string{"--steps", "40", "--dp", "2", "--metrics-out", a, "--ckpt-dir", ck, "--ckpt-every", "20"})...)
+	e2etest.Troupe(t, 2*time.Minute, slices.Concat(train, []string{"--steps", "30", "--lr", "0.1", "--metrics-out", b})...)
 	html := filepath.Join(dir, "compare.html")
-	troupe(t, time.Minute, "report", a, b, "--label", "dp 2", "--label", "lr 0.1", "--config", ck, "--config", "", "-o", html, "--log-level", "warn")
+	e2etest.Troupe(t, time.Minute, "report", a, b, "--label", "dp 2", "--label", "lr 0.1", "--config", ck, "--config", "", "-o", html, "--log-level", "warn")
 
 	p := openReport(t, html)
 	charts := []string{"Loss", "Held-out loss", "Throughput", "Step time", "Learning rate", "Gradient norm"}

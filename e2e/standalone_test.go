@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
 
 // copyBinary copies the troupe binary alone into a new empty directory and
@@ -51,7 +53,7 @@ func runBare(t *testing.T, bin string, vars []string, args ...string) (string, s
 // default GPT on the Go spec it carries, from the same first loss as
 // everywhere (4.8508: the same text, the same seed), and writes nothing.
 func TestStandaloneBinaryTrainsTheDefaultJob(t *testing.T) {
-	bin := copyBinary(t, troupeBin)
+	bin := copyBinary(t, e2etest.Bin)
 	out, errs, err := runBare(t, bin, nil, "train", "--steps", "3")
 	if err != nil {
 		t.Fatalf("env -i ./troupe train --steps 3: %v\nstderr:\n%s", err, errs)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
 
 // Rounds across worker processes are the rounds of worker actors in one
@@ -48,7 +49,7 @@ func TestSyncCheckpointHoldsOneReplica(t *testing.T) {
 		"--ckpt-every", "4"}
 	open := func(world ...string) *checkpoint.Checkpoint {
 		dir := t.TempDir()
-		troupe(t, 2*time.Minute, append(append(append([]string{}, base...), "--ckpt-dir", dir), world...)...)
+		e2etest.Troupe(t, 2*time.Minute, append(append(append([]string{}, base...), "--ckpt-dir", dir), world...)...)
 		ck, err := checkpoint.Open(checkpoint.OSFS{}, dir, 4)
 		if err != nil {
 			t.Fatal(err)

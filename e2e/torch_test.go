@@ -24,7 +24,7 @@ func needTorch(t *testing.T) {
 
 func interop(t *testing.T, args ...string) string {
 	t.Helper()
-	out, errs, err := run(t, 5*time.Minute, python, append([]string{"../scripts/torch_interop.py"}, args...)...)
+	out, errs, err := e2etest.Run(t, 5*time.Minute, python, append([]string{"../scripts/torch_interop.py"}, args...)...)
 	if err != nil {
 		t.Fatalf("torch_interop.py %v: %v\n%s", args, err, errs)
 	}
@@ -75,7 +75,7 @@ func TestPyTorchInterop(t *testing.T) {
 		init := filepath.Join(dir, "mlp-init.safetensors")
 		interop(t, "init", "--model", "mlp", "--layers", "20,32,16,5", "--out", init)
 		metrics, saved := filepath.Join(dir, "mlp.jsonl"), filepath.Join(dir, "mlp-out.safetensors")
-		troupe(t, 5*time.Minute, "train", "--model", "mlp", "--layers", "20,32,16,5", "--data", data, "--init", init,
+		e2etest.Troupe(t, 5*time.Minute, "train", "--model", "mlp", "--layers", "20,32,16,5", "--data", data, "--init", init,
 			"--shuffle=false", "--batch", "32", "--steps", "20", "--optimizer", "sgd", "--momentum", "0.9",
 			"--lr", "0.05", "--lr-schedule", "constant", "--metrics-out", metrics, "--save", saved)
 		want := e2etest.Field(t, interop(t, "losses", "--model", "mlp", "--layers", "20,32,16,5", "--init", init, "--data", data,
@@ -99,7 +99,7 @@ func TestPyTorchInterop(t *testing.T) {
 		init := filepath.Join(dir, "gpt-init.safetensors")
 		interop(t, append([]string{"init", "--model", "gpt", "--out", init}, shape...)...)
 		metrics, saved := filepath.Join(dir, "gpt.jsonl"), filepath.Join(dir, "gpt-out.safetensors")
-		troupe(t, 5*time.Minute, "train", "--model", "gpt", "--d-model", "32", "--n-layers", "2", "--n-heads", "4",
+		e2etest.Troupe(t, 5*time.Minute, "train", "--model", "gpt", "--d-model", "32", "--n-layers", "2", "--n-heads", "4",
 			"--context", "16", "--data", data, "--init", init, "--shuffle=false", "--batch", "8", "--steps", "10",
 			"--optimizer", "adamw", "--lr", "0.003", "--lr-schedule", "constant", "--warmup", "0", "--clip", "0",
 			"--metrics-out", metrics, "--save", saved)

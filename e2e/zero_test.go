@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 	"github.com/troupe-ml/troupe/safetensors"
 )
 
@@ -15,10 +16,10 @@ import (
 func TestZeroCheckpointConverts(t *testing.T) {
 	dir := t.TempDir()
 	save, ckpt, out := filepath.Join(dir, "w.safetensors"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "c.safetensors")
-	troupe(t, 2*time.Minute, "train", "--model", "gpt", "--d-model", "32", "--n-layers", "2", "--n-heads", "4", "--context", "16",
+	e2etest.Troupe(t, 2*time.Minute, "train", "--model", "gpt", "--d-model", "32", "--n-layers", "2", "--n-heads", "4", "--context", "16",
 		"--data", "synthetic-tokens", "--batch", "8", "--steps", "4", "--threads", "1", "--procs", "2", "--zero", "3",
 		"--ckpt-dir", ckpt, "--ckpt-every", "4", "--save", save)
-	troupe(t, time.Minute, "ckpt", "convert", ckpt, "--out", out)
+	e2etest.Troupe(t, time.Minute, "ckpt", "convert", ckpt, "--out", out)
 	want, err := safetensors.Open(save)
 	if err != nil {
 		t.Fatal(err)

@@ -103,10 +103,10 @@ func (c *cluster) startWith(i int, own ...string) *agentProc {
 		"--min-nodes", fmt.Sprint(c.minN), "--key", "passphrase:e2e-cluster-key", "--metrics-out", a.metrics,
 		"--log-format", "json"}, elasticTrainArgs()...)
 	args = append(append(args, c.extra...), own...)
-	a.cmd = exec.CommandContext(c.ctx, troupeBin, args...)
+	a.cmd = exec.CommandContext(c.ctx, e2etest.Bin, args...)
 	if c.net != nil {
 		// `ip netns exec` execs the agent: the process is the agent's.
-		a.cmd = c.net.command(c.ctx, i/max(1, c.perHost), troupeBin, args...)
+		a.cmd = c.net.command(c.ctx, i/max(1, c.perHost), e2etest.Bin, args...)
 	}
 	a.cmd.Stdout, a.cmd.Stderr = &a.stdout, &a.stderr
 	if c.env != nil {
@@ -317,7 +317,7 @@ var (
 func faultFree(t *testing.T) []float64 {
 	refOnce.Do(func() {
 		m := filepath.Join(t.TempDir(), "m.jsonl")
-		troupe(t, 5*time.Minute, append(append([]string{"train"}, elasticTrainArgs()...), "--metrics-out", m)...)
+		e2etest.Troupe(t, 5*time.Minute, append(append([]string{"train"}, elasticTrainArgs()...), "--metrics-out", m)...)
 		text := e2etest.ReadFile(t, m)
 		refLosses = e2etest.Field(t, text, "loss")
 		lines := strings.Split(strings.TrimSpace(text), "\n")
@@ -337,7 +337,7 @@ func faultFree(t *testing.T) []float64 {
 // one worker: its losses.
 func faultFreeSteps(t *testing.T, n int) []float64 {
 	m := filepath.Join(t.TempDir(), "m.jsonl")
-	troupe(t, 2*time.Minute, append(append([]string{"train"}, elasticTrainArgs()...), "--steps", fmt.Sprint(n), "--metrics-out", m)...)
+	e2etest.Troupe(t, 2*time.Minute, append(append([]string{"train"}, elasticTrainArgs()...), "--steps", fmt.Sprint(n), "--metrics-out", m)...)
 	ref := e2etest.Field(t, e2etest.ReadFile(t, m), "loss")
 	if len(ref) != n {
 		t.Fatalf("the fault-free run of %d steps logged %d", n, len(ref))
@@ -483,7 +483,7 @@ func TestElasticWrongKeyRefused(t *testing.T) {
 	c.waitWorld(2, 0)
 	args := append([]string{"agent", "--name", "intruder", "--listen", c.ports[2], "--join", strings.Join(c.ports[:2], ","),
 		"--min-nodes", "2", "--key", "passphrase:not-the-cluster-key", "--join-timeout", "3s", "--log-format", "json"}, elasticTrainArgs()...)
-	_, errs, err := run(t, time.Minute, troupeBin, args...)
+	_, errs, err := e2etest.Run(t, time.Minute, e2etest.Bin, args...)
 	if err == nil {
 		t.Fatal("an agent with the wrong key joined")
 	}

@@ -66,7 +66,7 @@ func TestAgentExitStatuses(t *testing.T) {
 	t.Run("permanent", func(t *testing.T) {
 		save := filepath.Join(t.TempDir(), "missing", "w.safetensors")
 		args := append([]string{"agent", "--name", "n1", "--listen", e2etest.FreePort(t), "--save", save, "--leave-exit-code", leave}, elasticTrainArgs()...)
-		_, errs, err := run(t, time.Minute, troupeBin, args...)
+		_, errs, err := e2etest.Run(t, time.Minute, e2etest.Bin, args...)
 		if code := e2etest.ExitStatus(t, err); code != 1 || !strings.Contains(e2etest.LastLine(errs), save) {
 			t.Fatalf("exit status %d, error %q: want 1 naming %s", code, e2etest.LastLine(errs), save)
 		}
@@ -74,7 +74,7 @@ func TestAgentExitStatuses(t *testing.T) {
 	t.Run("usage", func(t *testing.T) {
 		for _, bad := range []string{"1", "2", "256", "-1"} {
 			args := append([]string{"agent", "--name", "n1", "--listen", e2etest.FreePort(t), "--leave-exit-code", bad}, elasticTrainArgs()...)
-			_, errs, err := run(t, time.Minute, troupeBin, args...)
+			_, errs, err := e2etest.Run(t, time.Minute, e2etest.Bin, args...)
 			if code := e2etest.ExitStatus(t, err); code != 2 || !strings.Contains(e2etest.LastLine(errs), "--leave-exit-code "+bad+": want 0 or 3-255") {
 				t.Errorf("--leave-exit-code %s: exit status %d, error %q: want 2 naming the flag", bad, code, e2etest.LastLine(errs))
 			}

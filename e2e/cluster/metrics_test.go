@@ -51,7 +51,7 @@ func TestAgentServesPrometheusMetrics(t *testing.T) {
 			t.Errorf("agent n%d /debug/flight: %s", i+1, b)
 		}
 	}
-	out, err := exec.Command(troupeBin, "debug", "dump", addrs[0], addrs[1], "-o", t.TempDir()).Output()
+	out, err := exec.Command(e2etest.Bin, "debug", "dump", addrs[0], addrs[1], "-o", t.TempDir()).Output()
 	if err != nil || !strings.Contains(string(out), "dumps from ranks [0 1]") {
 		t.Errorf("troupe debug dump of both agents: %v\n%s", err, out)
 	}

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
 
 // testNet is a set of test hosts on one machine: network namespaces made
@@ -188,7 +190,7 @@ func (tn *testNet) remove() {
 
 // buildDelayLine builds the delay line command once for the package.
 var buildDelayLine = sync.OnceValues(func() (string, error) {
-	path := filepath.Join(filepath.Dir(troupeBin), "delayline")
+	path := filepath.Join(filepath.Dir(e2etest.Bin), "delayline")
 	if out, err := exec.Command("go", "build", "-o", path, "github.com/troupe-ml/troupe/internal/netemu/cmd/delayline").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building the delay line: %v: %s", err, out)
 	}

@@ -75,7 +75,7 @@ func TestElasticUnwritableSaveEndsTheJob(t *testing.T) {
 func TestAgentRefusesAnUnwritableSave(t *testing.T) {
 	save := filepath.Join(t.TempDir(), "missing", "w.safetensors")
 	args := append([]string{"agent", "--name", "n1", "--listen", e2etest.FreePort(t), "--save", save}, elasticTrainArgs()...)
-	_, errs, err := run(t, time.Minute, troupeBin, args...)
+	_, errs, err := e2etest.Run(t, time.Minute, e2etest.Bin, args...)
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || !strings.Contains(e2etest.LastLine(errs), save) {
 		t.Fatalf("exit %v, error %q: want a non-zero exit naming %s", err, e2etest.LastLine(errs), save)

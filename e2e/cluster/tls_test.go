@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
 
 // tlsFlags are agent name's TLS flags for certificates under dir.
@@ -27,8 +29,8 @@ func TestElasticTLS(t *testing.T) {
 	ref := faultFree(t)
 	dir := t.TempDir()
 	certs, rogue := filepath.Join(dir, "certs"), filepath.Join(dir, "rogue")
-	troupe(t, time.Minute, "certs", "--out", certs, "--nodes", "n1,n2")
-	troupe(t, time.Minute, "certs", "--out", rogue, "--nodes", "n3", "--ca-name", "intruder CA")
+	e2etest.Troupe(t, time.Minute, "certs", "--out", certs, "--nodes", "n1,n2")
+	e2etest.Troupe(t, time.Minute, "certs", "--out", rogue, "--nodes", "n3", "--ca-name", "intruder CA")
 
 	c := newCluster(t, 3, 2)
 	c.startWith(0, tlsFlags(certs, "n1")...)

@@ -21,17 +21,19 @@ import (
 	"time"
 )
 
-// Main builds the troupe binary into a temporary directory, sets *bin to
-// its path, runs the tests and exits with their status (a test package's
-// TestMain).
-func Main(m *testing.M, bin *string) {
+// Bin is the troupe binary, built by Main for the test binary.
+var Bin string
+
+// Main builds the troupe binary into a temporary directory (Bin), runs the
+// tests and exits with their status (a test package's TestMain).
+func Main(m *testing.M) {
 	dir, err := os.MkdirTemp("", "troupe-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	*bin = filepath.Join(dir, "troupe")
-	build := exec.Command("go", "build", "-o", *bin, "github.com/troupe-ml/troupe/cmd/troupe")
+	Bin = filepath.Join(dir, "troupe")
+	build := exec.Command("go", "build", "-o", Bin, "github.com/troupe-ml/troupe/cmd/troupe")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building troupe:", err)
@@ -60,11 +62,11 @@ func Run(t *testing.T, timeout time.Duration, name string, args ...string) (stri
 	return out.String(), errb.String(), err
 }
 
-// Troupe runs the troupe binary bin and fails the test on a non-zero exit;
-// it returns stdout.
-func Troupe(t *testing.T, timeout time.Duration, bin string, args ...string) string {
+// Troupe runs the troupe binary (Bin) and fails the test on a non-zero
+// exit; it returns stdout.
+func Troupe(t *testing.T, timeout time.Duration, args ...string) string {
 	t.Helper()
-	out, errs, err := Run(t, timeout, bin, args...)
+	out, errs, err := Run(t, timeout, Bin, args...)
 	if err != nil {
 		t.Fatalf("troupe %v: %v\nstderr:\n%s", args, err, errs)
 	}
