@@ -82,8 +82,8 @@ stdout.`,
 			dump, stopDump := dumpOnSignal()
 			defer stopDump()
 			o := train.Options{Logger: logger, Dump: dump}
-			if stderrIsTerminal() {
-				o.Progress = os.Stderr
+			if stderrTerm != nil {
+				o.Progress = stderrTerm
 			}
 			sum, err := train.RunAgent(ctx, ac, o)
 			if sum != nil {

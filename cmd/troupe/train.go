@@ -87,8 +87,8 @@ func newTrainCmd() *cobra.Command {
 			dump, stopDump := dumpOnSignal()
 			defer stopDump()
 			o := train.Options{Logger: logger, WorkerCommand: workerCommand(), Dump: dump}
-			if stderrIsTerminal() {
-				o.Progress = os.Stderr
+			if stderrTerm != nil {
+				o.Progress = stderrTerm
 			}
 			var steps []train.StepMetrics
 			if reportPath != "" {
