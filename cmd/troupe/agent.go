@@ -95,6 +95,7 @@ stdout.`,
 		},
 	}
 	f.register(cmd.Flags())
+	f.registerOldWarmup(cmd.Flags())
 	fl := cmd.Flags()
 	fl.StringVar(&ac.Name, "name", "", "stable node name (unique in the job)")
 	fl.StringVar(&ac.Listen, "listen", "", "gossip address host:port; the node's actor system listens on the same host")
@@ -110,6 +111,8 @@ stdout.`,
 	fl.DurationVar(&ac.JoinTimeout, "join-timeout", 30*time.Second, "give up when no node of --join answers within this time")
 	fl.DurationVar(&ac.LostStageTimeout, "lost-stage-timeout", time.Minute, "with --pp: end the job with an error when a stage no member holds, and no checkpoint can restore, stays lost this long")
 	fl.StringVar(&a.rescale, "rescale", string(train.KeepGlobalBatch), "on a world of another size keep the global batch (keep-global-batch) or each rank's batch and scale the LR (linear-lr)")
+	inGroup(fl, groupCluster, "name", "listen", "join", "min-nodes", "max-nodes", "quorum", "rescale", "timings", "join-timeout", "lost-stage-timeout")
+	inGroup(fl, groupSecurity, "key", "tls-ca", "tls-cert", "tls-key")
 	return cmd
 }
 
