@@ -97,6 +97,15 @@ stdout.`,
 	f.register(cmd.Flags())
 	f.registerOldWarmup(cmd.Flags())
 	fl := cmd.Flags()
+	// The training flags an agent refuses whatever their value
+	// (train.AgentConfig.Validate: an agent runs one worker, and the job's
+	// members make the world) stay out of its help; given, they are
+	// refused naming them.
+	for _, name := range agentRefuses {
+		if err := fl.MarkHidden(name); err != nil {
+			panic(err)
+		}
+	}
 	fl.StringVar(&ac.Name, "name", "", "stable node name (unique in the job)")
 	fl.StringVar(&ac.Listen, "listen", "", "gossip address host:port; the node's actor system listens on the same host")
 	fl.StringVar(&a.join, "join", "", "comma-separated gossip addresses of nodes to join (the same list on every node); dns:NAME:PORT joins every address NAME resolves to (a Kubernetes headless service), resolved again as nodes come and go")
@@ -115,5 +124,10 @@ stdout.`,
 	inGroup(fl, groupSecurity, "key", "tls-ca", "tls-cert", "tls-key")
 	return cmd
 }
+
+// agentRefuses are the training flags troupe agent refuses: --dp and
+// --procs (one worker per agent), --max-restarts (restarts worker
+// processes of --procs), --trace (no process sees every stage).
+var agentRefuses = []string{"dp", "procs", "max-restarts", "trace"}
 
 func init() { rootCmd.AddCommand(newAgentCmd()) }
