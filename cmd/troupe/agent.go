@@ -77,6 +77,9 @@ stdout.`,
 			if err != nil {
 				return err
 			}
+			if f.printConfig {
+				return writeConfig(cmd.OutOrStdout(), cmd)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			dump, stopDump := dumpOnSignal()

@@ -92,6 +92,9 @@ func TestAgentHelpListsWhatItAccepts(t *testing.T) {
 	(&trainFlags{}).register(training)
 	var refused []string
 	training.VisitAll(func(f *pflag.Flag) {
+		if notInConfig[f.Name] {
+			return
+		}
 		lines := usages[f.Name]
 		if lines == nil {
 			lines = [][]string{{"--" + f.Name + "=" + probeValue(f)}}

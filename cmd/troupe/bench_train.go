@@ -67,6 +67,9 @@ func newBenchTrainCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if f.printConfig {
+				return writeConfig(cmd.OutOrStdout(), cmd)
+			}
 			if warmup < 0 || warmup >= base.Steps {
 				return fmt.Errorf("%w: --warmup-steps %d must be in [0, --steps %d)", errUsage, warmup, base.Steps)
 			}

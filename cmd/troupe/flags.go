@@ -7,14 +7,20 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// prepareFlags completes cmd's flags before it runs: the old flag names
-// turned into the new.
+// prepareFlags completes cmd's flags before it runs: the values of its
+// --config file that the command line did not set, then the old flag
+// names turned into the new.
 func prepareFlags(cmd *cobra.Command) error {
+	if f := cmd.Flags().Lookup("config"); f != nil && f.Value.String() != "" {
+		if err := applyConfigFile(cmd.Flags(), cmd.CommandPath(), f.Value.String()); err != nil {
+			return err
+		}
+	}
 	return resolveOldNames(cmd.Flags())
 }
 
-// resolveOldNames turns the old names of flags the command line set
-// (--warmup) into their new ones (pflag says that they are
+// resolveOldNames turns the old names of flags the command line or the
+// file set (--warmup) into their new ones (pflag says that they are
 // deprecated).
 func resolveOldNames(fl *pflag.FlagSet) error {
 	var err error

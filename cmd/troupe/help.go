@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// Flag annotations (pflag) that the help reads.
+// Flag annotations (pflag) that the help, --config and --print-config read.
 const (
 	// annGroup is the heading a flag is listed under, and its place there.
 	annGroup = "troupe_group"
@@ -37,12 +37,13 @@ const (
 	groupEval      = "Evaluation"
 	groupObserve   = "Observability"
 	groupRuntime   = "Runtime"
+	groupConfig    = "Configuration"
 )
 
 // groupOrder is the order of the headings: a command's own first (agent,
 // bench train), then the training flags'.
 var groupOrder = []string{groupCluster, groupSecurity, groupBench, groupModel, groupData, groupOptim, groupParallel,
-	groupComm, groupSync, groupPrecision, groupOutputs, groupEval, groupObserve, groupRuntime}
+	groupComm, groupSync, groupPrecision, groupOutputs, groupEval, groupObserve, groupRuntime, groupConfig}
 
 func setAnnotation(fl *pflag.FlagSet, name, key string, values ...string) {
 	if err := fl.SetAnnotation(name, key, values); err != nil {

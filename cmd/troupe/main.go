@@ -21,7 +21,8 @@ var rootCmd = &cobra.Command{
 	PersistentPreRunE: prepare,
 }
 
-// prepare runs before every command: its flags completed, the logger,
+// prepare runs before every command: its flags completed (its --config
+// file first, so that the file can set the log level too), the logger,
 // the profile.
 func prepare(cmd *cobra.Command, _ []string) error {
 	if err := prepareFlags(cmd); err != nil {

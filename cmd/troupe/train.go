@@ -65,6 +65,9 @@ type trainFlags struct {
 	ckptDir                                       string
 	ckptEvery, keep                               int
 	resume                                        string
+	// configFile and printConfig are --config and --print-config (config.go).
+	configFile  string
+	printConfig bool
 }
 
 func newTrainCmd() *cobra.Command {
@@ -82,6 +85,9 @@ func newTrainCmd() *cobra.Command {
 			cfg, err := f.config(cmd.Flags())
 			if err != nil {
 				return err
+			}
+			if f.printConfig {
+				return writeConfig(cmd.OutOrStdout(), cmd)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -291,6 +297,8 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.keep, "keep", d.Keep, "keep the last K checkpoints (0: all)")
 	fl.StringVar(&f.resume, "resume", "", "continue from the latest checkpoint in --ckpt-dir, with the model, data and training options it records (flags given override the training options; a model or data flag must match): --resume (or =auto) starts from step 0 when there is none, saying so; --resume=require fails then. --steps counts from the start of training")
 	fl.Lookup("resume").NoOptDefVal = "auto"
+	fl.StringVar(&f.configFile, "config", "", "read flags from this YAML (.yaml, .yml) or TOML (.toml) file, one key per flag: lr: 0.001, ckpt-dir: ckpt (flags on the command line win)")
+	fl.BoolVar(&f.printConfig, "print-config", false, "write the run's flags as a --config file (YAML) on stdout and exit without training: the flags set on the command line or in --config, so that every other flag keeps its default and a resumed run still takes the options its checkpoint records")
 
 	mlp := func(name, value string) { setAnnotation(fl, name, annMLPDefault, value) }
 	mlp("batch", strconv.Itoa(m.Batch))
@@ -315,6 +323,7 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	inGroup(fl, groupEval, "eval-every", "eval-batches")
 	inGroup(fl, groupObserve, "log-every", "metrics-addr", "trace", "dump-dir", "check-every", "straggler-threshold")
 	inGroup(fl, groupRuntime, "device", "threads", "collective-timeout", "step-timeout")
+	inGroup(fl, groupConfig, "config", "print-config")
 }
 
 // registerOldWarmup adds --warmup, the old name of --lr-warmup (troupe
