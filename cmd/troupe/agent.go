@@ -83,13 +83,16 @@ stdout.`,
 			if err != nil {
 				return err
 			}
+			if f.printConfig {
+				return writeConfig(cmd.OutOrStdout(), cmd)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			dump, stopDump := dumpOnSignal()
 			defer stopDump()
 			o := train.Options{Logger: logger, Dump: dump}
-			if stderrIsTerminal() {
-				o.Progress = os.Stderr
+			if stderrTerm != nil {
+				o.Progress = stderrTerm
 			}
 			sum, err := train.RunAgent(ctx, ac, o)
 			if sum != nil {
@@ -110,7 +113,17 @@ stdout.`,
 		},
 	}
 	f.register(cmd.Flags())
+	f.registerOldWarmup(cmd.Flags())
 	fl := cmd.Flags()
+	// The training flags an agent refuses whatever their value
+	// (train.AgentConfig.Validate: an agent runs one worker, and the job's
+	// members make the world) stay out of its help; given, they are
+	// refused naming them.
+	for _, name := range agentRefuses {
+		if err := fl.MarkHidden(name); err != nil {
+			panic(err)
+		}
+	}
 	fl.StringVar(&ac.Name, "name", "", "stable node name (unique in the job)")
 	fl.StringVar(&ac.Listen, "listen", "", "gossip address host:port; the node's actor system listens on the same host")
 	fl.StringVar(&a.join, "join", "", "comma-separated gossip addresses of nodes to join (the same list on every node); dns:NAME:PORT joins every address NAME resolves to (a Kubernetes headless service), resolved again as nodes come and go")
@@ -126,7 +139,14 @@ stdout.`,
 	fl.DurationVar(&ac.LostStageTimeout, "lost-stage-timeout", time.Minute, "with --pp: end the job with an error when a stage no member holds, and no checkpoint can restore, stays lost this long")
 	fl.StringVar(&a.rescale, "rescale", string(train.KeepGlobalBatch), "on a world of another size keep the global batch (keep-global-batch) or each rank's batch and scale the LR (linear-lr)")
 	fl.IntVar(&a.leaveExit, "leave-exit-code", 0, "exit status when a signal (SIGTERM, SIGINT) ends the agent before the job's end: it left the job, or had not joined it yet; 0 (default): a leave exits 0 and a signal before joining is an error (1). A Kubernetes Job sets one (deploy/k8s: 143) so that a deleted or evicted pod is replaced, and exit 0 means the job reached its last step")
+	inGroup(fl, groupCluster, "name", "listen", "join", "min-nodes", "max-nodes", "quorum", "rescale", "timings", "join-timeout", "lost-stage-timeout", "leave-exit-code")
+	inGroup(fl, groupSecurity, "key", "tls-ca", "tls-cert", "tls-key")
 	return cmd
 }
+
+// agentRefuses are the training flags troupe agent refuses: --dp and
+// --procs (one worker per agent), --max-restarts (restarts worker
+// processes of --procs), --trace (no process sees every stage).
+var agentRefuses = []string{"dp", "procs", "max-restarts", "trace"}
 
 func init() { rootCmd.AddCommand(newAgentCmd()) }

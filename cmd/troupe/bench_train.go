@@ -67,6 +67,9 @@ func newBenchTrainCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if f.printConfig {
+				return writeConfig(cmd.OutOrStdout(), cmd)
+			}
 			if warmup < 0 || warmup >= base.Steps {
 				return fmt.Errorf("%w: --warmup-steps %d must be in [0, --steps %d)", errUsage, warmup, base.Steps)
 			}
@@ -123,7 +126,8 @@ func newBenchTrainCmd() *cobra.Command {
 	}
 	f.register(cmd.Flags())
 	cmd.Flags().StringVar(&worlds, "worlds", "dp1,dp2", "comma-separated worlds: dpN (N replicas as worker actors in this process), tpN (N tensor-parallel shards), procsN (N worker processes), zeroS (ZeRO stage S, else --zero's), combined with x: dp2xtp2, procs2xtp2, dp4xzero3")
-	cmd.Flags().IntVar(&warmup, "warmup-steps", 5, "steps left out of the timing")
+	cmd.Flags().IntVar(&warmup, "warmup-steps", 5, "steps run before the timing starts (not the learning-rate warm-up: that is --lr-warmup)")
+	inGroup(cmd.Flags(), groupBench, "worlds", "warmup-steps")
 	return cmd
 }
 

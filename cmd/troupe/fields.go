@@ -14,7 +14,7 @@ var flagOf = map[string]string{
 	"Model": "--model", "MLPSizes": "--layers", "DModel": "--d-model", "NLayers": "--n-layers", "Heads": "--n-heads",
 	"Context": "--context", "Untied": "--untied", "Data": "--data", "Vocab": "--vocab", "Shuffle": "--shuffle",
 	"Batch": "--batch", "Steps": "--steps", "Epochs": "--epochs", "Accum": "--accum", "Optim": "--optimizer",
-	"LR": "--lr", "Schedule": "--lr-schedule", "Warmup": "--warmup", "MinLRFactor": "--min-lr-factor", "ClipNorm": "--clip",
+	"LR": "--lr", "Schedule": "--lr-schedule", "Warmup": "--lr-warmup", "MinLRFactor": "--min-lr-factor", "ClipNorm": "--clip",
 	"Seed": "--seed", "Init": "--init", "Save": "--save", "MetricsOut": "--metrics-out", "MetricsAddr": "--metrics-addr", "DumpDir": "--dump-dir", "EvalEvery": "--eval-every",
 	"EvalBatches": "--eval-batches", "LogEvery": "--log-every", "Device": "--device", "Threads": "--threads",
 	"DP": "--dp", "Procs": "--procs", "BucketMB": "--bucket-mb", "CheckEvery": "--check-every", "Transport": "--transport", "AllReduceAlgo": "--allreduce-algo",

@@ -5,10 +5,11 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/term"
+
+	"github.com/troupe-ml/troupe/train"
 )
 
 var (
@@ -16,6 +17,9 @@ var (
 	logFormat string
 	// logger is the process logger, ready after the root command's pre-run.
 	logger = zap.NewNop()
+	// stderrTerm is stderr when it is a terminal (else nil), shared by the
+	// logger and the progress bar so that log lines go above the bar.
+	stderrTerm *train.Terminal
 )
 
 // setupLogging builds the zap logger from --log-level and --log-format:
@@ -59,7 +63,17 @@ func setupLogging(cmd *cobra.Command) error {
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
 	cfg.OutputPaths = []string{"stderr"}
 	cfg.ErrorOutputPaths = []string{"stderr"}
-	l, err := cfg.Build()
+	var opts []zap.Option
+	if stderrIsTerminal() {
+		stderrTerm = train.NewTerminal(os.Stderr)
+		enc := zapcore.NewJSONEncoder(cfg.EncoderConfig)
+		if format == "console" {
+			enc = zapcore.NewConsoleEncoder(cfg.EncoderConfig)
+		}
+		core := zapcore.NewCore(enc, zapcore.AddSync(stderrTerm), cfg.Level)
+		opts = append(opts, zap.WrapCore(func(zapcore.Core) zapcore.Core { return core }))
+	}
+	l, err := cfg.Build(opts...)
 	if err != nil {
 		return fmt.Errorf("building logger: %w", err)
 	}

@@ -14,16 +14,24 @@ import (
 // rootCmd is the troupe command; sub-command files attach themselves to it
 // (or to benchCmd / explainCmd) in their init functions.
 var rootCmd = &cobra.Command{
-	Use:           "troupe",
-	Short:         "Actor-based, elastic, fault-tolerant neural-network training",
-	SilenceUsage:  true,
-	SilenceErrors: true,
-	PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-		if err := setupLogging(cmd); err != nil {
-			return err
-		}
-		return startProfile()
-	},
+	Use:               "troupe",
+	Short:             "Actor-based, elastic, fault-tolerant neural-network training",
+	SilenceUsage:      true,
+	SilenceErrors:     true,
+	PersistentPreRunE: prepare,
+}
+
+// prepare runs before every command: its flags completed (its --config
+// file first, so that the file can set the log level too), the logger,
+// the profile.
+func prepare(cmd *cobra.Command, _ []string) error {
+	if err := prepareFlags(cmd); err != nil {
+		return err
+	}
+	if err := setupLogging(cmd); err != nil {
+		return err
+	}
+	return startProfile()
 }
 
 // benchCmd groups the measurement commands (troupe bench gemm, allreduce…).

@@ -35,8 +35,9 @@ type trainFlags struct {
 	batch, steps, accum                           int
 	epochs                                        float64
 	optimizer, schedule                           string
-	lr, momentum, weightDecay, clip               float64
-	dampening, beta1, beta2, eps, minLR           float64
+	lr, clip, minLR                               float64
+	momentum, weightDecay, dampening              float32
+	beta1, beta2, eps                             float32
 	nesterov                                      bool
 	warmup                                        int
 	seed                                          uint64
@@ -64,6 +65,9 @@ type trainFlags struct {
 	ckptDir                                       string
 	ckptEvery, keep                               int
 	resume                                        string
+	// configFile and printConfig are --config and --print-config (config.go).
+	configFile  string
+	printConfig bool
 }
 
 func newTrainCmd() *cobra.Command {
@@ -82,13 +86,16 @@ func newTrainCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if f.printConfig {
+				return writeConfig(cmd.OutOrStdout(), cmd)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			dump, stopDump := dumpOnSignal()
 			defer stopDump()
 			o := train.Options{Logger: logger, WorkerCommand: workerCommand(), Dump: dump}
-			if stderrIsTerminal() {
-				o.Progress = os.Stderr
+			if stderrTerm != nil {
+				o.Progress = stderrTerm
 			}
 			var steps []train.StepMetrics
 			if reportPath != "" {
@@ -136,7 +143,9 @@ func newTrainCmd() *cobra.Command {
 		},
 	}
 	f.register(cmd.Flags())
+	f.registerOldWarmup(cmd.Flags())
 	cmd.Flags().StringVar(&reportPath, "report", "", "write an HTML report of the run to this file at its end (see troupe report)")
+	setAnnotation(cmd.Flags(), "report", annGroup, groupOutputs, "100") // after the shared ones
 	return cmd
 }
 
@@ -207,36 +216,36 @@ func workerCommand() []string {
 }
 
 // register adds the training flags to fl (troupe train, troupe bench train
-// and troupe agent share them).
+// and troupe agent share them), each under its heading in the help.
 func (f *trainFlags) register(fl *pflag.FlagSet) {
-	d := train.DefaultConfig()
+	d, m := train.DefaultConfig(), train.DefaultMLPConfig()
 	fl.StringVar(&f.model, "model", string(d.Model), "model: gpt or mlp")
-	fl.StringVar(&f.layers, "layers", "", "MLP layer sizes d0,d1,…,dn (fc{i}.weight is [d_i, d_{i-1}]); default: features,256,classes")
+	fl.StringVar(&f.layers, "layers", "", "MLP layer sizes d0,d1,…,dn (fc{i}.weight is [d_i, d_{i-1}]; default: the data's features,256,the data's classes)")
 	fl.IntVar(&f.dModel, "d-model", d.DModel, "GPT embedding width")
 	fl.IntVar(&f.nLayers, "n-layers", d.NLayers, "GPT transformer blocks")
 	fl.IntVar(&f.heads, "n-heads", d.Heads, "GPT attention heads")
 	fl.IntVar(&f.context, "context", d.Context, "GPT context length (tokens per sample)")
 	fl.BoolVar(&f.untied, "untied", false, "give the GPT's LM head its own weights instead of the token embedding's")
-	fl.StringVar(&f.data, "data", "", "dataset: gospec, mnist, mnist:DIR, synthetic-mlp, synthetic-tokens, a text file, a *.safetensors file or an MNIST directory (default: gospec for gpt, mnist for mlp)")
+	fl.StringVar(&f.data, "data", "", "dataset: gospec, mnist, mnist:DIR, synthetic-mlp, synthetic-tokens, a text file, a *.safetensors file or an MNIST directory (default: gospec; with --model mlp mnist)")
 	fl.StringVar(&f.vocab, "vocab", d.Vocab, "text tokenisation: char or byte")
 	fl.BoolVar(&f.shuffle, "shuffle", d.Shuffle, "shuffle every epoch (false: step t uses rows t·B … t·B+B−1 mod N)")
-	fl.IntVar(&f.batch, "batch", d.Batch, "global batch size in samples (mlp default 64)")
-	fl.IntVar(&f.steps, "steps", d.Steps, "optimizer steps, counted from the start of training")
-	fl.Float64Var(&f.epochs, "epochs", 0, "train this many epochs instead of --steps (mlp default 2)")
+	fl.IntVar(&f.batch, "batch", d.Batch, "global batch size in samples")
+	fl.IntVar(&f.steps, "steps", d.Steps, "optimizer steps, counted from the start of training (0: --epochs counts)")
+	fl.Float64Var(&f.epochs, "epochs", d.Epochs, "train this many epochs instead of --steps (0: --steps counts)")
 	fl.IntVar(&f.accum, "accum", d.Accum, "gradient accumulation: micro-steps per optimizer step")
-	fl.StringVar(&f.optimizer, "optimizer", d.Optim.Name, "optimizer: adamw or sgd (mlp default sgd)")
-	fl.Float64Var(&f.lr, "lr", d.LR, "peak learning rate (mlp default 0.05)")
+	fl.StringVar(&f.optimizer, "optimizer", d.Optim.Name, "optimizer: adamw or sgd (one other than the model's starts --momentum, --dampening, --weight-decay, --beta1, --beta2 and --eps from its own settings: AdamW's as shown, SGD's 0)")
+	fl.Float64Var(&f.lr, "lr", d.LR, "peak learning rate")
 	fl.StringVar(&f.schedule, "lr-schedule", string(d.Schedule), "learning-rate schedule: cosine or constant")
-	fl.IntVar(&f.warmup, "warmup", d.Warmup, "linear warm-up steps (mlp default 0)")
-	fl.Float64Var(&f.minLR, "min-lr-factor", d.MinLRFactor, "cosine floor as a fraction of --lr (mlp default 0)")
-	fl.Float64Var(&f.momentum, "momentum", 0, "SGD momentum (mlp default 0.9)")
-	fl.Float64Var(&f.dampening, "dampening", 0, "SGD dampening")
-	fl.BoolVar(&f.nesterov, "nesterov", false, "SGD Nesterov momentum")
-	fl.Float64Var(&f.weightDecay, "weight-decay", float64(d.Optim.WeightDecay), "weight decay (AdamW: decoupled; SGD: L2)")
-	fl.Float64Var(&f.beta1, "beta1", float64(d.Optim.Beta1), "AdamW β1")
-	fl.Float64Var(&f.beta2, "beta2", float64(d.Optim.Beta2), "AdamW β2")
-	fl.Float64Var(&f.eps, "eps", float64(d.Optim.Eps), "AdamW ε")
-	fl.Float64Var(&f.clip, "clip", d.ClipNorm, "clip gradients to this global L2 norm (0: off; mlp default 0)")
+	fl.IntVar(&f.warmup, "lr-warmup", d.Warmup, "linear learning-rate warm-up steps")
+	fl.Float64Var(&f.minLR, "min-lr-factor", d.MinLRFactor, "cosine floor as a fraction of --lr")
+	fl.Float32Var(&f.momentum, "momentum", d.Optim.Momentum, "SGD momentum")
+	fl.Float32Var(&f.dampening, "dampening", d.Optim.Dampening, "SGD dampening")
+	fl.BoolVar(&f.nesterov, "nesterov", d.Optim.Nesterov, "SGD Nesterov momentum")
+	fl.Float32Var(&f.weightDecay, "weight-decay", d.Optim.WeightDecay, "weight decay (AdamW: decoupled; SGD: L2)")
+	fl.Float32Var(&f.beta1, "beta1", d.Optim.Beta1, "AdamW β1")
+	fl.Float32Var(&f.beta2, "beta2", d.Optim.Beta2, "AdamW β2")
+	fl.Float32Var(&f.eps, "eps", d.Optim.Eps, "AdamW ε")
+	fl.Float64Var(&f.clip, "clip", d.ClipNorm, "clip gradients to this global L2 norm (0: off)")
 	fl.Uint64Var(&f.seed, "seed", d.Seed, "seed for initialisation and shuffling")
 	fl.StringVar(&f.init, "init", "", "load initial weights from this safetensors file (PyTorch state_dict names)")
 	fl.StringVar(&f.save, "save", "", "write the final weights to this safetensors file")
@@ -288,6 +297,44 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.keep, "keep", d.Keep, "keep the last K checkpoints (0: all)")
 	fl.StringVar(&f.resume, "resume", "", "continue from the latest checkpoint in --ckpt-dir, with the model, data and training options it records (flags given override the training options; a model or data flag must match): --resume (or =auto) starts from step 0 when there is none, saying so; --resume=require fails then. --steps counts from the start of training")
 	fl.Lookup("resume").NoOptDefVal = "auto"
+	fl.StringVar(&f.configFile, "config", "", "read flags from this YAML (.yaml, .yml) or TOML (.toml) file, one key per flag: lr: 0.001, ckpt-dir: ckpt (flags on the command line win)")
+	fl.BoolVar(&f.printConfig, "print-config", false, "write the run's flags as a --config file (YAML) on stdout and exit without training: the flags set on the command line or in --config, so that every other flag keeps its default and a resumed run still takes the options its checkpoint records")
+
+	mlp := func(name, value string) { setAnnotation(fl, name, annMLPDefault, value) }
+	mlp("batch", strconv.Itoa(m.Batch))
+	mlp("steps", strconv.Itoa(m.Steps))
+	mlp("epochs", strconv.FormatFloat(m.Epochs, 'g', -1, 64))
+	mlp("optimizer", m.Optim.Name)
+	mlp("lr", strconv.FormatFloat(m.LR, 'g', -1, 64))
+	mlp("lr-warmup", strconv.Itoa(m.Warmup))
+	mlp("min-lr-factor", strconv.FormatFloat(m.MinLRFactor, 'g', -1, 64))
+	mlp("momentum", strconv.FormatFloat(float64(m.Optim.Momentum), 'g', -1, 32))
+	mlp("weight-decay", strconv.FormatFloat(float64(m.Optim.WeightDecay), 'g', -1, 32))
+	mlp("clip", strconv.FormatFloat(m.ClipNorm, 'g', -1, 64))
+
+	inGroup(fl, groupModel, "model", "layers", "d-model", "n-layers", "n-heads", "context", "untied", "init")
+	inGroup(fl, groupData, "data", "vocab", "shuffle", "batch", "accum", "steps", "epochs", "seed")
+	inGroup(fl, groupOptim, "optimizer", "lr", "lr-schedule", "lr-warmup", "min-lr-factor", "momentum", "dampening", "nesterov", "weight-decay", "beta1", "beta2", "eps", "clip")
+	inGroup(fl, groupParallel, "dp", "procs", "pp", "tp", "sequence-parallel", "micro-batches", "schedule", "stage-layers", "partition", "recompute", "zero", "zero-group")
+	inGroup(fl, groupComm, "transport", "allreduce-algo", "bucket-mb", "reduce-dtype")
+	inGroup(fl, groupSync, "sync", "sync-every", "sync-dtype", "outer-lr", "outer-momentum", "outer-nesterov", "max-staleness", "servers", "max-restarts")
+	inGroup(fl, groupPrecision, "precision", "loss-scale-init", "loss-scale-window", "loss-scale-min")
+	inGroup(fl, groupOutputs, "ckpt-dir", "ckpt-every", "keep", "resume", "save", "metrics-out", "json")
+	inGroup(fl, groupEval, "eval-every", "eval-batches")
+	inGroup(fl, groupObserve, "log-every", "metrics-addr", "trace", "dump-dir", "check-every", "straggler-threshold")
+	inGroup(fl, groupRuntime, "device", "threads", "collective-timeout", "step-timeout")
+	inGroup(fl, groupConfig, "config", "print-config")
+}
+
+// registerOldWarmup adds --warmup, the old name of --lr-warmup (troupe
+// train and troupe agent; troupe bench train has --warmup-steps, the steps
+// left out of its timing, and no --warmup).
+func (f *trainFlags) registerOldWarmup(fl *pflag.FlagSet) {
+	fl.IntVar(&f.warmup, "warmup", train.DefaultConfig().Warmup, "the old name of --lr-warmup")
+	setAnnotation(fl, "warmup", annAliasOf, "lr-warmup")
+	if err := fl.MarkDeprecated("warmup", "use --lr-warmup"); err != nil {
+		panic(err)
+	}
 }
 
 // config builds the run's configuration (build) and validates it.
@@ -335,21 +382,40 @@ func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 	set("vocab", func() { cfg.Vocab = f.vocab })
 	set("shuffle", func() { cfg.Shuffle = f.shuffle })
 	set("batch", func() { cfg.Batch = f.batch })
-	set("steps", func() { cfg.Steps, cfg.Epochs = f.steps, 0 })
-	set("epochs", func() { cfg.Steps, cfg.Epochs = 0, f.epochs })
+	// --steps and --epochs are one choice: the one given counts, and 0
+	// leaves it to the other.
+	if fl.Changed("steps") && fl.Changed("epochs") && f.steps != 0 && f.epochs != 0 {
+		return cfg, fmt.Errorf("%w: --steps %d and --epochs %g: give one (0 leaves the length to the other)", errUsage, f.steps, f.epochs)
+	}
+	set("steps", func() {
+		if cfg.Steps = f.steps; f.steps != 0 {
+			cfg.Epochs = 0
+		}
+	})
+	set("epochs", func() {
+		if cfg.Epochs = f.epochs; f.epochs != 0 {
+			cfg.Steps = 0
+		}
+	})
 	set("accum", func() { cfg.Accum = f.accum })
-	set("optimizer", func() { cfg.Optim = optim.DefaultConfig(f.optimizer) })
+	// Another optimizer than the model's starts from its own defaults; the
+	// model's keeps the model's settings (the MLP's SGD its momentum).
+	set("optimizer", func() {
+		if !strings.EqualFold(f.optimizer, cfg.Optim.Name) {
+			cfg.Optim = optim.DefaultConfig(f.optimizer)
+		}
+	})
 	set("lr", func() { cfg.LR = f.lr })
 	set("lr-schedule", func() { cfg.Schedule = train.LRSchedule(f.schedule) })
-	set("warmup", func() { cfg.Warmup = f.warmup })
+	set("lr-warmup", func() { cfg.Warmup = f.warmup })
 	set("min-lr-factor", func() { cfg.MinLRFactor = f.minLR })
-	set("momentum", func() { cfg.Optim.Momentum = float32(f.momentum) })
-	set("dampening", func() { cfg.Optim.Dampening = float32(f.dampening) })
+	set("momentum", func() { cfg.Optim.Momentum = f.momentum })
+	set("dampening", func() { cfg.Optim.Dampening = f.dampening })
 	set("nesterov", func() { cfg.Optim.Nesterov = f.nesterov })
-	set("weight-decay", func() { cfg.Optim.WeightDecay = float32(f.weightDecay) })
-	set("beta1", func() { cfg.Optim.Beta1 = float32(f.beta1) })
-	set("beta2", func() { cfg.Optim.Beta2 = float32(f.beta2) })
-	set("eps", func() { cfg.Optim.Eps = float32(f.eps) })
+	set("weight-decay", func() { cfg.Optim.WeightDecay = f.weightDecay })
+	set("beta1", func() { cfg.Optim.Beta1 = f.beta1 })
+	set("beta2", func() { cfg.Optim.Beta2 = f.beta2 })
+	set("eps", func() { cfg.Optim.Eps = f.eps })
 	set("clip", func() { cfg.ClipNorm = f.clip })
 	set("seed", func() { cfg.Seed = f.seed })
 	cfg.Init, cfg.Save, cfg.MetricsOut, cfg.MetricsAddr, cfg.DumpDir = f.init, f.save, f.metricsOut, f.metricsAddr, f.dumpDir
