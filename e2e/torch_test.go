@@ -101,7 +101,7 @@ func TestPyTorchInterop(t *testing.T) {
 		metrics, saved := filepath.Join(dir, "gpt.jsonl"), filepath.Join(dir, "gpt-out.safetensors")
 		e2etest.Troupe(t, 5*time.Minute, "train", "--model", "gpt", "--d-model", "32", "--n-layers", "2", "--n-heads", "4",
 			"--context", "16", "--data", data, "--init", init, "--shuffle=false", "--batch", "8", "--steps", "10",
-			"--optimizer", "adamw", "--lr", "0.003", "--lr-schedule", "constant", "--warmup", "0", "--clip", "0",
+			"--optimizer", "adamw", "--lr", "0.003", "--lr-schedule", "constant", "--lr-warmup", "0", "--clip", "0",
 			"--metrics-out", metrics, "--save", saved)
 		want := e2etest.Field(t, interop(t, append([]string{"losses", "--model", "gpt", "--init", init, "--data", data,
 			"--batch", "8", "--steps", "10", "--optimizer", "adamw", "--lr", "0.003"}, shape...)...), "loss")

@@ -226,7 +226,7 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.heads, "n-heads", d.Heads, "GPT attention heads")
 	fl.IntVar(&f.context, "context", d.Context, "GPT context length (tokens per sample)")
 	fl.BoolVar(&f.untied, "untied", false, "give the GPT's LM head its own weights instead of the token embedding's")
-	fl.StringVar(&f.data, "data", "", "dataset: gospec, mnist, mnist:DIR, synthetic-mlp, synthetic-tokens, a text file, a *.safetensors file or an MNIST directory (default: gospec; with --model mlp mnist)")
+	fl.StringVar(&f.data, "data", "", "dataset: gospec (the Go spec, built in), mnist ($TROUPE_MNIST_DIR, the Go module cache or /usr/share/troupe/mnist), mnist:DIR, synthetic-mlp, synthetic-tokens, a text file, a *.safetensors file or an MNIST directory (default: gospec; with --model mlp mnist)")
 	fl.StringVar(&f.vocab, "vocab", d.Vocab, "text tokenisation: char or byte")
 	fl.BoolVar(&f.shuffle, "shuffle", d.Shuffle, "shuffle every epoch (false: step t uses rows t·B … t·B+B−1 mod N)")
 	fl.IntVar(&f.batch, "batch", d.Batch, "global batch size in samples")
