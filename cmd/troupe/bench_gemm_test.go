@@ -1,26 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 )
 
-func runBenchGemmArgs(args ...string) (string, error) {
-	cmd := newBenchGemmCmd()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetArgs(args)
-	err := cmd.Execute()
-	return out.String(), err
-}
-
 // TestBenchGemmJSON runs a tiny product and checks the JSON report.
 func TestBenchGemmJSON(t *testing.T) {
-	out, err := runBenchGemmArgs("--m", "7", "--n", "9", "--k", "5", "--trans-b", "--threads", "2", "--iters", "3", "--samples", "5", "--json")
+	out, err := execute(newBenchGemmCmd(), "--m", "7", "--n", "9", "--k", "5", "--trans-b", "--threads", "2", "--iters", "3", "--samples", "5", "--json")
 	if err != nil {
 		t.Fatalf("bench gemm: %v\n%s", err, out)
 	}
@@ -50,7 +39,7 @@ func TestBenchGemmJSON(t *testing.T) {
 
 // TestBenchGemmText checks the human-readable line.
 func TestBenchGemmText(t *testing.T) {
-	out, err := runBenchGemmArgs("--m", "3", "--n", "4", "--k", "2", "--threads", "1", "--iters", "2", "--samples", "1")
+	out, err := execute(newBenchGemmCmd(), "--m", "3", "--n", "4", "--k", "2", "--threads", "1", "--iters", "2", "--samples", "1")
 	if err != nil {
 		t.Fatalf("bench gemm: %v", err)
 	}
@@ -69,7 +58,7 @@ func TestBenchGemmLowPrecision(t *testing.T) {
 		{[]string{"--dtype", "bf16"}, "bf16", "bf16"},
 		{[]string{"--dtype", "fp16", "--c-dtype", "fp32"}, "fp16", "fp32"},
 	} {
-		out, err := runBenchGemmArgs(append(c.args, "--m", "33", "--n", "40", "--k", "17", "--threads", "1", "--iters", "2", "--samples", "1", "--json")...)
+		out, err := execute(newBenchGemmCmd(), append(c.args, "--m", "33", "--n", "40", "--k", "17", "--threads", "1", "--iters", "2", "--samples", "1", "--json")...)
 		if err != nil {
 			t.Fatalf("bench gemm %v: %v", c.args, err)
 		}
@@ -84,7 +73,7 @@ func TestBenchGemmLowPrecision(t *testing.T) {
 			t.Errorf("%v: path %q", c.args, s)
 		}
 	}
-	if _, err := runBenchGemmArgs("--dtype", "bf16", "--c-dtype", "fp16"); err == nil {
+	if _, err := execute(newBenchGemmCmd(), "--dtype", "bf16", "--c-dtype", "fp16"); err == nil {
 		t.Error("--c-dtype fp16 with --dtype bf16 accepted")
 	}
 }
@@ -104,7 +93,7 @@ func TestBenchGemmBadFlags(t *testing.T) {
 		{[]string{"--m", "many"}, "--m"},
 		{[]string{"extra"}, "unknown command"},
 	} {
-		_, err := runBenchGemmArgs(tc.args...)
+		_, err := execute(newBenchGemmCmd(), tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one mentioning %q", tc.args, err, tc.want)
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"math"
@@ -17,19 +16,6 @@ import (
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/safetensors"
 )
-
-// runCkpt runs `troupe ckpt args…` on a fresh command, so flags of one
-// call do not leak into the next.
-func runCkpt(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	cmd := newCkptCmd()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetArgs(args)
-	err := cmd.Execute()
-	return out.String(), err
-}
 
 // ckptDir saves steps 1 and 2 of a tiny GPT with AdamW as 2 data-parallel
 // ranks and returns the directory and the model.
@@ -61,7 +47,7 @@ func ckptDir(t *testing.T) (string, *nn.Model) {
 
 func TestCkptInspect(t *testing.T) {
 	dir, m := ckptDir(t)
-	out, err := runCkpt(t, "inspect", dir)
+	out, err := execute(newCkptCmd(), "inspect", dir)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -71,7 +57,7 @@ func TestCkptInspect(t *testing.T) {
 			t.Fatalf("output lacks %q:\n%s", want, out)
 		}
 	}
-	out, err = runCkpt(t, "inspect", dir, "--json", "--step", "1")
+	out, err = execute(newCkptCmd(), "inspect", dir, "--json", "--step", "1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,18 +75,18 @@ func TestCkptInspect(t *testing.T) {
 	b, _ := os.ReadFile(shard)
 	b[len(b)-3] ^= 0x10
 	os.WriteFile(shard, b, 0o644)
-	out, err = runCkpt(t, "inspect", dir)
+	out, err = execute(newCkptCmd(), "inspect", dir)
 	if err == nil || !strings.Contains(err.Error(), shard) || !strings.Contains(out, "DAMAGED") {
 		t.Fatalf("damaged shard: %v\n%s", err, out)
 	}
 	// Without CRCs the flip goes unseen (sizes and headers are fine).
-	if _, err := runCkpt(t, "inspect", dir, "--no-verify"); err != nil {
+	if _, err := execute(newCkptCmd(), "inspect", dir, "--no-verify"); err != nil {
 		t.Fatalf("--no-verify: %v", err)
 	}
-	if _, err := runCkpt(t, "inspect", dir, "--step", "7"); !errors.Is(err, errUsage) {
+	if _, err := execute(newCkptCmd(), "inspect", dir, "--step", "7"); !errors.Is(err, errUsage) {
 		t.Fatalf("--step of a missing checkpoint: %v", err)
 	}
-	if _, err := runCkpt(t, "inspect", filepath.Join(dir, "nope")); err == nil {
+	if _, err := execute(newCkptCmd(), "inspect", filepath.Join(dir, "nope")); err == nil {
 		t.Fatal("a missing directory passed")
 	}
 }
@@ -108,7 +94,7 @@ func TestCkptInspect(t *testing.T) {
 func TestCkptConvert(t *testing.T) {
 	dir, m := ckptDir(t)
 	out := filepath.Join(t.TempDir(), "w.safetensors")
-	if _, err := runCkpt(t, "convert", dir, "--out", out); err != nil {
+	if _, err := execute(newCkptCmd(), "convert", dir, "--out", out); err != nil {
 		t.Fatal(err)
 	}
 	f, err := safetensors.Open(out)
@@ -137,7 +123,7 @@ func TestCkptConvert(t *testing.T) {
 		t.Fatal(err)
 	}
 	bf := filepath.Join(t.TempDir(), "bf.safetensors")
-	if _, err := runCkpt(t, "convert", dir, "--step", "1", "--dtype", "bf16", "--out", bf); err != nil {
+	if _, err := execute(newCkptCmd(), "convert", dir, "--step", "1", "--dtype", "bf16", "--out", bf); err != nil {
 		t.Fatal(err)
 	}
 	g, err := safetensors.Open(bf)
@@ -148,13 +134,13 @@ func TestCkptConvert(t *testing.T) {
 	if g.Tensors[0].DType != safetensors.BF16 {
 		t.Fatalf("dtype %v", g.Tensors[0].DType)
 	}
-	if _, err := runCkpt(t, "convert", dir); !errors.Is(err, errUsage) {
+	if _, err := execute(newCkptCmd(), "convert", dir); !errors.Is(err, errUsage) {
 		t.Fatalf("no --out: %v", err)
 	}
-	if _, err := runCkpt(t, "convert", dir, "--out", bf, "--dtype", "f8"); !errors.Is(err, errUsage) {
+	if _, err := execute(newCkptCmd(), "convert", dir, "--out", bf, "--dtype", "f8"); !errors.Is(err, errUsage) {
 		t.Fatalf("bad dtype: %v", err)
 	}
-	if _, err := runCkpt(t, "convert", t.TempDir(), "--out", bf); !errors.Is(err, checkpoint.ErrNoCheckpoint) {
+	if _, err := execute(newCkptCmd(), "convert", t.TempDir(), "--out", bf); !errors.Is(err, checkpoint.ErrNoCheckpoint) {
 		t.Fatalf("empty directory: %v", err)
 	}
 }

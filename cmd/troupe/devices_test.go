@@ -1,25 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
 )
 
-func runDevices(args ...string) (string, error) {
-	cmd := newDevicesCmd()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetArgs(args)
-	err := cmd.Execute()
-	return out.String(), err
-}
-
 // TestDevicesTable: the CPU is always listed, as cpu:0 with host memory.
 func TestDevicesTable(t *testing.T) {
-	out, err := runDevices()
+	out, err := execute(newDevicesCmd())
 	if err != nil {
 		t.Fatalf("devices: %v\n%s", err, out)
 	}
@@ -35,7 +24,7 @@ func TestDevicesTable(t *testing.T) {
 // TestDevicesJSON: one JSON object naming the registered backends and the
 // devices.
 func TestDevicesJSON(t *testing.T) {
-	out, err := runDevices("--json")
+	out, err := execute(newDevicesCmd(), "--json")
 	if err != nil {
 		t.Fatalf("devices --json: %v\n%s", err, out)
 	}
@@ -56,7 +45,7 @@ func TestDevicesJSON(t *testing.T) {
 	if len(rep.Devices) == 0 || rep.Devices[0].Backend != "cpu" || rep.Devices[0].Name == "" {
 		t.Errorf("devices %+v: want the CPU first, named", rep.Devices)
 	}
-	if _, err := runDevices("extra"); err == nil {
+	if _, err := execute(newDevicesCmd(), "extra"); err == nil {
 		t.Error("devices with an argument did not fail")
 	}
 }

@@ -15,18 +15,6 @@ import (
 	"github.com/troupe-ml/troupe/train"
 )
 
-// runReport runs `troupe report args…` on a fresh command.
-func runReport(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	cmd := newReportCmd()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetArgs(args)
-	err := cmd.Execute()
-	return out.String(), err
-}
-
 // metricsFile writes steps 1…n of a run whose loss starts at loss0 and
 // whose rate is lr, as troupe train --metrics-out does.
 func metricsFile(t *testing.T, path string, n int, loss0, lr float64) string {
@@ -100,7 +88,7 @@ func TestReportComparesRuns(t *testing.T) {
 	b := metricsFile(t, filepath.Join(dir, "b", "m.jsonl"), 8, 2.4, 0.1)
 	c := metricsFile(t, filepath.Join(dir, "c.jsonl"), 3, 2.5, 0.2)
 	out := filepath.Join(dir, "cmp.html")
-	if _, err := runReport(t, a, b, c, "-o", out); err != nil {
+	if _, err := execute(newReportCmd(), a, b, c, "-o", out); err != nil {
 		t.Fatal(err)
 	}
 	r := readReport(t, out)
@@ -114,7 +102,7 @@ func TestReportComparesRuns(t *testing.T) {
 		t.Errorf("title %q", r.title)
 	}
 
-	if _, err := runReport(t, a, b, "--label", "lr 0.05", "--label", "lr 0.1", "--title", "lr sweep", "-o", out); err != nil {
+	if _, err := execute(newReportCmd(), a, b, "--label", "lr 0.05", "--label", "lr 0.1", "--title", "lr sweep", "-o", out); err != nil {
 		t.Fatal(err)
 	}
 	if r := readReport(t, out); strings.Join(r.names(), "|") != "lr 0.05|lr 0.1" || r.title != "lr sweep" {
@@ -130,7 +118,7 @@ func TestReportOneInput(t *testing.T) {
 	metricsFile(t, filepath.Join(job, "n1.jsonl"), 4, 2, 0.01)
 	metricsFile(t, filepath.Join(job, "n2.jsonl"), 6, 2, 0.01)
 	out := filepath.Join(dir, "job.html")
-	if _, err := runReport(t, job, "-o", out); err != nil {
+	if _, err := execute(newReportCmd(), job, "-o", out); err != nil {
 		t.Fatal(err)
 	}
 	r := readReport(t, out)
@@ -154,7 +142,7 @@ func TestReportConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "r.html")
-	if _, err := runReport(t, a, b, "--config", ck, "--config", "", "-o", out); err != nil {
+	if _, err := execute(newReportCmd(), a, b, "--config", ck, "--config", "", "-o", out); err != nil {
 		t.Fatal(err)
 	}
 	page := readReport(t, out).page
@@ -171,7 +159,7 @@ func TestReportConfig(t *testing.T) {
 
 	yml := filepath.Join(dir, "run.yaml")
 	os.WriteFile(yml, []byte("model: mlp\nmlpsizes: [784, 32, 10]\nlr: 0.1\n"), 0o644)
-	if _, err := runReport(t, b, "--config", yml, "-o", out); err != nil {
+	if _, err := execute(newReportCmd(), b, "--config", yml, "-o", out); err != nil {
 		t.Fatal(err)
 	}
 	if page := readReport(t, out).page; !strings.Contains(page, `<th scope="row">model</th><td>mlp 784-32-10</td>`) {
@@ -236,9 +224,9 @@ func TestReportBadArguments(t *testing.T) {
 		{[]string{a, "--config", typo}, `typo.yaml: report: bad input: not a troupe train configuration: json: unknown field "learning_rate"`},
 		{[]string{a, "--config", dir}, "is neither a checkpoint directory nor a checkpoint"},
 	} {
-		_, err := runReport(t, append(c.args, "-o", out)...)
+		_, err := execute(newReportCmd(), append(c.args, "-o", out)...)
 		if c.args == nil {
-			_, err = runReport(t, "-o", out)
+			_, err = execute(newReportCmd(), "-o", out)
 		}
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("troupe report %q: %v, want an error saying %q", c.args, err, c.want)
@@ -255,7 +243,7 @@ func TestReportBadArguments(t *testing.T) {
 
 // The help says how to compare runs and where a configuration comes from.
 func TestReportHelp(t *testing.T) {
-	out, err := runReport(t, "--help")
+	out, err := execute(newReportCmd(), "--help")
 	if err != nil {
 		t.Fatal(err)
 	}
