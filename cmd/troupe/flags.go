@@ -11,7 +11,7 @@ import (
 // --config file that the command line did not set, then the old flag
 // names turned into the new.
 func prepareFlags(cmd *cobra.Command) error {
-	if f := cmd.Flags().Lookup("config"); f != nil && f.Value.String() != "" {
+	if f := cmd.Flags().Lookup("config"); f != nil && len(f.Annotations[annConfigFile]) > 0 && f.Value.String() != "" {
 		if err := applyConfigFile(cmd.Flags(), cmd.CommandPath(), f.Value.String()); err != nil {
 			return err
 		}

@@ -19,6 +19,9 @@ const (
 	annMLPDefault = "troupe_mlp_default"
 	// annAliasOf is, on an old flag name, the flag it now is.
 	annAliasOf = "troupe_alias_of"
+	// annConfigFile marks the flag that names a --config file of flags
+	// (troupe report's --config is another thing: a run's configuration).
+	annConfigFile = "troupe_config_file"
 )
 
 // The headings of the training commands' help.

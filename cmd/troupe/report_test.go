@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/report"
 	"github.com/troupe-ml/troupe/train"
@@ -142,7 +143,12 @@ func TestReportConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "r.html")
-	if _, err := execute(newReportCmd(), a, b, "--config", ck, "--config", "", "-o", out); err != nil {
+	// Through the root command, whose --config handling (a file of flags,
+	// for the training commands) must leave report's alone.
+	root := &cobra.Command{Use: "troupe", SilenceUsage: true, SilenceErrors: true, PersistentPreRunE: prepare}
+	root.PersistentFlags().AddFlagSet(rootCmd.PersistentFlags())
+	root.AddCommand(newReportCmd())
+	if _, err := execute(root, "report", a, b, "--config", ck, "--config", "", "-o", out); err != nil {
 		t.Fatal(err)
 	}
 	page := readReport(t, out).page

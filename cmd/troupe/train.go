@@ -324,6 +324,7 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	inGroup(fl, groupObserve, "log-every", "metrics-addr", "trace", "dump-dir", "check-every", "straggler-threshold")
 	inGroup(fl, groupRuntime, "device", "threads", "collective-timeout", "step-timeout")
 	inGroup(fl, groupConfig, "config", "print-config")
+	setAnnotation(fl, "config", annConfigFile, "true")
 }
 
 // registerOldWarmup adds --warmup, the old name of --lr-warmup (troupe
