@@ -488,7 +488,7 @@ func TestReadConfig(t *testing.T) {
 	// one does not know are left out and named.
 	var newer map[string]any
 	json.Unmarshal(conf, &newer)
-	newer["ResumeRequired"] = true
+	newer["SomeFutureOption"] = true
 	newer["Optim"].(map[string]any)["Lion"] = 0.5
 	conf2, _ := json.Marshal(newer)
 	ck2 := filepath.Join(dir, "ck2")
@@ -497,7 +497,7 @@ func TestReadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantFrom := filepath.Join(ck2, checkpoint.StepDirName(7), checkpoint.ManifestFile) + " (left out, unknown to this troupe: Optim.Lion, ResumeRequired)"
+	wantFrom := filepath.Join(ck2, checkpoint.StepDirName(7), checkpoint.ManifestFile) + " (left out, unknown to this troupe: Optim.Lion, SomeFutureOption)"
 	if !reflect.DeepEqual(got, want) || from != wantFrom {
 		t.Errorf("a newer manifest: %+v from %q, want %+v from %q", got, from, want, wantFrom)
 	}
