@@ -39,8 +39,9 @@ func TestCheckReplicasNamesTheOddOneOut(t *testing.T) {
 }
 
 // A run cancelled between steps stops there, saves the weights of the last
-// step it trained, and says it was cancelled; the weights are those of an
-// uninterrupted run of that many steps.
+// step it trained, and says it was cancelled (its summary counts the steps
+// trained, not the target); the weights are those of an uninterrupted run
+// of that many steps.
 func TestCancelledRunSavesItsWeights(t *testing.T) {
 	dir := t.TempDir()
 	cfg := tinyGPT()
@@ -54,8 +55,8 @@ func TestCancelledRunSavesItsWeights(t *testing.T) {
 			cancel()
 		}
 	}})
-	if !errors.Is(err, context.Canceled) || sum == nil || sum.Saved != cfg.Save || sum.SavedStep != 3 {
-		t.Fatalf("summary %+v, err %v; want the weights of step 3 saved and context.Canceled", sum, err)
+	if !errors.Is(err, context.Canceled) || sum == nil || sum.Saved != cfg.Save || sum.SavedStep != 3 || sum.Steps != 3 {
+		t.Fatalf("summary %+v, err %v; want 3 steps, their weights saved and context.Canceled", sum, err)
 	}
 	ref := cfg
 	ref.Steps, ref.Save = 3, filepath.Join(dir, "three.safetensors")
