@@ -160,7 +160,7 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	if err := cfg.probeOutputs(); err != nil {
 		return nil, err
 	}
-	j, err := openJob(cfg)
+	j, err := openValidJob(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -486,7 +486,7 @@ func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 		return cfg, err
 	}
 	if step >= 0 {
-		logger.Info("resuming with the model, data and training options of the checkpoint", zap.String("dir", cfg.CkptDir), zap.Int64("step", step))
+		logger.Debug("the model, data and training options not given come from the checkpoint", zap.String("dir", cfg.CkptDir), zap.Int64("step", step))
 	}
 	return cfg, nil
 }
