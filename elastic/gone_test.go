@@ -67,3 +67,24 @@ func TestGoneTracker(t *testing.T) {
 		t.Error("gave up while one address never answered")
 	}
 }
+
+// A node whose newest committed world is itself alone trains by itself:
+// seeing no peer then is no sign that it was left behind. Any other world
+// (none yet, others in it, another node alone) keeps the heuristic.
+func TestSoleMember(t *testing.T) {
+	n1, n2 := Member{ID: "n1"}, Member{ID: "n2"}
+	for _, tc := range []struct {
+		w    *World
+		want bool
+	}{
+		{nil, false},
+		{&World{}, false},
+		{&World{Gen: 3, Members: []Member{n1}}, true},
+		{&World{Gen: 3, Members: []Member{n1, n2}}, false},
+		{&World{Gen: 3, Members: []Member{n2}}, false},
+	} {
+		if got := soleMember(tc.w, "n1"); got != tc.want {
+			t.Errorf("soleMember(%+v, n1) = %v, want %v", tc.w, got, tc.want)
+		}
+	}
+}

@@ -478,7 +478,7 @@ func (n *Node) reconnector() {
 			}
 		}
 		known := append(slices.Clone(seeds), n.failed.since(time.Now().Add(-n.cfg.Timings.ReconnectTimeout))...)
-		alone := others == 0 && n.hadPeers.Load()
+		alone := others == 0 && n.hadPeers.Load() && !soleMember(n.world.Load(), n.self.ID)
 		var dials map[string]dialResult
 		if alone {
 			dials = dialAll(known, n.cfg.Timings.TCPTimeout)
@@ -556,6 +556,14 @@ func dialAll(addrs []string, timeout time.Duration) map[string]dialResult {
 	}
 	wg.Wait()
 	return out
+}
+
+// soleMember reports whether w, the newest committed world a node knows,
+// is that node (self) alone: then it trains by itself (a job that allows a
+// world of one, whose other nodes left), and seeing no peer is no sign
+// that it was left behind.
+func soleMember(w *World, self string) bool {
+	return w != nil && len(w.Members) == 1 && w.Members[0].ID == self
 }
 
 // goneTracker decides when a node left alone gives up (Timings.Gone): for

@@ -394,6 +394,29 @@ func TestElasticGracefulLeave(t *testing.T) {
 	c.check(c.finish("n1", "n2"), ref)
 }
 
+// A job that allows a world of one (--quorum any --min-nodes 1) of two
+// nodes: the node the other joined through leaves (SIGTERM). The survivor
+// is then alone, and every address it knows refuses connections, as for a
+// node cut off until its job ended without it; but it trains in a
+// committed world of its own, so it is not left behind: it trains on to
+// the end and exits 0.
+func TestElasticSurvivorOfALeaveTrainsAlone(t *testing.T) {
+	ref := faultFree(t)
+	c := newCluster(t, 2, 1)
+	c.extra = []string{"--quorum", "any"}
+	c.env = slowSteps // the rest of the job outlasts the failure detector's Gone
+	c.startWorld(2)
+	at := c.lastStep() // n1 may have trained alone before n2 joined
+	leaver := c.agents["n1"]
+	leaver.cmd.Process.Signal(syscall.SIGTERM)
+	r := c.waitWorld(1, at)
+	t.Logf("SIGTERM to n1; n2 alone trained step %d", r.Step)
+	if err := <-leaver.done; err != nil {
+		t.Fatalf("n1 after SIGTERM: %v\n%s", err, leaver.stderr.String())
+	}
+	c.check(c.finish("n2"), ref)
+}
+
 // checkReplay asserts what a job that rolled back to a checkpoint must
 // show: the named agents finish with bit-identical replicas, a generation
 // took its state from the checkpoint, every step was logged, and the steps
