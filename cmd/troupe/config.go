@@ -62,6 +62,7 @@ func applyConfigFile(fl *pflag.FlagSet, command, path string) error {
 		if err := fl.Set(key, text); err != nil {
 			return bad("%v", err)
 		}
+		setAnnotation(fl, key, annFromConfig, path)
 	}
 	return nil
 }

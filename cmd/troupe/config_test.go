@@ -243,3 +243,18 @@ func TestConfigAgentAndBench(t *testing.T) {
 		t.Errorf("bench train --print-config:\n%s", out)
 	}
 }
+
+// A value the file sets that the run's configuration refuses is a usage
+// error naming the flag and the file that set it.
+func TestConfigInvalidValueNamesTheFile(t *testing.T) {
+	path := writeFile(t, t.TempDir(), "run.yaml", "batch: 0\n")
+	_, err := runTree(t, "train", "--config", path)
+	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--batch") || !strings.Contains(err.Error(), "--batch is set in "+path) {
+		t.Fatalf("%v: want a usage error naming --batch and %s", err, path)
+	}
+	// Set on the command line, the file is not named.
+	_, err = runTree(t, "train", "--batch", "0")
+	if err == nil || strings.Contains(err.Error(), "is set in") {
+		t.Fatalf("--batch 0 on the command line: %v", err)
+	}
+}

@@ -19,6 +19,8 @@ const (
 	annMLPDefault = "troupe_mlp_default"
 	// annAliasOf is, on an old flag name, the flag it now is.
 	annAliasOf = "troupe_alias_of"
+	// annFromConfig is, on a flag a --config file set, that file.
+	annFromConfig = "troupe_from_config"
 	// annConfigFile marks the flag that names a --config file of flags
 	// (troupe report's --config is another thing: a run's configuration).
 	annConfigFile = "troupe_config_file"

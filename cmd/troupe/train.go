@@ -345,9 +345,23 @@ func (f *trainFlags) config(fl *pflag.FlagSet) (train.Config, error) {
 		return cfg, err
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("%w: %w", errUsage, inFlags(err))
+		return cfg, fmt.Errorf("%w: %w", errUsage, fromFile(fl, inFlags(err)))
 	}
 	return cfg, nil
+}
+
+// fromFile adds to a configuration error the --config file that set the
+// flag it names, when one did.
+func fromFile(fl *pflag.FlagSet, err error) error {
+	var fe *train.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	name := flagName(fe.Field)
+	if f := fl.Lookup(strings.TrimPrefix(name, "--")); f != nil && len(f.Annotations[annFromConfig]) > 0 {
+		return fmt.Errorf("%w (%s is set in %s)", err, name, f.Annotations[annFromConfig][0])
+	}
+	return err
 }
 
 // build is the run's configuration, not validated: the model's defaults,
