@@ -3,6 +3,7 @@ package train
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -264,4 +265,23 @@ func TestStepsAndEpochsAreOneChoice(t *testing.T) {
 	if err := cfg.Validate(); !errors.As(err, &fe) || fe.Field != "Steps" {
 		t.Fatalf("Steps and Epochs both set: %v", err)
 	}
+}
+
+// A checkpoint's recorded configuration is outside bytes (a manifest
+// written by any version, or by hand): taking it into a resumed run's
+// configuration returns an error or a configuration, never a panic.
+func FuzzTakeRecordedConfig(f *testing.F) {
+	good, _ := json.Marshal(tinyMLP())
+	for _, s := range []string{string(good), `{}`, `{"Model":"gpt","DModel":-3}`, `{"MLPSizes":[1,2]}`, `{"Optim":{"Name":7}}`, `null`, `[`} {
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
+	}
+	f.Fuzz(func(t *testing.T, conf []byte, setAll bool) {
+		var saved Config
+		if json.Unmarshal(conf, &saved) != nil {
+			return
+		}
+		cfg := DefaultConfig()
+		_ = cfg.takeRecorded(saved, func(string) bool { return setAll }, "the fuzzed checkpoint's")
+	})
 }

@@ -258,3 +258,27 @@ func TestConfigInvalidValueNamesTheFile(t *testing.T) {
 		t.Fatalf("--batch 0 on the command line: %v", err)
 	}
 }
+
+// A --config file is outside bytes: whatever it holds, decoding it and
+// turning its values into flag text returns an error or values, never a
+// panic, in either format.
+func FuzzDecodeConfig(f *testing.F) {
+	for _, s := range []string{"lr: 0.001\nd-model: 256\nlayers: [784, 256, 10]\n", "lr = 0.001\nresume = \"auto\"\n",
+		"model:\n  name: mlp\n", "- a\n", "lr: [1\n", "", "a: !!binary AAAA\n", "x = [[1], {a = 2}]\n"} {
+		f.Add([]byte(s), true)
+		f.Add([]byte(s), false)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, yamlFile bool) {
+		name := "c.toml"
+		if yamlFile {
+			name = "c.yaml"
+		}
+		values, err := decodeConfig(name, data)
+		if err != nil {
+			return
+		}
+		for _, v := range values {
+			_, _ = configText(v)
+		}
+	})
+}
