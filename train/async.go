@@ -100,10 +100,10 @@ type asyncExecutor struct {
 // (the servers' version): all as actors of this process, or with
 // Config.Procs the replicas as worker processes (command argv), one each,
 // and the servers here.
-func startAsync(ctx context.Context, j *job, argv []string, from int, cursor data.Cursor, log *zap.Logger) (_ *asyncExecutor, err error) {
+func startAsync(ctx context.Context, j *job, wp workerProcs, from int, cursor data.Cursor, log *zap.Logger) (_ *asyncExecutor, err error) {
 	cfg := &j.cfg
 	procs := cfg.Procs > 0
-	if procs && len(argv) == 0 {
+	if procs && len(wp.argv) == 0 {
 		return nil, fieldErr("Procs", "needs Options.WorkerCommand: the command that runs one worker process (a program calling RunWorkerProcess; troupe's own is troupe __worker)")
 	}
 	sys, err := actors.NewSystem(actors.SystemConfig{Remote: procs, Logger: log})
@@ -151,7 +151,7 @@ func startAsync(ctx context.Context, j *job, argv []string, from int, cursor dat
 		if err != nil {
 			return nil, fmt.Errorf("train: encoding the worker config: %w", err)
 		}
-		e.procs = &replicaProcs{sys: sys, j: j, argv: argv, conf: conf, log: log, from: from, cursor: cursor, group: group}
+		e.procs = &replicaProcs{sys: sys, j: j, wp: wp, conf: conf, log: log, from: from, cursor: cursor, group: group}
 		// Stopped first (stops run last to first): the processes end
 		// before the actor system that talks to them.
 		stops = append(stops, e.procs.stop)
@@ -296,7 +296,7 @@ func formAll(ctx context.Context, g *groupExecutor, j *job, from int, cursor dat
 type replicaProcs struct {
 	sys  *actors.System
 	j    *job
-	argv []string
+	wp   workerProcs
 	conf []byte
 	log  *zap.Logger
 	// from and cursor form a started replica (it computes on whatever
@@ -330,7 +330,7 @@ func (p *replicaProcs) start(ctx context.Context, r, inc int, lost func(r, inc i
 	env := append(os.Environ(), envWorkerConfig+"="+string(p.conf), envWorkerAddrs+"="+addrs[0],
 		envTrainer+"="+hello.PID().Address+"/"+hello.PID().Id, envReplica+"="+strconv.Itoa(r))
 	p.mu.Lock()
-	children, err := launch(p.argv, env, 1, func(_ int, cause string) {
+	children, err := launch(p.wp, env, 1, func(_ int, cause string) {
 		hello.Lost(0, cause)
 		lost(r, inc, cause)
 	}, &p.wg)

@@ -68,10 +68,10 @@ type child struct {
 }
 
 // startProcs starts cfg.Procs worker processes on loopback (one rank each,
-// command argv) and forms them at step from.
-func startProcs(ctx context.Context, j *job, argv []string, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
+// as wp says) and forms them at step from.
+func startProcs(ctx context.Context, j *job, wp workerProcs, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
 	cfg := j.cfg
-	if len(argv) == 0 {
+	if len(wp.argv) == 0 {
 		return nil, fieldErr("Procs", "needs Options.WorkerCommand: the command that runs one worker process (a program calling RunWorkerProcess; troupe's own is troupe __worker)")
 	}
 	m, err := mesh.New(cfg.DP, cfg.PP, cfg.TP)
@@ -123,7 +123,7 @@ func startProcs(ctx context.Context, j *job, argv []string, from int, cursor dat
 		}
 		env = append(env, envTraceOrigin+"="+strconv.FormatInt(origin.UnixNano(), 10))
 	}
-	if children, err = launch(argv, env, m.Size(), ex.group.Lost, &wg); err != nil {
+	if children, err = launch(wp, env, m.Size(), ex.group.Lost, &wg); err != nil {
 		return nil, err
 	}
 	log.Info("started worker processes", zap.Int("procs", m.Size()), zap.Strings("addresses", addrs))
@@ -143,14 +143,34 @@ func startProcs(ctx context.Context, j *job, argv []string, from int, cursor dat
 	return ex, nil
 }
 
+// workerProcs is how worker processes are started: the command that runs
+// one, and where their output goes.
+type workerProcs struct {
+	argv []string
+	// out gets the processes' stdout and stderr: this process's stderr,
+	// or the Terminal its progress bar shares (Options.Progress), so that
+	// their log lines go above the bar too.
+	out io.Writer
+}
+
+// workerProcsOf is the worker processes of a run with options o.
+func workerProcsOf(o Options) workerProcs {
+	wp := workerProcs{argv: o.WorkerCommand, out: o.Progress}
+	if wp.out == nil {
+		wp.out = os.Stderr
+	}
+	return wp
+}
+
 // launch starts n worker processes (rank r gets envWorkerRank r), and a
 // goroutine per process that calls lost when it exits.
-func launch(argv, env []string, n int, lost func(rank int, cause string), wg *sync.WaitGroup) ([]*child, error) {
+func launch(wp workerProcs, env []string, n int, lost func(rank int, cause string), wg *sync.WaitGroup) ([]*child, error) {
+	argv := wp.argv
 	var children []*child
 	for r := range n {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = append(env, envWorkerRank+"="+strconv.Itoa(r))
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		cmd.Stdout, cmd.Stderr = wp.out, wp.out
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
 			return children, fmt.Errorf("train: worker %d: %w", r, err)

@@ -1,8 +1,11 @@
 package train
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -91,5 +94,33 @@ func TestProgressStoppedEarly(t *testing.T) {
 	p.finish()
 	if len(s.lines) != 1 || !strings.Contains(s.lines[0], "(12/30") || !strings.Contains(s.lines[0], "2000 tok/s") || s.row != 1 || s.col != 0 {
 		t.Fatalf("the screen shows %q with the cursor at row %d, column %d; want the bar at 12/30 and the cursor on the next line", s.lines, s.row, s.col)
+	}
+}
+
+// The worker processes' output goes where Options.Progress says, a
+// Terminal a progress bar shares: their log lines come out above the bar,
+// which is drawn again below them. Without Progress they write to stderr.
+func TestWorkerOutputGoesAboveTheBar(t *testing.T) {
+	var buf bytes.Buffer
+	term := NewTerminal(&buf)
+	term.draw("[bar 3/30]")
+	var wg sync.WaitGroup
+	lost := make(chan string, 1)
+	wp := workerProcsOf(Options{WorkerCommand: []string{"sh", "-c", "echo a worker log line >&2"}, Progress: term})
+	children, err := launch(wp, os.Environ(), 1, func(_ int, cause string) { lost <- cause }, &wg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-lost
+	wg.Wait()
+	for _, c := range children {
+		c.stdin.Close()
+	}
+	want := clearLine + "[bar 3/30]" + clearLine + "a worker log line\n" + "[bar 3/30]"
+	if got := buf.String(); got != want {
+		t.Fatalf("the terminal got %q, want %q", got, want)
+	}
+	if wp := workerProcsOf(Options{}); wp.out != os.Stderr {
+		t.Fatalf("without Progress the workers write to %v, want stderr", wp.out)
 	}
 }

@@ -67,7 +67,9 @@ type Options struct {
 	// Logger receives structured progress; nil logs nothing.
 	Logger *zap.Logger
 	// Progress, when set, gets a live progress bar (a terminal) instead of
-	// a log line every Config.LogEvery steps.
+	// a log line every Config.LogEvery steps, and the output of the worker
+	// processes (Procs), which must not run into the bar: give it the
+	// Terminal the logger writes to.
 	Progress io.Writer
 	// OnStep, when set, receives every step's metrics, in step order, on
 	// the goroutine that called Run or RunAgent (a service embedding troupe
@@ -195,13 +197,13 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	switch {
 	case cfg.sync().Async():
 		var a *asyncExecutor
-		a, err = startAsync(ctx, j, o.WorkerCommand, from, cursor, log)
+		a, err = startAsync(ctx, j, workerProcsOf(o), from, cursor, log)
 		if a != nil {
 			ex, group = a, a.groupExecutor
 			a.beforeCompute = o.beforeCompute
 		}
 	case cfg.Procs > 0:
-		group, err = startProcs(ctx, j, o.WorkerCommand, from, cursor, log)
+		group, err = startProcs(ctx, j, workerProcsOf(o), from, cursor, log)
 		ex = group
 	default:
 		group, err = startLocal(ctx, j, from, cursor, log)

@@ -45,6 +45,9 @@ func setupLogging(cmd *cobra.Command) error {
 			format = "console"
 		}
 	}
+	// Worker processes log in the format decided here: their stderr is a
+	// pipe into this process's when a progress bar shares its terminal.
+	os.Setenv("TROUPE_LOG_FORMAT", format)
 	var cfg zap.Config
 	switch format {
 	case "json":
