@@ -299,7 +299,11 @@ func startPoint(j *job, log *zap.Logger) (int, data.Cursor, *checkpoint.ScalerSt
 // or failed to write an output: the weights of the last step every stage
 // holds are saved, and the summary so far returned with err.
 func (t *trainer) stopped(ex *groupExecutor, sum *Summary, err error) (*Summary, error) {
-	t.log.Info("stopped", zap.Error(err))
+	if failure.CodeOf(err) == failure.Output {
+		t.log.Error("stopping: an output cannot be written", zap.Error(err))
+	} else {
+		t.log.Info("stopped", zap.Error(err))
+	}
 	if t.job.cfg.Save == "" {
 		return sum, err
 	}
