@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/troupe-ml/troupe/nn"
+	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/safetensors"
 )
@@ -145,7 +145,7 @@ func median(v []float64) float64 {
 // synchronous checkpoint would add to the loop instead).
 func BenchmarkGPTCheckpoint(b *testing.B) {
 	be := cpu(b)
-	m, err := nn.NewGPT(be, nn.DefaultGPTConfig(96), 1)
+	m, err := models.NewGPT(be, models.DefaultGPT(96), 1)
 	if err != nil {
 		b.Fatal(err)
 	}

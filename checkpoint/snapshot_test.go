@@ -9,6 +9,7 @@ import (
 
 	"github.com/troupe-ml/troupe/kernels"
 	_ "github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
 )
@@ -24,7 +25,7 @@ func cpu(t testing.TB) kernels.Backend {
 
 func tinyGPT(t testing.TB, be kernels.Backend) *nn.Model {
 	t.Helper()
-	m, err := nn.NewGPT(be, nn.GPTConfig{Vocab: 11, Context: 8, DModel: 16, Layers: 2, Heads: 2}, 1)
+	m, err := models.NewGPT(be, models.GPT{Vocab: 11, Context: 8, DModel: 16, Layers: 2, Heads: 2}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,11 +212,11 @@ func TestRestoreMismatch(t *testing.T) {
 	if err := ck.Restore(m.Set, sgd); !errors.Is(err, ErrMismatch) {
 		t.Fatalf("adamw checkpoint into SGD: %v", err)
 	}
-	other, _ := nn.NewGPT(be, nn.GPTConfig{Vocab: 12, Context: 8, DModel: 16, Layers: 2, Heads: 2}, 1)
+	other, _ := models.NewGPT(be, models.GPT{Vocab: 12, Context: 8, DModel: 16, Layers: 2, Heads: 2}, 1)
 	if err := ck.Restore(other.Set, nil); !errors.Is(err, ErrMismatch) {
 		t.Fatalf("another vocabulary: %v", err)
 	}
-	untied, _ := nn.NewGPT(be, nn.GPTConfig{Vocab: 11, Context: 8, DModel: 16, Layers: 2, Heads: 2, Untied: true}, 1)
+	untied, _ := models.NewGPT(be, models.GPT{Vocab: 11, Context: 8, DModel: 16, Layers: 2, Heads: 2, Untied: true}, 1)
 	if err := ck.Restore(untied.Set, nil); !errors.Is(err, ErrMismatch) {
 		t.Fatalf("a parameter the checkpoint lacks: %v", err)
 	}
@@ -252,7 +253,7 @@ func TestSnapshotRejects(t *testing.T) {
 // it back bit for bit.
 func TestTiedEmbeddingAcrossStages(t *testing.T) {
 	be := cpu(t)
-	spec := nn.Spec{GPT: &nn.GPTConfig{Vocab: 7, Context: 4, DModel: 8, Layers: 3, Heads: 2}}
+	spec := models.GPT{Vocab: 7, Context: 4, DModel: 8, Layers: 3, Heads: 2}
 	units := spec.Units()
 	c := optim.DefaultConfig("adamw")
 	build := func(lo, hi int) (*nn.Model, optim.Optimizer) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/pipeline"
@@ -16,7 +17,7 @@ import (
 
 // tpGPT is a GPT whose vocabulary (13) neither 2 nor 4 divides and whose
 // 4 heads both do.
-var tpGPT = nn.Spec{GPT: &nn.GPTConfig{Vocab: 13, Context: 4, DModel: 8, Layers: 2, Heads: 4}}
+var tpGPT = models.GPT{Vocab: 13, Context: 4, DModel: 8, Layers: 2, Heads: 4}
 
 // tpState is a whole model's weights and AdamW states, random.
 type tpState struct {

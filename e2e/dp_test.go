@@ -16,6 +16,7 @@ import (
 
 	"github.com/troupe-ml/troupe/e2e/e2etest"
 	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn"
 )
 
@@ -39,9 +40,9 @@ func writeInit(t *testing.T, m *nn.Model, err error) string {
 // bit-identical (--check-every 1 fails the run otherwise). The tolerance is
 // float32 summation order: 1e-4 relative (see train/dp_test.go).
 func TestDataParallelWorlds(t *testing.T) {
-	mlp, err := nn.NewMLP(cpu.New(1), nn.MLPConfig{Sizes: []int{784, 64, 10}}, 11)
+	mlp, err := models.NewMLP(cpu.New(1), models.MLP{Sizes: []int{784, 64, 10}}, 11)
 	mlpInit := writeInit(t, mlp, err)
-	gpt, err := nn.NewGPT(cpu.New(1), nn.GPTConfig{Vocab: 65, Context: 16, DModel: 32, Layers: 2, Heads: 4}, 11)
+	gpt, err := models.NewGPT(cpu.New(1), models.GPT{Vocab: 65, Context: 16, DModel: 32, Layers: 2, Heads: 4}, 11)
 	gptInit := writeInit(t, gpt, err)
 	models := map[string][]string{
 		"mlp": {"--model", "mlp", "--layers", "784,64,10", "--data", "synthetic-mlp", "--init", mlpInit, "--batch", "32"},

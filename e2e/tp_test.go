@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn"
 )
 
@@ -18,9 +19,9 @@ import (
 // of the embedding and the head is padded. Replicas are compared bit for
 // bit every step (--check-every 1).
 func TestTensorParallelWorlds(t *testing.T) {
-	gpt, err := nn.NewGPT(cpu.New(1), nn.GPTConfig{Vocab: 65, Context: 16, DModel: 32, Layers: 2, Heads: 4}, 11)
+	gpt, err := models.NewGPT(cpu.New(1), models.GPT{Vocab: 65, Context: 16, DModel: 32, Layers: 2, Heads: 4}, 11)
 	gptInit := writeInit(t, gpt, err)
-	mlp, err := nn.NewMLP(cpu.New(1), nn.MLPConfig{Sizes: []int{784, 64, 10}}, 11)
+	mlp, err := models.NewMLP(cpu.New(1), models.MLP{Sizes: []int{784, 64, 10}}, 11)
 	mlpInit := writeInit(t, mlp, err)
 	for _, tc := range []struct {
 		name   string
@@ -72,7 +73,7 @@ func runLossesAndWeights(t *testing.T, args []string, whole *nn.Model) ([]float6
 // each process writing its shard of the optimizer state, resumes in one
 // worker with the uninterrupted run's losses.
 func TestZeroWorlds(t *testing.T) {
-	gpt, err := nn.NewGPT(cpu.New(1), nn.GPTConfig{Vocab: 65, Context: 16, DModel: 32, Layers: 2, Heads: 4}, 11)
+	gpt, err := models.NewGPT(cpu.New(1), models.GPT{Vocab: 65, Context: 16, DModel: 32, Layers: 2, Heads: 4}, 11)
 	gptInit := writeInit(t, gpt, err)
 	base := []string{"train", "--model", "gpt", "--d-model", "32", "--n-layers", "2", "--n-heads", "4", "--context", "16",
 		"--data", "synthetic-tokens", "--init", gptInit, "--batch", "16", "--steps", "12", "--threads", "2",

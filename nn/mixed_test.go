@@ -8,6 +8,7 @@ import (
 
 	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn"
 )
 
@@ -56,7 +57,7 @@ func TestMixedPrecisionMatchesFP32(t *testing.T) {
 			u = 0x1p-11
 		}
 		t.Run(dt.String()+"/MLP", func(t *testing.T) {
-			m, err := nn.NewMLP(be, nn.MLPConfig{Sizes: []int{20, 16, 12, 5}}, 1)
+			m, err := models.NewMLP(be, models.MLP{Sizes: []int{20, 16, 12, 5}}, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,8 +78,8 @@ func TestMixedPrecisionMatchesFP32(t *testing.T) {
 		})
 		for _, untied := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/GPT/untied=%v", dt, untied), func(t *testing.T) {
-				cfg := nn.GPTConfig{Vocab: 11, Context: 8, DModel: 16, Layers: 2, Heads: 4, Untied: untied}
-				m, err := nn.NewGPT(be, cfg, 3)
+				cfg := models.GPT{Vocab: 11, Context: 8, DModel: 16, Layers: 2, Heads: 4, Untied: untied}
+				m, err := models.NewGPT(be, cfg, 3)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -124,8 +125,8 @@ func checkMixed(t *testing.T, l32, lLow float64, g32, gLow map[string][]float32,
 func TestMixedPrecisionHalvesActivations(t *testing.T) {
 	be := cpu.New(2)
 	r := rand.New(rand.NewPCG(23, 24))
-	cfg := nn.GPTConfig{Vocab: 96, Context: 64, DModel: 128, Layers: 4, Heads: 4}
-	m, err := nn.NewGPT(be, cfg, 3)
+	cfg := models.GPT{Vocab: 96, Context: 64, DModel: 128, Layers: 4, Heads: 4}
+	m, err := models.NewGPT(be, cfg, 3)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/nnref"
 	"github.com/troupe-ml/troupe/nn/optim"
@@ -192,7 +193,7 @@ func TestModelsAgainstReference(t *testing.T) {
 	be := cpu.New(2)
 	r := rand.New(rand.NewPCG(9, 10))
 	t.Run("MLP", func(t *testing.T) {
-		m, err := nn.NewMLP(be, nn.MLPConfig{Sizes: []int{20, 16, 12, 5}}, 1)
+		m, err := models.NewMLP(be, models.MLP{Sizes: []int{20, 16, 12, 5}}, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,8 +214,8 @@ func TestModelsAgainstReference(t *testing.T) {
 	})
 	for _, untied := range []bool{false, true} {
 		t.Run(fmt.Sprintf("GPT/untied=%v", untied), func(t *testing.T) {
-			cfg := nn.GPTConfig{Vocab: 11, Context: 8, DModel: 16, Layers: 2, Heads: 4, Untied: untied}
-			m, err := nn.NewGPT(be, cfg, 3)
+			cfg := models.GPT{Vocab: 11, Context: 8, DModel: 16, Layers: 2, Heads: 4, Untied: untied}
+			m, err := models.NewGPT(be, cfg, 3)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,7 +256,7 @@ func TestTrainingMatchesReference(t *testing.T) {
 	const steps = 5
 	t.Run("MLP/SGD", func(t *testing.T) {
 		sizes := []int{12, 10, 4}
-		m, _ := nn.NewMLP(be, nn.MLPConfig{Sizes: sizes}, 5)
+		m, _ := models.NewMLP(be, models.MLP{Sizes: sizes}, 5)
 		opt, err := optim.New(m.Set, optim.Config{Name: "sgd", Momentum: 0.9, WeightDecay: 1e-3})
 		if err != nil {
 			t.Fatal(err)
@@ -278,8 +279,8 @@ func TestTrainingMatchesReference(t *testing.T) {
 		}
 	})
 	t.Run("GPT/AdamW", func(t *testing.T) {
-		cfg := nn.GPTConfig{Vocab: 9, Context: 6, DModel: 8, Layers: 2, Heads: 2}
-		m, _ := nn.NewGPT(be, cfg, 6)
+		cfg := models.GPT{Vocab: 9, Context: 6, DModel: 8, Layers: 2, Heads: 2}
+		m, _ := models.NewGPT(be, cfg, 6)
 		oc := optim.DefaultConfig("adamw")
 		opt, err := optim.New(m.Set, oc)
 		if err != nil {
@@ -307,7 +308,7 @@ func TestTrainingMatchesReference(t *testing.T) {
 
 func TestPoolReturnsEverything(t *testing.T) {
 	be := cpu.New(1)
-	m, err := nn.NewGPT(be, nn.GPTConfig{Vocab: 5, Context: 4, DModel: 8, Layers: 1, Heads: 2}, 1)
+	m, err := models.NewGPT(be, models.GPT{Vocab: 5, Context: 4, DModel: 8, Layers: 1, Heads: 2}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +384,7 @@ func TestPoolDrop(t *testing.T) {
 // and every parameter's gradient is a view of it.
 func TestMoveGrads(t *testing.T) {
 	be := cpu.New(1)
-	m, err := nn.NewMLP(be, nn.MLPConfig{Sizes: []int{4, 3, 2}}, 1)
+	m, err := models.NewMLP(be, models.MLP{Sizes: []int{4, 3, 2}}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

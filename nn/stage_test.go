@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn"
 )
 
@@ -14,8 +15,8 @@ import (
 func TestStagesHoldTheWholeModelsWeights(t *testing.T) {
 	be := cpu.New(1)
 	specs := map[string]nn.Spec{
-		"mlp": {MLP: &nn.MLPConfig{Sizes: []int{6, 5, 4, 3}}},
-		"gpt": {GPT: &nn.GPTConfig{Vocab: 7, Context: 4, DModel: 8, Layers: 3, Heads: 2}},
+		"mlp": models.MLP{Sizes: []int{6, 5, 4, 3}},
+		"gpt": models.GPT{Vocab: 7, Context: 4, DModel: 8, Layers: 3, Heads: 2},
 	}
 	for name, spec := range specs {
 		whole, err := nn.Build(be, spec, 42, 0, spec.Units())

@@ -9,6 +9,7 @@ import (
 
 	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn"
 )
 
@@ -349,7 +350,7 @@ func passIn(be kernels.Backend, g nn.TPGroup, dt kernels.DType, m *nn.Model, x [
 		}
 	}
 	logits := nn.Forward(c, m.Layers, in)
-	sum, d := m.Loss(c, logits, tg, float32(1/float64(count)))
+	sum, d := m.Loss(c, logits, nn.Targets{Ids: tg}, float32(1/float64(count)))
 	nn.Backward(c, m.Layers, d)
 	res := shardRun{loss: sum / float64(count), grads: map[string][]float32{}, ps: map[string]*nn.Param{}, peak: pool.PeakBytes()}
 	for _, p := range m.Set.Params() {
@@ -375,7 +376,7 @@ func passIn(be kernels.Backend, g nn.TPGroup, dt kernels.DType, m *nn.Model, x [
 //   - each shard's initial weights are its part of the whole model's
 //     (bit for bit), and the padded vocabulary rows are zero.
 func TestShardsMatchTheWholeModel(t *testing.T) {
-	gpt := nn.GPTConfig{Vocab: 126, Context: 8, DModel: 16, Layers: 2, Heads: 4}
+	gpt := models.GPT{Vocab: 126, Context: 8, DModel: 16, Layers: 2, Heads: 4}
 	untied := gpt
 	untied.Untied = true
 	cases := []struct {
@@ -383,9 +384,9 @@ func TestShardsMatchTheWholeModel(t *testing.T) {
 		spec nn.Spec
 		tps  []nn.TP
 	}{
-		{"gpt", nn.Spec{GPT: &gpt}, []nn.TP{{Size: 2}, {Size: 4}, {Size: 2, SP: true}, {Size: 4, SP: true}}},
-		{"gpt-untied", nn.Spec{GPT: &untied}, []nn.TP{{Size: 4}}},
-		{"mlp", nn.Spec{MLP: &nn.MLPConfig{Sizes: []int{12, 16, 8, 5}}}, []nn.TP{{Size: 2}, {Size: 4}}},
+		{"gpt", gpt, []nn.TP{{Size: 2}, {Size: 4}, {Size: 2, SP: true}, {Size: 4, SP: true}}},
+		{"gpt-untied", untied, []nn.TP{{Size: 4}}},
+		{"mlp", models.MLP{Sizes: []int{12, 16, 8, 5}}, []nn.TP{{Size: 2}, {Size: 4}}},
 	}
 	for _, k := range cases {
 		for _, tp := range k.tps {
@@ -410,19 +411,19 @@ func checkShards(t *testing.T, spec nn.Spec, tp nn.TP) {
 	}
 	var x []float32
 	var tokens, targets []int32
-	if spec.GPT != nil {
-		tokens = make([]int32, 3*spec.GPT.Context)
+	if whole.Input == nn.TokenInput {
+		tokens = make([]int32, 3*whole.Context)
 		targets = make([]int32, len(tokens))
 		for i := range tokens {
-			tokens[i], targets[i] = int32(r.IntN(spec.GPT.Vocab)), int32(r.IntN(spec.GPT.Vocab))
+			tokens[i], targets[i] = int32(r.IntN(whole.Classes)), int32(r.IntN(whole.Classes))
 		}
 		targets[5] = -1
-		targets[6] = int32(spec.GPT.Vocab - 1) // in the last, padded shard
+		targets[6] = int32(whole.Classes - 1) // in the last, padded shard
 	} else {
-		x = randF32(r, 9*spec.MLP.Sizes[0], 1)
+		x = randF32(r, 9*whole.Features, 1)
 		targets = make([]int32, 9)
 		for i := range targets {
-			targets[i] = int32(r.IntN(spec.MLP.Sizes[len(spec.MLP.Sizes)-1]))
+			targets[i] = int32(r.IntN(whole.Classes))
 		}
 	}
 	want := passOn(be, nil, whole, x, tokens, targets)

@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/kernels/cpu"
-	"github.com/troupe-ml/troupe/nn"
+	"github.com/troupe-ml/troupe/models"
 )
 
 // TestLayerParams counts by hand: an MLP 4-3-2 has two pipeline units,
 // fc1 with its ReLU (4·3 + 3 = 15) and fc2 (3·2 + 2 = 8).
 func TestLayerParams(t *testing.T) {
-	m, err := nn.NewMLP(cpu.New(1), nn.MLPConfig{Sizes: []int{4, 3, 2}}, 1)
+	m, err := models.NewMLP(cpu.New(1), models.MLP{Sizes: []int{4, 3, 2}}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,8 +41,8 @@ func TestLayerParams(t *testing.T) {
 // layer and the head, so the list sums to more than the set by one
 // vocab × d_model matrix.
 func TestLayerParamsTiedGPT(t *testing.T) {
-	cfg := nn.GPTConfig{Vocab: 11, Context: 4, DModel: 8, Layers: 2, Heads: 2}
-	m, err := nn.NewGPT(cpu.New(1), cfg, 1)
+	cfg := models.GPT{Vocab: 11, Context: 4, DModel: 8, Layers: 2, Heads: 2}
+	m, err := models.NewGPT(cpu.New(1), cfg, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

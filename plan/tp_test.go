@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn"
 )
 
@@ -43,8 +44,8 @@ func TestTPBlockCommBytes(t *testing.T) {
 // for two stages (units cut after the first block: the embeddings and
 // one block on stage 0, one block and the head on stage 1).
 func TestTensorParallelParamsMatchTheModel(t *testing.T) {
-	g := nn.GPTConfig{Vocab: 126, Context: 64, DModel: 128, Layers: 2, Heads: 4}
-	spec := nn.Spec{GPT: &g}
+	g := models.GPT{Vocab: 126, Context: 64, DModel: 128, Layers: 2, Heads: 4}
+	spec := g
 	count := func(lo, hi int, tp nn.TP) int64 {
 		ps, err := nn.Layout(spec, lo, hi, tp)
 		if err != nil {

@@ -202,8 +202,9 @@ func (p reportPage) row(t *testing.T, name string, differs bool, want ...string)
 }
 
 func mlpConfig() *train.Config {
-	c := train.DefaultMLPConfig()
-	c.MLPSizes, c.Data, c.DP, c.Epochs, c.Steps, c.EvalEvery, c.ClipNorm = []int{784, 64, 10}, "synthetic-mlp", 2, 0, 40, 10, 1
+	c := mlpDefaults()
+	c.Data, c.DP, c.Epochs, c.Steps, c.EvalEvery, c.ClipNorm = "synthetic-mlp", 2, 0, 40, 10, 1
+	c.SetModelArg("layers", []int{784, 64, 10})
 	return &c
 }
 
@@ -232,7 +233,7 @@ func TestWriteComparesRuns(t *testing.T) {
 		t.Errorf("settings columns %q", p.heads)
 	}
 	p.row(t, "Configuration/read from", false, "ck/step-000002/manifest.json", "—")
-	p.row(t, "Configuration/model", false, "mlp 784-64-10", "—")
+	p.row(t, "Configuration/model", false, "mlp: layers 784,64,10", "—")
 	p.row(t, "Configuration/learning rate", false, "0.05", "—")
 	p.row(t, "From the metrics lines/world", true, "2", "1")
 	p.row(t, "Configuration/batch", false, "64 (global)", "—")
@@ -257,7 +258,7 @@ func TestWriteComparesRuns(t *testing.T) {
 	}})
 	p.row(t, "Configuration/read from", false, "a/manifest.json", "b.yaml")
 	p.row(t, "Configuration/learning rate", true, "0.05", "0.1")
-	p.row(t, "Configuration/model", false, "mlp 784-64-10", "mlp 784-64-10")
+	p.row(t, "Configuration/model", false, "mlp: layers 784,64,10", "mlp: layers 784,64,10")
 	if strings.Contains(p.html, "given no configuration") {
 		t.Error("the report says a run has no configuration")
 	}
@@ -323,8 +324,8 @@ func TestConfigRows(t *testing.T) {
 		want map[string]string
 	}{
 		{&gpt, map[string]string{
-			"model":             "gpt: d_model 128, 4 layers, 4 heads, context 64",
-			"data":              "gospec (the GPT's default), char vocabulary, shuffled every epoch",
+			"model":             "gpt: d-model 128, n-layers 4, n-heads 4, vocab-size 0, untied false, context 64",
+			"data":              "gospec (the gpt's default), char vocabulary, shuffled every epoch",
 			"batch":             "32 (global)",
 			"steps":             "300",
 			"optimizer":         "adamw, β 0.9, 0.999, ε 1e-08, weight decay 0.01",
@@ -339,7 +340,7 @@ func TestConfigRows(t *testing.T) {
 			"device":            "cpu",
 		}},
 		{mlp, map[string]string{
-			"model":             "mlp 784-64-10",
+			"model":             "mlp: layers 784,64,10",
 			"data":              "synthetic-mlp, shuffled every epoch",
 			"batch":             "64 (global)",
 			"steps":             "40, resumed from the latest checkpoint",
@@ -355,8 +356,8 @@ func TestConfigRows(t *testing.T) {
 			"checkpoints":       "",
 		}},
 		// A file of a few settings: the others are not shown.
-		{&train.Config{Model: train.MLP, Batch: 16}, map[string]string{
-			"model": "mlp features-256-classes (sizes from the data)", "batch": "16 (global)", "steps": "",
+		{&train.Config{Model: "mlp", Batch: 16}, map[string]string{
+			"model": "mlp: layers from the data", "batch": "16 (global)", "steps": "",
 			"optimizer": "", "learning rate": "", "lr schedule": "", "device": "",
 		}},
 	} {
@@ -452,12 +453,12 @@ func TestReadConfig(t *testing.T) {
 		}
 		return p
 	}
-	yml := write("run.yaml", "model: mlp\nmlpsizes: [784, 64, 10]\nbatch: 64\nlr: 0.05\noptim:\n  name: sgd\n  momentum: 0.9\ndp: 2\nschedule: cosine\npipelineschedule: gpipe\n")
+	yml := write("run.yaml", "model: mlp\nmodelargs:\n  layers: 784,64,10\nbatch: 64\nlr: 0.05\noptim:\n  name: sgd\n  momentum: 0.9\ndp: 2\nschedule: cosine\npipelineschedule: gpipe\n")
 	got, from, err := ReadConfig(yml)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Model != train.MLP || !slices.Equal(got.MLPSizes, []int{784, 64, 10}) || got.Batch != 64 || got.LR != 0.05 ||
+	if got.Model != "mlp" || got.ModelArgs["layers"] != "784,64,10" || got.Batch != 64 || got.LR != 0.05 ||
 		got.Optim.Name != "sgd" || got.Optim.Momentum != 0.9 || got.DP != 2 || got.Schedule != train.Cosine || from != yml {
 		t.Errorf("the YAML file read as %+v from %s", got, from)
 	}
@@ -525,7 +526,7 @@ func FuzzParseConfig(f *testing.F) {
 	gpt, _ := json.Marshal(train.DefaultConfig())
 	f.Add(gpt)
 	f.Add([]byte("model: gpt\ndmodel: 64\nlr: 3e-4\noptim: {name: adamw}\n"))
-	f.Add([]byte(`{"PipelineSchedule": "gpipe", "MLPSizes": [3, 2]}`))
+	f.Add([]byte(`{"PipelineSchedule": "gpipe", "Model": "mlp", "ModelArgs": {"layers": "3,2"}}`))
 	ck := filepath.Join(f.TempDir(), "ck")
 	saveCheckpoint(f, ck, 1, conf)
 	m, err := os.ReadFile(filepath.Join(ck, checkpoint.StepDirName(1), checkpoint.ManifestFile))
@@ -578,4 +579,13 @@ func FuzzReadLines(f *testing.F) {
 			t.Fatalf("metrics that read cannot be reported: %v", err)
 		}
 	})
+}
+
+// mlpDefaults is train.DefaultConfigFor("mlp").
+func mlpDefaults() train.Config {
+	c, err := train.DefaultConfigFor("mlp")
+	if err != nil {
+		panic(err)
+	}
+	return c
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/train"
 )
 
@@ -156,37 +157,46 @@ var configRows = []struct {
 	}},
 }
 
+// modelOf is the model and every option of it, the run's or the
+// model's default ("layers from the data" for an option without one).
 func modelOf(c *train.Config) string {
-	switch c.Model {
-	case train.MLP:
-		if len(c.MLPSizes) == 0 {
-			return "mlp features-256-classes (sizes from the data)"
-		}
-		return "mlp " + joinInts(c.MLPSizes, "-")
-	case train.GPT:
-		s := fmt.Sprintf("gpt: d_model %d, %d layers, %d heads, context %d", c.DModel, c.NLayers, c.Heads, c.Context)
-		if c.Untied {
-			s += ", untied LM head"
-		}
-		return s
+	def, err := nn.Lookup(c.Model)
+	if err != nil {
+		return c.Model
 	}
-	return string(c.Model)
+	var parts []string
+	for _, o := range def.Options {
+		v, set := c.ModelArgs[o.Name]
+		switch {
+		case set:
+		case o.Default != "":
+			v = o.Default
+		default:
+			v = "from the data"
+		}
+		parts = append(parts, o.Name+" "+v)
+	}
+	s := def.Name
+	if len(parts) > 0 {
+		s += ": " + strings.Join(parts, ", ")
+	}
+	if def.Data != "mnist" && c.Context > 0 {
+		s += fmt.Sprintf(", context %d", c.Context)
+	}
+	return s
 }
 
 func dataOf(c *train.Config) string {
 	s := c.Data
 	if s == "" {
-		// train.OpenData's default.
-		switch c.Model {
-		case train.GPT:
-			s = "gospec (the GPT's default)"
-		case train.MLP:
-			s = "mnist (the MLP's default)"
-		default:
+		// train.OpenData's default: the model's.
+		def, err := nn.Lookup(c.Model)
+		if err != nil || def.Data == "" {
 			return ""
 		}
+		s = fmt.Sprintf("%s (the %s's default)", def.Data, def.Name)
 	}
-	if c.Model == train.GPT && c.Vocab != "" {
+	if c.Vocab != "" && !strings.HasPrefix(s, "mnist") && !strings.HasPrefix(s, "synthetic") && !strings.Contains(s, ".safetensors") { // text data
 		s += ", " + c.Vocab + " vocabulary"
 	}
 	if c.Shuffle {

@@ -19,7 +19,7 @@ func TestMNISTReaches97Percent(t *testing.T) {
 	}
 	var ref float64
 	for _, p := range []string{"fp32", "bf16", "fp16"} {
-		cfg := DefaultMLPConfig()
+		cfg := mlpDefaults()
 		cfg.Precision = p
 		cfg.MetricsOut = filepath.Join(t.TempDir(), "m.jsonl")
 		sum, err := Run(context.Background(), cfg, Options{})

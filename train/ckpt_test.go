@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,7 +73,8 @@ func TestResumeIsBitIdentical(t *testing.T) {
 // order.
 func TestResumeIntoAnotherWorld(t *testing.T) {
 	base := tinyGPT()
-	base.NLayers, base.Steps, base.Batch = 2, 8, 8
+	base.Steps, base.Batch = 8, 8
+	base.SetModelArg("n-layers", 2)
 	ref := losses(t, base)
 	dir := t.TempDir()
 	cfg := base
@@ -234,17 +235,18 @@ func TestFromCheckpoint(t *testing.T) {
 	if err != nil || step != 4 {
 		t.Fatalf("FromCheckpoint: step %d, %v", step, err)
 	}
-	if cfg.Model != MLP || cfg.Data != first.Data || !slices.Equal(cfg.MLPSizes, first.MLPSizes) || cfg.LR != first.LR || cfg.Optim != first.Optim || cfg.Batch != first.Batch {
+	if cfg.Model != "mlp" || cfg.Data != first.Data || !maps.Equal(cfg.ModelArgs, first.ModelArgs) || cfg.LR != first.LR || cfg.Optim != first.Optim || cfg.Batch != first.Batch {
 		t.Fatalf("config after FromCheckpoint: %+v", cfg)
 	}
 
 	cfg = DefaultConfig()
 	cfg.CkptDir, cfg.Resume = first.CkptDir, true
-	cfg.Model, cfg.MLPSizes, cfg.Data, cfg.LR = MLP, []int{12, 4, 3}, "synthetic-mlp:features=12,classes=3,n=64,test=17", 0.5
-	setFields := map[string]bool{"Model": true, "MLPSizes": true, "Data": true, "LR": true}
+	cfg.Model, cfg.Data, cfg.LR = "mlp", "synthetic-mlp:features=12,classes=3,n=64,test=17", 0.5
+	cfg.SetModelArg("layers", []int{12, 4, 3})
+	setFields := map[string]bool{"Model": true, "ModelArgs": true, "Data": true, "LR": true}
 	_, err = cfg.FromCheckpoint(func(f string) bool { return setFields[f] })
 	var fe *FieldError
-	if !errors.As(err, &fe) || fe.Field != "MLPSizes" || !strings.Contains(err.Error(), ", Data synthetic-mlp") {
+	if !errors.As(err, &fe) || fe.Field != "Data" || !strings.Contains(err.Error(), "ModelArgs layers=12,4,3") {
 		t.Fatalf("conflicting model and data: %v", err)
 	}
 	if strings.Contains(err.Error(), "LR") {
@@ -253,13 +255,13 @@ func TestFromCheckpoint(t *testing.T) {
 
 	cfg = DefaultConfig()
 	cfg.CkptDir, cfg.Resume = t.TempDir(), true
-	if step, err := cfg.FromCheckpoint(unset); err != nil || step != -1 || cfg.Model != GPT {
+	if step, err := cfg.FromCheckpoint(unset); err != nil || step != -1 || cfg.Model != "gpt" {
 		t.Fatalf("no checkpoint: step %d, %v, model %s; want the config unchanged", step, err, cfg.Model)
 	}
 }
 
 func TestStepsAndEpochsAreOneChoice(t *testing.T) {
-	cfg := DefaultMLPConfig()
+	cfg := mlpDefaults()
 	cfg.Steps = 300
 	var fe *FieldError
 	if err := cfg.Validate(); !errors.As(err, &fe) || fe.Field != "Steps" {
@@ -272,7 +274,7 @@ func TestStepsAndEpochsAreOneChoice(t *testing.T) {
 // configuration returns an error or a configuration, never a panic.
 func FuzzTakeRecordedConfig(f *testing.F) {
 	good, _ := json.Marshal(tinyMLP())
-	for _, s := range []string{string(good), `{}`, `{"Model":"gpt","DModel":-3}`, `{"MLPSizes":[1,2]}`, `{"Optim":{"Name":7}}`, `null`, `[`} {
+	for _, s := range []string{string(good), `{}`, `{"Model":"gpt","ModelArgs":{"d-model":"-3"}}`, `{"Model":"mlp","ModelArgs":{"layers":"1,2"}}`, `{"ModelArgs":{"nope":"1"}}`, `{"Optim":{"Name":7}}`, `null`, `[`} {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)
 	}

@@ -1,8 +1,10 @@
 package train
 
 import (
+	"fmt"
 	"math"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,16 +15,6 @@ import (
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/pipeline"
 	"github.com/troupe-ml/troupe/worker"
-)
-
-// ModelKind is the model family.
-type ModelKind string
-
-const (
-	// GPT is a decoder-only transformer language model (nanoGPT's).
-	GPT ModelKind = "gpt"
-	// MLP is a multi-layer perceptron classifier with ReLU between layers.
-	MLP ModelKind = "mlp"
 )
 
 // LRSchedule is the learning rate's course over the run.
@@ -51,26 +43,26 @@ const (
 // (DefaultConfig's values are the defaults of troupe train); Validate says
 // what cannot work and changes nothing.
 type Config struct {
-	// Model is the model family.
-	Model ModelKind
-	// MLPSizes are the MLP's layer sizes d0, …, dn (d0 must match the data's
-	// features and dn its classes; empty: features-256-classes).
-	MLPSizes []int
-	// DModel, NLayers, Heads and Context shape the GPT; its vocabulary
-	// comes from the data.
-	DModel, NLayers, Heads, Context int
-	// Untied gives the GPT an LM head of its own.
-	Untied bool
+	// Model is the registered model's name (nn.Register; "gpt", "mlp",
+	// "llama" and a program's own).
+	Model string
+	// ModelArgs are the model's options the run sets, by option name
+	// ("d-model": "256"); the others take the model's defaults
+	// (nn.ModelDef.Options).
+	ModelArgs nn.Args
+	// Context is the tokens of a sequence sample: the data's windows and
+	// a sequence model's context.
+	Context int
 
-	// Data is the dataset spec (see data.Open); empty: gospec for the GPT,
-	// mnist for the MLP.
+	// Data is the dataset spec (see data.Open); empty: the model's
+	// (nn.ModelDef.Data: gospec for the GPT, mnist for the MLP).
 	Data string
 	// Vocab is "char" or "byte" for text data.
 	Vocab string
 	// Shuffle draws each epoch in a new order; false walks the data in order.
 	Shuffle bool
 
-	// Batch is the global batch in samples (sequences for the GPT).
+	// Batch is the global batch in samples (sequences for a sequence model).
 	Batch int
 	// Steps is the number of optimizer steps from the start of training.
 	Steps int
@@ -270,7 +262,7 @@ type Config struct {
 // ../shared/anchors/torch_gpt_tiny.py on the Go specification.
 func DefaultConfig() Config {
 	return Config{
-		Model: GPT, DModel: 128, NLayers: 4, Heads: 4, Context: 64,
+		Model: "gpt", Context: 64,
 		Vocab: "char", Shuffle: true,
 		Batch: 32, Steps: 300, Accum: 1,
 		Optim: optim.DefaultConfig("adamw"), LR: 1e-3, Schedule: Cosine, Warmup: 20, MinLRFactor: 0.1, ClipNorm: 1,
@@ -282,25 +274,66 @@ func DefaultConfig() Config {
 	}
 }
 
-// DefaultMLPConfig is the MLP classifier on MNIST: 784-256-10 (MLPSizes
-// unset: the data's features, 256, the data's classes), SGD with
-// momentum 0.9, batch 64, two epochs with the learning rate decaying from
-// 0.05 to 0 on a cosine (98% test accuracy).
-func DefaultMLPConfig() Config {
+// DefaultConfigFor is DefaultConfig for the registered model: its name,
+// and its recipe (nn.ModelDef.Recipe) where it has one. The MLP's is SGD
+// with momentum 0.9, batch 64, two epochs with the learning rate decaying
+// from 0.05 to 0 on a cosine (98% test accuracy on MNIST).
+func DefaultConfigFor(model string) (Config, error) {
+	def, err := nn.Lookup(model)
+	if err != nil {
+		return Config{}, modelErr("Model", err)
+	}
 	c := DefaultConfig()
-	c.Model = MLP
-	c.Batch = 64
-	c.Optim = optim.Config{Name: "sgd", Momentum: 0.9}
-	c.LR, c.Schedule, c.Warmup, c.MinLRFactor, c.ClipNorm = 0.05, Cosine, 0, 0, 0
-	c.Steps, c.Epochs = 0, 2
-	return c
+	c.Model = def.Name
+	if r := def.Recipe; r != nil {
+		c.applyRecipe(*r)
+	}
+	return c, nil
+}
+
+// applyRecipe sets the fields a model's recipe sets.
+func (c *Config) applyRecipe(r nn.Recipe) {
+	if r.Batch > 0 {
+		c.Batch = r.Batch
+	}
+	if r.Optim != "" {
+		c.Optim = optim.DefaultConfig(r.Optim)
+		c.Optim.Momentum = float32(r.Momentum)
+	}
+	if r.LR > 0 {
+		c.LR = r.LR
+	}
+	if r.Schedule != "" {
+		c.Schedule = LRSchedule(r.Schedule)
+	}
+	switch {
+	case r.Warmup == nn.NoWarmup:
+		c.Warmup = 0
+	case r.Warmup > 0:
+		c.Warmup = r.Warmup
+	}
+	switch {
+	case r.MinLRFactor == nn.NoMinLR:
+		c.MinLRFactor = 0
+	case r.MinLRFactor > 0:
+		c.MinLRFactor = r.MinLRFactor
+	}
+	switch {
+	case r.ClipNorm == nn.NoClip:
+		c.ClipNorm = 0
+	case r.ClipNorm > 0:
+		c.ClipNorm = r.ClipNorm
+	}
+	if r.Epochs > 0 {
+		c.Steps, c.Epochs = 0, float64(r.Epochs)
+	}
 }
 
 // withDefaults is c with every unset field given its default and derived
 // fields filled (DP from Procs).
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	c.Model = ModelKind(strings.ToLower(string(c.Model)))
+	c.Model = strings.ToLower(c.Model)
 	if c.DP == 0 {
 		c.DP = 1
 	}
@@ -397,23 +430,12 @@ func (c *Config) check() error {
 }
 
 func (c *Config) checkModel() error {
-	switch c.Model {
-	case GPT:
-		g := nn.GPTConfig{Vocab: 1, Context: c.Context, DModel: c.DModel, Layers: c.NLayers, Heads: c.Heads}
-		if err := g.Validate(); err != nil {
-			return fieldErr("Model", "gpt: %v", err)
-		}
-	case MLP:
-		for _, d := range c.MLPSizes {
-			if d <= 0 {
-				return fieldErr("MLPSizes", "must be positive, got %v", c.MLPSizes)
-			}
-		}
-		if len(c.MLPSizes) == 1 {
-			return fieldErr("MLPSizes", "needs at least an input and an output size")
-		}
-	default:
-		return fieldErr("Model", "%q is not a model (want gpt or mlp)", c.Model)
+	def, err := nn.Lookup(c.Model)
+	if err != nil {
+		return modelErr("Model", err)
+	}
+	if _, err := def.Resolve(c.ModelArgs); err != nil {
+		return modelErr("ModelArgs", err)
 	}
 	return nil
 }
@@ -478,16 +500,6 @@ func (c *Config) checkWorld() error {
 		return fieldErr("ZeroGroup", "applies with {Zero} ≥ 1")
 	case c.SequenceParallel && c.TP == 1:
 		return fieldErr("SequenceParallel", "splits the activations among tensor-parallel shards: it needs {TP} > 1")
-	case c.SequenceParallel && c.Model == MLP:
-		return fieldErr("SequenceParallel", "splits a sequence among the shards: the MLP has none (use the GPT)")
-	case c.Model == GPT && c.TP > 1 && c.Heads%c.TP != 0:
-		return fieldErr("TP", "%d cannot split {Heads} %d: each shard holds whole heads", c.TP, c.Heads)
-	case c.Model == GPT && c.SequenceParallel && c.Context%c.TP != 0:
-		return fieldErr("TP", "%d must divide {Context} %d with {SequenceParallel}: each shard holds 1/TP of the tokens", c.TP, c.Context)
-	case c.Model == MLP && c.TP > 1 && len(c.MLPSizes) > 1:
-		if err := (nn.Spec{MLP: &nn.MLPConfig{Sizes: c.MLPSizes}}).CheckTP(nn.TP{Size: c.TP}); err != nil {
-			return fieldErr("TP", "%d: %v", c.TP, err)
-		}
 	case c.Procs > 0 && c.Procs%(c.PP*c.TP) != 0:
 		return fieldErr("Procs", "%d runs one worker per process: it must be a multiple of {PP} × {TP} = %d", c.Procs, c.PP*c.TP)
 	case c.Procs > 0 && c.DP*c.PP*c.TP != c.Procs:
@@ -679,4 +691,23 @@ func (c *Config) precisionErr() error {
 		return fieldErr("Precision", "%q: want fp32, bf16 or fp16", c.Precision)
 	}
 	return nil
+}
+
+// SetModelArg sets the model option name (see nn.ModelDef.Options) to
+// value, written as the option's text: an int, a float, a bool, a string
+// or a []int ("784,256,10").
+func (c *Config) SetModelArg(name string, value any) {
+	if c.ModelArgs == nil {
+		c.ModelArgs = nn.Args{}
+	}
+	switch v := value.(type) {
+	case []int:
+		parts := make([]string, len(v))
+		for i, x := range v {
+			parts[i] = strconv.Itoa(x)
+		}
+		c.ModelArgs[name] = strings.Join(parts, ",")
+	default:
+		c.ModelArgs[name] = fmt.Sprint(v)
+	}
 }

@@ -3,8 +3,10 @@ package train
 import (
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/troupe-ml/troupe/failure"
+	"github.com/troupe-ml/troupe/nn"
 )
 
 var (
@@ -79,4 +81,10 @@ func (e *FieldError) Unwrap() error {
 		return e.Class
 	}
 	return ErrConfig
+}
+
+// modelErr is field's error from the model API, without nn's prefix (the
+// field error says it is a configuration error already).
+func modelErr(field string, err error) *FieldError {
+	return fieldErr(field, "%s", strings.TrimPrefix(err.Error(), nn.ErrConfig.Error()+": "))
 }

@@ -52,3 +52,12 @@ func readTrace(t *testing.T, path string) map[string]bool {
 	}
 	return names
 }
+
+// mlpDefaults is DefaultConfigFor("mlp").
+func mlpDefaults() Config {
+	c, err := DefaultConfigFor("mlp")
+	if err != nil {
+		panic(err)
+	}
+	return c
+}

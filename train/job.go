@@ -27,6 +27,10 @@ type job struct {
 	// describe names the model; params counts its parameters.
 	describe string
 	params   int
+	// context is the tokens of one sample (a sequence model; 0
+	// otherwise); accuracy says the model's outputs are class scores.
+	context  int
+	accuracy bool
 	// straggler is a test's slow worker (envStraggler; nil: none).
 	straggler *worker.Straggler
 	// overflow is a test's overflowing gradient (envOverflow; nil: none).
@@ -59,7 +63,11 @@ func openValidJob(cfg Config) (*job, error) {
 		return nil, err
 	}
 	j.model, j.describe, j.params = whole.Spec, whole.Describe, whole.Set.Len()
-	if err := j.model.CheckTP(j.place(0)); err != nil {
+	j.context, j.accuracy = whole.Context, whole.Accuracy
+	if err := nn.CheckTPOf(j.model, j.place(0)); err != nil {
+		if cfg.SequenceParallel && nn.CheckTPOf(j.model, nn.TP{Size: cfg.TP}) == nil {
+			return nil, fieldErr("SequenceParallel", "%v", err)
+		}
 		return nil, fieldErr("TP", "%d: %v", cfg.TP, err)
 	}
 	if j.cuts, err = cutStages(&j.cfg, whole, j.train); err != nil {
@@ -202,9 +210,4 @@ func (j *job) place(rank int) nn.TP {
 }
 
 // tokensPerRow is the tokens of one sample (language models), 0 otherwise.
-func (j *job) tokensPerRow() int {
-	if j.model.GPT != nil {
-		return j.model.GPT.Context
-	}
-	return 0
-}
+func (j *job) tokensPerRow() int { return j.context }

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/kernels"
@@ -18,37 +19,22 @@ func BuildModel(cfg *Config, be kernels.Backend, ds data.Dataset) (*nn.Model, er
 	return buildUnits(cfg, be, spec, 0, spec.Units())
 }
 
-// ModelSpec is the configured architecture, shaped to fit ds.
+// Shape is what a model learns of ds before it is built.
+func Shape(ds data.Dataset) nn.DataShape {
+	return nn.DataShape{Tokens: ds.Kind() == data.Tokens, Features: ds.Features(), Classes: ds.Classes(), Context: ds.Context()}
+}
+
+// ModelSpec is the configured model (cfg.Model, from the registry, with
+// cfg.ModelArgs), shaped to fit ds.
 func ModelSpec(cfg *Config, ds data.Dataset) (nn.Spec, error) {
-	switch cfg.Model {
-	case MLP:
-		if ds.Kind() != data.Dense {
-			return nn.Spec{}, fieldErr("Model", "mlp needs feature/label data, but %s is %s data", ds.Name(), ds.Kind())
-		}
-		sizes := cfg.MLPSizes
-		if len(sizes) == 0 {
-			sizes = []int{ds.Features(), 256, ds.Classes()}
-		}
-		if sizes[0] != ds.Features() {
-			return nn.Spec{}, fieldErr("MLPSizes", "start with %d inputs but %s has %d features", sizes[0], ds.Name(), ds.Features())
-		}
-		if last := sizes[len(sizes)-1]; last != ds.Classes() {
-			return nn.Spec{}, fieldErr("MLPSizes", "end with %d outputs but %s has %d classes", last, ds.Name(), ds.Classes())
-		}
-		return nn.Spec{MLP: &nn.MLPConfig{Sizes: sizes}}, nil
-	case GPT:
-		if ds.Kind() != data.Tokens {
-			return nn.Spec{}, fieldErr("Model", "gpt needs token data, but %s is %s data", ds.Name(), ds.Kind())
-		}
-		if ds.Context() != cfg.Context {
-			return nn.Spec{}, fieldErr("Context", "is %d, but the data has context %d", cfg.Context, ds.Context())
-		}
-		return nn.Spec{GPT: &nn.GPTConfig{
-			Vocab: ds.Classes(), Context: cfg.Context, DModel: cfg.DModel,
-			Layers: cfg.NLayers, Heads: cfg.Heads, Untied: cfg.Untied,
-		}}, nil
+	if ds.Kind() == data.Tokens && cfg.Context > 0 && ds.Context() != cfg.Context {
+		return nil, fieldErr("Context", "is %d, but the data has context %d", cfg.Context, ds.Context())
 	}
-	return nn.Spec{}, fieldErr("Model", "%q is not a model", cfg.Model)
+	spec, err := nn.NewSpec(cfg.Model, cfg.ModelArgs, Shape(ds))
+	if err != nil {
+		return nil, fieldErr("Model", "%s on %s: %s", cfg.Model, ds.Name(), strings.TrimPrefix(err.Error(), nn.ErrConfig.Error()+": "))
+	}
+	return spec, nil
 }
 
 // buildUnits makes units [lo, hi) of spec on be, with their weights from
@@ -70,13 +56,17 @@ func buildUnits(cfg *Config, be kernels.Backend, spec nn.Spec, lo, hi int) (*nn.
 	return m, nil
 }
 
-// OpenData opens the configured dataset (training and held-out sets).
+// OpenData opens the configured dataset (training and held-out sets);
+// without one, the model's (nn.ModelDef.Data).
 func OpenData(cfg *Config) (train, test data.Dataset, err error) {
 	spec := cfg.Data
 	if spec == "" {
-		spec = "gospec"
-		if cfg.Model == MLP {
-			spec = "mnist"
+		def, err := nn.Lookup(cfg.Model)
+		if err != nil {
+			return nil, nil, modelErr("Model", err)
+		}
+		if spec = def.Data; spec == "" {
+			return nil, nil, fieldErr("Data", "is unset and model %s names no default data", def.Name)
 		}
 	}
 	o := data.DefaultOptions()

@@ -15,9 +15,9 @@ import (
 // compared bit for bit every step.
 func TestPipelineMatchesOneWorker(t *testing.T) {
 	gpt := tinyGPT()
-	gpt.NLayers = 3
+	gpt.SetModelArg("n-layers", 3)
 	mlp := tinyMLP()
-	mlp.MLPSizes = []int{12, 10, 9, 8, 3}
+	mlp.SetModelArg("layers", []int{12, 10, 9, 8, 3})
 	for name, base := range map[string]Config{"mlp": mlp, "gpt": gpt} {
 		base.Steps, base.Batch = 10, 16
 		ref := losses(t, base)
@@ -47,7 +47,7 @@ func TestPipelineMatchesOneWorker(t *testing.T) {
 // micro-batches alive on stage 0, and writes a trace with a track per stage.
 func TestPipelineMetricsAndTrace(t *testing.T) {
 	cfg := tinyMLP()
-	cfg.MLPSizes = []int{12, 10, 9, 8, 3}
+	cfg.SetModelArg("layers", []int{12, 10, 9, 8, 3})
 	cfg.Steps, cfg.Batch, cfg.PP, cfg.MicroBatches, cfg.PipelineSchedule = 3, 16, 2, 4, pipeline.KindGPipe
 	cfg.Trace = filepath.Join(t.TempDir(), "trace.json")
 	cfg.MetricsOut = filepath.Join(t.TempDir(), "m.jsonl")
@@ -77,10 +77,11 @@ func TestPipelineMetricsAndTrace(t *testing.T) {
 // trains like any other pipeline.
 func TestPartitionByTime(t *testing.T) {
 	cfg := tinyMLP()
-	cfg.MLPSizes = []int{12, 64, 9, 8, 3}
+	cfg.SetModelArg("layers", []int{12, 64, 9, 8, 3})
 	cfg.Steps, cfg.Batch, cfg.PP, cfg.MicroBatches, cfg.Partition = 4, 16, 2, 2, "time"
 	ref := tinyMLP()
-	ref.MLPSizes, ref.Steps, ref.Batch = cfg.MLPSizes, 4, 16
+	ref.Steps, ref.Batch = 4, 16
+	ref.SetModelArg("layers", cfg.ModelArgs["layers"])
 	want := losses(t, ref)
 	got := losses(t, cfg)
 	for i := range want {

@@ -170,7 +170,9 @@ func TestFP16ResumeContinuesTheScaler(t *testing.T) {
 func TestMixedPrecisionInEveryWorld(t *testing.T) {
 	for _, p := range []string{"bf16", "fp16"} {
 		base := tinyGPT()
-		base.NLayers, base.Heads, base.Batch, base.Steps, base.Precision = 2, 4, 8, 5, p
+		base.Batch, base.Steps, base.Precision = 8, 5, p
+		base.SetModelArg("n-layers", 2)
+		base.SetModelArg("n-heads", 4)
 		dir := t.TempDir()
 		one := base
 		one.Save = filepath.Join(dir, "one.safetensors")
@@ -305,7 +307,9 @@ func TestSourceMember(t *testing.T) {
 // the reduction itself bit for bit.)
 func TestReduceDTypeInEveryWorld(t *testing.T) {
 	base := tinyGPT()
-	base.NLayers, base.Heads, base.Batch, base.Steps, base.CheckEvery, base.ClipNorm = 2, 4, 8, 4, 1, 0
+	base.Batch, base.Steps, base.CheckEvery, base.ClipNorm = 8, 4, 1, 0
+	base.SetModelArg("n-layers", 2)
+	base.SetModelArg("n-heads", 4)
 	worlds := []struct {
 		name string
 		set  func(*Config)

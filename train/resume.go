@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/nn"
 )
 
 // resumeFields are the fields a checkpoint's recorded configuration gives
@@ -20,8 +23,8 @@ var resumeFields = []struct {
 	name   string
 	strict bool
 }{
-	{"Model", true}, {"MLPSizes", true}, {"DModel", true}, {"NLayers", true}, {"Heads", true},
-	{"Context", true}, {"Untied", true}, {"Data", true}, {"Vocab", true}, {"Shuffle", true}, {"Seed", true},
+	{"Model", true},
+	{"Context", true}, {"Data", true}, {"Vocab", true}, {"Shuffle", true}, {"Seed", true},
 	{"Batch", false}, {"Steps", false}, {"Epochs", false}, {"Accum", false}, {"Optim", false},
 	{"LR", false}, {"Schedule", false}, {"Warmup", false}, {"MinLRFactor", false}, {"ClipNorm", false},
 	{"Precision", false},
@@ -76,6 +79,10 @@ func (c *Config) takeRecorded(saved Config, set func(field string) bool, whose s
 			mine, theirs = append(mine, dst.Interface()), append(theirs, fmt.Sprint(src.Interface()))
 		}
 	}
+	for _, d := range c.takeModelArgs(saved) {
+		differ = append(differ, "ModelArgs")
+		mine, theirs = append(mine, d[0]), append(theirs, d[1])
+	}
 	if len(differ) == 0 {
 		return nil
 	}
@@ -90,4 +97,36 @@ func (c *Config) takeRecorded(saved Config, set func(field string) bool, whose s
 	}
 	fmt.Fprintf(&msg, " %s %s %s: a resumed run keeps the model and the data it was trained on", verb, whose, strings.Join(theirs, ", "))
 	return &FieldError{Field: differ[0], Msg: msg.String()}
+}
+
+// takeModelArgs gives c the model options saved records, overlaid by the
+// ones c sets; it returns each option c sets to another value than saved
+// (its default when saved does not set it), as "name=value" pairs, c's
+// then saved's.
+func (c *Config) takeModelArgs(saved Config) [][2]string {
+	def, err := nn.Lookup(saved.Model)
+	if err != nil || !strings.EqualFold(c.Model, saved.Model) {
+		return nil // the Model field's own check says what differs
+	}
+	merged := nn.Args{}
+	for k, v := range saved.ModelArgs {
+		merged[k] = v
+	}
+	var differ [][2]string
+	for _, k := range slices.Sorted(maps.Keys(c.ModelArgs)) {
+		v := c.ModelArgs[k]
+		was, ok := saved.ModelArgs[k]
+		if !ok {
+			o, _ := def.Option(k)
+			was = o.Default
+		}
+		if v != was {
+			differ = append(differ, [2]string{k + "=" + v, k + "=" + was})
+		}
+		merged[k] = v
+	}
+	if len(merged) > 0 {
+		c.ModelArgs = merged
+	}
+	return differ
 }

@@ -40,7 +40,9 @@ var syncWorlds = []struct {
 // norm of a replica's own gradient is not the global one's).
 func syncGPT() Config {
 	c := tinyGPT()
-	c.NLayers, c.Heads, c.Batch, c.Steps, c.ClipNorm = 2, 2, 12, 6, 0
+	c.Batch, c.Steps, c.ClipNorm = 12, 6, 0
+	c.SetModelArg("n-layers", 2)
+	c.SetModelArg("n-heads", 2)
 	return c
 }
 

@@ -26,9 +26,11 @@ import (
 // parameters counted once). Replicas are compared bit for bit every step.
 func TestTensorParallelMatchesOneWorker(t *testing.T) {
 	gpt := tinyGPT()
-	gpt.NLayers, gpt.Heads, gpt.Steps, gpt.Batch = 2, 4, 8, 8
+	gpt.Steps, gpt.Batch = 8, 8
+	gpt.SetModelArg("n-layers", 2)
+	gpt.SetModelArg("n-heads", 4)
 	mlp := tinyMLP()
-	mlp.MLPSizes = []int{12, 16, 8, 3}
+	mlp.SetModelArg("layers", []int{12, 16, 8, 3})
 	mlp.Steps, mlp.Batch = 8, 16
 	type mode struct {
 		dp, pp, tp, m int
@@ -38,7 +40,7 @@ func TestTensorParallelMatchesOneWorker(t *testing.T) {
 	for name, base := range map[string]Config{"gpt": gpt, "mlp": mlp} {
 		refLosses, refWeights := lossesAndWeights(t, base)
 		for _, md := range modes {
-			if md.sp && base.Model == MLP {
+			if md.sp && base.Model == "mlp" {
 				continue
 			}
 			t.Run(fmt.Sprintf("%s/dp%d/pp%d/tp%d/sp=%v", name, md.dp, md.pp, md.tp, md.sp), func(t *testing.T) {
@@ -122,7 +124,9 @@ func matchesOneWorker(t *testing.T, got, ref []float64, weights, refWeights []fl
 // the rest: param_bytes in the metrics is exactly that, for T = 2 and 4.
 func TestTensorParallelParamBytes(t *testing.T) {
 	cfg := tinyGPT()
-	cfg.NLayers, cfg.Heads, cfg.Steps = 2, 4, 1
+	cfg.Steps = 1
+	cfg.SetModelArg("n-layers", 2)
+	cfg.SetModelArg("n-heads", 4)
 	_, train, _ := openForTest(t, &cfg)
 	whole, err := BuildModel(&cfg, cpu.New(1), train)
 	if err != nil {
@@ -157,7 +161,7 @@ func TestTensorParallelParamBytes(t *testing.T) {
 		// rounded up to a multiple of T).
 		vocab := train.Classes()
 		padded := (vocab + tp - 1) / tp * tp
-		wholeCut := whole.Set.Len() - kept + (padded-vocab)*cfg.DModel
+		wholeCut := whole.Set.Len() - kept + (padded-vocab)*whole.Set.Get("tok.weight").Shape[1]
 		if cut*tp != wholeCut {
 			t.Errorf("tp %d: a rank holds %d values of the cut matrices, the whole model %d (padded)", tp, cut, wholeCut)
 		}
@@ -172,7 +176,9 @@ func TestTensorParallelParamBytes(t *testing.T) {
 // losses of the run that never changed world within 1e-4 relative.
 func TestShardedCheckpointResume(t *testing.T) {
 	base := tinyGPT()
-	base.NLayers, base.Heads, base.Steps, base.Batch = 2, 4, 8, 8
+	base.Steps, base.Batch = 8, 8
+	base.SetModelArg("n-layers", 2)
+	base.SetModelArg("n-heads", 4)
 	ref := losses(t, base)
 	type world struct{ dp, pp, tp, zero int }
 	for _, tc := range []struct{ from, to world }{
@@ -232,9 +238,11 @@ func TestShardedCheckpointResume(t *testing.T) {
 // all-gather.
 func TestZeroMatchesOneWorker(t *testing.T) {
 	gpt := tinyGPT()
-	gpt.NLayers, gpt.Heads, gpt.Steps, gpt.Batch = 2, 4, 8, 8
+	gpt.Steps, gpt.Batch = 8, 8
+	gpt.SetModelArg("n-layers", 2)
+	gpt.SetModelArg("n-heads", 4)
 	mlp := tinyMLP()
-	mlp.MLPSizes = []int{12, 16, 8, 3}
+	mlp.SetModelArg("layers", []int{12, 16, 8, 3})
 	mlp.Steps, mlp.Batch = 8, 16
 	gptSGD, mlpAdamW := gpt, mlp
 	gptSGD.Optim, gptSGD.LR = optim.Config{Name: "sgd", Momentum: 0.9}, 0.05
@@ -276,7 +284,10 @@ func TestZeroMatchesOneWorker(t *testing.T) {
 // all-reduce of a single value, the shards' norm.)
 func TestZeroMemoryAndTraffic(t *testing.T) {
 	base := tinyGPT()
-	base.DModel, base.NLayers, base.Heads, base.Steps, base.Batch, base.BucketMB, base.ClipNorm = 32, 4, 4, 2, 8, 0.01, 0
+	base.Steps, base.Batch, base.BucketMB, base.ClipNorm = 2, 8, 0.01, 0
+	base.SetModelArg("d-model", 32)
+	base.SetModelArg("n-layers", 4)
+	base.SetModelArg("n-heads", 4)
 	base.AllReduceAlgo = "ring"
 	for _, dp := range []int{2, 4} {
 		plain := base
@@ -394,7 +405,10 @@ func largestBucket(t *testing.T, cfg Config) int64 {
 // bucket.
 func TestZeroMemoryMatchesThePlan(t *testing.T) {
 	base := tinyGPT()
-	base.DModel, base.NLayers, base.Heads, base.Steps, base.Batch, base.BucketMB = 32, 4, 4, 1, 8, 0.01
+	base.Steps, base.Batch, base.BucketMB = 1, 8, 0.01
+	base.SetModelArg("d-model", 32)
+	base.SetModelArg("n-layers", 4)
+	base.SetModelArg("n-heads", 4)
 	for _, dp := range []int{1, 2, 4} {
 		for stage := range 4 {
 			cfg := base
@@ -427,7 +441,9 @@ func TestZeroMemoryMatchesThePlan(t *testing.T) {
 // checkpoint.TestZeroStateCheckpointsReshard).
 func TestZeroCheckpointChain(t *testing.T) {
 	base := tinyGPT()
-	base.NLayers, base.Heads, base.Steps, base.Batch = 2, 4, 9, 8
+	base.Steps, base.Batch = 9, 8
+	base.SetModelArg("n-layers", 2)
+	base.SetModelArg("n-heads", 4)
 	refLosses, refWeights := lossesAndWeights(t, base)
 	dir := t.TempDir()
 	var got []float64

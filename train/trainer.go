@@ -356,7 +356,7 @@ func (t *trainer) metrics(seg segment, step int, cursor data.Cursor, lr, loss fl
 		sm.FormulaBubble = pipeline.FormulaBubble(m.PP, j.cfg.MicroBatches)
 	}
 	sm.TokensPerS = sm.SamplesPerS * float64(j.tokensPerRow())
-	if j.model.MLP != nil && st.Targets > 0 {
+	if j.accuracy && st.Targets > 0 {
 		sm.Accuracy = float64(st.Correct) / float64(st.Targets)
 	}
 	if step == seg.from && !seg.committed.IsZero() {
@@ -389,7 +389,7 @@ func (t *trainer) evaluate(ctx context.Context, ex executor, after int) (loss, a
 	}
 	loss = res.LossSum / float64(res.Targets)
 	fields := []zap.Field{zap.Uint64("generation", ex.Generation()), zap.Int("step", after), zap.Float64("eval_loss", loss)}
-	if t.job.model.MLP != nil {
+	if t.job.accuracy {
 		acc = float64(res.Correct) / float64(n)
 		fields = append(fields, zap.Float64("eval_accuracy", acc))
 	}

@@ -18,15 +18,18 @@ import (
 func tinyGPT() Config {
 	c := DefaultConfig()
 	c.Data = "synthetic-tokens:vocab=13,n=64,test=16"
-	c.DModel, c.NLayers, c.Heads, c.Context = 16, 1, 2, 8
+	c.Context = 8
+	c.SetModelArg("d-model", 16)
+	c.SetModelArg("n-layers", 1)
+	c.SetModelArg("n-heads", 2)
 	c.Batch, c.Steps, c.Warmup = 4, 6, 2
 	return c
 }
 
 func tinyMLP() Config {
-	c := DefaultMLPConfig()
+	c := mlpDefaults()
 	c.Data = "synthetic-mlp:features=12,classes=3,n=64,test=16"
-	c.MLPSizes = []int{12, 8, 3}
+	c.SetModelArg("layers", []int{12, 8, 3})
 	c.Batch, c.Steps, c.Epochs = 8, 5, 0
 	return c
 }
@@ -200,7 +203,7 @@ func TestBadInputFailsClearly(t *testing.T) {
 		edit  func(*Config)
 		field string
 	}{
-		{"layers not fitting the data", func(c *Config) { c.MLPSizes = []int{10, 3} }, "MLPSizes"},
+		{"layers not fitting the data", func(c *Config) { c.SetModelArg("layers", []int{10, 3}) }, "Model"},
 		{"zero batch", func(c *Config) { c.Batch = 0 }, "Batch"},
 		{"unknown optimizer", func(c *Config) { c.Optim.Name = "lion" }, "Optim"},
 		{"batch not divisible by accum", func(c *Config) { c.Accum = 3 }, "Batch"},
@@ -208,9 +211,12 @@ func TestBadInputFailsClearly(t *testing.T) {
 		{"micro-batches without a pipeline", func(c *Config) { c.MicroBatches = 4 }, "MicroBatches"},
 		{"negative replicas", func(c *Config) { c.DP = -2 }, "DP"},
 		{"procs without a worker command", func(c *Config) { c.Procs = 2 }, "Procs"},
-		{"tp that does not divide a cut layer", func(c *Config) { c.MLPSizes, c.TP = []int{12, 6, 3}, 4 }, "TP"},
-		{"tp that does not divide the default layers", func(c *Config) { c.MLPSizes, c.TP = nil, 3 }, "TP"},
+		{"tp that does not divide a cut layer", func(c *Config) { c.SetModelArg("layers", []int{12, 6, 3}); c.TP = 4 }, "TP"},
+		{"tp that does not divide the default layers", func(c *Config) { c.TP = 3 }, "TP"},
 		{"sequence parallelism of the mlp", func(c *Config) { c.TP, c.SequenceParallel = 2, true }, "SequenceParallel"},
+		{"an option the model does not have", func(c *Config) { c.SetModelArg("d-model", 64) }, "ModelArgs"},
+		{"an option value of the wrong kind", func(c *Config) { c.SetModelArg("layers", "12,x,3") }, "ModelArgs"},
+		{"an unregistered model", func(c *Config) { c.Model = "resnet" }, "Model"},
 		{"sequence parallelism without tp", func(c *Config) { c.SequenceParallel = true }, "SequenceParallel"},
 		{"procs not a multiple of pp × tp", func(c *Config) { c.Procs, c.TP = 3, 2 }, "Procs"},
 		{"unknown transport", func(c *Config) { c.Transport = "pigeon" }, "Transport"},

@@ -7,6 +7,7 @@ import (
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/kernels/cpu"
 	"github.com/troupe-ml/troupe/mesh"
+	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/pipeline"
@@ -43,7 +44,7 @@ func BenchmarkMLPStep(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchStep(b, nn.Spec{MLP: &nn.MLPConfig{Sizes: []int{784, 1024, 1024, 10}}}, ds, 256, optim.Config{Name: "sgd", Momentum: 0.9})
+	benchStep(b, models.MLP{Sizes: []int{784, 1024, 1024, 10}}, ds, 256, optim.Config{Name: "sgd", Momentum: 0.9})
 }
 
 // BenchmarkGPTStep is the default GPT (../shared/anchors/torch_gpt_tiny.py)
@@ -53,6 +54,6 @@ func BenchmarkGPTStep(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g := nn.DefaultGPTConfig(ds.Classes())
-	benchStep(b, nn.Spec{GPT: &g}, ds, 32, optim.DefaultConfig("adamw"))
+	g := models.DefaultGPT(ds.Classes())
+	benchStep(b, g, ds, 32, optim.DefaultConfig("adamw"))
 }

@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn"
 )
 
 func mlp(t *testing.T) *nn.Model {
 	t.Helper()
-	m, err := nn.NewMLP(cpu.New(1), nn.MLPConfig{Sizes: []int{8, 6, 4, 2}}, 1)
+	m, err := models.NewMLP(cpu.New(1), models.MLP{Sizes: []int{8, 6, 4, 2}}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,10 +62,10 @@ func (w *Worker) Evaluate(ctx context.Context, lo, hi int) (Result, int, error) 
 	}
 	var res Result
 	tgt := s.targets(0, &w.batch)
-	if w.spec.Model.MLP != nil {
+	if m.Accuracy {
 		res.Correct = w.be.ArgmaxCorrect(y.X, tgt)
 	}
-	res.LossSum, _ = m.Loss(c, y, tgt, 0)
+	res.LossSum, _ = m.Loss(c, y, nn.Targets{Ids: tgt}, 0)
 	if err := s.tpErr(); err != nil {
 		return Result{}, 0, err
 	}

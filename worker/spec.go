@@ -22,7 +22,7 @@ type Spec struct {
 	// covering every unit means no pipelining.
 	Cuts []pipeline.Range
 	// TP is the number of tensor-parallel shards of every stage (0 or 1:
-	// none); SP adds sequence parallelism (the GPT only).
+	// none); SP adds sequence parallelism (sequence models only).
 	TP int
 	SP bool
 	// Schedule is the pipeline schedule (ignored with one stage, which

@@ -818,10 +818,10 @@ func (s *stepper) forward(ctx context.Context, k int, res *StepResult, scale flo
 	y, err := s.pass(ctx, func() nn.Act { return nn.ForwardWith(c, m.Layers, x, s.forwardHooks()) })
 	if m.Last() {
 		tgt := s.targets(k, &w.batch)
-		if w.spec.Model.MLP != nil && s.reports() {
+		if m.Accuracy && s.reports() {
 			res.Correct += w.be.ArgmaxCorrect(y.X, tgt)
 		}
-		sum, d := m.Loss(c, y, tgt, scale)
+		sum, d := m.Loss(c, y, nn.Targets{Ids: tgt}, scale)
 		if s.reports() {
 			res.LossSum += sum
 			res.Targets += targetCount(&w.batch, mb.lo, mb.hi, m.Context)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/mesh"
+	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/pipeline"
 )
 
@@ -106,7 +107,7 @@ func (c *countingComm) Group(ranks []int) (collective.Communicator, error) {
 // activation, [tokens, d_model], for every all-gather and reduce-scatter).
 func TestTensorParallelCollectives(t *testing.T) {
 	s := gptSetup(t)
-	g := s.model.GPT
+	g := s.model.(models.GPT)
 	const micro = 2
 	for _, tc := range []struct {
 		name    string

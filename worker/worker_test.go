@@ -15,6 +15,7 @@ import (
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/kernels/cpu"
 	"github.com/troupe-ml/troupe/mesh"
+	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/pipeline"
@@ -39,7 +40,7 @@ func mlpSetup(t testing.TB) setup {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return setup{model: nn.Spec{MLP: &nn.MLPConfig{Sizes: []int{10, 12, 9, 8, 4}}}, train: tr, test: te, batch: 12}
+	return setup{model: models.MLP{Sizes: []int{10, 12, 9, 8, 4}}, train: tr, test: te, batch: 12}
 }
 
 func gptSetup(t testing.TB) setup {
@@ -49,12 +50,12 @@ func gptSetup(t testing.TB) setup {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return setup{model: nn.Spec{GPT: &nn.GPTConfig{Vocab: 11, Context: 8, DModel: 16, Layers: 2, Heads: 2}}, train: tr, test: te, batch: 8}
+	return setup{model: models.GPT{Vocab: 11, Context: 8, DModel: 16, Layers: 2, Heads: 2}, train: tr, test: te, batch: 8}
 }
 
 func (s setup) globalTargets(batch int) int {
-	if s.model.GPT != nil {
-		return batch * s.model.GPT.Context
+	if g, ok := s.model.(models.GPT); ok {
+		return batch * g.Context
 	}
 	return batch
 }
@@ -227,7 +228,7 @@ func TestEveryWorldMatchesOneWorker(t *testing.T) {
 					if tc.P > s.model.Units() {
 						t.Skip("more stages than units")
 					}
-					if tc.sp && s.model.GPT == nil {
+					if _, gpt := s.model.(models.GPT); tc.sp && !gpt {
 						t.Skip("sequence parallelism needs the GPT")
 					}
 					spec := s.spec(t, tc.P, tc.M, tc.kind, tc.recompute, clip)

@@ -12,6 +12,7 @@ import (
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/safetensors"
@@ -25,7 +26,7 @@ func ckptDir(t *testing.T) (string, *nn.Model) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := nn.NewGPT(be, nn.GPTConfig{Vocab: 7, Context: 4, DModel: 8, Layers: 1, Heads: 2}, 3)
+	m, err := models.NewGPT(be, models.GPT{Vocab: 7, Context: 4, DModel: 8, Layers: 1, Heads: 2}, 3)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/kernels/cpu"
+	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/plan"
 )
@@ -155,12 +156,12 @@ func buildExplainTP(f explainTPFlags) (explainTPDoc, error) {
 	if f.batch < 1 {
 		return doc, fmt.Errorf("%w: --batch %d: want at least 1", errUsage, f.batch)
 	}
-	spec := nn.Spec{GPT: &nn.GPTConfig{Vocab: f.vocab, Context: f.context, DModel: f.dModel, Layers: 1, Heads: f.heads}}
+	spec := models.GPT{Vocab: f.vocab, Context: f.context, DModel: f.dModel, Layers: 1, Heads: f.heads}
 	if err := spec.Validate(); err != nil {
 		return doc, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	place := nn.TP{Size: f.tp, SP: f.sp}
-	if err := spec.CheckTP(place); err != nil {
+	if err := nn.CheckTPOf(spec, place); err != nil {
 		return doc, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	// Who holds what: the embedding's and block 0's parameters on every rank.

@@ -11,8 +11,8 @@ import (
 // train.AgentConfig by the flags that set them, so that a configuration
 // error reads in the words the user typed.
 var flagOf = map[string]string{
-	"Model": "--model", "MLPSizes": "--layers", "DModel": "--d-model", "NLayers": "--n-layers", "Heads": "--n-heads",
-	"Context": "--context", "Untied": "--untied", "Data": "--data", "Vocab": "--vocab", "Shuffle": "--shuffle",
+	"Model": "--model", "ModelArgs": "--model",
+	"Context": "--context", "Data": "--data", "Vocab": "--vocab", "Shuffle": "--shuffle",
 	"Batch": "--batch", "Steps": "--steps", "Epochs": "--epochs", "Accum": "--accum", "Optim": "--optimizer",
 	"LR": "--lr", "Schedule": "--lr-schedule", "Warmup": "--lr-warmup", "MinLRFactor": "--min-lr-factor", "ClipNorm": "--clip",
 	"Seed": "--seed", "Init": "--init", "Save": "--save", "MetricsOut": "--metrics-out", "MetricsAddr": "--metrics-addr", "DumpDir": "--dump-dir", "EvalEvery": "--eval-every",

@@ -14,9 +14,10 @@ import (
 const (
 	// annGroup is the heading a flag is listed under, and its place there.
 	annGroup = "troupe_group"
-	// annMLPDefault is the flag's default with --model mlp, where it
-	// differs from the one it was registered with (the GPT's).
-	annMLPDefault = "troupe_mlp_default"
+	// annModelDefault lists, as "model=value", the flag's default with
+	// --model model where that model's recipe makes it differ from the one
+	// it was registered with (the trainer's).
+	annModelDefault = "troupe_model_default"
 	// annAliasOf is, on an old flag name, the flag it now is.
 	annAliasOf = "troupe_alias_of"
 	// annFromConfig is, on a flag a --config file set, that file.
@@ -132,21 +133,26 @@ func flagSections(c *cobra.Command) string {
 // --model said once, in the flag's text, rather than pflag's "(default …)"
 // beside a second one.
 func shown(f *pflag.Flag) *pflag.Flag {
-	a := f.Annotations[annMLPDefault]
+	a := f.Annotations[annModelDefault]
 	if len(a) == 0 {
 		return f
 	}
 	c := *f
-	def, mlp := f.DefValue, a[0]
+	quote := func(s string) string { return s }
 	switch f.Value.Type() {
 	case "string":
-		def, mlp, c.DefValue = strconv.Quote(def), strconv.Quote(mlp), ""
+		quote, c.DefValue = strconv.Quote, ""
 	case "bool":
 		c.DefValue = "false"
 	default:
 		c.DefValue = "0"
 	}
-	c.Usage = fmt.Sprintf("%s (default %s; with --model mlp %s)", f.Usage, def, mlp)
+	text := fmt.Sprintf("%s (default %s", f.Usage, quote(f.DefValue))
+	for _, m := range a {
+		model, v, _ := strings.Cut(m, "=")
+		text += fmt.Sprintf("; with --model %s %s", model, quote(v))
+	}
+	c.Usage = text + ")"
 	return &c
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/train"
 )
 
@@ -148,9 +149,17 @@ func TestStatedDefaultsAreDefaults(t *testing.T) {
 			if notInConfig[f.Name] || f.Name == "model" || model == "mlp" && slices.Contains(adamW, f.Name) {
 				return
 			}
-			stated := f.DefValue
-			if a := f.Annotations[annMLPDefault]; model == "mlp" && len(a) > 0 {
-				stated = a[0]
+			stated := modelDefault(f, model)
+			def, err := nn.Lookup(model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.Contains(modelFlagNames(), f.Name) {
+				o, ok := def.Option(f.Name)
+				if !ok || o.Default == "" {
+					return // another model's option, or one without a default
+				}
+				stated = o.Default
 			}
 			base := append([]string{"--model=" + model}, mode[f.Name]...)
 			want, err := build(base...)
@@ -162,6 +171,9 @@ func TestStatedDefaultsAreDefaults(t *testing.T) {
 			if err != nil {
 				t.Errorf("%s: %v", args, err)
 				return
+			}
+			if got.ModelArgs[f.Name] == stated {
+				got.ModelArgs = nil // the model's default, given
 			}
 			if f.Name == "servers" && got.Servers == 1 && want.Servers == 0 {
 				got.Servers = 0 // 0 is one server

@@ -134,8 +134,9 @@ func TestReportConfig(t *testing.T) {
 	dir := t.TempDir()
 	a := metricsFile(t, filepath.Join(dir, "a.jsonl"), 5, 2.3, 0.05)
 	b := metricsFile(t, filepath.Join(dir, "b.jsonl"), 5, 2.3, 0.1)
-	cfg := train.DefaultMLPConfig()
-	cfg.MLPSizes, cfg.Data, cfg.DP, cfg.LR = []int{784, 64, 10}, "synthetic-mlp", 2, 0.05
+	cfg := mlpConfig()
+	cfg.Data, cfg.DP, cfg.LR = "synthetic-mlp", 2, 0.05
+	cfg.SetModelArg("layers", []int{784, 64, 10})
 	conf, _ := json.Marshal(cfg)
 	ck := filepath.Join(dir, "ckpt")
 	snap := &checkpoint.Snapshot{Meta: checkpoint.Meta{Step: 5, World: checkpoint.World{DP: 2, PP: 1}, Config: conf}}
@@ -153,7 +154,7 @@ func TestReportConfig(t *testing.T) {
 	}
 	page := readReport(t, out).page
 	for _, want := range []string{
-		`<th scope="row">model</th><td>mlp 784-64-10</td><td>—</td>`,
+		`<th scope="row">model</th><td>mlp: layers 784,64,10</td><td>—</td>`,
 		`<th scope="row">learning rate</th><td>0.05</td><td>—</td>`,
 		`<th scope="row">parallelism</th><td>dp 2 × pp 1 × tp 1</td><td>—</td>`,
 		filepath.Join(ck, checkpoint.StepDirName(5), checkpoint.ManifestFile),
@@ -164,11 +165,11 @@ func TestReportConfig(t *testing.T) {
 	}
 
 	yml := filepath.Join(dir, "run.yaml")
-	os.WriteFile(yml, []byte("model: mlp\nmlpsizes: [784, 32, 10]\nlr: 0.1\n"), 0o644)
+	os.WriteFile(yml, []byte("model: mlp\nmodelargs:\n  layers: 784,32,10\nlr: 0.1\n"), 0o644)
 	if _, err := execute(newReportCmd(), b, "--config", yml, "-o", out); err != nil {
 		t.Fatal(err)
 	}
-	if page := readReport(t, out).page; !strings.Contains(page, `<th scope="row">model</th><td>mlp 784-32-10</td>`) {
+	if page := readReport(t, out).page; !strings.Contains(page, `<th scope="row">model</th><td>mlp: layers 784,32,10</td>`) {
 		t.Error("the YAML file's model is not in the report")
 	}
 }
@@ -180,14 +181,15 @@ func TestWriteReportOfTrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := train.DefaultMLPConfig()
-	cfg.MLPSizes, cfg.DP = []int{784, 64, 10}, 2
+	cfg := mlpConfig()
+	cfg.DP = 2
+	cfg.SetModelArg("layers", []int{784, 64, 10})
 	out := filepath.Join(dir, "run.html")
 	if err := writeReport(out, "troupe train: mlp", steps, "", &cfg); err != nil {
 		t.Fatal(err)
 	}
 	page := readReport(t, out).page
-	for _, want := range []string{`<th scope="row">read from</th><td>troupe train</td>`, `<td>mlp 784-64-10</td>`, `<td>dp 2 × pp 1 × tp 1</td>`} {
+	for _, want := range []string{`<th scope="row">read from</th><td>troupe train</td>`, `<td>mlp: layers 784,64,10</td>`, `<td>dp 2 × pp 1 × tp 1</td>`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the report lacks %q", want)
 		}
@@ -259,4 +261,13 @@ func TestReportHelp(t *testing.T) {
 			t.Errorf("the help lacks %q", want)
 		}
 	}
+}
+
+// mlpConfig is train.DefaultConfigFor("mlp").
+func mlpConfig() train.Config {
+	c, err := train.DefaultConfigFor("mlp")
+	if err != nil {
+		panic(err)
+	}
+	return c
 }

@@ -23,13 +23,13 @@ import (
 	"github.com/troupe-ml/troupe/train"
 )
 
-// trainFlags are troupe train's flags; their defaults are the GPT's
-// (train.DefaultConfig), and --model mlp switches the defaults the user
-// did not set to train.DefaultMLPConfig's.
+// trainFlags are troupe train's flags; their defaults are the trainer's
+// (train.DefaultConfig), and a --model with a recipe switches the defaults
+// the user did not set to its own (train.DefaultConfigFor). The model's
+// options are flags of their own (registerModelFlags).
 type trainFlags struct {
-	model, layers                                 string
-	dModel, nLayers, heads, context               int
-	untied                                        bool
+	model                                         string
+	context                                       int
 	data, vocab                                   string
 	shuffle                                       bool
 	batch, steps, accum                           int
@@ -218,14 +218,10 @@ func workerCommand() []string {
 // register adds the training flags to fl (troupe train, troupe bench train
 // and troupe agent share them), each under its heading in the help.
 func (f *trainFlags) register(fl *pflag.FlagSet) {
-	d, m := train.DefaultConfig(), train.DefaultMLPConfig()
-	fl.StringVar(&f.model, "model", string(d.Model), "model: gpt or mlp")
-	fl.StringVar(&f.layers, "layers", "", "MLP layer sizes d0,d1,…,dn (fc{i}.weight is [d_i, d_{i-1}]; default: the data's features,256,the data's classes)")
-	fl.IntVar(&f.dModel, "d-model", d.DModel, "GPT embedding width")
-	fl.IntVar(&f.nLayers, "n-layers", d.NLayers, "GPT transformer blocks")
-	fl.IntVar(&f.heads, "n-heads", d.Heads, "GPT attention heads")
-	fl.IntVar(&f.context, "context", d.Context, "GPT context length (tokens per sample)")
-	fl.BoolVar(&f.untied, "untied", false, "give the GPT's LM head its own weights instead of the token embedding's")
+	d := train.DefaultConfig()
+	fl.StringVar(&f.model, "model", d.Model, modelHelp())
+	registerModelFlags(fl)
+	fl.IntVar(&f.context, "context", d.Context, "context length of a sequence model (tokens per sample)")
 	fl.StringVar(&f.data, "data", "", "dataset: gospec (the Go spec, built in), mnist ($TROUPE_MNIST_DIR, the Go module cache or /usr/share/troupe/mnist), mnist:DIR, synthetic-mlp, synthetic-tokens, a text file, a *.safetensors file or an MNIST directory (default: gospec; with --model mlp mnist)")
 	fl.StringVar(&f.vocab, "vocab", d.Vocab, "text tokenisation: char or byte")
 	fl.BoolVar(&f.shuffle, "shuffle", d.Shuffle, "shuffle every epoch (false: step t uses rows t·B … t·B+B−1 mod N)")
@@ -300,19 +296,9 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.configFile, "config", "", "read flags from this YAML (.yaml, .yml) or TOML (.toml) file, one key per flag: lr: 0.001, ckpt-dir: ckpt (flags on the command line win)")
 	fl.BoolVar(&f.printConfig, "print-config", false, "write the run's flags as a --config file (YAML) on stdout and exit without training: the flags set on the command line or in --config, so that every other flag keeps its default and a resumed run still takes the options its checkpoint records")
 
-	mlp := func(name, value string) { setAnnotation(fl, name, annMLPDefault, value) }
-	mlp("batch", strconv.Itoa(m.Batch))
-	mlp("steps", strconv.Itoa(m.Steps))
-	mlp("epochs", strconv.FormatFloat(m.Epochs, 'g', -1, 64))
-	mlp("optimizer", m.Optim.Name)
-	mlp("lr", strconv.FormatFloat(m.LR, 'g', -1, 64))
-	mlp("lr-warmup", strconv.Itoa(m.Warmup))
-	mlp("min-lr-factor", strconv.FormatFloat(m.MinLRFactor, 'g', -1, 64))
-	mlp("momentum", strconv.FormatFloat(float64(m.Optim.Momentum), 'g', -1, 32))
-	mlp("weight-decay", strconv.FormatFloat(float64(m.Optim.WeightDecay), 'g', -1, 32))
-	mlp("clip", strconv.FormatFloat(m.ClipNorm, 'g', -1, 64))
+	annotateModelDefaults(fl)
 
-	inGroup(fl, groupModel, "model", "layers", "d-model", "n-layers", "n-heads", "context", "untied", "init")
+	inGroup(fl, groupModel, append(append([]string{"model"}, modelFlagNames()...), "context", "init")...)
 	inGroup(fl, groupData, "data", "vocab", "shuffle", "batch", "accum", "steps", "epochs", "seed")
 	inGroup(fl, groupOptim, "optimizer", "lr", "lr-schedule", "lr-warmup", "min-lr-factor", "momentum", "dampening", "nesterov", "weight-decay", "beta1", "beta2", "eps", "clip")
 	inGroup(fl, groupParallel, "dp", "procs", "pp", "tp", "sequence-parallel", "micro-batches", "schedule", "stage-layers", "partition", "recompute", "zero", "zero-group")
@@ -367,32 +353,17 @@ func fromFile(fl *pflag.FlagSet, err error) error {
 // build is the run's configuration, not validated: the model's defaults,
 // then every flag the user set.
 func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
-	cfg := train.DefaultConfig()
-	switch strings.ToLower(f.model) {
-	case "gpt":
-	case "mlp":
-		cfg = train.DefaultMLPConfig()
-	default:
-		return cfg, fmt.Errorf("%w: --model %q: want gpt or mlp", errUsage, f.model)
+	cfg, err := train.DefaultConfigFor(f.model)
+	if err != nil {
+		return cfg, fmt.Errorf("%w: %w", errUsage, inFlags(err))
 	}
+	cfg.ModelArgs = modelArgs(fl)
 	set := func(name string, apply func()) {
 		if fl.Changed(name) {
 			apply()
 		}
 	}
-	set("layers", func() {})
-	if f.layers != "" {
-		sizes, err := parseInts(f.layers)
-		if err != nil {
-			return cfg, fmt.Errorf("%w: --layers %q: %v", errUsage, f.layers, err)
-		}
-		cfg.MLPSizes = sizes
-	}
-	set("d-model", func() { cfg.DModel = f.dModel })
-	set("n-layers", func() { cfg.NLayers = f.nLayers })
-	set("n-heads", func() { cfg.Heads = f.heads })
 	set("context", func() { cfg.Context = f.context })
-	set("untied", func() { cfg.Untied = f.untied })
 	set("data", func() { cfg.Data = f.data })
 	set("vocab", func() { cfg.Vocab = f.vocab })
 	set("shuffle", func() { cfg.Shuffle = f.shuffle })

@@ -61,8 +61,11 @@ func main() {
 	var mu sync.Mutex
 	st := status{State: "joining"}
 
-	cfg := train.DefaultMLPConfig() // a small MLP: quick to train on a laptop
-	cfg.Data, cfg.MLPSizes, cfg.Steps, cfg.Epochs = "synthetic-mlp", nil, *steps, 0
+	cfg, err := train.DefaultConfigFor("mlp") // a small MLP: quick to train on a laptop
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg.Data, cfg.Steps, cfg.Epochs = "synthetic-mlp", *steps, 0
 	ac := train.AgentConfig{Train: cfg, Name: *name, Listen: *listen, Join: strings.Split(*join, ","), MinNodes: *minNodes, Key: *key}
 	logger, _ := zap.NewProduction()
 	done := make(chan struct{})

@@ -16,8 +16,11 @@ import (
 )
 
 func main() {
-	cfg := train.DefaultMLPConfig() // MLP 784-256-10, SGD momentum 0.9, batch 64, 2 epochs
-	cfg.Data = "mnist"              // the real MNIST, from the Go module cache
+	cfg, err := train.DefaultConfigFor("mlp") // MLP 784-256-10, SGD momentum 0.9, batch 64, 2 epochs
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg.Data = "mnist" // the real MNIST, from the Go module cache
 	logger, _ := zap.NewDevelopment()
 	sum, err := train.Run(context.Background(), cfg, train.Options{Logger: logger})
 	if err != nil {
