@@ -36,8 +36,11 @@ type Batch struct {
 	// Tokens holds token windows: Rows × Context. Empty for Dense.
 	Tokens []int32
 	// Y holds targets: Rows class labels (Dense) or Rows × Context
-	// next-token ids (Tokens).
+	// next-token ids (Tokens); empty when V holds the targets.
 	Y []int32
+	// V holds real-valued targets: Rows × Outputs (a Regression
+	// dataset's); empty for class targets.
+	V []float32
 	// Rows is the number of samples in the batch.
 	Rows int
 }
@@ -48,6 +51,35 @@ func (b *Batch) reset(rows, xPer, tokPer, yPer int) {
 	b.X = grow(b.X, rows*xPer)
 	b.Tokens = grow(b.Tokens, rows*tokPer)
 	b.Y = grow(b.Y, rows*yPer)
+	b.V = b.V[:0]
+}
+
+// Terms is the number of loss terms in rows [lo, hi) of b: its class
+// targets that are not ignored (negative), or its real-valued targets.
+func (b *Batch) Terms(lo, hi int) int {
+	if b.Rows == 0 {
+		return 0
+	}
+	if len(b.V) > 0 {
+		per := len(b.V) / b.Rows
+		return (hi - lo) * per
+	}
+	per := len(b.Y) / b.Rows
+	n := 0
+	for _, y := range b.Y[lo*per : hi*per] {
+		if y >= 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// Regression is implemented by Dense datasets whose targets are real
+// vectors (Batch.V, Outputs per row) rather than class ids; their
+// Classes is 0.
+type Regression interface {
+	Dataset
+	Outputs() int
 }
 
 func grow[T any](s []T, n int) []T {

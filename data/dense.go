@@ -14,6 +14,10 @@ type denseSet struct {
 	pix      []byte    // n × features
 	lut      *[256]float32
 	y        []int32
+	// v holds real-valued targets, n × outputs, instead of y (a
+	// Regression set).
+	v       []float32
+	outputs int
 }
 
 var _ Dataset = (*denseSet)(nil)
@@ -27,7 +31,12 @@ func (s *denseSet) Context() int  { return 0 }
 
 func (s *denseSet) Fill(idx []int, b *Batch) {
 	f := s.features
-	b.reset(len(idx), f, 0, 1)
+	if s.outputs > 0 {
+		b.reset(len(idx), f, 0, 0)
+		b.V = grow(b.V, len(idx)*s.outputs)
+	} else {
+		b.reset(len(idx), f, 0, 1)
+	}
 	for r, i := range idx {
 		if i < 0 || i >= s.n {
 			panic(fmt.Sprintf("data: %s: sample index %d outside [0, %d)", s.name, i, s.n))
@@ -40,6 +49,10 @@ func (s *denseSet) Fill(idx []int, b *Batch) {
 				dst[k] = s.lut[p]
 			}
 		}
-		b.Y[r] = s.y[i]
+		if s.outputs > 0 {
+			copy(b.V[r*s.outputs:(r+1)*s.outputs], s.v[i*s.outputs:])
+		} else {
+			b.Y[r] = s.y[i]
+		}
 	}
 }

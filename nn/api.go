@@ -69,13 +69,18 @@ type DataShape struct {
 	// dense feature rows.
 	Tokens bool
 	// Features is the width of a dense row; Classes the number of classes
-	// (or the vocabulary, for tokens); Context the tokens per sequence.
-	Features, Classes, Context int
+	// (or the vocabulary, for tokens; 0 for real-valued targets); Context
+	// the tokens per sequence; Outputs the real-valued targets per row (0:
+	// class ids).
+	Features, Classes, Context, Outputs int
 }
 
 func (d DataShape) String() string {
 	if d.Tokens {
 		return fmt.Sprintf("token sequences (vocabulary %d, context %d)", d.Classes, d.Context)
+	}
+	if d.Outputs > 0 {
+		return fmt.Sprintf("feature rows (%d features, %d real-valued targets)", d.Features, d.Outputs)
 	}
 	return fmt.Sprintf("feature rows (%d features, %d classes)", d.Features, d.Classes)
 }

@@ -19,9 +19,12 @@ const (
 )
 
 // Targets are a micro-batch's targets on the backend: one class id per
-// output row (negative: ignored).
+// output row (Ids; negative: ignored), or Cols real values per output row
+// (Values, a regression dataset's).
 type Targets struct {
-	Ids kernels.Index
+	Ids    kernels.Index
+	Values kernels.Buffer
+	Cols   int
 }
 
 // Model is a model built from a Spec, or the contiguous range of units

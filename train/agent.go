@@ -237,7 +237,7 @@ func RunAgent(ctx context.Context, ac AgentConfig, o Options) (*AgentSummary, er
 	if err := ac.Train.probeOutputs(); err != nil {
 		return nil, err
 	}
-	j, err := openValidJob(ac.Train)
+	j, err := openValidJob(ac.Train, o.given())
 	if err != nil {
 		return nil, err
 	}

@@ -39,21 +39,35 @@ type job struct {
 
 // openJob validates cfg, opens the data and cuts the model into cfg.PP
 // stages (StageLayers, or balanced by Partition).
-func openJob(cfg Config) (*job, error) {
+func openJob(cfg Config, given *givenData) (*job, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return openValidJob(cfg)
+	return openValidJob(cfg, given)
+}
+
+// givenData is data a program gives a run in place of Config.Data
+// (Options.Train and Test).
+type givenData struct {
+	train, test data.Dataset
 }
 
 // openValidJob is openJob for a configuration validated already (an
 // agent's, validated as one shard group: AgentConfig.Validate).
-func openValidJob(cfg Config) (*job, error) {
+func openValidJob(cfg Config, given *givenData) (*job, error) {
 	cfg = cfg.withDefaults()
 	j := &job{cfg: cfg, steps: cfg.Steps}
 	var err error
-	if j.train, j.test, err = OpenData(&j.cfg); err != nil {
-		return nil, err
+	switch {
+	case given != nil:
+		j.train, j.test = given.train, given.test
+		if j.cfg.Data == "" {
+			j.cfg.Data = j.train.Name() // what the summary and checkpoints record
+		}
+	default:
+		if j.train, j.test, err = OpenData(&j.cfg); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Epochs > 0 {
 		j.steps = int(math.Ceil(cfg.Epochs * float64(j.train.Len()) / float64(cfg.Batch)))

@@ -21,7 +21,11 @@ func BuildModel(cfg *Config, be kernels.Backend, ds data.Dataset) (*nn.Model, er
 
 // Shape is what a model learns of ds before it is built.
 func Shape(ds data.Dataset) nn.DataShape {
-	return nn.DataShape{Tokens: ds.Kind() == data.Tokens, Features: ds.Features(), Classes: ds.Classes(), Context: ds.Context()}
+	d := nn.DataShape{Tokens: ds.Kind() == data.Tokens, Features: ds.Features(), Classes: ds.Classes(), Context: ds.Context()}
+	if r, ok := ds.(data.Regression); ok {
+		d.Outputs = r.Outputs()
+	}
+	return d
 }
 
 // ModelSpec is the configured model (cfg.Model, from the registry, with

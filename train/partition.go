@@ -27,10 +27,19 @@ func unitTimes(m *nn.Model, ds data.Dataset, rows int) ([][]time.Duration, error
 	ds.Fill(idx, &b)
 	pool := nn.NewPool(be)
 	c := nn.NewCtx(be, pool)
-	tgt := be.AllocIndex(len(b.Y))
-	be.UploadIndex(tgt, b.Y)
+	var tgt nn.Targets
+	if len(b.V) > 0 {
+		tgt.Values, tgt.Cols = be.Alloc(len(b.V)), len(b.V)/b.Rows
+		be.Upload(tgt.Values, b.V)
+		defer be.Free(tgt.Values)
+	} else {
+		tgt.Ids = be.AllocIndex(len(b.Y))
+		be.UploadIndex(tgt.Ids, b.Y)
+		defer be.FreeIndex(tgt.Ids)
+	}
 	ids := be.AllocIndex(len(b.Tokens))
-	scale := float32(1 / float64(max(1, len(b.Y))))
+	defer be.FreeIndex(ids)
+	scale := float32(1 / float64(max(1, b.Terms(0, b.Rows))))
 	samples := make([][]time.Duration, len(m.Layers))
 	for round := 0; round < profileRounds; round++ {
 		var x nn.Act
@@ -49,7 +58,7 @@ func unitTimes(m *nn.Model, ds data.Dataset, rows int) ([][]time.Duration, error
 			x = l.Forward(c, x)
 			if i == len(m.Layers)-1 {
 				var d nn.Act
-				_, d = nn.CrossEntropy(c, x, tgt, scale)
+				_, d = m.Loss(c, x, tgt, scale)
 				x = d
 			}
 			if err := be.Sync(); err != nil {

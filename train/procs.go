@@ -236,7 +236,7 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, o Options) error {
 	}
 	rank := env.rank
 	log = log.With(zap.Int("rank", rank))
-	j, err := openJob(env.cfg)
+	j, err := openJob(env.cfg, nil)
 	if err != nil {
 		return err
 	}

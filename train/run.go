@@ -95,6 +95,13 @@ type Options struct {
 	// Config.Procs world: a program that calls RunWorkerProcess (troupe's
 	// own is `troupe __worker`). It is needed, and used, only with Procs.
 	WorkerCommand []string
+	// Train and Test, when set, are the data the run trains on and holds
+	// out (rows the program has in memory: data.InMemory, or any Dataset),
+	// in place of Config.Data; Test may be nil (no evaluation). Every
+	// worker of this process reads them; worker processes (Config.Procs)
+	// cannot, and are refused. An elastic agent's job must give each
+	// agent the same data.
+	Train, Test data.Dataset
 	// Dump, when set, asks for the flight recorders at each receive: Run
 	// writes every rank's into Config.DumpDir (a directory per receive,
 	// for troupe explain hang) and logs their alignment; an agent or a
@@ -162,7 +169,10 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	if err := cfg.probeOutputs(); err != nil {
 		return nil, err
 	}
-	j, err := openValidJob(cfg)
+	if o.Train != nil && cfg.Procs > 0 {
+		return nil, fieldErr("Procs", "%d starts worker processes, which cannot read the data this program holds (Options.Train): run the workers in this process (DP, PP, TP without Procs)", cfg.Procs)
+	}
+	j, err := openValidJob(cfg, o.given())
 	if err != nil {
 		return nil, err
 	}
@@ -378,4 +388,12 @@ func (o *runOutputs) close() error {
 	err := o.metrics.close()
 	o.metrics = nil
 	return err
+}
+
+// given is the data the options give in place of Config.Data (nil: none).
+func (o *Options) given() *givenData {
+	if o.Train == nil {
+		return nil
+	}
+	return &givenData{train: o.Train, test: o.Test}
 }

@@ -419,15 +419,7 @@ func (t *trainer) saveWeights(ctx context.Context, ex executor, step int) error 
 	return nil
 }
 
-func globalTargets(b *data.Batch) int {
-	n := 0
-	for _, y := range b.Y {
-		if y >= 0 {
-			n++
-		}
-	}
-	return n
-}
+func globalTargets(b *data.Batch) int { return b.Terms(0, b.Rows) }
 
 // runStats gathers the per-step figures a summary reports.
 type runStats struct {

@@ -29,7 +29,7 @@ func (w *Worker) Evaluate(ctx context.Context, lo, hi int) (Result, int, error) 
 		w.idx = append(w.idx, i)
 	}
 	w.spec.Test.Fill(w.idx, &w.batch)
-	s.mbs[0] = micro{lo: 0, hi: hi - lo, ids: s.mbs[0].ids, tgt: s.mbs[0].tgt}
+	s.mbs[0] = micro{lo: 0, hi: hi - lo, ids: s.mbs[0].ids, tgt: s.mbs[0].tgt, vals: s.mbs[0].vals}
 	var x nn.Act
 	if m.Input == nn.ActInput {
 		buf := w.pool.Get(s.activationRows(0) * m.InCols)
@@ -63,13 +63,13 @@ func (w *Worker) Evaluate(ctx context.Context, lo, hi int) (Result, int, error) 
 	var res Result
 	tgt := s.targets(0, &w.batch)
 	if m.Accuracy {
-		res.Correct = w.be.ArgmaxCorrect(y.X, tgt)
+		res.Correct = w.be.ArgmaxCorrect(y.X, tgt.Ids)
 	}
-	res.LossSum, _ = m.Loss(c, y, nn.Targets{Ids: tgt}, 0)
+	res.LossSum, _ = m.Loss(c, y, tgt, 0)
 	if err := s.tpErr(); err != nil {
 		return Result{}, 0, err
 	}
-	res.Targets = targetCount(&w.batch, 0, hi-lo, m.Context)
+	res.Targets = w.batch.Terms(0, hi-lo)
 	if !s.reports() || s.coord.DP != 0 {
 		// Shard 0 of replica 0 reports the loss every shard computed (with
 		// ZeRO-3 the first shard group's replicas run the evaluation

@@ -182,6 +182,7 @@ type micro struct {
 	sendDx  *collective.Handle
 	ids     kernels.Index
 	tgt     kernels.Index
+	vals    kernels.Buffer // real-valued targets
 }
 
 // empty reports whether the micro-batch has no rows (a replica with fewer
@@ -376,6 +377,9 @@ func (s *stepper) release() {
 				s.w.be.FreeIndex(ix)
 			}
 		}
+		if mb.vals != nil {
+			s.w.be.Free(mb.vals)
+		}
 		s.mbs[k] = micro{}
 	}
 }
@@ -444,7 +448,7 @@ func (s *stepper) step(ctx context.Context, req StepRequest) (StepResult, error)
 	s.peak = 0
 	for k := range s.mbs {
 		mlo, mhi := data.Split(rows, M, k)
-		s.mbs[k] = micro{lo: mlo, hi: mhi, ids: s.mbs[k].ids, tgt: s.mbs[k].tgt}
+		s.mbs[k] = micro{lo: mlo, hi: mhi, ids: s.mbs[k].ids, tgt: s.mbs[k].tgt, vals: s.mbs[k].vals}
 	}
 	if s.reducer != nil {
 		s.reducer.start(ctx)
@@ -716,19 +720,33 @@ func (s *stepper) input(k int, b *data.Batch) nn.Act {
 	return x
 }
 
-// targets uploads micro-batch k's targets (last stage).
-func (s *stepper) targets(k int, b *data.Batch) kernels.Index {
+// targets uploads micro-batch k's targets (last stage): its class ids,
+// or its real values.
+func (s *stepper) targets(k int, b *data.Batch) nn.Targets {
 	mb := &s.mbs[k]
+	be := s.w.be
+	if len(b.V) > 0 {
+		per := len(b.V) / b.Rows
+		v := b.V[mb.lo*per : mb.hi*per]
+		if mb.vals == nil || mb.vals.Len() != len(v) {
+			if mb.vals != nil {
+				be.Free(mb.vals)
+			}
+			mb.vals = be.Alloc(len(v))
+		}
+		be.Upload(mb.vals, v)
+		return nn.Targets{Values: mb.vals, Cols: per}
+	}
 	per := max(1, s.w.model.Context)
 	y := b.Y[mb.lo*per : mb.hi*per]
 	if mb.tgt == nil || mb.tgt.Len() != len(y) {
 		if mb.tgt != nil {
-			s.w.be.FreeIndex(mb.tgt)
+			be.FreeIndex(mb.tgt)
 		}
-		mb.tgt = s.w.be.AllocIndex(len(y))
+		mb.tgt = be.AllocIndex(len(y))
 	}
-	s.w.be.UploadIndex(mb.tgt, y)
-	return mb.tgt
+	be.UploadIndex(mb.tgt, y)
+	return nn.Targets{Ids: mb.tgt}
 }
 
 // activationRows is the number of activation rows of micro-batch k that
@@ -736,19 +754,6 @@ func (s *stepper) targets(k int, b *data.Batch) kernels.Index {
 func (s *stepper) activationRows(k int) int {
 	mb := &s.mbs[k]
 	return s.w.model.BoundaryRows((mb.hi - mb.lo) * max(1, s.w.model.Context))
-}
-
-// targetCount is the number of loss terms in rows [lo, hi) of b (ignored
-// targets, negative, excluded).
-func targetCount(b *data.Batch, lo, hi, context int) int {
-	per := max(1, context)
-	n := 0
-	for _, y := range b.Y[lo*per : hi*per] {
-		if y >= 0 {
-			n++
-		}
-	}
-	return n
 }
 
 // run runs one op of micro-batch op.Micro.
@@ -819,12 +824,12 @@ func (s *stepper) forward(ctx context.Context, k int, res *StepResult, scale flo
 	if m.Last() {
 		tgt := s.targets(k, &w.batch)
 		if m.Accuracy && s.reports() {
-			res.Correct += w.be.ArgmaxCorrect(y.X, tgt)
+			res.Correct += w.be.ArgmaxCorrect(y.X, tgt.Ids)
 		}
-		sum, d := m.Loss(c, y, nn.Targets{Ids: tgt}, scale)
+		sum, d := m.Loss(c, y, tgt, scale)
 		if s.reports() {
 			res.LossSum += sum
-			res.Targets += targetCount(&w.batch, mb.lo, mb.hi, m.Context)
+			res.Targets += w.batch.Terms(mb.lo, mb.hi)
 		}
 		mb.out = d
 	} else {
@@ -987,7 +992,7 @@ func (s *stepper) clear() {
 				pool.Put(b)
 			}
 		}
-		s.mbs[k] = micro{ids: mb.ids, tgt: mb.tgt}
+		s.mbs[k] = micro{ids: mb.ids, tgt: mb.tgt, vals: mb.vals}
 	}
 	s.scratch.Clear(pool)
 }
