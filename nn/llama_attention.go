@@ -30,11 +30,11 @@ type LlamaAttention struct {
 	D, HeadDim, T int
 	// Heads and KVHeads are the model's; QHeads and LocalKV the query and
 	// kv heads this shard holds.
-	Heads, KVHeads   int
-	QHeads, LocalKV  int
-	Q, K, V, O       *Linear
-	Rope             *RoPE
-	TP               TP
+	Heads, KVHeads  int
+	QHeads, LocalKV int
+	Q, K, V, O      *Linear
+	Rope            *RoPE
+	TP              TP
 	// ReplicatedKV reports that every shard holds k_proj and v_proj whole.
 	ReplicatedKV bool
 	in           projections
