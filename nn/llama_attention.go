@@ -20,16 +20,16 @@ import (
 // heads meet only in o_proj's all-reduce. The kv heads are split too when
 // TP divides KVHeads: every shard's query heads then read only its own kv
 // heads. When it does not (fewer kv heads than shards, or a count TP does
-// not divide), every shard holds k_proj and v_proj whole and computes all
-// kv heads, its query heads reading the ones they use; those weights are
+// not divide), every shard holds k_proj and v_proj whole but computes only
+// the kv heads its query heads use (LocalKV of them, a contiguous range;
+// one when KVHeads < TP and TP is a multiple of it); those weights are
 // replicated, and each shard's gradient of them is the part its own query
-// heads give (Param.PartialGrad: the trainer sums it over the group). The
-// whole projections are small in that case: KVHeads < TP means at most
-// TP−1 heads of k and of v.
+// heads give, zero on the rows of the heads it does not use
+// (Param.PartialGrad: the trainer sums it over the group).
 type LlamaAttention struct {
 	D, HeadDim, T int
 	// Heads and KVHeads are the model's; QHeads and LocalKV the query and
-	// kv heads this shard holds.
+	// kv heads this shard computes.
 	Heads, KVHeads  int
 	QHeads, LocalKV int
 	Q, K, V, O      *Linear
@@ -84,11 +84,17 @@ func NewLlamaAttention(s *ParamSet, prefix string, cfg LlamaAttentionConfig, ini
 	a := &LlamaAttention{D: cfg.D, HeadDim: hd, T: cfg.T, Heads: cfg.Heads, KVHeads: cfg.KVHeads, QHeads: cfg.Heads / tp.Size, Rope: rope, TP: tp}
 	a.ReplicatedKV = cfg.KVHeads%tp.Size != 0
 	a.Q = newColumnNoBias(s, prefix+".q_proj", cfg.D, cfg.Heads*hd, tp, init)
+	a.in = projections{tp: tp}
+	group := cfg.Heads / cfg.KVHeads
 	kvFirst := 0
 	if a.ReplicatedKV {
-		a.LocalKV = cfg.KVHeads
+		// The kv heads of the shard's query heads, a contiguous range.
+		kvFirst = tp.Rank * a.QHeads / group
+		a.LocalKV = ((tp.Rank+1)*a.QHeads-1)/group + 1 - kvFirst
 		a.K = newReplicatedNoBias(s, prefix+".k_proj", cfg.D, cfg.KVHeads*hd, tp, init)
 		a.V = newReplicatedNoBias(s, prefix+".v_proj", cfg.D, cfg.KVHeads*hd, tp, init)
+		win := [2]int{kvFirst * hd, a.LocalKV * hd}
+		a.in.win = map[int][2]int{1: win, 2: win}
 	} else {
 		a.LocalKV = cfg.KVHeads / tp.Size
 		kvFirst = tp.Rank * a.LocalKV
@@ -96,12 +102,11 @@ func NewLlamaAttention(s *ParamSet, prefix string, cfg LlamaAttentionConfig, ini
 		a.V = newColumnNoBias(s, prefix+".v_proj", cfg.D, cfg.KVHeads*hd, tp, init)
 	}
 	a.O = newRowNoBias(s, prefix+".o_proj", cfg.Heads*hd, cfg.D, tp, init)
-	group := cfg.Heads / cfg.KVHeads
 	a.kvOf = make([]int, a.QHeads)
 	for j := range a.kvOf {
 		a.kvOf[j] = (tp.Rank*a.QHeads+j)/group - kvFirst
 	}
-	a.in = projections{ls: []*Linear{a.Q, a.K, a.V}, tp: tp}
+	a.in.ls = []*Linear{a.Q, a.K, a.V}
 	a.o = rowLayer(a.O, tp)
 	return a, nil
 }

@@ -14,9 +14,31 @@ import "github.com/troupe-ml/troupe/kernels"
 // outputs) or replicated whole on every shard (k and v when the shards
 // cannot split the kv heads): either way each shard's dx is a part of the
 // whole input gradient, and the region's all-reduce sums the parts.
+//
+// A map may also compute a window of its outputs only, rows [lo, lo+n) of
+// its weight: a replicated k_proj whose shard needs some kv heads of all.
+// The rows outside get no gradient on that shard.
 type projections struct {
 	ls []*Linear
-	tp TP
+	// win[i], when set, is map i's window {lo, n} in output rows.
+	win map[int][2]int
+	tp  TP
+}
+
+// window returns map i's first output row and count.
+func (p *projections) window(i int) (lo, n int) {
+	if w, ok := p.win[i]; ok {
+		return w[0], w[1]
+	}
+	return 0, p.ls[i].Out
+}
+
+// rowsOf returns map i's rows of a weight-shaped buffer (W, its compute copy,
+// or G).
+func (p *projections) rowsOf(c *Ctx, i int, b kernels.Buffer) kernels.Buffer {
+	lo, n := p.window(i)
+	in := p.ls[i].In
+	return c.Be.View(b, lo*in, n*in)
 }
 
 // newColumnNoBias registers a bias-free Linear in → out whose outputs t
@@ -65,7 +87,10 @@ func (p *projections) forward(c *Ctx, x Act) []Act {
 	in.X = c.lower(in.X)
 	ys := make([]Act, len(p.ls))
 	for i, l := range p.ls {
-		ys[i] = l.product(c, in, false)
+		_, n := p.window(i)
+		y := c.Pool.Get(in.Rows * n)
+		c.Be.Gemm(kernels.GemmArgs{TransB: true, M: in.Rows, N: n, K: l.In, Alpha: 1}, in.X, p.rowsOf(c, i, c.weight(l.Weight)), y)
+		ys[i] = Act{X: y, Rows: in.Rows, Cols: n}
 	}
 	if p.tp.SP {
 		c.Pool.Put(in.X)
@@ -90,18 +115,22 @@ func (p *projections) backward(c *Ctx, dys []Act) Act {
 		x = c.Tape.Pop()
 	}
 	dx := c.Pool.Get(rows * p.ls[0].In)
+	xo := c.operand(x)
 	for i, l := range p.ls {
 		dy := dys[i]
+		_, n := p.window(i)
 		d := c.operand(dy.X)
-		l.weightGrads(c, dy.X, d, rows, x, false)
+		c.Be.Gemm(kernels.GemmArgs{TransA: true, M: n, N: l.In, K: rows, Alpha: 1, Beta: 1}, d, xo, p.rowsOf(c, i, l.Weight.G))
+		c.GradDone(l.Weight)
 		beta := float32(1)
 		if i == 0 {
 			beta = 0
 		}
-		c.Be.Gemm(kernels.GemmArgs{M: rows, N: l.In, K: l.Out, Alpha: 1, Beta: beta}, d, c.weight(l.Weight), dx)
+		c.Be.Gemm(kernels.GemmArgs{M: rows, N: l.In, K: n, Alpha: 1, Beta: beta}, d, p.rowsOf(c, i, c.weight(l.Weight)), dx)
 		c.release(dy.X, d)
 		c.Pool.Put(dy.X)
 	}
+	c.release(x, xo)
 	c.Pool.Put(x)
 	out := Act{X: dx, Rows: rows, Cols: p.ls[0].In}
 	switch {

@@ -19,8 +19,8 @@
 //   - h = Eps·rms(tensor), Eps 1e-2 by default: the step scales with the
 //     tensor, so weights initialised at std 0.02 and activations of std 1
 //     are both moved by a percent of their size. The central difference's
-//     truncation error is O(h²) times the third derivative, about 1e-4 relative for a smooth
-//     layer at that step.
+//     truncation error is O(h²) times the third derivative, about 1e-4
+//     relative for a smooth layer at that step.
 //   - f carries float32 rounding of the order k·u·S, with u = 2⁻²⁴,
 //     S = Σ|y·dy| and k = Noise (32 by default: the depth of roundings a
 //     transformer block's output goes through); the difference quotient
