@@ -146,7 +146,7 @@ func Layer(be kernels.Backend, l nn.Layer, rows, cols int, o Options) error {
 	}
 	for _, p := range l.Params() {
 		if p.W == nil || p.G == nil {
-			return fmt.Errorf("gradcheck: %s has no weights or gradients (ParamSet.Finalize)", p.Name)
+			return fmt.Errorf("%w: %s has no weights or gradients (ParamSet.Finalize)", ErrContract, p.Name)
 		}
 	}
 	dx, grads, err := k.analytic()
@@ -251,7 +251,7 @@ func (k *checker) analytic() (dx []float32, grads [][]float32, err error) {
 		y := nn.Forward(c, []nn.Layer{k.l}, nn.Act{X: up(c, k.x), Rows: k.rows, Cols: k.cols})
 		yh := make([]float32, y.Rows*y.Cols)
 		if y.X == nil || y.X.Len() != len(yh) {
-			return nil, nil, fmt.Errorf("gradcheck: the layer's output is not the [%d, %d] it says", y.Rows, y.Cols)
+			return nil, nil, fmt.Errorf("%w: the layer's output is not the [%d, %d] it says", ErrContract, y.Rows, y.Cols)
 		}
 		be.Download(yh, y.X)
 		if pass == 0 {
@@ -264,11 +264,11 @@ func (k *checker) analytic() (dx []float32, grads [][]float32, err error) {
 		c.Pool.Put(y.X)
 		d := nn.Backward(c, []nn.Layer{k.l}, nn.Act{X: up(c, k.dy), Rows: y.Rows, Cols: y.Cols})
 		if n := c.Tape.Len(); n != 0 {
-			return nil, nil, fmt.Errorf("gradcheck: the backward pass left %d buffers on the tape", n)
+			return nil, nil, fmt.Errorf("%w: the backward pass left %d buffers on the tape", ErrContract, n)
 		}
 		if pass == 0 && !k.o.SkipInput {
 			if d.X == nil || d.X.Len() != len(k.x) {
-				return nil, nil, fmt.Errorf("gradcheck: the backward pass returned no [%d, %d] input gradient (Options.SkipInput for a layer without one)", k.rows, k.cols)
+				return nil, nil, fmt.Errorf("%w: the backward pass returned no [%d, %d] input gradient (Options.SkipInput for a layer without one)", ErrContract, k.rows, k.cols)
 			}
 			dx = make([]float32, len(k.x))
 			be.Download(dx, d.X)
@@ -297,7 +297,7 @@ func (k *checker) analytic() (dx []float32, grads [][]float32, err error) {
 		for j, g := range grads[i] {
 			want := 2 * float64(first[i][j])
 			if math.Abs(float64(g)-want) > 1e-5*top {
-				return nil, nil, fmt.Errorf("gradcheck: %s[%d] is %g after two backward passes, %g after one: gradients must accumulate", p.Name, j, g, first[i][j])
+				return nil, nil, fmt.Errorf("%w: %s[%d] is %g after two backward passes, %g after one: gradients must accumulate", ErrContract, p.Name, j, g, first[i][j])
 			}
 		}
 	}
