@@ -234,6 +234,38 @@ type Backend interface {
 	// rows of length cols. It is the gradient of CausalSoftmax (masked entries
 	// have y = 0 and get dx = 0). y may be 16-bit, as ReLUBackward's x.
 	SoftmaxBackward(dx, dy, y Buffer, cols int, scale float32)
+	// CausalSoftmaxFrom is CausalSoftmax for queries that start at
+	// position pos0 of their sequence: x is [batch, rows, cols] (keys at
+	// positions 0…cols−1), and y[b, i, j] = softmax over j ≤ pos0+i of
+	// scale·x[b, i, j], 0 for j > pos0+i (a decode step against a KV
+	// cache). CausalSoftmax(y, x, t, s) is CausalSoftmaxFrom(y, x, t, t, 0, s).
+	// x and y are fp32.
+	CausalSoftmaxFrom(y, x Buffer, rows, cols, pos0 int, scale float32)
+
+	// RMSNorm normalises each row of x ([rows, cols], cols = len(w)) by its
+	// root mean square, Llama's RMSNorm: y = w·x·rstd with rstd =
+	// 1/sqrt(mean(x²) + eps), saved ([rows]) for the backward pass. The
+	// sum of squares runs in float64. All buffers are fp32.
+	RMSNorm(y, rstd, x, w Buffer, eps float32)
+	// RMSNormBackward computes dx (overwritten) = rstd·(dy·w) −
+	// x·rstd³·mean(dy·w·x) and accumulates dw += Σ_rows dy·x·rstd. All
+	// buffers are fp32.
+	RMSNormBackward(dx, dw, dy, x, rstd, w Buffer)
+	// SwiGLU computes y = silu(gate)·up element-wise, silu(g) = g·σ(g)
+	// (the gated unit of Llama's MLP). All buffers are fp32 and y may
+	// alias gate or up.
+	SwiGLU(y, gate, up Buffer)
+	// SwiGLUBackward computes dgate = dy·up·silu'(gate) and dup =
+	// dy·silu(gate). All buffers are fp32; dgate may alias gate and dup
+	// may alias up.
+	SwiGLUBackward(dgate, dup, dy, gate, up Buffer)
+	// Rotary applies rotary position embeddings with Hugging Face's
+	// rotate_half convention to x ([rows, cols], heads of headDim
+	// contiguous in each row): for each head and i < headDim/2, with
+	// c = cos[r, i] and s = sin[r, i], y[i] = x[i]·c − x[i+half]·s and
+	// y[i+half] = x[i+half]·c + x[i]·s. cos and sin are [rows, headDim/2].
+	// Its gradient is Rotary with −sin. All buffers are fp32; y may be x.
+	Rotary(y, x, cos, sin Buffer, headDim int)
 
 	// Transpose permutes the axes of a dense row-major tensor: src has the
 	// given shape, dst has shape[perm[i]] on axis i, and

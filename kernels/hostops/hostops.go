@@ -1,0 +1,134 @@
+// Package hostops holds plain-Go float32 versions of the kernels the Llama
+// layers need (RMSNorm, SwiGLU, rotary embeddings, a causal softmax with a
+// position offset), written once and shared: the CPU backend runs them on
+// its buffers, and a device backend without its own kernels for them runs
+// them on host copies (kernels/cuda does, until kernels.cu has them).
+//
+// Row statistics accumulate in float64, as the CPU backend's LayerNorm does,
+// so both callers produce the same bits. hostops imports nothing from troupe.
+package hostops
+
+import "math"
+
+// RMSNorm writes y = x·rstd·w row by row, x and y [rows, len(w)], with
+// rstd[r] = 1/sqrt(mean(x[r]²) + eps) (Llama's RMSNorm).
+func RMSNorm(y, rstd, x, w []float32, eps float32, lo, hi int) {
+	cols := len(w)
+	for r := lo; r < hi; r++ {
+		xr, yr := x[r*cols:(r+1)*cols], y[r*cols:(r+1)*cols]
+		var ss float64
+		for _, v := range xr {
+			ss += float64(v) * float64(v)
+		}
+		rs := float32(1 / math.Sqrt(ss/float64(cols)+float64(eps)))
+		rstd[r] = rs
+		for c, v := range xr {
+			yr[c] = w[c] * (v * rs)
+		}
+	}
+}
+
+// RMSNormDx writes dx for rows [lo, hi): with g = dy·w,
+// dx = rstd·g − x·rstd³·mean(g·x).
+func RMSNormDx(dx, dy, x, rstd, w []float32, lo, hi int) {
+	cols := len(w)
+	for r := lo; r < hi; r++ {
+		xr, dyr, dxr := x[r*cols:(r+1)*cols], dy[r*cols:(r+1)*cols], dx[r*cols:(r+1)*cols]
+		var dot float64
+		for c, v := range xr {
+			dot += float64(dyr[c]) * float64(w[c]) * float64(v)
+		}
+		rs := float64(rstd[r])
+		k := float32(rs * rs * rs * dot / float64(cols))
+		rsf := float32(rs)
+		for c, v := range xr {
+			dxr[c] = rsf*(dyr[c]*w[c]) - k*v
+		}
+	}
+}
+
+// RMSNormDw accumulates dw[c] += Σ_r dy[r, c]·x[r, c]·rstd[r] for columns
+// [lo, hi), in float64.
+func RMSNormDw(dw, dy, x, rstd []float32, lo, hi int) {
+	cols := len(dw)
+	rows := len(rstd)
+	for c := lo; c < hi; c++ {
+		var s float64
+		for r := 0; r < rows; r++ {
+			s += float64(dy[r*cols+c]) * float64(x[r*cols+c]*rstd[r])
+		}
+		dw[c] = float32(float64(dw[c]) + s)
+	}
+}
+
+// sigmoid is 1/(1+e^−g), computed in float64.
+func sigmoid(g float32) float64 { return 1 / (1 + math.Exp(-float64(g))) }
+
+// SwiGLU writes y = silu(gate)·up with silu(g) = g·σ(g), for [lo, hi).
+func SwiGLU(y, gate, up []float32, lo, hi int) {
+	for i := lo; i < hi; i++ {
+		g := gate[i]
+		y[i] = float32(float64(g)*sigmoid(g)) * up[i]
+	}
+}
+
+// SwiGLUBackward writes dgate = dy·up·silu'(gate) and dup = dy·silu(gate)
+// for [lo, hi), with silu'(g) = σ(g)·(1 + g·(1 − σ(g))). dgate and dup may
+// alias gate and up: each element is read before it is written.
+func SwiGLUBackward(dgate, dup, dy, gate, up []float32, lo, hi int) {
+	for i := lo; i < hi; i++ {
+		g, u, d := gate[i], up[i], dy[i]
+		s := sigmoid(g)
+		silu := float32(float64(g) * s)
+		dsilu := float32(s * (1 + float64(g)*(1-s)))
+		dgate[i] = d * u * dsilu
+		dup[i] = d * silu
+	}
+}
+
+// Rotary rotates rows [lo, hi) of x ([rows, cols], cols a multiple of
+// headDim) into y, each head's first half against its second (Hugging
+// Face's rotate_half): for i < headDim/2, with c = cos[r, i], s = sin[r, i],
+// y[i] = x[i]·c − x[i+half]·s and y[i+half] = x[i+half]·c + x[i]·s. cos and
+// sin are [rows, headDim/2]. y may be x.
+func Rotary(y, x, cos, sin []float32, cols, headDim, lo, hi int) {
+	half := headDim / 2
+	for r := lo; r < hi; r++ {
+		cr, sr := cos[r*half:(r+1)*half], sin[r*half:(r+1)*half]
+		for h := r * cols; h < (r+1)*cols; h += headDim {
+			for i := 0; i < half; i++ {
+				a, b := x[h+i], x[h+i+half]
+				y[h+i] = a*cr[i] - b*sr[i]
+				y[h+i+half] = b*cr[i] + a*sr[i]
+			}
+		}
+	}
+}
+
+// CausalSoftmaxFrom writes, for each of the rows [lo, hi) of x seen as
+// [batch·rows, cols] with row index i = r mod rows, the softmax of
+// scale·x over columns j ≤ pos0 + i, and 0 past them (the rows are the
+// queries at positions pos0, pos0+1, … of a sequence whose first cols
+// positions are the keys). Max and sum run in float64.
+func CausalSoftmaxFrom(y, x []float32, rows, cols, pos0 int, scale float32, lo, hi int) {
+	for r := lo; r < hi; r++ {
+		xr, yr := x[r*cols:(r+1)*cols], y[r*cols:(r+1)*cols]
+		n := min(cols, pos0+r%rows+1)
+		m := math.Inf(-1)
+		for _, v := range xr[:n] {
+			m = math.Max(m, float64(scale*v))
+		}
+		var s float64
+		for j, v := range xr[:n] {
+			e := math.Exp(float64(scale*v) - m)
+			yr[j] = float32(e)
+			s += e
+		}
+		for j := range n {
+			yr[j] = float32(float64(yr[j]) / s)
+		}
+		for j := n; j < cols; j++ {
+			yr[j] = 0
+		}
+	}
+}
