@@ -379,3 +379,31 @@ func NewSpec(name string, args Args, data DataShape) (Spec, error) {
 	}
 	return s, nil
 }
+
+// CausalLM is implemented by a Spec whose models are causal language
+// models troupe can sample from (troupe generate, package generate): the
+// opt-in of a model to generation.
+type CausalLM interface {
+	Spec
+	// NewDecoder makes a decoder over m, the whole model built from this
+	// Spec (weights loaded, not tensor-parallel), for sequences of up to
+	// capacity tokens.
+	NewDecoder(m *Model, capacity int) (Decoder, error)
+}
+
+// Decoder runs a causal language model over one sequence a few tokens at
+// a time, keeping what attention needs of the earlier ones (a KV cache),
+// so that each new token costs one row's work.
+type Decoder interface {
+	// Feed runs tokens ids at positions [Len(), Len()+len(ids)) and
+	// returns the logits (the whole vocabulary, on the host) that follow
+	// the last of them. It fails when the sequence would pass the
+	// decoder's capacity.
+	Feed(c *Ctx, ids []int32) ([]float32, error)
+	// Len is the number of tokens fed since the last Reset.
+	Len() int
+	// Reset starts a new sequence.
+	Reset()
+	// Close releases the decoder's buffers.
+	Close()
+}
