@@ -255,6 +255,14 @@ type Backend interface {
 	// (the gated unit of Llama's MLP). All buffers are fp32 and y may
 	// alias gate or up.
 	SwiGLU(y, gate, up Buffer)
+	// Mul computes dst = a·b element-wise (all fp32; dst may alias a or
+	// b): the product a user's layer (a gate, a mask) needs.
+	Mul(dst, a, b Buffer)
+	// CopyCols copies, in every row, cols columns of src (rows of srcCols
+	// values) starting at column srcOff into dst (rows of dstCols values)
+	// starting at column dstOff; both hold the same number of rows. It
+	// concatenates activations side by side and splits them again (fp32).
+	CopyCols(dst Buffer, dstCols, dstOff int, src Buffer, srcCols, srcOff, cols int)
 	// SwiGLUBackward computes dgate = dy·up·silu'(gate) and dup =
 	// dy·silu(gate). All buffers are fp32; dgate may alias gate and dup
 	// may alias up.

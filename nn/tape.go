@@ -10,6 +10,17 @@ import "github.com/troupe-ml/troupe/kernels"
 type Tape struct {
 	bufs []kernels.Buffer
 	ids  []kernels.Index
+	ints []int
+}
+
+// pushInt saves a size for the backward pass (a Parallel's branch widths).
+func (t *Tape) pushInt(n int) { t.ints = append(t.ints, n) }
+
+// popInt returns the last saved size.
+func (t *Tape) popInt() int {
+	n := t.ints[len(t.ints)-1]
+	t.ints = t.ints[:len(t.ints)-1]
+	return n
 }
 
 // Push saves buffers for the backward pass.
@@ -34,8 +45,8 @@ func (t *Tape) PopIndex() kernels.Index {
 	return x
 }
 
-// Len is the number of saved buffers.
-func (t *Tape) Len() int { return len(t.bufs) }
+// Len is the number of saved buffers (and sizes).
+func (t *Tape) Len() int { return len(t.bufs) + len(t.ints) }
 
 // Clear returns every saved buffer to the pool (used when a forward pass is
 // thrown away: evaluation, or the forward half of activation recompute).
@@ -49,4 +60,5 @@ func (t *Tape) Clear(p *Pool) {
 		t.ids[i] = nil
 	}
 	t.ids = t.ids[:0]
+	t.ints = t.ints[:0]
 }

@@ -132,3 +132,30 @@ func CausalSoftmaxFrom(y, x []float32, rows, cols, pos0 int, scale float32, lo, 
 		}
 	}
 }
+
+// Mul writes d[i] = a[i]·b[i] for i in [lo, hi).
+func Mul(d, a, b []float32, lo, hi int) {
+	for i := lo; i < hi; i++ {
+		d[i] = a[i] * b[i]
+	}
+}
+
+// CopyCols copies, for rows [lo, hi), cols columns of src (rows of
+// srcCols) from column srcOff into dst (rows of dstCols) at column dstOff.
+func CopyCols(dst []float32, dstCols, dstOff int, src []float32, srcCols, srcOff, cols, lo, hi int) {
+	for r := lo; r < hi; r++ {
+		copy(dst[r*dstCols+dstOff:r*dstCols+dstOff+cols], src[r*srcCols+srcOff:r*srcCols+srcOff+cols])
+	}
+}
+
+// CheckCols validates CopyCols' shapes, returning the row count or an
+// error message.
+func CheckCols(dstLen, dstCols, dstOff, srcLen, srcCols, srcOff, cols int) (int, string) {
+	switch {
+	case dstCols <= 0 || srcCols <= 0 || cols < 0 || dstOff < 0 || srcOff < 0 || dstOff+cols > dstCols || srcOff+cols > srcCols:
+		return 0, "columns out of range"
+	case dstLen%dstCols != 0 || srcLen%srcCols != 0 || dstLen/dstCols != srcLen/srcCols:
+		return 0, "row counts differ"
+	}
+	return dstLen / dstCols, ""
+}

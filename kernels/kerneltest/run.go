@@ -61,6 +61,8 @@ func Run(t *testing.T, be kernels.Backend) {
 		{"RMSNorm", testRMSNorm},
 		{"RMSNormBackward", testRMSNormBackward},
 		{"SwiGLU", testSwiGLU},
+		{"Mul", testMul},
+		{"CopyCols", testCopyCols},
 		{"Rotary", testRotary},
 		{"Transpose", testTranspose},
 		{"SGDStep", testSGDStep},
