@@ -13,6 +13,7 @@ import (
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/failure"
+	"github.com/troupe-ml/troupe/nn"
 )
 
 // Summary is what a finished run reports (troupe train --json prints it).
@@ -50,6 +51,11 @@ type Summary struct {
 	// rejected as too stale (--sync async only).
 	StalenessHist []int64 `json:"staleness_histogram,omitempty"`
 	Rejected      int64   `json:"rejected,omitempty"`
+	// Trained is the whole model with its trained weights, on the CPU
+	// backend (Options.KeepModel): run it with Predict or Evaluate, read
+	// its weights with Trained.Set.StateDict, or save them with
+	// Trained.Set.SaveWeights.
+	Trained *nn.Model `json:"-"`
 }
 
 // addAsync counts an asynchronous update in the staleness histogram.
@@ -102,6 +108,8 @@ type Options struct {
 	// cannot, and are refused. An elastic agent's job must give each
 	// agent the same data.
 	Train, Test data.Dataset
+	// KeepModel returns the trained model in Summary.Trained (Run).
+	KeepModel bool
 	// Dump, when set, asks for the flight recorders at each receive: Run
 	// writes every rank's into Config.DumpDir (a directory per receive,
 	// for troupe explain hang) and logs their alignment; an agent or a
@@ -275,6 +283,11 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 			return nil, err
 		}
 		sum.Saved, sum.SavedStep = cfg.Save, sum.Steps
+	}
+	if o.KeepModel {
+		if sum.Trained, err = t.wholeModel(ctx, ex); err != nil {
+			return nil, err
+		}
 	}
 	if err := out.close(); err != nil {
 		return nil, err

@@ -400,15 +400,8 @@ func (t *trainer) evaluate(ctx context.Context, ex executor, after int) (loss, a
 // saveWeights writes the whole model's weights after step to the Save path.
 func (t *trainer) saveWeights(ctx context.Context, ex executor, step int) error {
 	path := t.job.cfg.Save
-	w, err := ex.Weights(ctx)
+	whole, err := t.wholeModel(ctx, ex)
 	if err != nil {
-		return fmt.Errorf("train: fetching the weights to save: %w", err)
-	}
-	whole, err := nn.Build(cpu.New(1), t.job.model, t.job.cfg.Seed, 0, t.job.model.Units())
-	if err != nil {
-		return err
-	}
-	if err := whole.Set.SetHostWeights(w); err != nil {
 		return err
 	}
 	meta := map[string]string{"format": "pt", "troupe_model": t.job.describe, "step": fmt.Sprint(step)}
@@ -417,6 +410,23 @@ func (t *trainer) saveWeights(ctx context.Context, ex executor, step int) error 
 	}
 	t.log.Info("saved weights", zap.String("path", path), zap.Int("step", step))
 	return nil
+}
+
+// wholeModel is the whole model, on the CPU backend, with the weights the
+// workers hold.
+func (t *trainer) wholeModel(ctx context.Context, ex executor) (*nn.Model, error) {
+	w, err := ex.Weights(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("train: fetching the weights: %w", err)
+	}
+	whole, err := nn.BuildWhole(cpu.New(1), t.job.model, t.job.cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	if err := whole.Set.SetHostWeights(w); err != nil {
+		return nil, err
+	}
+	return whole, nil
 }
 
 func globalTargets(b *data.Batch) int { return b.Terms(0, b.Rows) }

@@ -143,7 +143,7 @@ func (s *Spec) Validate() error {
 	if s.Zero < 0 || s.Zero > 3 || s.ZeroGroup < 0 {
 		return fmt.Errorf("%w: ZeRO stage %d with groups of %d (stages 0 to 3)", ErrConfig, s.Zero, s.ZeroGroup)
 	}
-	if err := s.Model.CheckTP(s.place(0)); err != nil {
+	if err := nn.CheckTPOf(s.Model, s.place(0)); err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	if s.MicroBatches < 1 {
