@@ -246,7 +246,7 @@ func TestFromCheckpoint(t *testing.T) {
 	setFields := map[string]bool{"Model": true, "ModelArgs": true, "Data": true, "LR": true}
 	_, err = cfg.FromCheckpoint(func(f string) bool { return setFields[f] })
 	var fe *FieldError
-	if !errors.As(err, &fe) || fe.Field != "Data" || !strings.Contains(err.Error(), "ModelArgs layers=12,4,3") {
+	if !errors.As(err, &fe) || fe.Field != "Data" || !strings.Contains(err.Error(), "ModelArgs.layers 12,4,3") {
 		t.Fatalf("conflicting model and data: %v", err)
 	}
 	if strings.Contains(err.Error(), "LR") {

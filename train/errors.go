@@ -55,7 +55,7 @@ func outputErr(field, path string, err error) *FieldError {
 	return &FieldError{Field: field, Msg: fmt.Sprintf("%s: %v", path, err), Class: ErrOutput}
 }
 
-var fieldRef = regexp.MustCompile(`\{([A-Za-z.]+)\}`)
+var fieldRef = regexp.MustCompile(`\{([A-Za-z.-]+)\}`)
 
 // Render writes the error with every field named by name.
 func (e *FieldError) Render(name func(field string) string) string {

@@ -76,12 +76,16 @@ func (c *Config) takeRecorded(saved Config, set func(field string) bool, whose s
 			dst.Set(src)
 		case f.strict && !reflect.DeepEqual(dst.Interface(), src.Interface()):
 			differ = append(differ, f.name)
-			mine, theirs = append(mine, dst.Interface()), append(theirs, fmt.Sprint(src.Interface()))
+			was := fmt.Sprint(src.Interface())
+			if was == "" {
+				was = "(unset: the default)"
+			}
+			mine, theirs = append(mine, dst.Interface()), append(theirs, was)
 		}
 	}
 	for _, d := range c.takeModelArgs(saved) {
-		differ = append(differ, "ModelArgs")
-		mine, theirs = append(mine, d[0]), append(theirs, d[1])
+		differ = append(differ, "ModelArgs."+d[0])
+		mine, theirs = append(mine, d[1]), append(theirs, d[2])
 	}
 	if len(differ) == 0 {
 		return nil
@@ -101,9 +105,8 @@ func (c *Config) takeRecorded(saved Config, set func(field string) bool, whose s
 
 // takeModelArgs gives c the model options saved records, overlaid by the
 // ones c sets; it returns each option c sets to another value than saved
-// (its default when saved does not set it), as "name=value" pairs, c's
-// then saved's.
-func (c *Config) takeModelArgs(saved Config) [][2]string {
+// (its default when saved does not set it): its name, c's value, saved's.
+func (c *Config) takeModelArgs(saved Config) [][3]string {
 	def, err := nn.Lookup(saved.Model)
 	if err != nil || !strings.EqualFold(c.Model, saved.Model) {
 		return nil // the Model field's own check says what differs
@@ -112,7 +115,7 @@ func (c *Config) takeModelArgs(saved Config) [][2]string {
 	for k, v := range saved.ModelArgs {
 		merged[k] = v
 	}
-	var differ [][2]string
+	var differ [][3]string
 	for _, k := range slices.Sorted(maps.Keys(c.ModelArgs)) {
 		v := c.ModelArgs[k]
 		was, ok := saved.ModelArgs[k]
@@ -121,7 +124,7 @@ func (c *Config) takeModelArgs(saved Config) [][2]string {
 			was = o.Default
 		}
 		if v != was {
-			differ = append(differ, [2]string{k + "=" + v, k + "=" + was})
+			differ = append(differ, [3]string{k, v, was})
 		}
 		merged[k] = v
 	}

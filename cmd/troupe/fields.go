@@ -31,6 +31,9 @@ var flagOf = map[string]string{
 // flagName is the flag that sets field (an agent's Train.X is X's).
 func flagName(field string) string {
 	field = strings.TrimPrefix(field, "Train.")
+	if opt, ok := strings.CutPrefix(field, "ModelArgs."); ok {
+		return "--" + opt // a model's option is a flag of its own name
+	}
 	if f, ok := flagOf[field]; ok {
 		return f
 	}
