@@ -234,3 +234,10 @@ func RowLayer(l *Linear, t TP) Layer { return rowLayer(l, t) }
 func ReplicatedLayerNorm(s *ParamSet, prefix string, dim int, t TP) *LayerNorm {
 	return newReplicatedLayerNorm(s, prefix, dim, t)
 }
+
+// ReplicatedRMSNorm is an RMSNorm every tensor-parallel shard holds whole;
+// with sequence parallelism it normalises a shard's rows only, so its
+// gradient is partial (summed over the group before the update).
+func ReplicatedRMSNorm(s *ParamSet, prefix string, dim int, eps float32, t TP) *RMSNorm {
+	return newReplicatedRMSNorm(s, prefix, dim, eps, t)
+}

@@ -28,10 +28,14 @@ type Param struct {
 	// Split, for a tensor-parallel shard, is its place in the whole
 	// parameter (nil: the parameter is whole, replicated on every shard).
 	Split *Split
-	// PartialGrad marks a replicated parameter of a sequence-parallel
-	// model whose gradient is this shard's rows' part only: the sum over
-	// the tensor-parallel group is the gradient (LayerNorm weights, the
-	// row-parallel biases, the position embedding).
+	// PartialGrad marks a parameter every tensor-parallel shard holds
+	// whole but whose gradient on a shard is only that shard's part: the
+	// sum over the group is the gradient, and the trainer sums it before
+	// the update. With sequence parallelism, the parameters that see the
+	// shard's rows only (LayerNorm and RMSNorm weights, the row-parallel
+	// biases, the position embedding); with or without it, a weight the
+	// shards use different parts of (replicated k/v projections, see
+	// LlamaAttention).
 	PartialGrad bool
 	// init draws the initial weights at Finalize.
 	init Init

@@ -167,8 +167,8 @@ func (r *reducer) abandon() {
 
 // sumGradients completes the gradient sums after the schedule ended: the
 // data-parallel buckets (started during the last backward pass), the
-// partial gradients of a sequence-parallel part over its tensor-parallel
-// group, then the tied embedding's between the first and the last stage.
+// partial gradients of a tensor-parallel part over its group, then the
+// tied embedding's between the first and the last stage.
 // With ZeRO the tied embedding is summed first (its bucket waited for it:
 // the stages own different chunks of it), then its bucket goes, and the
 // owned chunks are completed over the replicate group.
@@ -194,9 +194,9 @@ func (s *stepper) sumGradients(ctx context.Context, scheduleEnd time.Time, res *
 			s.landed(set.Grads())
 		}
 	}
-	if s.tp != nil && s.w.spec.SP {
+	if s.tp != nil {
 		if err := s.sumPartialGrads(ctx, res); err != nil {
-			return fmt.Errorf("stage %d: sequence-parallel gradient sum: %w", s.coord.PP, err)
+			return fmt.Errorf("stage %d: tensor-parallel partial gradient sum: %w", s.coord.PP, err)
 		}
 	}
 	if s.tied != nil && s.zero == nil {
@@ -221,9 +221,14 @@ func (s *stepper) sumTied(ctx context.Context, res *StepResult) error {
 }
 
 // sumPartialGrads all-reduces, over the tensor-parallel group, the
-// gradients that a sequence-parallel shard computed from its rows only
-// (nn.Param.PartialGrad: LayerNorms, row-parallel biases, positions), in
-// one operation; afterwards every shard holds their whole gradients. With
+// gradients of replicated parameters that each shard computed only a part
+// of (nn.Param.PartialGrad: with sequence parallelism the LayerNorms,
+// row-parallel biases and positions, which see the shard's rows only; with
+// or without it, a weight every shard holds whole but uses only in part,
+// such as the k and v projections of a model whose kv heads the shards
+// cannot split), in one operation; afterwards every shard holds their
+// whole gradients. A part without such parameters sends nothing (every
+// shard of a stage has the same layout, so all of them skip alike). With
 // ZeRO only the owned parts are summed (the shards of a stage have the
 // same layout, so they own the same elements of these parameters).
 func (s *stepper) sumPartialGrads(ctx context.Context, res *StepResult) error {

@@ -265,7 +265,7 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.DurationVar(&f.straggler, "straggler-threshold", d.StragglerThreshold, "log a warning naming a replica whose compute in a step passes its peers' median by more than this (0: never)")
 	fl.IntVar(&f.pp, "pp", d.PP, "pipeline stages (stage actors, each with a contiguous range of the model's units)")
 	fl.IntVar(&f.tp, "tp", d.TP, "tensor-parallel shards of every stage (Megatron-LM: column- and row-parallel layers, heads split, vocabulary-parallel embedding and loss)")
-	fl.BoolVar(&f.sp, "sequence-parallel", false, "with --tp: split the activations between the tensor-parallel regions along the sequence (GPT only)")
+	fl.BoolVar(&f.sp, "sequence-parallel", false, "with --tp: split the activations between the tensor-parallel regions along the sequence (sequence models: gpt, llama)")
 	fl.IntVar(&f.zero, "zero", 0, "ZeRO stage over the data-parallel replicas: 1 shards the optimizer state (each replica updates 1/D of every gradient bucket), 2 the gradients too, 3 the weights too (each layer's gathered for its passes)")
 	fl.IntVar(&f.zeroGroup, "zero-group", 0, "with --zero: shard within groups of this many replicas and replicate across groups (hybrid sharding; 0: all replicas)")
 	fl.StringVar(&f.precision, "precision", "fp32", "compute type: fp32, or bf16 or fp16 for mixed precision (fp32 master weights and optimizer state; GEMMs in the low type with fp32 accumulation; activations kept in it)")
