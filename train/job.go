@@ -80,9 +80,9 @@ func openValidJob(cfg Config, given *givenData) (*job, error) {
 	j.context, j.accuracy = whole.Context, whole.Accuracy
 	if err := nn.CheckTPOf(j.model, j.place(0)); err != nil {
 		if cfg.SequenceParallel && nn.CheckTPOf(j.model, nn.TP{Size: cfg.TP}) == nil {
-			return nil, fieldErr("SequenceParallel", "%v", err)
+			return nil, modelErr("SequenceParallel", err)
 		}
-		return nil, fieldErr("TP", "%d: %v", cfg.TP, err)
+		return nil, fieldErr("TP", "%d: %s", cfg.TP, modelErr("TP", err).Msg)
 	}
 	if j.cuts, err = cutStages(&j.cfg, whole, j.train); err != nil {
 		return nil, err

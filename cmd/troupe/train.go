@@ -120,7 +120,15 @@ func newTrainCmd() *cobra.Command {
 				if sum != nil && sum.Saved != "" {
 					err = fmt.Errorf("%w (the weights of step %d were written to %s)", err, sum.SavedStep, sum.Saved)
 				}
-				return errors.Join(inFlags(err), rerr)
+				err = inFlags(err)
+				// A configuration the model or the world refuses once the
+				// data is open (a shape, a cut) is a usage error as much as
+				// one Validate finds before.
+				var fe *train.FieldError
+				if errors.As(err, &fe) && errors.Is(err, train.ErrConfig) {
+					err = fmt.Errorf("%w: %w", errUsage, err)
+				}
+				return errors.Join(err, rerr)
 			}
 			// The summary is printed even when the report failed: the run
 			// itself succeeded.
