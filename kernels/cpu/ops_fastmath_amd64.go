@@ -2,7 +2,11 @@
 
 package cpu
 
-import "golang.org/x/sys/cpu"
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/troupe-ml/troupe/kernels/hostops"
+)
 
 // vecMath says whether the AVX2+FMA kernels in ops_fastmath_amd64.s run;
 // without them (or with the noasm tag) the Go loops in ops_fastmath.go do.
@@ -20,6 +24,12 @@ func geluAVX2(y, x *float32, n int)
 
 //go:noescape
 func geluBackwardAVX2(dx, dy, x *float32, n int)
+
+//go:noescape
+func swigluAVX2(y, gate, up *float32, n int)
+
+//go:noescape
+func swigluBackwardAVX2(dgate, dup, dy, gate, up *float32, n int)
 
 //go:noescape
 func reluAVX2(y, x *float32, n int)
@@ -64,6 +74,29 @@ func geluBackward(dx, dy, x []float32) {
 	}
 	_, _ = dy[len(dx)-1], x[len(dx)-1]
 	geluBackwardAVX2(&dx[0], &dy[0], &x[0], len(dx))
+}
+
+// swiglu sets y = silu(gate)·up over len(y) elements, in float32 with
+// σ from exp32's formula; elsewhere hostops' float64 loop.
+func swiglu(y, gate, up []float32) {
+	if !vecMath || len(y) == 0 {
+		hostops.SwiGLU(y, gate, up, 0, len(y))
+		return
+	}
+	_, _ = gate[len(y)-1], up[len(y)-1]
+	swigluAVX2(&y[0], &gate[0], &up[0], len(y))
+}
+
+// swigluBackward sets dgate = dy·up·silu'(gate) and dup = dy·silu(gate)
+// over len(dy) elements (dgate and dup may be gate and up).
+func swigluBackward(dgate, dup, dy, gate, up []float32) {
+	n := len(dy)
+	if !vecMath || n == 0 {
+		hostops.SwiGLUBackward(dgate, dup, dy, gate, up, 0, n)
+		return
+	}
+	_, _, _, _ = dgate[n-1], dup[n-1], gate[n-1], up[n-1]
+	swigluBackwardAVX2(&dgate[0], &dup[0], &dy[0], &gate[0], &up[0], n)
 }
 
 // relu sets y = max(x, 0) over len(y) elements, NaN kept.

@@ -480,3 +480,113 @@ sccol:
 scdone:
 	VZEROUPPER
 	RET
+
+// s = σ(a) and c = 1 − σ(a) for a, unchanged, from t = e^(−|a|) ≤ 1 (which
+// neither overflows nor loses the small side): r = 1/(1 + t) is the larger
+// of the two and t·r the smaller; a's sign picks which is σ. t1–t4 are
+// clobbered.
+#define SIGMOID(a, s, c, t1, t2, t3, t4) \
+	VBROADCASTSS vmc<>+108(SB), t4; \
+	VANDPS       a, t4, t4;         \
+	VXORPS       t1, t1, t1;        \
+	VSUBPS       t4, t1, t4;        \
+	EXP(t4, s, t1, t2, t3);         \
+	VBROADCASTSS vmc<>+44(SB), t1;  \
+	VADDPS       s, t1, t2;         \
+	VDIVPS       t2, t1, t2;        \
+	VMULPS       s, t2, t3;         \
+	VBLENDVPS    a, t3, t2, s;      \
+	VBLENDVPS    a, t2, t3, c
+
+// Y1 = silu(g)·u for g in Y0, u in Y6. Clobbers Y2–Y5, Y7.
+#define SWIGLU \
+	SIGMOID(Y0, Y1, Y7, Y2, Y3, Y4, Y5); \
+	VMULPS Y0, Y1, Y1;                   \
+	VMULPS Y6, Y1, Y1
+
+// For g in Y0, u in Y6, dy in Y8: Y3 = dgate = dy·u·σ(g)·(1 + g·(1 − σ(g)))
+// and Y10 = dup = dy·silu(g). Clobbers Y1, Y2, Y4, Y5, Y7, Y9.
+#define SWIGLUBACK \
+	SIGMOID(Y0, Y1, Y7, Y2, Y3, Y4, Y5); \
+	VMULPS       Y0, Y1, Y9;             \
+	VMULPS       Y8, Y9, Y10;            \
+	VMULPS       Y0, Y7, Y2;             \
+	VBROADCASTSS vmc<>+44(SB), Y3;       \
+	VADDPS       Y3, Y2, Y2;             \
+	VMULPS       Y1, Y2, Y2;             \
+	VMULPS       Y8, Y6, Y3;             \
+	VMULPS       Y2, Y3, Y3
+
+// func swigluAVX2(y, gate, up *float32, n int)
+TEXT ·swigluAVX2(SB), NOSPLIT, $0-32
+	MOVQ y+0(FP), DI
+	MOVQ gate+8(FP), SI
+	MOVQ up+16(FP), DX
+	MOVQ n+24(FP), CX
+
+swLoop:
+	CMPQ    CX, $8
+	JLT     swTail
+	VMOVUPS (SI), Y0
+	VMOVUPS (DX), Y6
+	SWIGLU
+	VMOVUPS Y1, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, DI
+	SUBQ    $8, CX
+	JMP     swLoop
+
+swTail:
+	TESTQ      CX, CX
+	JZ         swDone
+	TAILMASK
+	VMASKMOVPS (SI), Y15, Y0
+	VMASKMOVPS (DX), Y15, Y6
+	SWIGLU
+	VMASKMOVPS Y1, Y15, (DI)
+
+swDone:
+	VZEROUPPER
+	RET
+
+// func swigluBackwardAVX2(dgate, dup, dy, gate, up *float32, n int)
+TEXT ·swigluBackwardAVX2(SB), NOSPLIT, $0-48
+	MOVQ dgate+0(FP), DI
+	MOVQ dup+8(FP), R8
+	MOVQ dy+16(FP), R9
+	MOVQ gate+24(FP), SI
+	MOVQ up+32(FP), DX
+	MOVQ n+40(FP), CX
+
+sbLoop:
+	CMPQ    CX, $8
+	JLT     sbTail
+	VMOVUPS (SI), Y0
+	VMOVUPS (DX), Y6
+	VMOVUPS (R9), Y8
+	SWIGLUBACK
+	VMOVUPS Y3, (DI)
+	VMOVUPS Y10, (R8)
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, R9
+	ADDQ    $32, DI
+	ADDQ    $32, R8
+	SUBQ    $8, CX
+	JMP     sbLoop
+
+sbTail:
+	TESTQ      CX, CX
+	JZ         sbDone
+	TAILMASK
+	VMASKMOVPS (SI), Y15, Y0
+	VMASKMOVPS (DX), Y15, Y6
+	VMASKMOVPS (R9), Y15, Y8
+	SWIGLUBACK
+	VMASKMOVPS Y3, Y15, (DI)
+	VMASKMOVPS Y10, Y15, (R8)
+
+sbDone:
+	VZEROUPPER
+	RET

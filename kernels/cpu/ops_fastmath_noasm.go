@@ -2,6 +2,8 @@
 
 package cpu
 
+import "github.com/troupe-ml/troupe/kernels/hostops"
+
 // Without the AVX2 kernels the Go loops run everywhere.
 
 const vecMath = false
@@ -13,6 +15,12 @@ func expSum(dst, src []float32, scale, shift float32) float64 {
 func gelu(y, x []float32) { geluGo(y, x) }
 
 func geluBackward(dx, dy, x []float32) { geluBackwardGo(dx, dy, x) }
+
+func swiglu(y, gate, up []float32) { hostops.SwiGLU(y, gate, up, 0, len(y)) }
+
+func swigluBackward(dgate, dup, dy, gate, up []float32) {
+	hostops.SwiGLUBackward(dgate, dup, dy, gate, up, 0, len(dy))
+}
 
 func relu(y, x []float32) { reluGo(y, x) }
 

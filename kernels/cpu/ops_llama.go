@@ -8,7 +8,9 @@ import (
 )
 
 // The Llama kernels run hostops' loops over the buffers in place, split
-// over rows (or elements, or columns for dw) as the other row-wise kernels.
+// over rows (or elements, or columns for dw) as the other row-wise kernels;
+// SwiGLU and its backward run AVX2 loops (ops_fastmath_amd64.s) where the
+// CPU has them.
 
 // RMSNorm implements kernels.Backend.
 func (be *Backend) RMSNorm(y, rstd, x, w kernels.Buffer, eps float32) {
@@ -55,10 +57,10 @@ func (be *Backend) SwiGLU(y, gate, up kernels.Buffer) {
 	mustLenOf("SwiGLU", "gate", len(gs), len(ys))
 	mustLenOf("SwiGLU", "up", len(us), len(ys))
 	if be.serial(len(ys), grainExp) {
-		hostops.SwiGLU(ys, gs, us, 0, len(ys))
+		swiglu(ys, gs, us)
 		return
 	}
-	parallelFor(len(ys), be.threads, grainExp, func(lo, hi int) { hostops.SwiGLU(ys, gs, us, lo, hi) })
+	parallelFor(len(ys), be.threads, grainExp, func(lo, hi int) { swiglu(ys[lo:hi], gs[lo:hi], us[lo:hi]) })
 }
 
 // SwiGLUBackward implements kernels.Backend.
@@ -71,10 +73,12 @@ func (be *Backend) SwiGLUBackward(dgate, dup, dy, gate, up kernels.Buffer) {
 		mustLenOf("SwiGLUBackward", b.what, b.n, len(dys))
 	}
 	if be.serial(len(dys), grainExp) {
-		hostops.SwiGLUBackward(dgs, dus, dys, gs, us, 0, len(dys))
+		swigluBackward(dgs, dus, dys, gs, us)
 		return
 	}
-	parallelFor(len(dys), be.threads, grainExp, func(lo, hi int) { hostops.SwiGLUBackward(dgs, dus, dys, gs, us, lo, hi) })
+	parallelFor(len(dys), be.threads, grainExp, func(lo, hi int) {
+		swigluBackward(dgs[lo:hi], dus[lo:hi], dys[lo:hi], gs[lo:hi], us[lo:hi])
+	})
 }
 
 // Rotary implements kernels.Backend.
