@@ -31,7 +31,7 @@ func TestResumeNeedsNoModelFlags(t *testing.T) {
 	}
 
 	_, stderr, err = e2etest.Run(t, time.Minute, e2etest.Bin, append([]string{"train", "--ckpt-dir", dir, "--resume", "--layers", "12,16,3"}, quiet...)...)
-	if code := e2etest.ExitStatus(t, err); code != 2 || !strings.Contains(e2etest.LastLine(stderr), "--layers [12 16 3] differs from the checkpoint's") {
+	if code := e2etest.ExitStatus(t, err); code != 2 || !strings.Contains(e2etest.LastLine(stderr), "--layers 12,16,3 differs from the checkpoint's") {
 		t.Fatalf("a conflicting model flag: exit %d, %q", code, e2etest.LastLine(stderr))
 	}
 
