@@ -83,8 +83,8 @@ func (f *generateFlags) register(fl *pflag.FlagSet) {
 	d, o := train.DefaultConfig(), generate.DefaultOptions()
 	var causal []string
 	for _, m := range nn.Models() {
-		if lm, ok := causalModel(m); ok {
-			causal = append(causal, lm)
+		if ok, _ := causalModel(m); ok {
+			causal = append(causal, m.Name)
 		}
 	}
 	fl.StringVar(&f.model, "model", d.Model, "the registered model the weights are of (models that generate: "+strings.Join(causal, ", ")+")")
@@ -110,19 +110,20 @@ func (f *generateFlags) register(fl *pflag.FlagSet) {
 	inGroup(fl, groupRuntime, "device", "threads")
 }
 
-// causalModel reports whether the registered model d generates (its Spec
-// for a token dataset implements nn.CausalLM), and its name.
-func causalModel(d nn.ModelDef) (string, bool) {
+// causalModel reports whether the registered model d generates: whether
+// its Spec for a small token dataset implements nn.CausalLM (known is
+// false when d makes no Spec for one; its Spec for the real data decides).
+func causalModel(d nn.ModelDef) (causal, known bool) {
 	v, err := d.Resolve(nil)
 	if err != nil {
-		return "", false
+		return false, false
 	}
 	s, err := d.New(v, nn.DataShape{Tokens: true, Classes: 2, Context: 2})
 	if err != nil {
-		return "", false
+		return false, false
 	}
 	_, ok := s.(nn.CausalLM)
-	return d.Name, ok
+	return ok, true
 }
 
 // generation is a prepared troupe generate: the model with its weights,
@@ -168,8 +169,9 @@ func (f *generateFlags) prepare(fl *pflag.FlagSet) (*generation, error) {
 	if err != nil {
 		return nil, usagef("--model %s: %s", f.model, strings.TrimPrefix(err.Error(), nn.ErrConfig.Error()+": "))
 	}
-	if _, ok := causalModel(def); !ok {
-		return nil, usagef("--model %s is not a causal language model: it cannot generate", def.Name)
+	notCausal := usagef("--model %s is not a causal language model: it cannot generate", def.Name)
+	if causal, known := causalModel(def); known && !causal {
+		return nil, notCausal
 	}
 	ds, _, err := train.OpenData(&cfg)
 	if err != nil {
@@ -178,6 +180,9 @@ func (f *generateFlags) prepare(fl *pflag.FlagSet) (*generation, error) {
 	spec, err := train.ModelSpec(&cfg, ds)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, inFlags(err))
+	}
+	if _, ok := spec.(nn.CausalLM); !ok {
+		return nil, notCausal
 	}
 	be, err := kernels.Open(f.device, kernels.Options{Threads: f.threads})
 	if err != nil {

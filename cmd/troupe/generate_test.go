@@ -158,7 +158,8 @@ func TestGenerateBadInput(t *testing.T) {
 		{append(slices.Clone(gptShape), "--init", notWeights, "--prompt", "a"), []string{"--init " + notWeights, "safetensors"}},
 		{append(slices.Clone(gptShape), "--init", filepath.Join(dir, "none"), "--prompt", "a"), []string{"--init", "none"}},
 		{append(slices.Clone(gptShape), "--init", path, "--d-model", "32", "--prompt", "a"), []string{"--init", "tok.weight", "shape"}},
-		{append(slices.Clone(ok), "--model", "mlp", "--prompt", "a"), []string{"--model mlp", "cannot generate"}},
+		{[]string{"--model", "mlp", "--data", "synthetic-mlp", "--init", path, "--prompt-ids", "1"}, []string{"--model mlp", "cannot generate"}},
+		{[]string{"--model", "mlp", "--data", "synthetic-tokens", "--init", path, "--prompt-ids", "1"}, []string{"--model mlp", "token sequences"}},
 		{append(slices.Clone(ok), "--model", "nope", "--prompt", "a"), []string{"nope"}},
 	} {
 		_, err := execute(newGenerateCmd(), c.args...)
