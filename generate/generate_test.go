@@ -205,9 +205,8 @@ func TestStreamAndCancel(t *testing.T) {
 }
 
 // TestLoad: weights saved by name load into a model built from the same
-// Spec and generate what the original does; another shape's weights are
-// refused. (An untied GPT's file loads into a tied one: its head.weight is
-// then read as PyTorch's second listing of the tied tensor.)
+// Spec and generate what the original does; another shape's weights, and
+// an untied head's into a tied model, are refused.
 func TestLoad(t *testing.T) {
 	m := wideGPT(t, true)
 	dir := t.TempDir()
@@ -229,6 +228,7 @@ func TestLoad(t *testing.T) {
 		func(g *models.GPT) { g.Layers = 3 },
 		func(g *models.GPT) { g.Layers = 1 },
 		func(g *models.GPT) { g.DModel = 16 },
+		func(g *models.GPT) { g.Untied = false },
 	} {
 		other := m.Spec.(models.GPT)
 		change(&other)
