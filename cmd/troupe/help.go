@@ -32,6 +32,7 @@ const (
 	groupCluster   = "Cluster"
 	groupSecurity  = "Security"
 	groupBench     = "Benchmark"
+	groupGenerate  = "Generation"
 	groupModel     = "Model"
 	groupData      = "Data"
 	groupOptim     = "Optimisation"
@@ -48,7 +49,7 @@ const (
 
 // groupOrder is the order of the headings: a command's own first (agent,
 // bench train), then the training flags'.
-var groupOrder = []string{groupCluster, groupSecurity, groupBench, groupModel, groupData, groupOptim, groupParallel,
+var groupOrder = []string{groupCluster, groupSecurity, groupBench, groupGenerate, groupModel, groupData, groupOptim, groupParallel,
 	groupComm, groupSync, groupPrecision, groupOutputs, groupEval, groupObserve, groupRuntime, groupConfig}
 
 func setAnnotation(fl *pflag.FlagSet, name, key string, values ...string) {
