@@ -64,7 +64,9 @@ func TokenizerFor(name string) (Tokenizer, error) {
 }
 
 // Tokenized is implemented by datasets whose ids decode to text: text
-// corpora and prepared shards whose meta.json names a tokenizer.
+// corpora and prepared shards whose meta.json names a tokenizer. A text
+// file read as char or byte has no EOT in its ids: its Classes is then
+// VocabSize − 1.
 type Tokenized interface {
 	Dataset
 	Tokenizer() Tokenizer
