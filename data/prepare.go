@@ -111,7 +111,7 @@ func Prepare(c PrepareConfig) (*Meta, error) {
 	}
 	tmp, err := os.CreateTemp(c.Out, ".tokens-*.tmp")
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrOptions, err)
+		return nil, fmt.Errorf("%w: %v", ErrOutput, err)
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
@@ -140,7 +140,7 @@ func Prepare(c PrepareConfig) (*Meta, error) {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(c.Out, MetaFile), append(b, '\n'), 0o644); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrOptions, err)
+		return nil, fmt.Errorf("%w: %v", ErrOutput, err)
 	}
 	return meta, nil
 }
@@ -194,7 +194,7 @@ func collectInputs(inputs []string) ([]source, error) {
 // already: old shards beside new ones would be read as one corpus.
 func checkOut(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("%w: output directory: %v", ErrOptions, err)
+		return fmt.Errorf("%w: output directory: %v", ErrOutput, err)
 	}
 	bins, _ := filepath.Glob(filepath.Join(dir, "*.bin"))
 	if _, err := os.Stat(filepath.Join(dir, MetaFile)); err == nil || len(bins) > 0 {
@@ -341,7 +341,7 @@ func tokenizeAll(c PrepareConfig, tok Tokenizer, srcs []source, w io.Writer, met
 			buf = append(buf, uint16(id))
 		}
 		if _, err := bw.Write(uint16Bytes(buf)); err != nil {
-			return fmt.Errorf("%w: %v", ErrOptions, err)
+			return fmt.Errorf("%w: %v", ErrOutput, err)
 		}
 		tokens += int64(len(ids))
 		pending, pendingBytes = pending[:0], 0
@@ -366,7 +366,9 @@ func tokenizeAll(c PrepareConfig, tok Tokenizer, srcs []source, w io.Writer, met
 		err = flush()
 	}
 	if err == nil {
-		err = bw.Flush()
+		if err = bw.Flush(); err != nil {
+			err = fmt.Errorf("%w: %v", ErrOutput, err)
+		}
 	}
 	return tokens, text, err
 }
@@ -491,7 +493,7 @@ func writeSplit(tmp *os.File, off, n int64, c PrepareConfig, prefix string) ([]s
 func copyShard(tmp *os.File, off, size int64, path string, buf []byte) error {
 	f, err := os.Create(path)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrOptions, err)
+		return fmt.Errorf("%w: %v", ErrOutput, err)
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
 	_, err = w.Write(shardHeader(int(size)))
@@ -505,7 +507,7 @@ func copyShard(tmp *os.File, off, size int64, path string, buf []byte) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("%w: shard %s: %v", ErrOptions, path, err)
+		return fmt.Errorf("%w: shard %s: %v", ErrOutput, path, err)
 	}
 	return nil
 }
