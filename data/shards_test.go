@@ -65,9 +65,9 @@ func wantWindows(c int, streams ...[]uint16) (x, y [][]int32) {
 // and val splits: the windows of every shard in name order, none across
 // shards; the vocabulary from meta.json, --vocab-size or the largest id.
 func TestShardsFromNumpy(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("no python3")
+	py := numpyPython()
+	if py == "" {
+		t.Skip("no python3 with numpy")
 	}
 	dir := t.TempDir()
 	script := `
@@ -304,4 +304,15 @@ func ExampleWriteShard() {
 	h := b.Bytes()
 	fmt.Println(binary.LittleEndian.Uint32(h), binary.LittleEndian.Uint32(h[4:]), binary.LittleEndian.Uint32(h[8:]), b.Len())
 	// Output: 20240520 1 3 1030
+}
+
+// numpyPython is a python3 that has numpy: Debian's (/usr/bin/python3,
+// with python3-numpy) before the one on PATH, which may be another.
+func numpyPython() string {
+	for _, p := range []string{"/usr/bin/python3", "python3"} {
+		if path, err := exec.LookPath(p); err == nil && exec.Command(path, "-c", "import numpy").Run() == nil {
+			return path
+		}
+	}
+	return ""
 }

@@ -10,7 +10,7 @@ type tokenSet struct {
 	toks  []int32
 	ctx   int
 	vocab int
-	v     *Vocab // nil when ids have no text (synthetic, tensors without one)
+	v     *Vocab    // nil when ids have no text (synthetic, tensors without one)
 	tok   Tokenizer // the ids' tokenizer when v is nil (gpt2 text); else nil
 }
 
