@@ -127,12 +127,15 @@ func (s *shardSet) Fill(idx []int, b *Batch) {
 			panic(fmt.Sprintf("data: %s: sample index %d outside [0, %d)", s.name, i, n))
 		}
 		k := sort.SearchInts(s.starts, i+1) - 1
-		w := s.shards[k].toks[(i-s.starts[k])*c:]
+		sh := s.shards[k]
+		lo := (i - s.starts[k]) * c
+		w := sh.toks[lo:]
 		x, y := b.Tokens[r*c:(r+1)*c], b.Y[r*c:(r+1)*c]
 		for j := range c {
 			x[j] = int32(w[j])
 			y[j] = int32(w[j+1])
 		}
+		sh.release(lo, lo+c+1)
 	}
 }
 
