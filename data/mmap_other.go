@@ -20,4 +20,4 @@ func mapFile(f *os.File, size int64) (*mapping, error) {
 }
 
 // release does nothing: the file is in memory.
-func (m *mapping) release(lo, hi int) {}
+func (m *mapping) release() {}

@@ -121,12 +121,7 @@ type shard struct {
 	path string
 	toks []uint16
 	mem  *mapping
-	// offset is the byte offset of toks in mem.
-	offset int
 }
-
-// release drops the pages of tokens [lo, hi) from the resident set.
-func (s *shard) release(lo, hi int) { s.mem.release(s.offset+2*lo, s.offset+2*hi) }
 
 // openShard maps the shard at path and checks that its ids are below
 // vocab (0: no bound) and returns the largest id.
@@ -161,7 +156,7 @@ func openShard(path string, vocab int) (*shard, uint16, error) {
 	}
 	b := m.data[lay.offset : lay.offset+2*lay.count]
 	toks := unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), lay.count)
-	return &shard{path: path, toks: toks, mem: m, offset: int(lay.offset)}, hi, nil
+	return &shard{path: path, toks: toks, mem: m}, hi, nil
 }
 
 // scanShard reads the shard's tokens (through a small buffer, not the

@@ -316,3 +316,46 @@ func numpyPython() string {
 	}
 	return ""
 }
+
+// BenchmarkShardFill fills batches of 16 windows of 64 tokens from random
+// places of 64 MiB of shards (each window's pages then leave the resident
+// set: mapping.release).
+func BenchmarkShardFill(b *testing.B) {
+	dir := b.TempDir()
+	for i := range 2 {
+		writeShardFile(b, filepath.Join(dir, fmt.Sprintf("b_train_%06d.bin", i)), seq(1<<24, 50000))
+	}
+	o := DefaultOptions()
+	o.Context = 64
+	train, _, err := Open(dir, o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, _ := NewSampler(train.Len(), 1, true)
+	var batch Batch
+	var idx []int
+	b.SetBytes(16 * 64 * 2)
+	for i := 0; b.Loop(); i++ {
+		idx = s.At(Cursor(i*16), 16, idx)
+		train.Fill(idx, &batch)
+	}
+	if kb, ok := rssFileKB(); ok {
+		b.ReportMetric(float64(kb)/1024, "MiB-file-resident")
+	}
+}
+
+// rssFileKB is this process's resident file-backed memory (Linux).
+func rssFileKB() (int64, bool) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "RssFile:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb)
+			return kb, true
+		}
+	}
+	return 0, false
+}
