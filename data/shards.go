@@ -233,6 +233,17 @@ func openShards(spec string, o Options) (Dataset, Dataset, error) {
 			trainFiles = append(trainFiles, f)
 		}
 	}
+	if meta != nil && st != nil && st.IsDir() && len(meta.TrainShards) > 0 {
+		// A prepared directory: its shards are the ones meta.json lists,
+		// whatever else lies beside them.
+		trainFiles, valFiles = nil, nil
+		for _, f := range meta.TrainShards {
+			trainFiles = append(trainFiles, filepath.Join(dir, f))
+		}
+		for _, f := range meta.ValShards {
+			valFiles = append(valFiles, filepath.Join(dir, f))
+		}
+	}
 	if len(trainFiles) == 0 {
 		return nil, nil, fmt.Errorf("%w: token shards %s: no training shard (*.bin without val in its name): the corpus is empty", ErrFormat, spec)
 	}

@@ -219,6 +219,11 @@ func TestShardsMeta(t *testing.T) {
 	if !ok || tk.Tokenizer().Name() != "byte" {
 		t.Fatal("no byte tokenizer from meta.json")
 	}
+	// Only the shards meta.json lists belong to the corpus.
+	writeShardFile(t, filepath.Join(dir, "stray_train_000000.bin"), seq(40, 300))
+	if train, _, err := Open(dir, o); err != nil || train.Len() != 9 {
+		t.Errorf("a stray shard beside meta.json's: %v", err)
+	}
 	o.VocabSize = 300
 	if train, _, _ := Open(dir, o); train == nil || train.Classes() != 300 {
 		t.Error("--vocab-size 300 does not pad meta.json's 257")
