@@ -3,6 +3,7 @@ package data
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -122,7 +123,11 @@ type TextDataset interface {
 const (
 	VocabChar = "char"
 	VocabByte = "byte"
+	VocabGPT2 = "gpt2"
 )
+
+// textVocabs are the tokenizations of a text file, for errors.
+var textVocabs = []string{VocabChar, VocabByte, VocabGPT2}
 
 // Options are the settings Open needs beyond the spec. Spec parameters
 // (synthetic-mlp:features=…) override the matching fields.
@@ -130,9 +135,14 @@ type Options struct {
 	// Seed drives the synthetic datasets. Real datasets ignore it.
 	Seed uint64
 	// Vocab picks the text tokenization: VocabChar (ids index the sorted
-	// distinct characters of the corpus) or VocabByte (ids are bytes,
-	// vocabulary 256). Default VocabChar.
+	// distinct characters of the corpus), VocabByte (ids are bytes,
+	// vocabulary 256) or VocabGPT2 (GPT-2's BPE, vocabulary 50,257).
+	// Default VocabChar. Token shards carry their own (meta.json).
 	Vocab string
+	// VocabSize is the vocabulary of token shards without meta.json (or a
+	// larger one than theirs, to pad it); 0: meta.json's, else the
+	// largest id + 1. Every id must be below it.
+	VocabSize int
 	// Context is the number of tokens per sample of Tokens datasets; it
 	// must equal the model's context. Default 64.
 	Context int
@@ -161,8 +171,8 @@ func (o *Options) Validate() error {
 	if o.Vocab == "" {
 		o.Vocab = VocabChar
 	}
-	if o.Vocab != VocabChar && o.Vocab != VocabByte {
-		return fmt.Errorf("%w: vocab %q, want %q or %q", ErrOptions, o.Vocab, VocabChar, VocabByte)
+	if !slices.Contains(textVocabs, o.Vocab) {
+		return fmt.Errorf("%w: vocab %q, want one of %s", ErrOptions, o.Vocab, strings.Join(textVocabs, ", "))
 	}
 	if o.Context == 0 {
 		o.Context = 64
@@ -170,7 +180,7 @@ func (o *Options) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"context", o.Context}, {"samples", o.Samples}, {"test samples", o.TestSamples}, {"features", o.Features}, {"classes", o.Classes}} {
+	}{{"context", o.Context}, {"samples", o.Samples}, {"test samples", o.TestSamples}, {"features", o.Features}, {"classes", o.Classes}, {"vocab size", o.VocabSize}} {
 		if f.v < 0 {
 			return fmt.Errorf("%w: %s = %d is negative", ErrOptions, f.name, f.v)
 		}
@@ -192,6 +202,9 @@ var builtins = []string{"gospec", "mnist", "synthetic-mlp", "synthetic-tokens", 
 //	synthetic-mlp[:features=F,classes=K,n=N,test=M]
 //	synthetic-tokens[:vocab=V,context=C,n=N,test=M]
 //	text:PATH, safetensors:PATH             a file of that kind
+//	DIR, GLOB, FILE.bin                     token shards (llm.c's, nanoGPT's
+//	                                        train.bin/val.bin): a directory
+//	                                        with meta.json or *.bin files
 //	PATH                                    a directory: MNIST IDX files;
 //	                                        *.safetensors: tensors; else text
 //

@@ -19,7 +19,7 @@ func TestOpenSpecErrors(t *testing.T) {
 		{"synthetic-mlp:n=0", ErrSpec, "positive integer"},
 		{"synthetic-mlp:n=-3", ErrSpec, "positive integer"},
 		{"synthetic-tokens:vocab=char", ErrSpec, "positive integer"},
-		{"gospec:vocab=word", ErrSpec, "char or byte"},
+		{"gospec:vocab=word", ErrSpec, "char, byte, gpt2"},
 		{"gospec:n=3", ErrSpec, "context, vocab"},
 		{"text:", ErrSpec, "no path"},
 		{"safetensors:", ErrSpec, "no path"},

@@ -19,6 +19,25 @@
 //	       tokens[i·C : i·C+C+1] of the stream (stride C, no overlap but the
 //	       boundary token).
 //
+// # Tokenizers and token shards
+//
+// A Tokenizer encodes text to ids and back: gpt2 (GPT-2's byte-level BPE,
+// tiktoken's r50k_base, 50,257 ids, <|endoftext|> = 50256, its vocabulary
+// compiled into the binary from github.com/tiktoken-go/tokenizer), char
+// and byte, each with an end-of-text id (EOT). TokenizerFor returns one by
+// name. Prepare (troupe data prepare) tokenizes text files, directories
+// and JSONL files (a "text" field a line) into llm.c's token shards — a
+// header of 256 int32 (magic 20240520, version 1, token count), then
+// uint16 tokens — named PREFIX_train_NNNNNN.bin and PREFIX_val_NNNNNN.bin,
+// and a meta.json (Meta: tokenizer, vocabulary, counts); every document
+// begins with EOT. Open reads shards — a directory, a glob or one .bin
+// file, llm.c's or nanoGPT's headerless train.bin/val.bin —
+// memory-mapped, so that a corpus larger than memory trains: the shards
+// whose name says val are the held-out set, each shard is cut into windows
+// of Context tokens (stride Context, none across shards), and every id is
+// checked against the vocabulary (meta.json's, Options.VocabSize or the
+// largest id + 1) when the shards are opened.
+//
 // MNIST pixels are normalised as the torchvision examples do,
 // (p/255 − 0.1307)/0.3081. Text corpora hold out their last 10% of tokens
 // as the test set; the char-level vocabulary is the sorted distinct
@@ -28,7 +47,9 @@
 //
 // The data order is a pure function of (N, seed, shuffle, cursor): the
 // cursor counts samples consumed over all ranks, epoch e is a permutation
-// of [0, N) seeded by (seed, e). The coordinator advances the cursor by the
+// of [0, N) seeded by (seed, e): a Fisher–Yates shuffle, cached, up to
+// MaxCachedPerm samples; above, a keyed Feistel network computed index by
+// index, so that the sampler's memory does not grow with the corpus. The coordinator advances the cursor by the
 // global batch each step and sends it with RunStep; rank r of P reads its
 // contiguous block of that global batch with Sampler.Shard (see Split for
 // how uneven batches are cut). A checkpoint stores SamplerState; resuming
@@ -37,6 +58,7 @@
 // randomness uses PCG's raw output with this package's own shuffling and
 // normal sampling, so the stream is stable across Go releases.
 //
-// This package imports only safetensors from troupe; it never starts
-// goroutines.
+// This package imports only safetensors and failure from troupe. Only
+// Prepare starts goroutines (its tokenizing workers), and it waits for
+// them before it returns.
 package data

@@ -15,6 +15,8 @@ var (
 	// ErrFormat: a data file is malformed (bad IDX header, wrong tensor
 	// shapes, labels out of range, text too short for the context, ...).
 	ErrFormat = failure.New(failure.Data, "data: malformed data")
+	// ErrOutput: Prepare cannot write its output directory.
+	ErrOutput = failure.New(failure.Config, "data: cannot write the output")
 	// ErrSamplerState: a saved sampler state that does not fit this sampler.
 	ErrSamplerState = failure.New(failure.Checkpoint, "data: sampler state mismatch")
 )

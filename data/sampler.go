@@ -24,8 +24,14 @@ type Cursor uint64
 // ranks agree without talking and a re-split after rescaling (new P, same
 // cursor) neither repeats nor skips a sample within the epoch.
 //
-// A Sampler caches the permutations of the two epochs it used last; it is
-// not safe for concurrent use.
+// Up to MaxCachedPerm samples, a Sampler caches the permutations of the
+// two epochs it used last (4 bytes a sample each). Over that — a token
+// corpus of billions of tokens — it computes each epoch's permutation one
+// index at a time with a keyed Feistel network instead (perm.go), so that
+// its memory does not grow with the corpus; that permutation is another
+// one than the shuffle's, and the order of every corpus up to
+// MaxCachedPerm samples is unchanged. A Sampler is not safe for
+// concurrent use.
 type Sampler struct {
 	n       int
 	seed    uint64
@@ -33,7 +39,15 @@ type Sampler struct {
 	cur     Cursor
 	cache   [2]epochPerm
 	next    int // cache slot to evict next
+	// onTheFly: permute with feistels, not cached permutations.
+	onTheFly bool
+	feistels [2]*feistel
+	epochs   [2]uint64 // the epochs of feistels
 }
+
+// MaxCachedPerm is the largest sampler whose epochs are shuffled into
+// cached permutations (Fisher–Yates); larger ones permute on the fly.
+const MaxCachedPerm = 1 << 20
 
 type epochPerm struct {
 	epoch uint64
@@ -45,7 +59,11 @@ func NewSampler(n int, seed uint64, shuffle bool) (*Sampler, error) {
 	if n < 1 || uint64(n) > math.MaxUint32 {
 		return nil, fmt.Errorf("%w: sampler over %d samples, want 1 to %d", ErrOptions, n, uint32(math.MaxUint32))
 	}
-	return &Sampler{n: n, seed: seed, shuffle: shuffle}, nil
+	return newSampler(n, seed, shuffle, n > MaxCachedPerm), nil
+}
+
+func newSampler(n int, seed uint64, shuffle, onTheFly bool) *Sampler {
+	return &Sampler{n: n, seed: seed, shuffle: shuffle, onTheFly: onTheFly}
 }
 
 // Len returns N, the number of samples per epoch.
@@ -76,11 +94,17 @@ func (s *Sampler) At(c Cursor, n int, dst []int) []int {
 	for n > 0 {
 		epoch, pos := uint64(c)/N, uint64(c)%N
 		take := min(uint64(n), N-pos)
-		if !s.shuffle {
+		switch {
+		case !s.shuffle:
 			for i := pos; i < pos+take; i++ {
 				dst = append(dst, int(i))
 			}
-		} else {
+		case s.onTheFly:
+			f := s.feistel(epoch)
+			for i := pos; i < pos+take; i++ {
+				dst = append(dst, int(f.at(i)))
+			}
+		default:
 			for _, v := range s.perm(epoch)[pos : pos+take] {
 				dst = append(dst, int(v))
 			}
@@ -121,6 +145,19 @@ func Split(batch, ranks, rank int) (lo, hi int) {
 		hi++
 	}
 	return lo, hi
+}
+
+// feistel returns epoch's on-the-fly permutation; the last two are kept
+// (a batch may straddle two epochs).
+func (s *Sampler) feistel(epoch uint64) *feistel {
+	for i, f := range s.feistels {
+		if f != nil && s.epochs[i] == epoch {
+			return f
+		}
+	}
+	s.feistels[1], s.epochs[1] = s.feistels[0], s.epochs[0]
+	s.feistels[0], s.epochs[0] = newFeistel(uint64(s.n), s.seed, epoch), epoch
+	return s.feistels[0]
 }
 
 // perm returns epoch's permutation, from the cache or freshly shuffled.

@@ -8,13 +8,71 @@ import (
 	"testing"
 )
 
+// onTheFly makes mustSampler's samplers permute on the fly whatever their
+// size (TestSamplerOnTheFly), as samplers over MaxCachedPerm do.
+var onTheFly bool
+
 func mustSampler(t *testing.T, n int, seed uint64, shuffle bool) *Sampler {
 	t.Helper()
 	s, err := NewSampler(n, seed, shuffle)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if onTheFly {
+		s = newSampler(n, seed, shuffle, true)
+	}
 	return s
+}
+
+// The on-the-fly permutation keeps every guarantee the cached one has:
+// each epoch a permutation, whatever the batch; resume; At = Next; every
+// re-split of the world covering each epoch once; and a loosely uniform
+// shuffle.
+func TestSamplerOnTheFly(t *testing.T) {
+	onTheFly = true
+	defer func() { onTheFly = false }()
+	for name, f := range map[string]func(*testing.T){
+		"ExactlyOncePerEpoch": TestSamplerExactlyOncePerEpoch, "Sequential": TestSamplerSequential,
+		"Resume": TestSamplerResume, "AtMatchesNext": TestSamplerAtMatchesNext,
+		"ShardElastic": TestSamplerShardElastic, "ShuffleUniform": TestSamplerShuffleUniform,
+	} {
+		t.Run(name, f)
+	}
+	// Seeds and epochs give different orders, the same ones the same.
+	a := mustSampler(t, 1000, 1, true).At(0, 2000, nil)
+	b := mustSampler(t, 1000, 1, true).At(0, 2000, nil)
+	c := mustSampler(t, 1000, 2, true).At(0, 2000, nil)
+	if !slices.Equal(a, b) || slices.Equal(a[:1000], c[:1000]) || slices.Equal(a[:1000], a[1000:]) {
+		t.Fatal("on-the-fly permutations: same seed different, or different seeds or epochs the same")
+	}
+}
+
+// A sampler over more than MaxCachedPerm samples permutes on the fly: each
+// epoch still holds every sample once, and reading it allocates nothing
+// per index (no permutation of N entries).
+func TestSamplerLarge(t *testing.T) {
+	const n = MaxCachedPerm + 12345
+	s := mustSampler(t, n, 3, true)
+	if !s.onTheFly {
+		t.Fatal("a sampler over more than MaxCachedPerm samples caches permutations")
+	}
+	seen := make([]bool, n)
+	buf := make([]int, 0, 4096)
+	for c := Cursor(0); c < n; c += 4096 {
+		buf = s.At(c, int(min(4096, n-c)), buf)
+		for _, i := range buf {
+			if seen[i] {
+				t.Fatalf("sample %d twice in epoch 0", i)
+			}
+			seen[i] = true
+		}
+	}
+	if i := slices.Index(seen, false); i >= 0 {
+		t.Fatalf("sample %d missing from epoch 0", i)
+	}
+	if allocs := testing.AllocsPerRun(10, func() { buf = s.At(n-100, 200, buf) }); allocs > 0 {
+		t.Errorf("At across an epoch boundary allocates %v times, want 0 after the first", allocs)
+	}
 }
 
 // Walking the stream in batches of any size, every epoch contains each

@@ -43,8 +43,8 @@ func applyParams(spec, rest string, params map[string]any) error {
 			}
 			*f = n
 		case *string:
-			if v != VocabChar && v != VocabByte {
-				return fmt.Errorf("%w %q: %s=%q, want %s or %s", ErrSpec, spec, k, v, VocabChar, VocabByte)
+			if !slices.Contains(textVocabs, v) {
+				return fmt.Errorf("%w %q: %s=%q, want one of %s", ErrSpec, spec, k, v, strings.Join(textVocabs, ", "))
 			}
 			*f = v
 		}
@@ -52,9 +52,13 @@ func applyParams(spec, rest string, params map[string]any) error {
 	return nil
 }
 
-// openPath opens a spec that is a plain path: a directory of MNIST IDX
-// files, a .safetensors file, or any other file as text.
+// openPath opens a spec that is a plain path: token shards (a glob, a
+// .bin file, a directory with meta.json or .bin files), a directory of
+// MNIST IDX files, a .safetensors file, or any other file as text.
 func openPath(path string, o Options) (Dataset, Dataset, error) {
+	if isShardSpec(path) {
+		return openShards(path, o)
+	}
 	st, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("%w %q: not one of %s, and no such file or directory",

@@ -25,6 +25,9 @@ func openText(name, path string, o Options) (Dataset, Dataset, error) {
 func textFromBytes(name string, raw []byte, o Options) (Dataset, Dataset, error) {
 	var v *Vocab
 	var toks []int32
+	if o.Vocab == VocabGPT2 {
+		return gpt2Text(name, raw, o)
+	}
 	if o.Vocab == VocabByte {
 		v = ByteVocab()
 		toks = make([]int32, len(raw))
@@ -53,4 +56,31 @@ func textFromBytes(name string, raw []byte, o Options) (Dataset, Dataset, error)
 	}
 	tr, te := tokenPair(train, test)
 	return tr, te, nil
+}
+
+// gpt2Text is textFromBytes with GPT-2's tokenizer: the file is one
+// document (no EOT), split 90/10 by tokens as the others are.
+func gpt2Text(name string, raw []byte, o Options) (Dataset, Dataset, error) {
+	tok, err := GPT2()
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(raw) == 0 {
+		return nil, nil, fmt.Errorf("%w: text corpus %s is empty", ErrFormat, name)
+	}
+	toks, err := encodeParallel(tok, raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	split := len(toks) * 9 / 10
+	train, err := newTokenSet(name+"/train", toks[:split], o.Context, tok.VocabSize(), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	test, err := newTokenSet(name+"/test", toks[split:], o.Context, tok.VocabSize(), nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (the test split is the last 10%% of the corpus; use a larger file or a smaller context)", err)
+	}
+	train.tok, test.tok = tok, tok
+	return tokenizedSet{train}, tokenizedSet{test}, nil
 }

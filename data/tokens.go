@@ -10,7 +10,8 @@ type tokenSet struct {
 	toks  []int32
 	ctx   int
 	vocab int
-	v     *Vocab // nil when ids have no text (synthetic, tensors without one)
+	v     *Vocab    // nil when ids have no text (synthetic, tensors without one)
+	tok   Tokenizer // the ids' tokenizer when v is nil (gpt2 text); else nil
 }
 
 var _ Dataset = (*tokenSet)(nil)
@@ -50,6 +51,22 @@ type textSet struct{ *tokenSet }
 var _ TextDataset = textSet{}
 
 func (s textSet) Vocab() *Vocab { return s.v }
+
+// Tokenizer is the char or byte tokenizer of the Vocab: the same ids, and
+// one more for EOT, which the text's ids never use.
+func (s textSet) Tokenizer() Tokenizer {
+	if s.v.ByteLevel() {
+		return byteTokenizer{}
+	}
+	return charTokenizer{s.v}
+}
+
+// tokenizedSet is a tokenSet whose ids are a Tokenizer's (gpt2 text).
+type tokenizedSet struct{ *tokenSet }
+
+var _ Tokenized = tokenizedSet{}
+
+func (s tokenizedSet) Tokenizer() Tokenizer { return s.tok }
 
 // tokenPair wraps train and test streams, exposing Vocab when there is one.
 func tokenPair(train, test *tokenSet) (Dataset, Dataset) {

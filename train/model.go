@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/troupe-ml/troupe/data"
@@ -60,6 +61,10 @@ func buildUnits(cfg *Config, be kernels.Backend, spec nn.Spec, lo, hi int) (*nn.
 	return m, nil
 }
 
+// vocabSizeOption is the language models' option (the GPT's) that
+// sizes the vocabulary.
+const vocabSizeOption = "vocab-size"
+
 // OpenData opens the configured dataset (training and held-out sets);
 // without one, the model's (nn.ModelDef.Data).
 func OpenData(cfg *Config) (train, test data.Dataset, err error) {
@@ -75,6 +80,16 @@ func OpenData(cfg *Config) (train, test data.Dataset, err error) {
 	}
 	o := data.DefaultOptions()
 	o.Seed, o.Vocab, o.Context = cfg.Seed, cfg.Vocab, cfg.Context
+	// A language model's --vocab-size is the vocabulary token shards
+	// without meta.json are checked against (each id below it), or pads
+	// meta.json's.
+	if v, ok := cfg.ModelArgs[vocabSizeOption]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return nil, nil, fieldErr("ModelArgs."+vocabSizeOption, "%q is not a vocabulary size", v)
+		}
+		o.VocabSize = n
+	}
 	train, test, err = data.Open(spec, o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("train: data %s: %w", spec, err)

@@ -78,6 +78,8 @@ type cluster struct {
 	perHost int
 	// env is added to every agent's environment.
 	env []string
+	// train replaces elasticTrainArgs() as the agents' job (nil: that).
+	train []string
 }
 
 func newCluster(t *testing.T, nodes, minNodes int) *cluster {
@@ -102,6 +104,9 @@ func (c *cluster) startWith(i int, own ...string) *agentProc {
 	args := append([]string{"agent", "--name", name, "--listen", c.ports[i], "--join", strings.Join(c.ports, ","),
 		"--min-nodes", fmt.Sprint(c.minN), "--key", "passphrase:e2e-cluster-key", "--metrics-out", a.metrics,
 		"--log-format", "json"}, elasticTrainArgs()...)
+	if c.train != nil {
+		args = append(args[:len(args)-len(elasticTrainArgs())], c.train...)
+	}
 	args = append(append(args, c.extra...), own...)
 	a.cmd = exec.CommandContext(c.ctx, e2etest.Bin, args...)
 	if c.net != nil {
