@@ -284,6 +284,24 @@ func (c *Core) Release() {
 	c.after()
 }
 
+// Learn tells the core that world w committed although no commit message
+// reached this node: the trainer received a call of generation w.Gen from
+// w's leader, which calls its members only after its own core committed w
+// (so the call proves the commit). A world this node already passed is
+// ignored; one of the same generation and other members is a conflict.
+func (c *Core) Learn(w World) {
+	if simbug.NoCommitProof || w.Gen == 0 || validWorld(w) != nil {
+		return
+	}
+	switch {
+	case w.Gen > c.committed.Gen:
+		c.learn(w)
+	case w.Gen == c.committed.Gen && !w.Equal(c.committed):
+		c.conflicting(w.Proposer, w)
+	}
+	c.after()
+}
+
 // Tick passes one unit of time: unanswered messages are sent again.
 func (c *Core) Tick() {
 	c.now++

@@ -34,6 +34,8 @@ import (
 //	tick [N]             N clock ticks on every live node
 //	hold ID / release ID the trainer on ID enters a step / reaches its end
 //	request ID REASON    the trainer on ID asks for a new generation
+//	learn ID FROM        the trainer on ID gets a call of the world FROM
+//	                     committed last (Core.Learn), FROM live or not
 //	state                every node's status
 //
 // After every command the safety invariants are checked (one world per
@@ -201,6 +203,17 @@ func (s *sim) exec(line string) error {
 			return err
 		}
 		n.core.Request(strings.Join(pos[1:], " "))
+		s.flush(n)
+	case "learn":
+		n, err := s.node(pos[0])
+		if err != nil {
+			return err
+		}
+		from, ok := s.nodes[nodeID(pos[1])]
+		if !ok {
+			return fmt.Errorf("no node %s", nodeID(pos[1]))
+		}
+		n.core.Learn(from.core.Committed())
 		s.flush(n)
 	case "state":
 		s.state()

@@ -77,7 +77,7 @@ func (l *leaderShell) startCall(c *train.LeaderCall) {
 	l.call = p
 	for i, m := range c.Msgs {
 		_, p.form = m.(*workerpb.Form)
-		n.s.send(n.id, n.world.Members[i].ID, callMsg{gen: c.Gen, call: p.id, i: i, msg: m})
+		n.s.send(n.id, n.world.Members[i].ID, callMsg{world: n.world, gen: c.Gen, call: p.id, i: i, msg: m})
 	}
 }
 

@@ -77,6 +77,13 @@ func (w *member) call(from string, c callMsg) {
 	reply := func(body any, err error) {
 		s.send(w.n.id, from, replyMsg{call: c.call, i: c.i, body: body, err: err})
 	}
+	if c.world.Gen > w.n.core.Committed().Gen {
+		// The call proves its generation committed, although this node
+		// may have lost the commit (and its proposer since).
+		s.tracef("%s learns generation %d from %s's call", w.n.id, c.world.Gen, from)
+		w.n.core.Learn(c.world)
+		w.n.flush()
+	}
 	if c.call <= w.answered[from] {
 		// A duplicate, or one delayed past a later call: the first answer
 		// stands (a lost one times out). The actor transport delivers a

@@ -8,3 +8,10 @@ package simbug
 // accepted: the propose/ack/commit protocol that committed two worlds for
 // one generation.
 var NoPrepare bool
+
+// NoCommitProof makes the rendezvous ignore the proof of a commit that a
+// call of the committed generation carries (Core.Learn): a member whose
+// commit messages were lost with their proposer waits for a quorum of the
+// world before, which may be gone, although a majority of the committed
+// world is alive.
+var NoCommitProof bool
