@@ -55,10 +55,10 @@ const (
 	InvCheckpoint = "checkpoints-survive-torn-writes"
 	// InvGoroutines: the run leaves no goroutine behind.
 	InvGoroutines = "no-goroutine-leaked"
-	// InvLive: while a strict majority of the newest committed world is
-	// alive and connected (up, not hung, not leaving, on one side of any
-	// partition), some rank applies a step within LivenessBound, until the
-	// job ends.
+	// InvLive: while a world is the newest committed one and a strict
+	// majority of it is alive and connected (up, not hung, not leaving, on
+	// one side of any partition), some rank applies a step within
+	// LivenessBound, until the job ends.
 	InvLive = "majority-trains"
 )
 
@@ -95,9 +95,10 @@ type checker struct {
 	// the fault-free run's.
 	lossDiff  float64
 	violation *Violation
-	// quietSince is when the newest world last had a live, connected
-	// majority and no step had been applied since (-1: not now).
+	// quietSince is since when the newest world (generation quietGen) has
+	// had a live, connected majority and no step applied (-1: not now).
 	quietSince time.Duration
+	quietGen   uint64
 }
 
 func (c *checker) fail(inv, format string, args ...any) {
@@ -188,8 +189,11 @@ func (c *checker) liveness() {
 		c.quietSince = -1
 		return
 	}
-	if c.quietSince < 0 {
-		c.quietSince = s.clk.now
+	if c.quietSince < 0 || w.Gen != c.quietGen {
+		// The bound runs for one world: a newer one is the rendezvous'
+		// progress (endless generations without a step break job-ends
+		// once the faults stop).
+		c.quietSince, c.quietGen = s.clk.now, w.Gen
 		return
 	}
 	if s.clk.now-c.quietSince > LivenessBound {
