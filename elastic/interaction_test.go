@@ -22,7 +22,10 @@ import (
 //	crash ID             kill ID; the nodes that reach it see it fail
 //	kill ID              kill ID; nobody notices until "detect ID"
 //	detect ID            the nodes that reach ID see it fail
-//	leave ID             ID leaves gracefully
+//	leave ID             ID leaves gracefully: it stops leading, the
+//	                     others stop proposing it, and it answers as an
+//	                     acceptor until it committed a world without
+//	                     itself; then it goes (after every command)
 //	restart ID           kill ID and start its next process (n2@2)
 //	partition 1,2 | 3,4,5
 //	                     split the network; each side sees the other fail
@@ -52,6 +55,7 @@ func (s *sim) Exec(cmd string) (string, error) {
 	if err := s.exec(cmd); err != nil {
 		fmt.Fprintf(s.out, "error: %v\n", err)
 	}
+	s.goLeavers()
 	return s.out.String(), s.violation
 }
 
@@ -120,8 +124,10 @@ func (s *sim) exec(line string) error {
 		}
 	case "join":
 		return s.start(nodeID(pos[0]), 1)
-	case "crash", "leave":
-		return s.stop(nodeID(pos[0]), f[0] == "leave")
+	case "crash":
+		return s.stop(nodeID(pos[0]), false)
+	case "leave":
+		return s.leave(nodeID(pos[0]))
 	case "kill":
 		return s.kill(nodeID(pos[0]))
 	case "detect":
