@@ -126,8 +126,8 @@ type Core struct {
 	// and never lead, but they answer as acceptors until they are gone
 	// (they go once a world without them committed).
 	leavers map[string]bool
-	lastUp int64             // tick of the last member up
-	forced string            // a new generation is wanted although membership is the same
+	lastUp  int64  // tick of the last member up
+	forced  string // a new generation is wanted although membership is the same
 
 	committed World
 

@@ -178,6 +178,7 @@ func (l *leaderShell) stepDone(d stepDone) {
 		return
 	}
 	l.n.s.stepsRun++
+	l.n.lead.Progress()
 	lp.step++
 	lp.cursor += uint64(lp.order.Batch)
 	if k := l.n.s.cfg.CkptEvery; k > 0 && lp.step%k == 0 && lp.step < l.n.s.cfg.Steps {
