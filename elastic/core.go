@@ -315,7 +315,7 @@ func (c *Core) Release() {
 // (so the call proves the commit). A world this node already passed is
 // ignored; one of the same generation and other members is a conflict.
 func (c *Core) Learn(w World) {
-	if simbug.NoCommitProof || w.Gen == 0 || validWorld(w) != nil {
+	if w.Gen == 0 || validWorld(w) != nil {
 		return
 	}
 	switch {
@@ -330,6 +330,10 @@ func (c *Core) Learn(w World) {
 // Tick passes one unit of time: unanswered messages are sent again.
 func (c *Core) Tick() {
 	c.now++
+	if simbug.NoResend {
+		c.after()
+		return
+	}
 	if a := c.att; a != nil && c.now-a.lastSent >= int64(c.cfg.RetryTicks) {
 		c.sendPhase()
 	}

@@ -9,9 +9,7 @@ package simbug
 // one generation.
 var NoPrepare bool
 
-// NoCommitProof makes the rendezvous ignore the proof of a commit that a
-// call of the committed generation carries (Core.Learn): a member whose
-// commit messages were lost with their proposer waits for a quorum of the
-// world before, which may be gone, although a majority of the committed
-// world is alive.
-var NoCommitProof bool
+// NoResend makes the rendezvous send each prepare, proposal and
+// acknowledgement once: a lost one leaves the generation undecided while
+// every member is alive.
+var NoResend bool
