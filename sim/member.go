@@ -92,6 +92,16 @@ func (w *member) call(from string, c callMsg) {
 		return
 	}
 	w.answered[from] = c.call
+	if c.gen < w.gen {
+		// A leader of a superseded generation (it hung through the next
+		// one): what this worker holds belongs to a newer generation, and
+		// while it waits for a root's state it holds nothing. The worker
+		// actor answers such a call only after its form in flight ends;
+		// here it is refused as stale, which the leader takes as a
+		// transient failure.
+		reply(nil, failure.Wrapf(failure.Stale, "%s is formed in generation %d, called for generation %d", w.n.id, w.gen, c.gen))
+		return
+	}
 	switch m := c.msg.(type) {
 	case *workerpb.StatusRequest:
 		st := &workerpb.Status{Peer: m.Peer, Name: w.n.name, HeldPart: int32(w.hold.Part), Applied: uint64(w.hold.Applied),
