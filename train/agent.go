@@ -15,6 +15,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-ml/troupe/actors"
 	"github.com/troupe-ml/troupe/checkpoint"
@@ -723,6 +724,7 @@ func (a *agent) call(c *LeaderCall) {
 			// last generation (asynchronous training completes without
 			// it) must not keep the others from hearing the job ended.
 			replies = a.tellEach(g, c.Msgs)
+			a.tellStandbys(g, c.Msgs)
 		} else {
 			replies, err = g.ex.group.Call(g.ctx, c.Msgs)
 		}
@@ -754,6 +756,40 @@ func (a *agent) tellEach(g *generation, msgs []any) []any {
 	}
 	wg.Wait()
 	return replies
+}
+
+// tellStandbys tells the live nodes outside generation g (standby beyond
+// MaxNodes) that the job ended, with the members' Finish: they would
+// otherwise wait for a world for ever. Best effort, each bounded by the
+// collective timeout.
+func (a *agent) tellStandbys(g *generation, msgs []any) {
+	var fin *workerpb.Finish
+	for _, m := range msgs {
+		if f, ok := m.(*workerpb.Finish); ok {
+			fin = f
+			break
+		}
+	}
+	if fin == nil {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, m := range a.node.Members() {
+		if g.world.Rank(m.ID) >= 0 || m.ID == a.node.Self().ID || m.ActorAddr == "" {
+			continue
+		}
+		f := proto.Clone(fin).(*workerpb.Finish)
+		f.Peer = 0
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pid := actor.NewPID(m.ActorAddr, worker.ActorName)
+			if _, err := a.sys.Root().RequestFuture(pid, f, a.j.cfg.CollectiveTimeout).Result(); err != nil {
+				a.log.Debug("telling a standby the job ended", zap.String("node", m.Name), zap.Error(err))
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // train runs the generation's step loop beside the loop: the trainer
