@@ -35,7 +35,11 @@ type memberActor struct {
 	members    map[string]Member // live, accepted members (self excluded)
 	refused    map[string]bool   // logged once per member ID
 	badSenders map[string]bool   // logged once per sender address
-	held       bool
+	// leavers: members that announced they leave (a notice or their
+	// metadata); they answer as acceptors until memberlist sees them go,
+	// which is then a leave, not a failure.
+	leavers map[string]bool
+	held    bool
 	// since is the first change this node saw since the last commit: the
 	// start of the transition.
 	since     time.Time
@@ -98,7 +102,7 @@ func (a *memberActor) step(now time.Time, msg any) (rd Ready) {
 		// A member of this node's view says it leaves: a leave, even if
 		// memberlist's leave broadcast overtakes its "leaving" metadata.
 		if msg.id != n.self.ID {
-			a.down(now, msg.id, "", true)
+			a.leaving(msg.id)
 		}
 	case *elasticpb.Envelope:
 		a.onEnvelope(msg)
@@ -147,10 +151,6 @@ func (a *memberActor) onMember(now time.Time, e *mlEvent) {
 			a.onRefused(now, id, e.node.Address(), err)
 			return
 		}
-		if leaving {
-			a.down(now, id, e.node.Address(), true)
-			return
-		}
 		_, known := a.members[id]
 		a.members[id], a.addrs[id] = m, m.ActorAddr
 		if down := a.n.failed.take(e.node.Address()); !known && !down.IsZero() {
@@ -166,6 +166,9 @@ func (a *memberActor) onMember(now time.Time, e *mlEvent) {
 		}
 		a.publishMembers()
 		a.core.MemberUp(m)
+		if leaving {
+			a.leaving(id)
+		}
 		if !known {
 			a.n.hadPeers.Store(true)
 			a.mark(now)
@@ -175,9 +178,20 @@ func (a *memberActor) onMember(now time.Time, e *mlEvent) {
 	case mlLeave:
 		// memberlist does not say here whether the node left or died
 		// (Node.State is not set): a node that leaves announces it first
-		// in its metadata.
-		a.down(now, id, e.node.Address(), false)
+		// (a notice, and its metadata).
+		a.down(now, id, e.node.Address(), a.leavers[id])
 	}
+}
+
+// leaving: member id announced that it leaves. It stays a member (an
+// acceptor the quorum may need) until memberlist sees it go.
+func (a *memberActor) leaving(id string) {
+	if _, ok := a.members[id]; !ok || a.leavers[id] {
+		return
+	}
+	a.leavers[id] = true
+	a.n.logger.Info("elastic: member leaves", zap.String("id", id))
+	a.core.MemberLeaving(id)
 }
 
 // down: member id left (announced) or failed.
@@ -187,6 +201,7 @@ func (a *memberActor) down(now time.Time, id, gossip string, left bool) {
 		return
 	}
 	delete(a.members, id)
+	delete(a.leavers, id)
 	a.publishMembers()
 	ev := Event{Kind: EventFailed, Member: m, Time: now}
 	if left {

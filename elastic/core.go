@@ -122,8 +122,12 @@ type Core struct {
 	vcache []Member          // view(), nil when live changed
 	wdirty bool              // live or committed changed: recompute the waiting reason
 	down   map[string]string // members of the committed world gone since: ID → "failed" or "left"
-	lastUp int64             // tick of the last member up
-	forced string            // a new generation is wanted although membership is the same
+	// leavers announced that they leave: they are in no world proposed
+	// and never lead, but they answer as acceptors until they are gone
+	// (they go once a world without them committed).
+	leavers map[string]bool
+	lastUp  int64  // tick of the last member up
+	forced  string // a new generation is wanted although membership is the same
 
 	committed World
 
@@ -156,7 +160,7 @@ func NewCore(cfg CoreConfig) (*Core, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Core{cfg: cfg, self: cfg.Self.clone(), live: map[string]Member{}, down: map[string]string{}}
+	c := &Core{cfg: cfg, self: cfg.Self.clone(), live: map[string]Member{}, down: map[string]string{}, leavers: map[string]bool{}}
 	c.live[c.self.ID] = c.self
 	c.after()
 	return c, nil
@@ -174,9 +178,28 @@ func (c *Core) Start() {
 
 // Leave tells the core that this node is leaving: it stops leading (the
 // others form the next world without it) but still answers as an
-// acceptor until it is gone.
+// acceptor until it is gone. It should go once it committed a world
+// without itself (Committed): until then its answer may be what the
+// world's quorum needs.
 func (c *Core) Leave() {
-	c.leaving, c.att = true, nil
+	c.leaving, c.att, c.wdirty = true, nil, true
+	c.after()
+}
+
+// MemberLeaving: member id announced that it leaves (Leave on its node).
+// It is no longer proposed nor followed as the leader, but it still
+// counts as an acceptor of the committed world until MemberDown: a
+// graceful leave does not count against the quorum like a failure, and
+// any number of members may leave at once (each answers until a world
+// without it committed).
+func (c *Core) MemberLeaving(id string) {
+	if id == c.self.ID || c.leavers[id] {
+		return
+	}
+	if _, ok := c.live[id]; !ok {
+		return
+	}
+	c.leavers[id], c.vcache, c.wdirty = true, nil, true
 	c.after()
 }
 
@@ -241,6 +264,8 @@ func (c *Core) MemberDown(id string, left bool) {
 		return
 	}
 	delete(c.live, id)
+	left = left || c.leavers[id]
+	delete(c.leavers, id)
 	c.vcache, c.wdirty = nil, true
 	if c.committed.Contains(id) {
 		c.down[id] = "failed"
@@ -259,8 +284,8 @@ func (c *Core) Request(reason string) {
 		if c.forced == "" {
 			c.forced = "request: " + reason
 		}
-	} else {
-		c.send(Message{Type: MsgRequest, To: c.view()[0].ID, Slot: c.committed.Gen, Reason: reason})
+	} else if cand := c.candidates(c.view()); len(cand) > 0 {
+		c.send(Message{Type: MsgRequest, To: cand[0].ID, Slot: c.committed.Gen, Reason: reason})
 	}
 	c.after()
 }
@@ -284,9 +309,31 @@ func (c *Core) Release() {
 	c.after()
 }
 
+// Learn tells the core that world w committed although no commit message
+// reached this node: the trainer received a call of generation w.Gen from
+// w's leader, which calls its members only after its own core committed w
+// (so the call proves the commit). A world this node already passed is
+// ignored; one of the same generation and other members is a conflict.
+func (c *Core) Learn(w World) {
+	if w.Gen == 0 || validWorld(w) != nil {
+		return
+	}
+	switch {
+	case w.Gen > c.committed.Gen:
+		c.learn(w)
+	case w.Gen == c.committed.Gen && !w.Equal(c.committed):
+		c.conflicting(w.Proposer, w)
+	}
+	c.after()
+}
+
 // Tick passes one unit of time: unanswered messages are sent again.
 func (c *Core) Tick() {
 	c.now++
+	if simbug.NoResend {
+		c.after()
+		return
+	}
 	if a := c.att; a != nil && c.now-a.lastSent >= int64(c.cfg.RetryTicks) {
 		c.sendPhase()
 	}
@@ -365,8 +412,24 @@ func (c *Core) isLive(id string) bool {
 	return slices.ContainsFunc(c.view(), func(m Member) bool { return m.ID == id })
 }
 
+// candidates is the part of view that may be proposed and may lead: the
+// live members that do not leave.
+func (c *Core) candidates(view []Member) []Member {
+	if len(c.leavers) == 0 && !c.leaving {
+		return view
+	}
+	out := make([]Member, 0, len(view))
+	for _, m := range view {
+		if !c.leavers[m.ID] && !(m.ID == c.self.ID && c.leaving) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// leader: this node is the first candidate.
 func (c *Core) leader() bool {
-	v := c.view()
+	v := c.candidates(c.view())
 	return len(v) > 0 && v[0].ID == c.self.ID
 }
 
@@ -382,6 +445,7 @@ func idSet(ms []Member) map[string]bool {
 // committed world, then newcomers in order up to MaxNodes; nil when fewer
 // than MinNodes.
 func (c *Core) wanted(view []Member) []Member {
+	view = c.candidates(view)
 	in := idSet(view)
 	var out []Member
 	for _, m := range c.committed.Members {
@@ -424,6 +488,9 @@ func (c *Core) describe(members []Member, view []Member) string {
 			continue
 		}
 		why := c.down[m.ID]
+		if c.leavers[m.ID] {
+			why = "left"
+		}
 		if slices.ContainsFunc(members, func(n Member) bool { return n.supersedes(m) }) {
 			why, restarted[m.Name] = "restart", true
 		} else if why == "" && !live[m.ID] {
@@ -452,7 +519,7 @@ func (c *Core) due(view []Member) bool {
 	if c.forced != "" {
 		return true
 	}
-	in := idSet(view)
+	in := idSet(c.candidates(view))
 	for _, m := range c.committed.Members {
 		if !in[m.ID] {
 			return true
@@ -481,8 +548,9 @@ func (c *Core) quorumPossible(view []Member) bool {
 }
 
 // quorum: did enough nodes answer? Majority: more than half of the
-// committed world's members. Otherwise (the first world, or QuorumAny):
-// every live node this node sees.
+// committed world's members (a member that leaves counts while it
+// answers). Otherwise (the first world, or QuorumAny): every live node
+// this node sees that does not leave.
 func (c *Core) quorum(answered map[string]bool, view []Member) bool {
 	if c.cfg.Quorum == QuorumMajority && c.committed.Gen > 0 {
 		k := 0
@@ -493,7 +561,7 @@ func (c *Core) quorum(answered map[string]bool, view []Member) bool {
 		}
 		return 2*k > len(c.committed.Members)
 	}
-	for _, m := range view {
+	for _, m := range c.candidates(view) {
 		if !answered[m.ID] {
 			return false
 		}
@@ -505,7 +573,7 @@ func (c *Core) quorum(answered map[string]bool, view []Member) bool {
 // change, and drops its attempt when it no longer leads.
 func (c *Core) maybeLead() {
 	view := c.view()
-	leads := view[0].ID == c.self.ID
+	leads := c.leader()
 	if c.att != nil {
 		if !leads || !c.quorumPossible(view) {
 			c.att = nil
@@ -828,6 +896,9 @@ func (c *Core) waitReason() string {
 			return fmt.Sprintf("superseded by %s, a newer process of node %s", m.ID, m.Name)
 		}
 	}
+	if c.leaving {
+		return "leaving: this node answers until a world without it commits"
+	}
 	view := c.view()
 	if !c.quorumPossible(view) {
 		in := idSet(view)
@@ -842,7 +913,7 @@ func (c *Core) waitReason() string {
 	}
 	members := c.wanted(view)
 	if members == nil {
-		return fmt.Sprintf("too few nodes: %d live, %d needed", len(view), c.cfg.MinNodes)
+		return fmt.Sprintf("too few nodes: %d live, %d needed", len(c.candidates(view)), c.cfg.MinNodes)
 	}
 	if !slices.ContainsFunc(members, func(m Member) bool { return m.ID == c.self.ID }) {
 		return fmt.Sprintf("standby: the world is full (%d nodes)", c.cfg.MaxNodes)
@@ -861,6 +932,8 @@ type Status struct {
 	Promised, AcceptedBallot Ballot
 	Accepted                 World
 	Held, Pending            bool
+	// Leaving: the live members that announced they leave.
+	Leaving []string
 	// Leader state: the attempt's phase ("idle" if none) and ballot.
 	Phase   string
 	Ballot  Ballot
@@ -870,11 +943,18 @@ type Status struct {
 // Status describes the core now.
 func (c *Core) Status() Status {
 	v := c.view()
-	s := Status{Self: c.self.ID, Tick: c.now, Leader: v[0].ID, Committed: c.committed.clone(),
+	var leader string
+	if cand := c.candidates(v); len(cand) > 0 {
+		leader = cand[0].ID
+	}
+	s := Status{Self: c.self.ID, Tick: c.now, Leader: leader, Committed: c.committed.clone(),
 		Promised: c.promised, AcceptedBallot: c.acceptedBallot, Accepted: c.accepted.clone(),
 		Held: c.held, Pending: c.pending != nil, Phase: "idle", Waiting: c.waiting}
 	for _, m := range v {
 		s.View = append(s.View, m.ID)
+		if c.leavers[m.ID] || m.ID == c.self.ID && c.leaving {
+			s.Leaving = append(s.Leaving, m.ID)
+		}
 	}
 	if c.att != nil {
 		s.Phase, s.Ballot = c.att.phase.String(), c.att.ballot

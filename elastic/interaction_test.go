@@ -22,7 +22,10 @@ import (
 //	crash ID             kill ID; the nodes that reach it see it fail
 //	kill ID              kill ID; nobody notices until "detect ID"
 //	detect ID            the nodes that reach ID see it fail
-//	leave ID             ID leaves gracefully
+//	leave ID             ID leaves gracefully: it stops leading, the
+//	                     others stop proposing it, and it answers as an
+//	                     acceptor until it committed a world without
+//	                     itself; then it goes (after every command)
 //	restart ID           kill ID and start its next process (n2@2)
 //	partition 1,2 | 3,4,5
 //	                     split the network; each side sees the other fail
@@ -34,6 +37,8 @@ import (
 //	tick [N]             N clock ticks on every live node
 //	hold ID / release ID the trainer on ID enters a step / reaches its end
 //	request ID REASON    the trainer on ID asks for a new generation
+//	learn ID FROM        the trainer on ID gets a call of the world FROM
+//	                     committed last (Core.Learn), FROM live or not
 //	state                every node's status
 //
 // After every command the safety invariants are checked (one world per
@@ -50,6 +55,7 @@ func (s *sim) Exec(cmd string) (string, error) {
 	if err := s.exec(cmd); err != nil {
 		fmt.Fprintf(s.out, "error: %v\n", err)
 	}
+	s.goLeavers()
 	return s.out.String(), s.violation
 }
 
@@ -118,8 +124,10 @@ func (s *sim) exec(line string) error {
 		}
 	case "join":
 		return s.start(nodeID(pos[0]), 1)
-	case "crash", "leave":
-		return s.stop(nodeID(pos[0]), f[0] == "leave")
+	case "crash":
+		return s.stop(nodeID(pos[0]), false)
+	case "leave":
+		return s.leave(nodeID(pos[0]))
 	case "kill":
 		return s.kill(nodeID(pos[0]))
 	case "detect":
@@ -201,6 +209,17 @@ func (s *sim) exec(line string) error {
 			return err
 		}
 		n.core.Request(strings.Join(pos[1:], " "))
+		s.flush(n)
+	case "learn":
+		n, err := s.node(pos[0])
+		if err != nil {
+			return err
+		}
+		from, ok := s.nodes[nodeID(pos[1])]
+		if !ok {
+			return fmt.Errorf("no node %s", nodeID(pos[1]))
+		}
+		n.core.Learn(from.core.Committed())
 		s.flush(n)
 	case "state":
 		s.state()

@@ -136,7 +136,7 @@ func Start(ctx context.Context, cfg Config, sys *actors.System, opts ...Option) 
 		n.logger.Warn("elastic: no cluster key: gossip is not encrypted and anyone who reaches the gossip port can join")
 	}
 
-	a := &memberActor{n: n, core: core, addrs: map[string]string{self.ID: self.ActorAddr}, members: map[string]Member{}, refused: map[string]bool{}, badSenders: map[string]bool{}}
+	a := &memberActor{n: n, core: core, addrs: map[string]string{self.ID: self.ActorAddr}, members: map[string]Member{}, refused: map[string]bool{}, badSenders: map[string]bool{}, leavers: map[string]bool{}}
 	pid, err := sys.Root().SpawnNamed(actors.Props(func() actor.Actor { return a }), actorName(self.ID))
 	if err != nil {
 		return nil, fmt.Errorf("elastic: spawning the membership actor: %w", err)
@@ -674,19 +674,25 @@ func (n *Node) Release() {
 // not change (e.g. a collective failed between live members).
 func (n *Node) Request(reason string) { n.sys.Root().Send(n.pid, &requestMsg{reason: reason}) }
 
-// Leave announces that this node leaves and closes it. The others see it
-// go within 0.1–0.2 s with FastTimings, form a world without it at once,
-// and name the reason "left", not "failed". Each of the two announcements
-// (the metadata flag, then memberlist's leave) waits up to timeout to go
+// Leave announces that this node leaves and closes it. The others form a
+// world without it at once (within 0.1–0.2 s with FastTimings) and name
+// the reason "left", not "failed". Until that world commits, this node
+// still answers as an acceptor of its world (its answer may be what the
+// quorum needs: a leave never costs the quorum, and several members may
+// leave at once); Leave waits up to timeout for it, then for each of the
+// two announcements (the metadata flag, then memberlist's leave) to go
 // out. This node stops proposing worlds first.
 func (n *Node) Leave(timeout time.Duration) error {
-	n.stopBackground() // the reconnector must not join again
 	n.sys.Root().Send(n.pid, leaveMsg{})
 	meta, err := encodeMeta(n.self, true)
 	if err == nil {
 		n.meta.Store(&meta)
 		n.sendLeaveNotices()
 		err = n.ml.UpdateNode(timeout)
+		n.awaitWorldWithout(timeout)
+	}
+	n.stopBackground() // the reconnector must not join again
+	if err == nil {
 		// The "leaving" metadata travels by gossip, the leave itself by
 		// its own broadcast: give the metadata a few gossip rounds to reach
 		// the others first, so that they record a leave, not a failure.
@@ -699,6 +705,30 @@ func (n *Node) Leave(timeout time.Duration) error {
 		err = cerr
 	}
 	return err
+}
+
+// awaitWorldWithout waits, up to timeout, until this node has committed a
+// world without itself. A node in no world, or with no other member, has
+// nothing to wait for.
+func (n *Node) awaitWorldWithout(timeout time.Duration) {
+	t := time.NewTicker(n.cfg.Timings.Tick)
+	defer t.Stop()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		w := n.world.Load()
+		if ms := n.members.Load(); w.Gen == 0 || !w.Contains(n.self.ID) || ms == nil || len(*ms) <= 1 {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-deadline.C:
+			n.logger.Warn("elastic: leaving before a world without this node committed", zap.Duration("waited", timeout), zap.Uint64("generation", w.Gen))
+			return
+		case <-n.crashed:
+			return
+		}
+	}
 }
 
 // sendLeaveNotices tells every other live member directly, over

@@ -169,6 +169,28 @@ func startDrained(t *testing.T, names ...string) (*cluster, []*Node) {
 	return c, nodes
 }
 
+// A world of two under the majority quorum survives a graceful leave:
+// the leaver acknowledges the world of the other before it goes (one of
+// two would be no majority were the leave a failure).
+func TestNodesLeaveOfTwo(t *testing.T) {
+	c := newCluster(t)
+	c.cfg.MinNodes = 1
+	a, b := c.mustStart("a"), c.mustStart("b")
+	drain(a)
+	drain(b)
+	waitWorld(t, a, "a b", hasNames("a b"))
+	waitWorld(t, b, "a b", hasNames("a b"))
+	t0 := time.Now()
+	if err := a.Leave(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	w := waitWorld(t, b, "b", hasNames("b"))
+	t.Logf("the leave of a: generation %d [b] after %v (%s)", w.Gen, time.Since(t0), w.Reason)
+	if w.Reason != "left a" {
+		t.Fatalf("reason %q, want \"left a\"", w.Reason)
+	}
+}
+
 func TestNodesJoinLeaveCrash(t *testing.T) {
 	c, ns := startDrained(t, "a", "b", "c")
 	a, b, d := ns[0], ns[1], ns[2]

@@ -123,7 +123,7 @@ func runRandom(seed uint64, verbose bool) (*sim, error) {
 		case k < 603:
 			if id, ok := pick(); ok {
 				s.printf("leave %s\n", id)
-				_ = s.stop(id, true)
+				_ = s.leave(id)
 			}
 		case k < 613:
 			if id, ok := pick(); ok {
@@ -181,6 +181,7 @@ func runRandom(seed uint64, verbose bool) (*sim, error) {
 		default:
 			s.deliverAll(1 + r.IntN(5))
 		}
+		s.goLeavers()
 	}
 	if s.violation != nil {
 		return s, s.violation
@@ -199,8 +200,20 @@ func runRandom(seed uint64, verbose bool) (*sim, error) {
 			s.flush(s.nodes[id])
 		}
 	}
-	for i := range 20 * (s.cfg.RetryTicks + s.cfg.SettleTicks + 2) {
+	rounds := 20 * (s.cfg.RetryTicks + s.cfg.SettleTicks + 2)
+	for i := range rounds {
 		s.deliverAll(-1)
+		s.goLeavers()
+		if i == rounds/2 {
+			// A leaver whose world cannot form without it (too few
+			// nodes) goes when its Leave times out.
+			for _, id := range s.upIDs() {
+				if s.nodes[id].leaving {
+					s.printf("%s's leave times out\n", id)
+					_ = s.stop(id, true)
+				}
+			}
+		}
 		s.tick()
 		if i%10 == 0 {
 			up := s.upIDs()

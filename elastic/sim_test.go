@@ -34,6 +34,9 @@ type simNode struct {
 	m    Member
 	core *Core
 	up   bool
+	// leaving: Leave was called; the node goes (its peers see it leave)
+	// once it committed a world without itself.
+	leaving bool
 }
 
 func newSim() *sim {
@@ -94,10 +97,8 @@ func (s *sim) start(name string, inc int) error {
 	seed := ""
 	for _, o := range s.upIDs() {
 		if o != id && s.reach(o, id) {
-			s.nodes[o].core.MemberUp(n.m)
-			s.flush(s.nodes[o])
-			n.core.MemberUp(s.nodes[o].m)
-			s.flush(n)
+			s.memberUp(s.nodes[o], n)
+			s.memberUp(n, s.nodes[o])
 			if seed == "" {
 				seed = o
 			}
@@ -129,6 +130,48 @@ func (s *sim) pushPull(a, b *simNode) {
 			s.printf("%s (push-pull)\n", p.m)
 		}
 		s.flush(p.to)
+	}
+}
+
+// memberUp: a sees b live, and leaving if b announced it (memberlist's
+// metadata carries the flag).
+func (s *sim) memberUp(a, b *simNode) {
+	a.core.MemberUp(b.m)
+	if b.leaving {
+		a.core.MemberLeaving(b.m.ID)
+	}
+	s.flush(a)
+}
+
+// leave starts node id's graceful leave: it stops leading, the nodes that
+// reach it learn that it leaves (its notice), and it goes once it
+// committed a world without itself (goLeavers).
+func (s *sim) leave(id string) error {
+	n, ok := s.nodes[id]
+	if !ok || !n.up {
+		return fmt.Errorf("no live node %s", id)
+	}
+	n.leaving = true
+	n.core.Leave()
+	s.flush(n)
+	for _, o := range s.upIDs() {
+		if o != id && s.reach(o, id) {
+			s.nodes[o].core.MemberLeaving(id)
+			s.flush(s.nodes[o])
+		}
+	}
+	s.goLeavers()
+	return nil
+}
+
+// goLeavers takes down the leaving nodes that committed a world without
+// themselves; the nodes that reach them see them leave.
+func (s *sim) goLeavers() {
+	for _, id := range s.upIDs() {
+		if n := s.nodes[id]; n.leaving && n.up && n.core.committed.Gen > 0 && !n.core.committed.Contains(id) {
+			s.printf("  %s goes: it committed %s\n", id, n.core.committed)
+			_ = s.stop(id, true)
+		}
 	}
 }
 
@@ -194,8 +237,7 @@ func (s *sim) heal() {
 	for _, a := range up {
 		for _, b := range up {
 			if a != b && before[a] != before[b] {
-				s.nodes[a].core.MemberUp(s.nodes[b].m)
-				s.flush(s.nodes[a])
+				s.memberUp(s.nodes[a], s.nodes[b])
 			}
 		}
 	}
@@ -294,14 +336,16 @@ func (s *sim) observe(id string, w World) {
 		s.violation = fmt.Errorf("%s has %d members, want %d..%d", w, n, s.cfg.MinNodes, s.cfg.MaxNodes)
 	}
 	if prev, ok := s.worlds[w.Gen-1]; ok && !s.anyQuorum {
+		// Members that left gracefully answered as acceptors until this
+		// world committed: with them, it holds a majority of the last.
 		k := 0
 		for _, m := range prev.Members {
-			if w.Contains(m.ID) {
+			if n := s.nodes[m.ID]; w.Contains(m.ID) || n != nil && n.leaving {
 				k++
 			}
 		}
 		if 2*k <= len(prev.Members) {
-			s.violation = fmt.Errorf("%s holds %d of the %d members of %s", w, k, len(prev.Members), prev)
+			s.violation = fmt.Errorf("%s holds %d of the %d members of %s (with those leaving)", w, k, len(prev.Members), prev)
 		}
 	}
 }
@@ -324,7 +368,10 @@ func (s *sim) state() {
 			continue
 		}
 		st := n.core.Status()
-		fmt.Fprintf(s.out, "%s: %s by %s; leader %s; view [%s]", id, st.Committed, orDash(st.Committed.Proposer), st.Leader, strings.Join(st.View, " "))
+		fmt.Fprintf(s.out, "%s: %s by %s; leader %s; view [%s]", id, st.Committed, orDash(st.Committed.Proposer), orDash(st.Leader), strings.Join(st.View, " "))
+		if len(st.Leaving) > 0 {
+			fmt.Fprintf(s.out, "; leaving [%s]", strings.Join(st.Leaving, " "))
+		}
 		if st.Phase != "idle" {
 			fmt.Fprintf(s.out, "; %s b%s", st.Phase, st.Ballot)
 		}

@@ -50,6 +50,10 @@ const (
 	StateLost
 	// Internal: a broken invariant (a bug).
 	Internal
+	// Exhausted: a bound on waiting or restarting ran out (an elastic
+	// node that could not join a world for --rdzv-timeout; more transient
+	// failures than --max-restarts).
+	Exhausted
 
 	numCodes
 )
@@ -58,6 +62,7 @@ var codeNames = [...]string{
 	Unknown: "unknown", PeerLost: "peer-lost", PeerSilent: "peer-silent", Timeout: "timeout", Aborted: "aborted",
 	Canceled: "canceled", Stale: "stale", Crashed: "crashed", Config: "config", Output: "output", Data: "data",
 	Checkpoint: "checkpoint", Diverged: "diverged", StateLost: "state-lost", Internal: "internal",
+	Exhausted: "exhausted",
 }
 
 func (c Code) String() string {

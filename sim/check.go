@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/troupe-ml/troupe/data"
@@ -54,7 +55,20 @@ const (
 	InvCheckpoint = "checkpoints-survive-torn-writes"
 	// InvGoroutines: the run leaves no goroutine behind.
 	InvGoroutines = "no-goroutine-leaked"
+	// InvLive: while a world is the newest committed one and a strict
+	// majority of it is alive and connected (up, not hung, not leaving, on
+	// one side of any partition), some rank applies a step within
+	// LivenessBound, until the job ends.
+	InvLive = "majority-trains"
 )
+
+// LivenessBound is the longest a job may go without a step while a
+// majority of its newest committed world is alive and connected: failure
+// detection (1 s), a call's timeout (3 s) and the leader's retry (1 s) for
+// each of a few generations, and the lost-stage timeout (20 s) during which
+// a leader waits for a stage's hung or cut-off holder to come back, with a
+// margin. A stall past it is a defect of the protocol, not of the faults.
+const LivenessBound = time.Minute
 
 // LossTolerance bounds the relative difference of a step's loss from the
 // fault-free run's when the world had another size: the batch is split
@@ -81,6 +95,10 @@ type checker struct {
 	// the fault-free run's.
 	lossDiff  float64
 	violation *Violation
+	// quietSince is since when the newest world (generation quietGen) has
+	// had a live, connected majority and no step applied (-1: not now).
+	quietSince time.Duration
+	quietGen   uint64
 }
 
 func (c *checker) fail(inv, format string, args ...any) {
@@ -144,6 +162,7 @@ func (c *checker) formed(leader *node, gen uint64) {
 // applied: worker w applied step a of its generation. Every rank that
 // applies the same step of the same generation must hold the same bits.
 func (c *checker) applied(w *member, a applied) {
+	c.progress()
 	key := [2]uint64{w.gen, uint64(a.step)}
 	first, ok := c.firstApply[key]
 	if !ok {
@@ -154,6 +173,63 @@ func (c *checker) applied(w *member, a applied) {
 		c.fail(InvStep, "after step %d of generation %d rank %d (%s) holds checksum %x, rank %d (%s) %x",
 			a.step, w.gen, w.rank, w.n.id, a.checksum, first.rank, first.node, first.checksum)
 	}
+}
+
+// liveness runs after every event: while a strict majority of the newest
+// committed world is alive and connected, a step must be applied within
+// LivenessBound.
+func (c *checker) liveness() {
+	s := c.s
+	if s.ended || c.violation != nil {
+		c.quietSince = -1
+		return
+	}
+	w := c.latest()
+	if w.Gen == 0 || !c.majorityConnected(w) {
+		c.quietSince = -1
+		return
+	}
+	if c.quietSince < 0 || w.Gen != c.quietGen {
+		// The bound runs for one world: a newer one is the rendezvous'
+		// progress (endless generations without a step break job-ends
+		// once the faults stop).
+		c.quietSince, c.quietGen = s.clk.now, w.Gen
+		return
+	}
+	if s.clk.now-c.quietSince > LivenessBound {
+		var alive []string
+		for _, m := range w.Members {
+			if n := s.nodes[m.ID]; n != nil && n.up && !n.hung && !n.left {
+				alive = append(alive, fmt.Sprintf("%s (committed gen %d)", m.ID, n.core.Committed().Gen))
+			}
+		}
+		c.fail(InvLive, "no step for %s although a majority of %s is alive and connected: %s",
+			s.clk.now-c.quietSince, w, strings.Join(alive, ", "))
+	}
+}
+
+// progress: a rank applied a step.
+func (c *checker) progress() {
+	if c.quietSince >= 0 {
+		c.quietSince = c.s.clk.now
+	}
+}
+
+// majorityConnected reports whether a strict majority of w's members is
+// up, not hung, not leaving, and on one side of any partition.
+func (c *checker) majorityConnected(w elastic.World) bool {
+	sides := map[int]int{}
+	for _, m := range w.Members {
+		if n := c.s.nodes[m.ID]; n != nil && n.up && !n.hung && !n.left {
+			sides[c.s.side[n.name]]++
+		}
+	}
+	for _, k := range sides {
+		if 2*k > w.Size() {
+			return true
+		}
+	}
+	return false
 }
 
 // rankStep is one rank's application of a step.

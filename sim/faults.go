@@ -46,7 +46,7 @@ func (s *sim) quiet() bool { return s.clk.now >= s.cfg.Bound/2 }
 func (s *sim) healthy() []*node {
 	var out []*node
 	for _, n := range s.live() {
-		if !n.hung && !n.left && s.side[n.name] == 0 {
+		if !n.hung && !n.leaving && s.side[n.name] == 0 {
 			out = append(out, n)
 		}
 	}
@@ -143,16 +143,23 @@ func (s *sim) inject(k int) {
 			s.tearNext = true
 		}
 	case faultLeave:
-		n := victim()
-		if n == nil {
+		// Leaves need no guard of the quorum: a leaver answers as an
+		// acceptor until a world without it committed. One healthy node
+		// stays to finish the job.
+		if len(healthy) < 2 {
 			return
 		}
+		n := healthy[s.rng.IntN(len(healthy))]
 		s.faults++
 		s.tracef("FAULT leave %s", n.id)
+		n.leaving, n.leavingAt = true, s.clk.now
 		n.core.Leave()
 		n.flush()
-		n.left = true
-		s.clk.after(100*time.Millisecond, func() { n.up = false })
+		for _, o := range s.live() {
+			if o != n && !o.hung && s.reach(o.id, n.id) && o.seen[n.id] {
+				o.heardLeaving(n)
+			}
+		}
 	}
 }
 

@@ -77,7 +77,7 @@ func (l *leaderShell) startCall(c *train.LeaderCall) {
 	l.call = p
 	for i, m := range c.Msgs {
 		_, p.form = m.(*workerpb.Form)
-		n.s.send(n.id, n.world.Members[i].ID, callMsg{gen: c.Gen, call: p.id, i: i, msg: m})
+		n.s.send(n.id, n.world.Members[i].ID, callMsg{world: n.world, gen: c.Gen, call: p.id, i: i, msg: m})
 	}
 }
 
@@ -178,6 +178,7 @@ func (l *leaderShell) stepDone(d stepDone) {
 		return
 	}
 	l.n.s.stepsRun++
+	l.n.lead.Progress()
 	lp.step++
 	lp.cursor += uint64(lp.order.Batch)
 	if k := l.n.s.cfg.CkptEvery; k > 0 && lp.step%k == 0 && lp.step < l.n.s.cfg.Steps {

@@ -77,6 +77,13 @@ func (w *member) call(from string, c callMsg) {
 	reply := func(body any, err error) {
 		s.send(w.n.id, from, replyMsg{call: c.call, i: c.i, body: body, err: err})
 	}
+	if c.world.Gen > w.n.core.Committed().Gen {
+		// The call proves its generation committed, although this node
+		// may have lost the commit (and its proposer since).
+		s.tracef("%s learns generation %d from %s's call", w.n.id, c.world.Gen, from)
+		w.n.core.Learn(c.world)
+		w.n.flush()
+	}
 	if c.call <= w.answered[from] {
 		// A duplicate, or one delayed past a later call: the first answer
 		// stands (a lost one times out). The actor transport delivers a
@@ -85,6 +92,16 @@ func (w *member) call(from string, c callMsg) {
 		return
 	}
 	w.answered[from] = c.call
+	if c.gen < w.gen {
+		// A leader of a superseded generation (it hung through the next
+		// one): what this worker holds belongs to a newer generation, and
+		// while it waits for a root's state it holds nothing. The worker
+		// actor answers such a call only after its form in flight ends;
+		// here it is refused as stale, which the leader takes as a
+		// transient failure.
+		reply(nil, failure.Wrapf(failure.Stale, "%s is formed in generation %d, called for generation %d", w.n.id, w.gen, c.gen))
+		return
+	}
 	switch m := c.msg.(type) {
 	case *workerpb.StatusRequest:
 		st := &workerpb.Status{Peer: m.Peer, Name: w.n.name, HeldPart: int32(w.hold.Part), Applied: uint64(w.hold.Applied),

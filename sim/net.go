@@ -23,11 +23,18 @@ type (
 		m   collective.Message
 	}
 	// callMsg is the leader's call of generation gen, phase ph, to member i.
+	// world is the generation's committed world: the proof of its commit
+	// (Core.Learn). The agents' calls carry it implicitly: protoactor
+	// delivers a process's messages to another in order on one
+	// connection, and the leader's core sent the commit before the
+	// trainer's first call. The simulated network loses and reorders
+	// messages one by one, so the call carries it here.
 	callMsg struct {
-		gen  uint64
-		call uint64 // the leader's call number, to match the replies
-		i    int
-		msg  any
+		world elastic.World
+		gen   uint64
+		call  uint64 // the leader's call number, to match the replies
+		i     int
+		msg   any
 	}
 	// replyMsg answers a callMsg.
 	replyMsg struct {

@@ -11,12 +11,13 @@ import (
 
 // Timings of the simulated job (virtual time).
 const (
-	tickEvery   = 100 * time.Millisecond // the shells' tick (agent.run, the membership)
-	detectAfter = time.Second            // memberlist's suspicion: silence before a peer is failed
-	callTimeout = 3 * time.Second        // the leader's calls to its members
-	stepTime    = 40 * time.Millisecond  // a step's forward and backward
-	stepTimeout = 3 * time.Second        // the leader's wait for a step
-	collTimeout = 2 * time.Second        // the collective core's silence bound
+	tickEvery    = 100 * time.Millisecond // the shells' tick (agent.run, the membership)
+	detectAfter  = time.Second            // memberlist's suspicion: silence before a peer is failed
+	leaveTimeout = 5 * time.Second        // the agent's Node.Leave: the longest a leaver waits for a world without it
+	callTimeout  = 3 * time.Second        // the leader's calls to its members
+	stepTime     = 40 * time.Millisecond  // a step's forward and backward
+	stepTimeout  = 3 * time.Second        // the leader's wait for a step
+	collTimeout  = 2 * time.Second        // the collective core's silence bound
 )
 
 // node is one simulated process: its membership, rendezvous core, leader
@@ -30,10 +31,17 @@ type node struct {
 	hung bool
 	// held runs what arrives while the node hangs, at its resume.
 	held []func()
-	// leaving: the node leaves gracefully at its next step boundary.
-	left bool
-	done bool
-	err  error
+	// leaving: the node announced a graceful leave (at its next step
+	// boundary); it answers as an acceptor until it committed a world
+	// without itself, or leaveTimeout passed since leavingAt, and then it
+	// goes (left).
+	leaving   bool
+	leavingAt time.Duration
+	left      bool
+	// toldLeaving: the peers whose leave this node's core heard.
+	toldLeaving map[string]bool
+	done        bool
+	err         error
 
 	core *elastic.Core
 	// seen is the membership as memberlist shows it to this node; silent
@@ -68,7 +76,7 @@ func (s *sim) startNode(name string, inc int) bool {
 	if err != nil {
 		panic(err) // the configuration is the simulator's own
 	}
-	n := &node{s: s, id: id, name: name, inc: inc, up: true, core: c, seen: map[string]bool{}, silent: map[string]time.Duration{}}
+	n := &node{s: s, id: id, name: name, inc: inc, up: true, core: c, seen: map[string]bool{}, silent: map[string]time.Duration{}, toldLeaving: map[string]bool{}}
 	n.lead = train.NewLeaderCore(s.leaderConfig(), s.clk.time())
 	n.shell.n = n
 	n.w = newMember(n)
@@ -146,6 +154,7 @@ func (n *node) tick() {
 			n.see(o)
 		case reach:
 			delete(n.silent, id)
+			n.heardLeaving(o)
 		case n.seen[id] && o.left:
 			n.unsee(id, true)
 		case n.seen[id]:
@@ -159,6 +168,13 @@ func (n *node) tick() {
 	}
 	n.core.Tick()
 	n.flush()
+	if n.leaving && !n.left {
+		if w := n.core.Committed(); w.Gen > 0 && !w.Contains(n.id) || s.clk.now-n.leavingAt >= leaveTimeout {
+			s.tracef("%s goes (committed %s)", n.id, w)
+			n.left = true
+			s.clk.after(100*time.Millisecond, func() { n.up = false })
+		}
+	}
 	n.lead.Tick(s.clk.time())
 	n.shell.tick()
 	n.w.tick()
@@ -176,6 +192,17 @@ func (n *node) see(o *node) {
 	st.To = n.id
 	n.core.Step(st)
 	n.flush()
+	n.heardLeaving(o)
+}
+
+// heardLeaving: n learns that o leaves (its notice, or its metadata's
+// flag).
+func (n *node) heardLeaving(o *node) {
+	if o.leaving && !o.left && !n.toldLeaving[o.id] {
+		n.toldLeaving[o.id] = true
+		n.core.MemberLeaving(o.id)
+		n.flush()
+	}
 }
 
 // unsee: memberlist reports o failed (or left).
@@ -206,6 +233,8 @@ func (n *node) flush() {
 		case elastic.EventCommitted:
 			n.s.check.committed(n.id, e.World)
 			n.commit(e.World)
+		case elastic.EventWaiting:
+			n.lead.Waiting(e.Reason)
 		case elastic.EventProposed:
 			if e.World.Gen > n.s.check.proposed.Gen {
 				n.s.check.proposed = e.World

@@ -164,7 +164,7 @@ func Run(cfg Config, seed uint64, trace io.Writer, ref *Reference) (Result, erro
 func newSim(cfg Config, seed uint64, trace io.Writer) *sim {
 	s := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(seed, 0x51d)), nodes: map[string]*node{}, side: map[string]int{},
 		data: newDataset(cfg.Samples), trace: trace, msgFault: cfg.Faults / 20, fs: checkpoint.NewMemFS()}
-	s.check = checker{s: s, worlds: map[uint64]elastic.World{}, lastGen: map[string]uint64{}, firstApply: map[[2]uint64]rankStep{}, ckpts: map[int]savedState{}, tornStep: -1}
+	s.check = checker{s: s, worlds: map[uint64]elastic.World{}, lastGen: map[string]uint64{}, firstApply: map[[2]uint64]rankStep{}, ckpts: map[int]savedState{}, tornStep: -1, quietSince: -1}
 	smp, err := data.NewSampler(cfg.Samples, samplerSeed, true)
 	if err != nil {
 		panic(err) // Validate checked the size
@@ -190,6 +190,7 @@ func (s *sim) run() {
 		if !s.clk.next(until) {
 			break
 		}
+		s.check.liveness()
 	}
 }
 

@@ -178,6 +178,57 @@ func TestFindsNoPrepareBug(t *testing.T) {
 	t.Fatal("no seed of 300 found two worlds for one generation with the prepare round removed")
 }
 
+// TestFindsStall brings back a rendezvous that sends each prepare,
+// proposal and acknowledgement once (simbug.NoResend): the sweep must find
+// a job that stops training although a majority of its committed world is
+// alive (majority-trains), and the seed must replay to the same violation.
+func TestFindsStall(t *testing.T) {
+	cfg := DefaultConfig()
+	simbug.NoResend = true
+	defer func() { simbug.NoResend = false }()
+	for seed := uint64(1); seed <= 300; seed++ {
+		r, err := Run(cfg, seed, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Violation == nil {
+			continue
+		}
+		if r.Violation.Invariant != InvLive {
+			t.Fatalf("seed %d: %v, want %s", seed, r.Violation, InvLive)
+		}
+		t.Logf("seed %d: %v", seed, r.Violation)
+		again, err := Run(cfg, seed, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.Violation == nil || *again.Violation != *r.Violation {
+			t.Fatalf("seed %d replayed to %v, first %v", seed, again.Violation, r.Violation)
+		}
+		return
+	}
+	t.Fatal("no seed of 300 stalled with the rendezvous' resends removed")
+}
+
+// TestLostCommitSeeds: seeds 12776 and 18641 of the default job stalled
+// when a commit was lost with its proposer (docs/SIM.md): they finish.
+func TestLostCommitSeeds(t *testing.T) {
+	cfg := DefaultConfig()
+	ref, err := NewReference(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seed := range []uint64{12776, 18641} {
+		r, err := Run(cfg, seed, nil, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Violation != nil || r.Outcome != "finished" {
+			t.Errorf("seed %d: %s, %v", seed, r.Outcome, r.Violation)
+		}
+	}
+}
+
 // TestGradientFiniteDifferences checks the model's hand-written gradient
 // against central differences of a float64 loss (a float32 loss's rounding,
 // divided by the step of 1e-3, would swamp the comparison). Measured

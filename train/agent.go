@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-ml/troupe/actors"
 	"github.com/troupe-ml/troupe/checkpoint"
@@ -82,6 +84,15 @@ type AgentConfig struct {
 	// hung or partitioned node keeps its state), but after this long every
 	// agent exits with ErrStageLost. Default one minute.
 	LostStageTimeout time.Duration
+	// RdzvTimeout: a node that the membership keeps out of any world (too
+	// few nodes, no quorum) for this long exits with ErrRendezvousTimeout
+	// (torchrun's --rdzv-timeout). Default 15 minutes.
+	RdzvTimeout time.Duration
+	// MaxRestarts bounds the generations the leader starts after transient
+	// failures (torchrun's --max-restarts); the next failure ends the job
+	// with ErrRestarts. 0: no bound. Between restarts the leader waits 3 s,
+	// doubled after each failure in a row up to 48 s.
+	MaxRestarts int
 	// Rescale is what a world of another size keeps (default
 	// KeepGlobalBatch).
 	Rescale Rescale
@@ -118,6 +129,9 @@ func (c AgentConfig) withDefaults() AgentConfig {
 	}
 	if c.LostStageTimeout == 0 {
 		c.LostStageTimeout = time.Minute
+	}
+	if c.RdzvTimeout == 0 {
+		c.RdzvTimeout = 15 * time.Minute
 	}
 	if c.Timings == "" {
 		c.Timings = "loopback"
@@ -162,6 +176,10 @@ func (c AgentConfig) Validate() error {
 		return fieldErr("Name", "and {Listen} are needed")
 	case r.LostStageTimeout < 0:
 		return fieldErr("LostStageTimeout", "%s is negative", r.LostStageTimeout)
+	case r.RdzvTimeout < 0:
+		return fieldErr("RdzvTimeout", "%s is negative", r.RdzvTimeout)
+	case r.MaxRestarts < 0:
+		return fieldErr("MaxRestarts", "%d is negative (0: no bound)", r.MaxRestarts)
 	case r.Rescale != KeepGlobalBatch && r.Rescale != LinearLR:
 		return fieldErr("Rescale", "%q: want keep-global-batch or linear-lr", r.Rescale)
 	case r.MinNodes < 1 || r.MaxNodes < 0 || r.MaxNodes > 0 && r.MaxNodes < r.MinNodes:
@@ -404,7 +422,8 @@ func (a *agent) start(ctx context.Context) error {
 	quorum := ac.Quorum
 	timings, _ := elastic.ParseTimings(ac.Timings)
 	a.core = NewLeaderCore(LeaderConfig{Stages: cfg.PP, Shards: cfg.TP, ZeroGroup: a.j.zeroGroup(cfg.DP), ZeroShards: a.j.zeroShards(), MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR, Rounds: cfg.sync().Local(), Async: a.async(),
-		Resume: cfg.Resume, ResumeRequired: cfg.ResumeRequired, Target: a.j.steps, LostStageTimeout: ac.LostStageTimeout, RetryDelay: 3 * time.Second}, time.Now())
+		Resume: cfg.Resume, ResumeRequired: cfg.ResumeRequired, Target: a.j.steps, LostStageTimeout: ac.LostStageTimeout, RetryDelay: 3 * time.Second,
+		MaxRestarts: ac.MaxRestarts, RdzvTimeout: ac.RdzvTimeout}, time.Now())
 	if a.o.Progress != nil {
 		a.bar = newProgress(a.o.Progress, a.j.steps)
 	}
@@ -555,6 +574,12 @@ func (a *agent) onEvent(ev elastic.Event) {
 		if ev.World.Rank(a.node.Self().ID) >= 0 && !a.async() {
 			a.shell.Abort(fmt.Sprintf("generation %d proposed", ev.World.Gen))
 		}
+	case elastic.EventWaiting:
+		// Kept out of any world: the rendezvous timeout runs (a standby
+		// node or one that leaves waits by design).
+		if strings.HasPrefix(ev.Reason, "too few nodes") || strings.HasPrefix(ev.Reason, "no quorum") {
+			a.core.Waiting(ev.Reason)
+		}
 	case elastic.EventCommitted:
 		a.log.Info("transition", zap.Uint64("generation", ev.World.Gen), zap.Strings("members", memberNames(ev.World)),
 			zap.String("reason", ev.World.Reason), zap.Duration("rendezvous", ev.Rendezvous))
@@ -699,6 +724,7 @@ func (a *agent) call(c *LeaderCall) {
 			// last generation (asynchronous training completes without
 			// it) must not keep the others from hearing the job ended.
 			replies = a.tellEach(g, c.Msgs)
+			a.tellStandbys(g, c.Msgs)
 		} else {
 			replies, err = g.ex.group.Call(g.ctx, c.Msgs)
 		}
@@ -730,6 +756,40 @@ func (a *agent) tellEach(g *generation, msgs []any) []any {
 	}
 	wg.Wait()
 	return replies
+}
+
+// tellStandbys tells the live nodes outside generation g (standby beyond
+// MaxNodes) that the job ended, with the members' Finish: they would
+// otherwise wait for a world for ever. Best effort, each bounded by the
+// collective timeout.
+func (a *agent) tellStandbys(g *generation, msgs []any) {
+	var fin *workerpb.Finish
+	for _, m := range msgs {
+		if f, ok := m.(*workerpb.Finish); ok {
+			fin = f
+			break
+		}
+	}
+	if fin == nil {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, m := range a.node.Members() {
+		if g.world.Rank(m.ID) >= 0 || m.ID == a.node.Self().ID || m.ActorAddr == "" {
+			continue
+		}
+		f := proto.Clone(fin).(*workerpb.Finish)
+		f.Peer = 0
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pid := actor.NewPID(m.ActorAddr, worker.ActorName)
+			if _, err := a.sys.Root().RequestFuture(pid, f, a.j.cfg.CollectiveTimeout).Result(); err != nil {
+				a.log.Debug("telling a standby the job ended", zap.String("node", m.Name), zap.Error(err))
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // train runs the generation's step loop beside the loop: the trainer
@@ -986,6 +1046,7 @@ func (a *agent) progress(p *workerpb.Progress) bool {
 		delete(a.scalers, m.Step-8)
 	}
 	a.prom.m().observeStep(m)
+	a.core.Progress()
 	if a.o.OnStep != nil {
 		a.o.OnStep(m)
 	}

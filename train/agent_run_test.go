@@ -23,8 +23,9 @@ func freeAddr(t *testing.T) string {
 }
 
 // runAgents runs three agents of cfg in this process (at least two form a
-// world) until each returns; the third leaves after step stopAfter.
-func runAgents(t *testing.T, cfg Config, stopAfter int) []*agentRun {
+// world, at most maxNodes: 0 no limit) until each returns; the third
+// leaves after step stopAfter (0: it stays).
+func runAgents(t *testing.T, cfg Config, stopAfter, maxNodes int) []*agentRun {
 	t.Helper()
 	addrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
 	runs := make([]*agentRun, 3)
@@ -34,7 +35,7 @@ func runAgents(t *testing.T, cfg Config, stopAfter int) []*agentRun {
 	for i := range runs {
 		r := &agentRun{name: fmt.Sprintf("n%d", i+1)}
 		runs[i] = r
-		ac := AgentConfig{Train: cfg, Name: r.name, Listen: addrs[i], Join: addrs, MinNodes: 2, Quorum: elastic.QuorumMajority,
+		ac := AgentConfig{Train: cfg, Name: r.name, Listen: addrs[i], Join: addrs, MinNodes: 2, MaxNodes: maxNodes, Quorum: elastic.QuorumMajority,
 			Key: "passphrase:in-process-test", JoinTimeout: 30 * time.Second}
 		o := Options{
 			OnStep:  func(m StepMetrics) { r.steps = append(r.steps, m.Step) },
@@ -69,7 +70,7 @@ type agentRun struct {
 func TestRunAgentHonoursOptions(t *testing.T) {
 	cfg := tinyMLP()
 	cfg.Steps, cfg.LogEvery = 60, 1000
-	runs := runAgents(t, cfg, 10)
+	runs := runAgents(t, cfg, 10, 0)
 	for _, r := range runs {
 		if r.err != nil {
 			t.Fatalf("%s: %v", r.name, r.err)
@@ -106,6 +107,30 @@ func TestRunAgentHonoursOptions(t *testing.T) {
 	t.Logf("n3 left after step %d; n1 and n2 saw %d generations", leaver.sum.Step, len(runs[0].worlds))
 }
 
+// With --max-nodes 2 of three agents one waits on standby for the whole
+// job: the leader tells it the job ended, and it returns with the job's
+// step instead of waiting for a world for ever.
+func TestRunAgentStandbyHearsTheEnd(t *testing.T) {
+	cfg := tinyMLP()
+	cfg.Steps, cfg.LogEvery = 30, 1000
+	runs := runAgents(t, cfg, 0, 2)
+	standby := 0
+	for _, r := range runs {
+		if r.err != nil {
+			t.Fatalf("%s: %v", r.name, r.err)
+		}
+		if r.sum.Step != cfg.Steps {
+			t.Errorf("%s's summary %+v, want step %d", r.name, r.sum, cfg.Steps)
+		}
+		if len(r.steps) == 0 {
+			standby++
+		}
+	}
+	if standby != 1 {
+		t.Errorf("%d agents trained no step, want one on standby", standby)
+	}
+}
+
 // Asynchronous training on agents embedded in one process: the leader's
 // parameter servers apply every member's gradients; a member that leaves
 // (StopAfter) takes nothing with it, the next generation continues from
@@ -116,7 +141,7 @@ func TestRunAgentAsync(t *testing.T) {
 	// Every replica's computation 2 ms longer: the job outlasts the leave
 	// (at least 2 s with two replicas) however fast the machine.
 	t.Setenv(envStraggler, "0:2ms")
-	runs := runAgents(t, cfg, 50)
+	runs := runAgents(t, cfg, 50, 0)
 	for _, r := range runs[:2] {
 		if r.err != nil {
 			t.Fatalf("%s: %v", r.name, r.err)

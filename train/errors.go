@@ -18,6 +18,12 @@ var (
 	// ErrStageLost: a pipeline stage that no member holds and no checkpoint
 	// can restore (an elastic job, after AgentConfig.LostStageTimeout).
 	ErrStageLost = failure.New(failure.StateLost, "train: a pipeline stage is lost")
+	// ErrRendezvousTimeout: an elastic node could not train in a world for
+	// AgentConfig.RdzvTimeout (too few nodes, or no quorum).
+	ErrRendezvousTimeout = failure.New(failure.Exhausted, "train: no world to train in within the rendezvous timeout")
+	// ErrRestarts: more generations failed transiently than
+	// AgentConfig.MaxRestarts allows.
+	ErrRestarts = failure.New(failure.Exhausted, "train: too many restarts")
 	// ErrWorldTooSmall: an elastic job's world shrank below what its
 	// pipeline needs: fewer members than stages.
 	ErrWorldTooSmall = failure.New(failure.Config, "train: the world is too small for the job")

@@ -73,8 +73,18 @@ type LeaderConfig struct {
 	// LostStageTimeout is how long a stage that no member holds and no
 	// checkpoint restores is waited for; RetryDelay how long after a
 	// transient failure the leader asks for a new generation when the
-	// membership did not change.
+	// membership did not change. The delay doubles with each transient
+	// failure in a row, up to 16 × RetryDelay (backoff); a step trained
+	// resets it (Progress).
 	LostStageTimeout, RetryDelay time.Duration
+	// MaxRestarts bounds the transient failures this node's leader core
+	// restarts from (torchrun's --max-restarts): the next one ends the job
+	// with ErrRestarts. 0: no bound.
+	MaxRestarts int
+	// RdzvTimeout: a node that the membership keeps waiting (too few
+	// nodes, no quorum) for this long without a world to train in ends
+	// with ErrRendezvousTimeout (torchrun's --rdzv-timeout). 0: no bound.
+	RdzvTimeout time.Duration
 }
 
 // CheckpointInfo is the latest checkpoint as the leader found it: its step and
@@ -165,9 +175,17 @@ type LeaderCore struct {
 	world0 int
 	// lostSince is when a lost stage was first seen (zero: none lost).
 	lostSince time.Time
-	// retryAt is when to ask for a new generation (zero: never), and why.
+	// retryAt is when to ask for a new generation (zero: never), and why;
+	// restarts counts the transient failures restarted from, inARow those
+	// since the last step trained (the backoff's exponent).
 	retryAt     time.Time
 	retryReason string
+	restarts    int
+	inARow      int
+	// waitingSince is since when the membership keeps this node waiting
+	// (zero: it does not), and why.
+	waitingSince time.Time
+	waitingWhy   string
 	// endErr is why the job ends (finish phase; nil: it reached Target).
 	endErr error
 	out    []LeaderOut
@@ -184,6 +202,25 @@ func (c *LeaderCore) KeepServers(s *ServerState) { c.servers = s }
 func NewLeaderCore(cfg LeaderConfig, now time.Time) *LeaderCore {
 	return &LeaderCore{cfg: cfg, now: now}
 }
+
+// Waiting: the membership keeps this node out of any world, for reason
+// (elastic.EventWaiting: too few nodes, no quorum); "" when it no longer
+// does, as a committed world says too. After RdzvTimeout of it the job
+// ends here with ErrRendezvousTimeout.
+func (c *LeaderCore) Waiting(reason string) {
+	switch {
+	case reason == "":
+		c.waitingSince, c.waitingWhy = time.Time{}, ""
+	case c.waitingSince.IsZero():
+		c.waitingSince, c.waitingWhy = c.now, reason
+	default:
+		c.waitingWhy = reason
+	}
+}
+
+// Progress: a step of the current generation was trained; the restart
+// backoff starts again from RetryDelay.
+func (c *LeaderCore) Progress() { c.inARow = 0 }
 
 // Ready hands out what the core wants done, in order.
 func (c *LeaderCore) Ready() []LeaderOut {
@@ -202,6 +239,7 @@ func (c *LeaderCore) Commit(w elastic.World, lead bool, ck CheckpointInfo) {
 		c.out = append(c.out, LeaderOut{Stop: c.world.Gen})
 	}
 	c.phase, c.world, c.lead, c.ckpt, c.retryAt = phaseIdle, w, lead, ck, time.Time{}
+	c.waitingSince, c.waitingWhy = time.Time{}, ""
 	if !lead {
 		return
 	}
@@ -221,6 +259,11 @@ func (c *LeaderCore) call(mk func(i int) any) {
 // Tick moves the core's clock.
 func (c *LeaderCore) Tick(now time.Time) {
 	c.now = now
+	if c.cfg.RdzvTimeout > 0 && !c.waitingSince.IsZero() && now.Sub(c.waitingSince) >= c.cfg.RdzvTimeout && c.phase != phaseDone {
+		c.phase = phaseDone
+		c.out = append(c.out, LeaderOut{Done: true, Err: fmt.Errorf("%w: waited %s (--rdzv-timeout): %s", ErrRendezvousTimeout, now.Sub(c.waitingSince).Round(time.Second), c.waitingWhy)})
+		return
+	}
 	if c.phase == phaseIdle && !c.retryAt.IsZero() && !now.Before(c.retryAt) {
 		c.retryAt = time.Time{}
 		c.out = append(c.out, LeaderOut{Request: c.retryReason})
@@ -413,7 +456,8 @@ func (c *LeaderCore) stageLost(l Layout, cause error) {
 	what := fmt.Sprintf("%s: no member holds its state at step %d, and the latest checkpoint cannot restore it (%v)",
 		slotNames(l.Mesh, l.ZeroGroup, l.Lost), l.Step, cause)
 	if waited < c.cfg.LostStageTimeout {
-		c.fail(failure.Wrapf(failure.Stale, "generation %d: %s; waiting for a member that holds it", c.world.Gen, what))
+		// Not a restart: the lost-stage timeout bounds this wait.
+		c.retry(failure.Wrapf(failure.Stale, "generation %d: %s; waiting for a member that holds it", c.world.Gen, what), c.cfg.RetryDelay)
 		return
 	}
 	c.end(fmt.Errorf("%w: %s; no member holding it came back within %s (--lost-stage-timeout)", ErrStageLost, what, waited.Round(time.Millisecond)))
@@ -511,14 +555,28 @@ func (c *LeaderCore) verify() {
 }
 
 // fail classifies err: a transient failure waits for the next generation
-// (asking for one after RetryDelay), a permanent one ends the job.
+// (asking for one after RetryDelay, doubled with each failure in a row up
+// to 16 ×), and counts against MaxRestarts; a permanent one ends the job.
 func (c *LeaderCore) fail(err error) {
 	if !failure.Transient(err) {
 		c.end(err)
 		return
 	}
+	c.restarts++
+	if c.cfg.MaxRestarts > 0 && c.restarts > c.cfg.MaxRestarts {
+		c.end(fmt.Errorf("%w: %d transient failures, --max-restarts %d; the last: %v", ErrRestarts, c.restarts, c.cfg.MaxRestarts, err))
+		return
+	}
+	delay := c.cfg.RetryDelay << min(c.inARow, 4)
+	c.inARow++
+	c.retry(err, delay)
+}
+
+// retry waits for the next generation, asking for one after delay when
+// the membership does not change.
+func (c *LeaderCore) retry(err error, delay time.Duration) {
 	c.phase = phaseIdle
-	c.retryAt, c.retryReason = c.now.Add(c.cfg.RetryDelay), err.Error()
+	c.retryAt, c.retryReason = c.now.Add(delay), err.Error()
 	c.out = append(c.out, LeaderOut{Wait: err.Error()})
 }
 

@@ -30,6 +30,7 @@ import (
 // makes of them. Commands:
 //
 //	config stages=P micro=M batch=B target=T [zero=S [zero3]] [lost-timeout=D] [retry=D] [linear-lr] [resume] [resume-required]
+//	       [max-restarts=N] [rdzv-timeout=D]
 //	start n1 n2 ...      new members, holding nothing
 //	commit n1 n2 ...     a world of these members (in rank order) commits
 //	deliver [only=n1,n2] the leader's pending call reaches every live member
@@ -45,6 +46,8 @@ import (
 //	checkpoint [none]    a checkpoint of the newest step the members hold
 //	                     (none: the checkpoints are gone)
 //	tick D               the clock moves D on every node
+//	waiting n1 [REASON]  n1's membership keeps it out of any world for
+//	                     REASON (none: no longer)
 //	state                every member's holding
 //
 // After every command the invariants are checked: once a generation is
@@ -164,6 +167,13 @@ func (s *leaderSim) exec(line string) error {
 			return nil
 		}
 		return s.checkpoint()
+	case "waiting":
+		c := s.cores[pos[0]]
+		if c == nil {
+			return fmt.Errorf("no member %s", pos[0])
+		}
+		c.Waiting(strings.Join(pos[1:], " "))
+		s.drain(pos[0])
 	case "tick":
 		d, err := time.ParseDuration(pos[0])
 		if err != nil {
@@ -206,7 +216,14 @@ func (s *leaderSim) config(args map[string]string, pos []string) error {
 			*dst = n
 		}
 	}
-	for key, dst := range map[string]*time.Duration{"lost-timeout": &s.cfg.LostStageTimeout, "retry": &s.cfg.RetryDelay} {
+	if v, ok := args["max-restarts"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return err
+		}
+		s.cfg.MaxRestarts = n
+	}
+	for key, dst := range map[string]*time.Duration{"lost-timeout": &s.cfg.LostStageTimeout, "retry": &s.cfg.RetryDelay, "rdzv-timeout": &s.cfg.RdzvTimeout} {
 		if v, ok := args[key]; ok {
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -225,6 +242,9 @@ func (s *leaderSim) config(args map[string]string, pos []string) error {
 		s.cfg.Stages, s.cfg.MicroBatches, s.cfg.Batch, s.cfg.Target, s.cfg.LostStageTimeout, s.cfg.RetryDelay, s.cfg.LinearLR, s.cfg.Resume)
 	if s.cfg.ResumeRequired {
 		fmt.Fprintln(&s.out, "a checkpoint is required")
+	}
+	if s.cfg.MaxRestarts > 0 || s.cfg.RdzvTimeout > 0 {
+		fmt.Fprintf(&s.out, "max restarts %d, rendezvous timeout %s\n", s.cfg.MaxRestarts, s.cfg.RdzvTimeout)
 	}
 	if s.cfg.ZeroGroup > 0 {
 		fmt.Fprintf(&s.out, "ZeRO shard groups of %d, stage 3 %v\n", s.cfg.ZeroGroup, s.cfg.ZeroShards > 0)
@@ -538,6 +558,9 @@ func (s *leaderSim) runTrain(args map[string]string) error {
 		}
 	}
 	fmt.Fprintf(&s.out, "trained to step %d\n", s.members[s.world.Members[l.Members[0]].Name].h.Applied)
+	if steps > 0 {
+		s.cores[s.leader].Progress()
+	}
 	s.formed = len(torn) == 0
 	if v, ok := args["diverge"]; ok {
 		// After those steps the replicas' checksums (--check-every) show

@@ -34,6 +34,9 @@ func (a *agentFlags) config(fl *pflag.FlagSet) (train.AgentConfig, error) {
 		return train.AgentConfig{}, err
 	}
 	ac := a.ac
+	// --max-restarts on an agent bounds its generations' restarts, not
+	// worker processes (train's meaning, with --procs).
+	ac.MaxRestarts, cfg.MaxRestarts = cfg.MaxRestarts, 0
 	ac.Train = cfg // validated as an agent's below
 	if a.join != "" {
 		ac.Join = strings.Split(a.join, ",")
@@ -137,16 +140,18 @@ stdout.`,
 	fl.StringVar(&ac.Timings, "timings", "loopback", "failure detection preset for the network: loopback (one host or a quiet LAN; detects a lost node in ~1 s), lan (links up to ~100 ms; ~5 s) or wan (across regions); fast is loopback's earlier name")
 	fl.DurationVar(&ac.JoinTimeout, "join-timeout", 30*time.Second, "give up when no node of --join answers within this time")
 	fl.DurationVar(&ac.LostStageTimeout, "lost-stage-timeout", time.Minute, "with --pp: end the job with an error when a stage no member holds, and no checkpoint can restore, stays lost this long")
+	fl.DurationVar(&ac.RdzvTimeout, "rdzv-timeout", 15*time.Minute, "exit non-zero when this node cannot train in a world for this long because too few nodes are present (or no quorum of the last world is reachable); torchrun's --rdzv-timeout")
+	fl.Lookup("max-restarts").Usage = "end the job after this many generations started after transient failures (a member lost, a timeout); 0: no bound. The leader waits 3 s before asking for a new generation, doubled after each failure in a row up to 48 s (torchrun's --max-restarts)"
 	fl.StringVar(&a.rescale, "rescale", string(train.KeepGlobalBatch), "on a world of another size keep the global batch (keep-global-batch) or each rank's batch and scale the LR (linear-lr)")
 	fl.IntVar(&a.leaveExit, "leave-exit-code", 0, "exit status when a signal (SIGTERM, SIGINT) ends the agent before the job's end: it left the job, or had not joined it yet; 0 (default): a leave exits 0 and a signal before joining is an error (1). A Kubernetes Job sets one (deploy/k8s: 143) so that a deleted or evicted pod is replaced, and exit 0 means the job reached its last step")
-	inGroup(fl, groupCluster, "name", "listen", "join", "min-nodes", "max-nodes", "quorum", "rescale", "timings", "join-timeout", "lost-stage-timeout", "leave-exit-code")
+	inGroup(fl, groupCluster, "name", "listen", "join", "min-nodes", "max-nodes", "quorum", "rescale", "timings", "join-timeout", "lost-stage-timeout", "rdzv-timeout", "max-restarts", "leave-exit-code")
 	inGroup(fl, groupSecurity, "key", "tls-ca", "tls-cert", "tls-key")
 	return cmd
 }
 
 // agentRefuses are the training flags troupe agent refuses: --dp and
-// --procs (one worker per agent), --max-restarts (restarts worker
-// processes of --procs), --trace (no process sees every stage).
-var agentRefuses = []string{"dp", "procs", "max-restarts", "trace"}
+// --procs (one worker per agent), --trace (no process sees every stage).
+// (--max-restarts means the agent's own: restarts of generations.)
+var agentRefuses = []string{"dp", "procs", "trace"}
 
 func init() { rootCmd.AddCommand(newAgentCmd()) }

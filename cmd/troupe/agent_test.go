@@ -54,7 +54,7 @@ func TestAgentHelpListsWhatItAccepts(t *testing.T) {
 		"outer-nesterov":    {{"--dp=2", "--sync=diloco", "--sync-every=2", "--outer-nesterov"}, {"--sync=diloco", "--sync-every=2", "--outer-nesterov"}},
 		"max-staleness":     {append([]string{"--dp=2", "--max-staleness=2"}, async...), append([]string{"--max-staleness=2"}, async...)},
 		"servers":           {append([]string{"--dp=2", "--servers=2"}, async...), append([]string{"--servers=2"}, async...)},
-		"max-restarts":      {append([]string{"--procs=2", "--max-restarts=1"}, async...)},
+		"max-restarts":      {append([]string{"--procs=2", "--max-restarts=1"}, async...), {"--max-restarts=1"}}, // the agent's: restarts of generations
 		"loss-scale-init":   {{"--precision=fp16", "--loss-scale-init=1024"}},
 		"loss-scale-window": {{"--precision=fp16", "--loss-scale-window=100"}},
 		"loss-scale-min":    {{"--precision=fp16", "--loss-scale-min=2"}},

@@ -25,7 +25,7 @@ var flagOf = map[string]string{
 	// troupe agent
 	"Name": "--name", "Listen": "--listen", "Join": "--join", "MinNodes": "--min-nodes", "MaxNodes": "--max-nodes",
 	"Quorum": "--quorum", "Key": "--key", "Timings": "--timings", "JoinTimeout": "--join-timeout",
-	"LostStageTimeout": "--lost-stage-timeout", "Rescale": "--rescale", "TLS": "--tls-ca/--tls-cert/--tls-key",
+	"LostStageTimeout": "--lost-stage-timeout", "RdzvTimeout": "--rdzv-timeout", "Rescale": "--rescale", "TLS": "--tls-ca/--tls-cert/--tls-key",
 }
 
 // flagName is the flag that sets field (an agent's Train.X is X's).

@@ -42,6 +42,8 @@ generation, replicas bit-identical at every step and at every generation's
 form, the latest checkpoint whole after every torn write and restores equal
 to what was saved, every sample trained once per epoch, the fault-free run's weights (or
 its losses within 1e-5 when a world had another size), no goroutine left,
+that some rank applies a step within a minute of virtual time while a
+majority of the newest committed world is alive and connected (liveness),
 and that the job ends within 10 minutes of virtual time.
 
 It prints a line per seed that broke an invariant (its seed and the first
@@ -78,6 +80,8 @@ type simSummary struct {
 	// Stalled: a majority of a committed world died before it was seen,
 	// and the rendezvous waits for it (its strict-majority rule).
 	Stalled int `json:"stalled"`
+	// Lost: the job ended with every replica lost before a checkpoint.
+	Lost int `json:"lost_every_replica"`
 	// TornWrites and Restores count the torn checkpoint writes and the
 	// replicas restored from checkpoints.
 	TornWrites int     `json:"torn_writes"`
@@ -139,6 +143,8 @@ func runSim(cmd *cobra.Command, _ []string) error {
 			sum.Finished++
 		case strings.HasPrefix(r.Outcome, "stalled"):
 			sum.Stalled++
+		case r.Violation == nil:
+			sum.Lost++
 		}
 		if r.Violation != nil {
 			sum.Violations++
@@ -158,7 +164,7 @@ func runSim(cmd *cobra.Command, _ []string) error {
 		}
 	} else {
 		fmt.Fprintf(out, "%d seeds from %d: %d faults (%d torn checkpoint writes), %d violations; %d finished training (%d replicas restored from checkpoints), %d stalled without a quorum, %d lost every replica before a checkpoint; %.0f s virtual in %.2f s\n",
-			sum.Seeds, sum.From, sum.Faults, sum.TornWrites, sum.Violations, sum.Finished, sum.Restores, sum.Stalled, sum.Seeds-sum.Finished-sum.Stalled, sum.VirtualS, sum.WallS)
+			sum.Seeds, sum.From, sum.Faults, sum.TornWrites, sum.Violations, sum.Finished, sum.Restores, sum.Stalled, sum.Lost, sum.VirtualS, sum.WallS)
 		if simFlags.trace != "" {
 			fmt.Fprintf(out, "trace: %s\n", simFlags.trace)
 		}

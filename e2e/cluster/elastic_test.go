@@ -422,6 +422,39 @@ func TestElasticSurvivorOfALeaveTrainsAlone(t *testing.T) {
 	c.check(c.finish("n2"), ref)
 }
 
+// Three nodes with --min-nodes 3; one leaves (SIGTERM): the two others
+// cannot form a world and, instead of waiting for ever, exit non-zero
+// within --rdzv-timeout + 5 s, naming the cause.
+func TestElasticRendezvousTimeout(t *testing.T) {
+	c := newCluster(t, 3, 3)
+	c.extra = []string{"--rdzv-timeout", "3s"}
+	c.env = slowSteps // the job outlasts the leave and the timeout
+	c.startWorld(3)
+	leaver := c.agents["n3"]
+	leaver.cmd.Process.Signal(syscall.SIGTERM)
+	left := time.Now()
+	if err := <-leaver.done; err != nil {
+		t.Fatalf("n3 after SIGTERM: %v\n%s", err, leaver.stderr.String())
+	}
+	for _, n := range []string{"n1", "n2"} {
+		a := c.agents[n]
+		select {
+		case err := <-a.done:
+			if err == nil {
+				t.Fatalf("%s exited 0 without a world to train in", n)
+			}
+			if !strings.Contains(a.stderr.String(), "rendezvous timeout") {
+				c.dump()
+				t.Fatalf("%s: %v, but its log does not name the rendezvous timeout", n, err)
+			}
+			t.Logf("%s exited non-zero %.1f s after the leave: %v", n, time.Since(left).Seconds(), err)
+		case <-time.After(time.Until(left.Add(3*time.Second + 5*time.Second))):
+			c.dump()
+			t.Fatalf("%s still runs %s after the leave (--rdzv-timeout 3s)", n, time.Since(left).Round(time.Millisecond))
+		}
+	}
+}
+
 // checkReplay asserts what a job that rolled back to a checkpoint must
 // show: the named agents finish with bit-identical replicas, a generation
 // took its state from the checkpoint, every step was logged, and the steps

@@ -4,10 +4,11 @@
 // node sees them on /status, and on SIGTERM leaves the job at a step
 // boundary: the other nodes go on without it at once.
 //
-// Start one per node, every one with the same --join list:
+// Start one per node, every one with the same --join list (--min-nodes 1:
+// when one of the two leaves, the other trains on alone):
 //
-//	go run ./examples/elastic-service --name n1 --listen 127.0.0.1:7101 --http 127.0.0.1:8081 --join 127.0.0.1:7101,127.0.0.1:7102
-//	go run ./examples/elastic-service --name n2 --listen 127.0.0.1:7102 --http 127.0.0.1:8082 --join 127.0.0.1:7101,127.0.0.1:7102
+//	go run ./examples/elastic-service --name n1 --listen 127.0.0.1:7101 --http 127.0.0.1:8081 --join 127.0.0.1:7101,127.0.0.1:7102 --min-nodes 1
+//	go run ./examples/elastic-service --name n2 --listen 127.0.0.1:7102 --http 127.0.0.1:8082 --join 127.0.0.1:7101,127.0.0.1:7102 --min-nodes 1
 //	curl 127.0.0.1:8081/status
 package main
 

@@ -8,3 +8,8 @@ package simbug
 // accepted: the propose/ack/commit protocol that committed two worlds for
 // one generation.
 var NoPrepare bool
+
+// NoResend makes the rendezvous send each prepare, proposal and
+// acknowledgement once: a lost one leaves the generation undecided while
+// every member is alive.
+var NoResend bool
