@@ -264,6 +264,9 @@ type tokenizer interface {
 // when its tokens have no text): the one place troupe generate learns
 // it, so that another tokenizer (a BPE one) plugs in here.
 func tokenizerOf(ds data.Dataset) tokenizer {
+	if t, ok := ds.(data.Tokenized); ok && t.Tokenizer() != nil {
+		return dataTokenizer{t.Tokenizer()}
+	}
 	if t, ok := ds.(data.TextDataset); ok {
 		return t.Vocab()
 	}
@@ -287,3 +290,10 @@ func parsePromptIDs(s string) ([]int32, error) {
 	}
 	return ids, nil
 }
+
+// dataTokenizer is a data.Tokenizer (gpt2 of prepared shards, or a text
+// corpus's) as troupe generate uses it.
+type dataTokenizer struct{ t data.Tokenizer }
+
+func (d dataTokenizer) Encode(text string) ([]int32, error) { return d.t.Encode(nil, []byte(text)) }
+func (d dataTokenizer) Decode(ids []int32) string           { return d.t.Decode(ids) }

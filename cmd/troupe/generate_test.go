@@ -202,3 +202,36 @@ func FuzzParsePromptIDs(f *testing.F) {
 		}
 	})
 }
+
+// TestGenerateGPT2Prompt: on data tokenized with GPT-2's BPE, --prompt is
+// encoded and the new ids decoded with that tokenizer, not by characters.
+func TestGenerateGPT2Prompt(t *testing.T) {
+	path, m, _ := writeGPT(t, "gospec:vocab=gpt2")
+	tok, err := data.GPT2()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt, err := tok.Encode(nil, []byte("Hello world"))
+	if err != nil || !slices.Equal(prompt, []int32{15496, 995}) {
+		t.Fatalf("GPT-2 ids of %q: %v (%v)", "Hello world", prompt, err)
+	}
+	want, err := generate.Recompute(context.Background(), m, prompt, generate.Options{MaxNewTokens: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := execute(newGenerateCmd(), append(slices.Clone(gptShape), "--data", "gospec:vocab=gpt2", "--init", path,
+		"--prompt", "Hello world", "--max-new-tokens", "5", "--temperature", "0", "--json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		IDs  []int32 `json:"ids"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v in %q", err, out)
+	}
+	if !slices.Equal(got.IDs, want) || got.Text == nil || *got.Text != tok.Decode(want) {
+		t.Errorf("troupe generate printed %s; the recompute from GPT-2's ids gives %v (%q)", out, want, tok.Decode(want))
+	}
+}
