@@ -1,86 +1,9 @@
 // Command troupe trains neural networks on actors: one process or many,
-// elastic and fault-tolerant. See README.md for every sub-command.
+// elastic and fault-tolerant. See README.md for every sub-command; the
+// command line itself is package cli, which a Go program with models of
+// its own runs the same way.
 package main
 
-import (
-	"errors"
-	"fmt"
-	"os"
-	"strings"
+import "github.com/troupe-ml/troupe/cli"
 
-	"github.com/spf13/cobra"
-)
-
-// rootCmd is the troupe command; sub-command files attach themselves to it
-// (or to benchCmd / explainCmd) in their init functions.
-var rootCmd = &cobra.Command{
-	Use:               "troupe",
-	Short:             "Actor-based, elastic, fault-tolerant neural-network training",
-	SilenceUsage:      true,
-	SilenceErrors:     true,
-	PersistentPreRunE: prepare,
-}
-
-// prepare runs before every command: its flags completed (its --config
-// file first, so that the file can set the log level too), the logger,
-// the profile.
-func prepare(cmd *cobra.Command, _ []string) error {
-	if err := prepareFlags(cmd); err != nil {
-		return err
-	}
-	if err := setupLogging(cmd); err != nil {
-		return err
-	}
-	return startProfile()
-}
-
-// benchCmd groups the measurement commands (troupe bench gemm, allreduce…).
-var benchCmd = &cobra.Command{
-	Use:   "bench",
-	Short: "Measure kernels and collectives",
-}
-
-// explainCmd groups the teaching views (troupe explain allreduce, pipeline…).
-var explainCmd = &cobra.Command{
-	Use:   "explain",
-	Short: "Show step by step what a schedule does",
-}
-
-func init() {
-	rootCmd.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	rootCmd.PersistentFlags().StringVar(&logFormat, "log-format", "auto", "log format: auto (console on a terminal, JSON otherwise), console, json")
-	rootCmd.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) of the command to this file")
-	rootCmd.AddCommand(benchCmd, explainCmd)
-	// A bad flag is a usage error (exit 2), in every sub-command.
-	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	})
-}
-
-// errUsage marks an error in the command line (exit status 2).
-var errUsage = errors.New("usage")
-
-// exitError ends troupe with its exit status, saying msg on stderr.
-type exitError struct {
-	code int
-	msg  string
-}
-
-func (e *exitError) Error() string { return e.msg }
-
-func main() {
-	err := rootCmd.Execute()
-	stopProfile()
-	syncLogger()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "troupe:", err)
-		var ee *exitError
-		switch {
-		case errors.As(err, &ee):
-			os.Exit(ee.code)
-		case errors.Is(err, errUsage) || strings.HasPrefix(err.Error(), "unknown command"):
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
-}
+func main() { cli.Main() }

@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/troupe-ml/troupe/sim"
+)
+
+// errViolations: a simulated seed broke an invariant (exit status 1).
+var errViolations = errors.New("sim: invariants broken")
+
+var simFlags struct {
+	seeds     int
+	from      uint64
+	seed      uint64
+	trace     string
+	nodes     int
+	faults    float64
+	steps     int
+	ckptEvery int
+	json      bool
+}
+
+var simCmd = &cobra.Command{
+	Use:   "sim",
+	Short: "Run a whole elastic job in one process on a virtual clock, under seeded faults, and check its invariants",
+	Long: `troupe sim runs the elastic training job of --nodes nodes (rendezvous, leader,
+collectives, sampler and a small model) in one goroutine on a virtual clock,
+with faults drawn from each seed: crash and restart, hang and resume, message
+drop, duplication and reordering, partition and heal, join and graceful leave,
+and torn checkpoint writes (the writer and the storage crash mid-save).
+It checks after every event and at the end: one committed world per
+generation, replicas bit-identical at every step and at every generation's
+form, the latest checkpoint whole after every torn write and restores equal
+to what was saved, every sample trained once per epoch, the fault-free run's weights (or
+its losses within 1e-5 when a world had another size), no goroutine left,
+that some rank applies a step within a minute of virtual time while a
+majority of the newest committed world is alive and connected (liveness),
+and that the job ends within 10 minutes of virtual time.
+
+It prints a line per seed that broke an invariant (its seed and the first
+invariant broken) and a summary; it exits 1 if any did. --seed S --trace FILE
+replays one seed and writes its event trace.`,
+	Example: `  troupe sim --seeds 1000
+  troupe sim --seeds 200 --from 5000 --nodes 5 --faults 1 --json
+  troupe sim --seed 90 --trace seed90.txt`,
+	Args: cobra.NoArgs,
+	RunE: runSim,
+}
+
+func init() {
+	f := simCmd.Flags()
+	f.IntVar(&simFlags.seeds, "seeds", 100, "how many seeds to run")
+	f.Uint64Var(&simFlags.from, "from", 1, "the first seed")
+	f.Uint64Var(&simFlags.seed, "seed", 0, "run this seed only (with --trace: write its event trace)")
+	f.StringVar(&simFlags.trace, "trace", "", "with --seed: write the seed's event trace to this file")
+	f.IntVar(&simFlags.nodes, "nodes", sim.DefaultConfig().Nodes, "nodes that start the job (joins add up to two)")
+	f.Float64Var(&simFlags.faults, "faults", sim.DefaultConfig().Faults, "node and network faults per virtual second; each message is also dropped, duplicated or delayed with probability RATE/20 each")
+	f.IntVar(&simFlags.steps, "steps", sim.DefaultConfig().Steps, "training steps of the simulated job")
+	f.IntVar(&simFlags.ckptEvery, "ckpt-every", sim.DefaultConfig().CkptEvery, "checkpoint every N steps (0: none; torn writes need checkpoints)")
+	f.BoolVar(&simFlags.json, "json", false, "print the summary as JSON")
+	rootCmd.AddCommand(simCmd)
+}
+
+// simSummary is troupe sim's summary (--json).
+type simSummary struct {
+	Seeds      int    `json:"seeds"`
+	From       uint64 `json:"from"`
+	Faults     int    `json:"faults"`
+	Violations int    `json:"violations"`
+	Finished   int    `json:"finished"`
+	// Stalled: a majority of a committed world died before it was seen,
+	// and the rendezvous waits for it (its strict-majority rule).
+	Stalled int `json:"stalled"`
+	// Lost: the job ended with every replica lost before a checkpoint.
+	Lost int `json:"lost_every_replica"`
+	// TornWrites and Restores count the torn checkpoint writes and the
+	// replicas restored from checkpoints.
+	TornWrites int     `json:"torn_writes"`
+	Restores   int     `json:"restores"`
+	VirtualS   float64 `json:"virtual_s"`
+	WallS      float64 `json:"wall_s"`
+	// Failures lists each broken seed's first violation.
+	Failures []sim.Result `json:"failures"`
+}
+
+func runSim(cmd *cobra.Command, _ []string) error {
+	cfg := sim.DefaultConfig()
+	cfg.Nodes, cfg.Faults, cfg.Steps, cfg.CkptEvery = simFlags.nodes, simFlags.faults, simFlags.steps, simFlags.ckptEvery
+	if cfg.MinNodes > cfg.Nodes {
+		cfg.MinNodes = cfg.Nodes
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	switch {
+	case simFlags.trace != "" && simFlags.seed == 0:
+		return fmt.Errorf("%w: --trace needs --seed: it writes one seed's trace", errUsage)
+	case simFlags.seeds < 1:
+		return fmt.Errorf("%w: --seeds %d: want at least 1", errUsage, simFlags.seeds)
+	}
+	ref, err := sim.NewReference(cfg)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	first, count := simFlags.from, simFlags.seeds
+	if simFlags.seed != 0 {
+		first, count = simFlags.seed, 1
+	}
+	sum := simSummary{Seeds: count, From: first, Failures: []sim.Result{}}
+	start := time.Now()
+	for i := range count {
+		seed := first + uint64(i)
+		var trace bytes.Buffer
+		var w io.Writer // nil: no trace (a nil *bytes.Buffer would not be)
+		if simFlags.trace != "" {
+			w = &trace
+		}
+		r, err := sim.Run(cfg, seed, w, ref)
+		if err != nil {
+			return err
+		}
+		if w != nil {
+			if err := os.WriteFile(simFlags.trace, trace.Bytes(), 0o644); err != nil {
+				return fmt.Errorf("sim: writing the trace: %w", err)
+			}
+		}
+		sum.Faults += r.Faults
+		sum.TornWrites += r.TornWrites
+		sum.Restores += r.Restores
+		sum.VirtualS += r.Virtual.Seconds()
+		switch {
+		case r.Outcome == "finished":
+			sum.Finished++
+		case strings.HasPrefix(r.Outcome, "stalled"):
+			sum.Stalled++
+		case r.Violation == nil:
+			sum.Lost++
+		}
+		if r.Violation != nil {
+			sum.Violations++
+			sum.Failures = append(sum.Failures, r)
+			if !simFlags.json {
+				fmt.Fprintf(out, "seed %d: %s: %s (replay: troupe sim --seed %d --trace seed%d.txt)\n", seed, r.Violation.Invariant, r.Violation.Detail, seed, seed)
+			}
+		}
+		if (i+1)%1000 == 0 && !simFlags.json {
+			fmt.Fprintf(cmd.ErrOrStderr(), "%d of %d seeds, %d violations\n", i+1, count, sum.Violations)
+		}
+	}
+	sum.WallS = time.Since(start).Seconds()
+	if simFlags.json {
+		if err := writeJSON(out, sum); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(out, "%d seeds from %d: %d faults (%d torn checkpoint writes), %d violations; %d finished training (%d replicas restored from checkpoints), %d stalled without a quorum, %d lost every replica before a checkpoint; %.0f s virtual in %.2f s\n",
+			sum.Seeds, sum.From, sum.Faults, sum.TornWrites, sum.Violations, sum.Finished, sum.Restores, sum.Stalled, sum.Lost, sum.VirtualS, sum.WallS)
+		if simFlags.trace != "" {
+			fmt.Fprintf(out, "trace: %s\n", simFlags.trace)
+		}
+	}
+	if sum.Violations > 0 {
+		return fmt.Errorf("%w: %d of %d seeds", errViolations, sum.Violations, sum.Seeds)
+	}
+	return nil
+}

@@ -1,8 +1,0 @@
-//go:build cuda
-
-package main
-
-// Built with -tags cuda, troupe registers the GPU backend: `troupe devices`
-// lists the GPUs and `troupe train --device cuda` trains on them. Such a
-// binary needs the NVIDIA driver to start (see kernels/cuda).
-import _ "github.com/troupe-ml/troupe/kernels/cuda"
