@@ -49,7 +49,7 @@ type gptDecoder struct {
 	be            kernels.Backend
 	emb           *nn.TokenEmbedding
 	blocks        []*nn.Block
-	caches        []*nn.KVCache
+	caches        nn.KVCaches
 	head          *nn.LMHead
 	vocab, dim    int
 	capacity, fed int
@@ -109,15 +109,11 @@ func (d *gptDecoder) Len() int { return d.fed }
 // Reset implements nn.Decoder.
 func (d *gptDecoder) Reset() {
 	d.fed = 0
-	for _, k := range d.caches {
-		k.Reset()
-	}
+	d.caches.Reset()
 }
 
 // Close implements nn.Decoder.
 func (d *gptDecoder) Close() {
-	for _, k := range d.caches {
-		k.Free()
-	}
+	d.caches.Free()
 	d.caches = nil
 }

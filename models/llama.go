@@ -246,7 +246,7 @@ func (c Llama) NewDecoder(m *nn.Model, capacity int) (nn.Decoder, error) {
 type llamaDecoder struct {
 	emb      *nn.TokenEmbedding
 	blocks   []*nn.LlamaBlock
-	caches   []*nn.KVCache
+	caches   nn.KVCaches
 	head     *nn.LMHead
 	dim      int
 	capacity int
@@ -296,15 +296,11 @@ func (d *llamaDecoder) Len() int { return d.n }
 // Reset implements nn.Decoder.
 func (d *llamaDecoder) Reset() {
 	d.n = 0
-	for _, k := range d.caches {
-		k.Reset()
-	}
+	d.caches.Reset()
 }
 
 // Close implements nn.Decoder.
 func (d *llamaDecoder) Close() {
-	for _, k := range d.caches {
-		k.Free()
-	}
+	d.caches.Free()
 	d.caches = nil
 }

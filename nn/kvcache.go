@@ -43,6 +43,23 @@ func (k *KVCache) Free() {
 	k.K, k.V = nil, nil
 }
 
+// KVCaches are a decoder's caches, one per block.
+type KVCaches []*KVCache
+
+// Reset empties every cache for a new sequence.
+func (ks KVCaches) Reset() {
+	for _, k := range ks {
+		k.Reset()
+	}
+}
+
+// Free releases every cache's buffers.
+func (ks KVCaches) Free() {
+	for _, k := range ks {
+		k.Free()
+	}
+}
+
 // decodeCtx is c for a forward pass that keeps nothing for backward.
 func decodeCtx(c *Ctx, sp bool) *Ctx {
 	if sp {

@@ -43,8 +43,8 @@ const (
 // (DefaultConfig's values are the defaults of troupe train); Validate says
 // what cannot work and changes nothing.
 type Config struct {
-	// Model is the registered model's name (nn.Register; "gpt", "mlp",
-	// "llama" and a program's own).
+	// Model is a registered model's name (nn.Register: package models'
+	// and a program's own).
 	Model string
 	// ModelArgs are the model's options the run sets, by option name
 	// ("d-model": "256"); the others take the model's defaults
