@@ -118,6 +118,60 @@ func TestNumpyShardsTrainGPT(t *testing.T) {
 	}
 }
 
+// The same numpy shards train the Llama (the loss falls, the held-out loss
+// comes from the val shard), and two tensor-parallel shards read the same
+// tokens and give the losses of one worker (rel 1e-4: the TP cut reorders
+// the sums of the row-parallel projections).
+func TestNumpyShardsTrainLlama(t *testing.T) {
+	dir := numpyShards(t)
+	llama := []string{"train", "--model", "llama", "--data", dir, "--vocab-size", "128", "--d-model", "32", "--n-layers", "1",
+		"--n-heads", "2", "--n-kv-heads", "2", "--ffn-hidden", "64", "--context", "16", "--batch", "8", "--lr", "3e-3",
+		"--steps", "40", "--threads", "1", "--log-format", "json"}
+	type rec struct {
+		Step   int     `json:"step"`
+		Loss   float64 `json:"loss"`
+		Cursor uint64  `json:"cursor"`
+	}
+	read := func(path string) []rec {
+		var out []rec
+		for _, l := range strings.Split(strings.TrimSpace(e2etest.ReadFile(t, path)), "\n") {
+			var r rec
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, r)
+		}
+		return out
+	}
+	m := filepath.Join(t.TempDir(), "m.jsonl")
+	out := e2etest.Troupe(t, 2*time.Minute, append(llama, "--metrics-out", m, "--json")...)
+	var sum struct {
+		Model     string  `json:"model"`
+		FirstLoss float64 `json:"first_loss"`
+		FinalLoss float64 `json:"final_loss"`
+		EvalLoss  float64 `json:"eval_loss"`
+	}
+	if err := json.Unmarshal([]byte(e2etest.LastLine(out)), &sum); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !(sum.FinalLoss < sum.FirstLoss-0.5) || !(sum.EvalLoss > 0) {
+		t.Fatalf("the Llama did not learn the shards: %+v", sum)
+	}
+	t.Logf("llama on numpy shards: loss %.3f -> %.3f, held-out %.3f", sum.FirstLoss, sum.FinalLoss, sum.EvalLoss)
+	ref := read(m)
+	tp := filepath.Join(t.TempDir(), "tp.jsonl")
+	e2etest.Troupe(t, 2*time.Minute, append(llama, "--tp", "2", "--metrics-out", tp)...)
+	got := read(tp)
+	if len(got) != len(ref) {
+		t.Fatalf("tp 2: %d steps, one worker %d", len(got), len(ref))
+	}
+	for i, r := range got {
+		if r.Cursor != ref[i].Cursor || abs(r.Loss-ref[i].Loss) > 1e-4*ref[i].Loss {
+			t.Fatalf("tp 2 step %d: cursor %d loss %v, one worker %d %v", r.Step, r.Cursor, r.Loss, ref[i].Cursor, ref[i].Loss)
+		}
+	}
+}
+
 func abs(x float64) float64 {
 	if x < 0 {
 		return -x
