@@ -9,14 +9,16 @@ import (
 
 	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/kernels/cpu"
-	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/plan"
 )
 
 type explainTPFlags struct {
-	tp, dModel, heads, context, batch, vocab int
-	sp, json                                 bool
+	tp, context, batch, vocab int
+	model                     string
+	sp, json                  bool
+	// args are the model options set (--d-model, --n-heads, ...).
+	args nn.Args
 }
 
 func newExplainTPCmd() *cobra.Command {
@@ -24,33 +26,44 @@ func newExplainTPCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tp --tp T",
 		Short: "Print which tensor-parallel rank holds which rows and columns, and the collectives of one block",
-		Long: `Cuts a GPT block (and the token embedding) for T tensor-parallel shards with
-the code troupe train --tp runs, and prints:
+		Long: `Cuts a registered model (--model, with its own flags; the GPT by default)
+for T tensor-parallel shards with the code troupe train --tp runs, and
+prints:
 
-  - for every parameter, the dimension it is cut along and the rows or
-    columns of the whole tensor each rank holds: qkv by heads (each of q, k
-    and v cut alike), fc by rows (column-parallel: a slice of the outputs),
-    proj and out by columns (row-parallel: a slice of the inputs, the bias
-    whole), the vocabulary by rows (padded when T does not divide it);
-  - the collectives one shard runs for one block and one micro-batch, in
-    order, recorded from the block's own forward and backward passes:
-    without sequence parallelism one all-reduce forward and one backward
-    for attention and for the MLP (Megatron-LM's g and f operators); with
-    --sequence-parallel all-gathers and reduce-scatters instead;
-  - the bytes a shard sends for them over a ring, beside the formula
-    8(T − 1)/T · s·b·h · 4 bytes (s context, b sequences, h d_model).`,
+  - for every parameter of its first pipeline units (the token embedding
+    and the first block of the GPT and the Llama) and of its last (the
+    final norm and the LM head), the dimension it is cut along and the rows
+    or columns of the whole tensor each rank holds. The GPT: qkv by heads
+    (each of q, k and v cut alike), fc by rows (column-parallel: a slice of
+    the outputs), proj and out by columns (row-parallel: a slice of the
+    inputs, the bias whole), the vocabulary by rows (padded when T does
+    not divide it). The Llama: q_proj by heads, k_proj and v_proj by kv
+    heads when T divides them (otherwise whole on every rank, their
+    gradients summed over the shards), gate_proj and up_proj by rows,
+    o_proj and down_proj by columns;
+  - the collectives one shard runs for the first block and one
+    micro-batch, in order, recorded from the block's own forward and
+    backward passes: without sequence parallelism one all-reduce forward
+    and one backward for attention and for the MLP (Megatron-LM's g and f
+    operators); with --sequence-parallel all-gathers and reduce-scatters
+    instead;
+  - the bytes a shard sends for them over a ring, beside Megatron-LM's
+    formula for a transformer block, 8(T − 1)/T · s·b·h · 4 bytes (s
+    context, b sequences, h the block's width).`,
 		Example: `  troupe explain tp --tp 2
   troupe explain tp --tp 4 --d-model 512 --n-heads 8 --sequence-parallel
+  troupe explain tp --tp 2 --model llama --n-heads 4 --n-kv-heads 1
   troupe explain tp --tp 4 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.args = modelArgs(cmd.Flags())
 			return runExplainTP(cmd.OutOrStdout(), f)
 		},
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&f.tp, "tp", 0, "tensor-parallel shards T (required)")
-	fl.IntVar(&f.dModel, "d-model", 128, "GPT width h")
-	fl.IntVar(&f.heads, "n-heads", 4, "attention heads (T must divide them)")
+	fl.StringVar(&f.model, "model", "gpt", "the registered model to cut (a sequence model: one that reads token ids)")
+	registerModelFlags(fl)
 	fl.IntVar(&f.context, "context", 64, "sequence length s")
 	fl.IntVar(&f.batch, "batch", 1, "sequences b in the micro-batch")
 	fl.IntVar(&f.vocab, "vocab", 126, "vocabulary (the Go specification's characters: 126)")
@@ -93,15 +106,18 @@ type explainTPOp struct {
 }
 
 type explainTPDoc struct {
-	TP               int              `json:"tp"`
-	SequenceParallel bool             `json:"sequence_parallel"`
-	DModel           int              `json:"d_model"`
-	Heads            int              `json:"heads"`
-	Context          int              `json:"context"`
-	Batch            int              `json:"batch"`
-	Vocab            int              `json:"vocab"`
-	Params           []explainTPParam `json:"params"`
-	Ops              []explainTPOp    `json:"ops"`
+	TP               int    `json:"tp"`
+	SequenceParallel bool   `json:"sequence_parallel"`
+	Model            string `json:"model"`
+	// Describe is the model's one-line shape.
+	Describe string `json:"describe"`
+	// DModel is the width of the activations between blocks.
+	DModel  int              `json:"d_model"`
+	Context int              `json:"context"`
+	Batch   int              `json:"batch"`
+	Vocab   int              `json:"vocab"`
+	Params  []explainTPParam `json:"params"`
+	Ops     []explainTPOp    `json:"ops"`
 	// SentBytes is the sum over Ops; FormulaBytes 8(T − 1)/T · s·b·h · 4,
 	// with sequence parallelism plus 2(T − 1)/T · s·b·h · 4 for the inputs
 	// the backward pass gathers again.
@@ -149,27 +165,51 @@ func (g *recordingTP) AllGather(dst, x kernels.Buffer) {
 }
 
 func buildExplainTP(f explainTPFlags) (explainTPDoc, error) {
-	doc := explainTPDoc{TP: f.tp, SequenceParallel: f.sp, DModel: f.dModel, Heads: f.heads, Context: f.context, Batch: f.batch, Vocab: f.vocab}
+	doc := explainTPDoc{TP: f.tp, SequenceParallel: f.sp, Context: f.context, Batch: f.batch, Vocab: f.vocab}
 	if f.tp < 1 {
 		return doc, fmt.Errorf("%w: --tp %d: want at least 1 (required)", errUsage, f.tp)
 	}
 	if f.batch < 1 {
 		return doc, fmt.Errorf("%w: --batch %d: want at least 1", errUsage, f.batch)
 	}
-	spec := models.GPT{Vocab: f.vocab, Context: f.context, DModel: f.dModel, Layers: 1, Heads: f.heads}
-	if err := spec.Validate(); err != nil {
-		return doc, fmt.Errorf("%w: %w", errUsage, err)
+	def, err := nn.Lookup(f.model)
+	if err != nil {
+		return doc, fmt.Errorf("%w: --model %s: %w", errUsage, f.model, err)
+	}
+	v, err := def.Resolve(f.args)
+	if err != nil {
+		return doc, fmt.Errorf("%w: %w", errUsage, inFlags(err))
+	}
+	spec, err := def.New(v, nn.DataShape{Tokens: true, Classes: f.vocab, Context: f.context})
+	if err == nil {
+		err = spec.Validate()
+	}
+	if err != nil {
+		return doc, fmt.Errorf("%w: --model %s: %w", errUsage, def.Name, inFlags(err))
+	}
+	if spec.Units() < 2 {
+		return doc, fmt.Errorf("%w: --model %s has %d pipeline unit(s): no block to cut after its input", errUsage, def.Name, spec.Units())
 	}
 	place := nn.TP{Size: f.tp, SP: f.sp}
 	if err := nn.CheckTPOf(spec, place); err != nil {
-		return doc, fmt.Errorf("%w: %w", errUsage, err)
+		return doc, fmt.Errorf("%w: %w", errUsage, inFlags(err))
 	}
-	// Who holds what: the embedding's and block 0's parameters on every rank.
+	doc.Model = def.Name
+	// Who holds what: the parameters of the first two units and of the
+	// last on every rank (the blocks between are cut as the first).
+	units := [][2]int{{0, 2}}
+	if n := spec.Units(); n > 2 {
+		units = append(units, [2]int{n - 1, n})
+	}
 	for r := range f.tp {
 		place.Rank = r
-		ps, err := nn.Layout(spec, 0, 2, place)
-		if err != nil {
-			return doc, err
+		var ps []*nn.Param
+		for _, u := range units {
+			p, err := nn.Layout(spec, u[0], u[1], place)
+			if err != nil {
+				return doc, err
+			}
+			ps = append(ps, p...)
 		}
 		for i, p := range ps {
 			if r == 0 {
@@ -200,14 +240,18 @@ func buildExplainTP(f explainTPFlags) (explainTPDoc, error) {
 	if err != nil {
 		return doc, err
 	}
+	doc.DModel = m.InCols
+	if doc.Describe, err = nn.Describe(spec); err != nil {
+		return doc, err
+	}
 	g := &recordingTP{be: be, size: f.tp, pass: "forward"}
 	c := nn.NewCtx(be, nn.NewPool(be))
 	if f.tp > 1 {
 		c.TP = g
 	}
 	rows := m.BoundaryRows(f.batch * f.context)
-	x := c.Pool.GetZero(rows * f.dModel)
-	y := nn.Forward(c, m.Layers, nn.Act{X: x, Rows: rows, Cols: f.dModel})
+	x := c.Pool.GetZero(rows * m.InCols)
+	y := nn.Forward(c, m.Layers, nn.Act{X: x, Rows: rows, Cols: m.InCols})
 	g.pass = "backward"
 	dx := nn.Backward(c, m.Layers, y)
 	c.Pool.Put(dx.X)
@@ -215,7 +259,7 @@ func buildExplainTP(f explainTPFlags) (explainTPDoc, error) {
 	for _, op := range g.ops {
 		doc.SentBytes += op.SentBytes
 	}
-	sbh := float64(f.context * f.batch * f.dModel)
+	sbh := float64(f.context * f.batch * m.InCols)
 	doc.FormulaBytes = plan.TPBlockCommBytes(sbh, f.tp, f.sp, 4)
 	return doc, nil
 }
@@ -232,11 +276,15 @@ func runExplainTP(w io.Writer, f explainTPFlags) error {
 	if f.sp {
 		sp = ", sequence-parallel"
 	}
-	fmt.Fprintf(w, "tensor parallelism over %d shards%s: GPT d_model %d, %d heads, context %d, vocabulary %d\n\n",
-		f.tp, sp, f.dModel, f.heads, f.context, f.vocab)
+	fmt.Fprintf(w, "tensor parallelism over %d shards%s: %s (%s), context %d, vocabulary %d\n\n",
+		f.tp, sp, doc.Model, doc.Describe, f.context, f.vocab)
 	fmt.Fprintln(w, "who holds what (ranges of the whole tensor along the cut dimension):")
+	width := 0
 	for _, p := range doc.Params {
-		fmt.Fprintf(w, "  %-24s %-12s ", p.Name, fmt.Sprint(p.Shape))
+		width = max(width, len(p.Name))
+	}
+	for _, p := range doc.Params {
+		fmt.Fprintf(w, "  %-*s %-12s ", width, p.Name, fmt.Sprint(p.Shape))
 		if p.Cut == "whole" {
 			note := "every rank holds it whole"
 			if p.PartialGrad {
@@ -269,7 +317,7 @@ func runExplainTP(w io.Writer, f explainTPFlags) error {
 	for i, op := range doc.Ops {
 		fmt.Fprintf(w, "  %2d  %-8s  %-16s %9d values  sends %s\n", i+1, op.Pass, op.Kind, op.Values, plan.FormatBytes(op.SentBytes))
 	}
-	fmt.Fprintf(w, "\nsent per shard per block: %s; formula %s\n", plan.FormatBytes(doc.SentBytes), plan.FormatBytes(doc.FormulaBytes))
+	fmt.Fprintf(w, "\nsent per shard per block: %s; Megatron-LM's formula for a transformer block %s\n", plan.FormatBytes(doc.SentBytes), plan.FormatBytes(doc.FormulaBytes))
 	if f.sp {
 		fmt.Fprintln(w, "  (8(T − 1)/T · s·b·h · 4 bytes, plus 2(T − 1)/T · s·b·h · 4 for the inputs the backward pass gathers again)")
 	} else {

@@ -26,6 +26,8 @@ func TestExplainTPJSON(t *testing.T) {
 		{[]string{"--tp", "4"}, map[string]int{"forward all-reduce": 2, "backward all-reduce": 2}},
 		{[]string{"--tp", "4", "--sequence-parallel"}, map[string]int{"forward all-gather": 2, "forward reduce-scatter": 2, "backward all-gather": 4, "backward reduce-scatter": 2}},
 		{[]string{"--tp", "2", "--d-model", "64", "--n-heads", "2", "--batch", "3"}, map[string]int{"forward all-reduce": 2, "backward all-reduce": 2}},
+		{[]string{"--tp", "2", "--model", "llama"}, map[string]int{"forward all-reduce": 2, "backward all-reduce": 2}},
+		{[]string{"--tp", "2", "--model", "llama", "--n-kv-heads", "1", "--sequence-parallel"}, map[string]int{"forward all-gather": 2, "forward reduce-scatter": 2, "backward all-gather": 4, "backward reduce-scatter": 2}},
 	} {
 		out, err := runExplainTPCmd(t, append(c.args, "--json")...)
 		if err != nil {
@@ -76,6 +78,52 @@ func TestExplainTPJSON(t *testing.T) {
 	}
 }
 
+// The Llama's cut, as docs/TP.md states it: q by heads, k and v by kv
+// heads when T divides them and otherwise whole with their gradients
+// summed over the shards; gate/up by rows, o/down by columns; an untied
+// LM head by vocabulary rows.
+func TestExplainTPLlama(t *testing.T) {
+	for _, c := range []struct {
+		kv   string
+		want map[string]string // name → cut
+		sum  bool              // k and v's gradients summed over the shards
+	}{
+		{"2", map[string]string{"self_attn.q_proj.weight": "rows", "self_attn.k_proj.weight": "rows", "self_attn.v_proj.weight": "rows"}, false},
+		{"1", map[string]string{"self_attn.q_proj.weight": "rows", "self_attn.k_proj.weight": "whole", "self_attn.v_proj.weight": "whole"}, true},
+	} {
+		out, err := runExplainTPCmd(t, "--tp", "2", "--model", "llama", "--n-heads", "4", "--n-kv-heads", c.kv, "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc explainTPDoc
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatalf("%v in %s", err, out)
+		}
+		want := map[string]string{"model.embed_tokens.weight": "rows", "model.layers.0.mlp.gate_proj.weight": "rows",
+			"model.layers.0.mlp.up_proj.weight": "rows", "model.layers.0.mlp.down_proj.weight": "columns",
+			"model.layers.0.self_attn.o_proj.weight": "columns", "model.layers.0.input_layernorm.weight": "whole",
+			"model.norm.weight": "whole", "lm_head.weight": "rows"}
+		for k, v := range c.want {
+			want["model.layers.0."+k] = v
+		}
+		got := map[string]explainTPParam{}
+		for _, p := range doc.Params {
+			got[p.Name] = p
+		}
+		for name, cut := range want {
+			if p, ok := got[name]; !ok || p.Cut != cut {
+				t.Errorf("--n-kv-heads %s: %s cut %q, want %q", c.kv, name, p.Cut, cut)
+			}
+		}
+		if k := got["model.layers.0.self_attn.k_proj.weight"]; k.PartialGrad != c.sum {
+			t.Errorf("--n-kv-heads %s: k_proj's gradient summed over the shards: %v, want %v", c.kv, k.PartialGrad, c.sum)
+		}
+		if doc.Model != "llama" || !strings.HasPrefix(doc.Describe, "Llama") {
+			t.Errorf("model %q %q", doc.Model, doc.Describe)
+		}
+	}
+}
+
 func TestExplainTPText(t *testing.T) {
 	out, err := runExplainTPCmd(t, "--tp", "4")
 	if err != nil {
@@ -95,6 +143,10 @@ func TestExplainTPUsage(t *testing.T) {
 		{"--tp", "3"},
 		{"--tp", "1", "--sequence-parallel"},
 		{"--tp", "2", "--batch", "0"},
+		{"--tp", "2", "--model", "mlp"},
+		{"--tp", "2", "--model", "nosuch"},
+		{"--tp", "3", "--model", "llama"},
+		{"--tp", "2", "--model", "llama", "--n-kv-heads", "3"},
 	} {
 		if _, err := runExplainTPCmd(t, args...); !errors.Is(err, errUsage) {
 			t.Errorf("%v: %v, want a usage error", args, err)

@@ -125,6 +125,19 @@ func Layout(spec Spec, lo, hi int, tp TP) ([]*Param, error) {
 	return m.Set.Params(), nil
 }
 
+// Describe is the whole model's one-line summary with its parameter
+// count (Model.Describe), without allocating its weights.
+func Describe(spec Spec) (string, error) {
+	if spec == nil {
+		return "", fmt.Errorf("%w: no model", ErrConfig)
+	}
+	m, err := plan(nil, spec, 0, 0, spec.Units(), NoTP)
+	if err != nil {
+		return "", err
+	}
+	return m.Describe, nil
+}
+
 // plan builds the model's layers and registers its parameters.
 func plan(be kernels.Backend, spec Spec, seed uint64, lo, hi int, tp TP) (*Model, error) {
 	if spec == nil {
