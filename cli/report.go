@@ -125,8 +125,8 @@ func reportRuns(inputs, labels, configs []string) ([]report.Run, error) {
 // writeReport writes the report of one run's steps, and of the trace at
 // tracePath when set, to path, atomically. cfg is the run's
 // configuration (troupe train's own; nil when unknown).
-func writeReport(path, title string, steps []train.StepMetrics, tracePath string, cfg *train.Config) error {
-	run := report.Run{Name: title, Steps: steps}
+func writeReport(path, title string, steps []train.StepMetrics, tracePath string, cfg *train.Config, sample *report.Sample) error {
+	run := report.Run{Name: title, Steps: steps, Sample: sample}
 	if cfg != nil {
 		run.Config, run.ConfigFrom = cfg, "troupe train"
 	}

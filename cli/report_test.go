@@ -185,7 +185,7 @@ func TestWriteReportOfTrain(t *testing.T) {
 	cfg.DP = 2
 	cfg.SetModelArg("layers", []int{784, 64, 10})
 	out := filepath.Join(dir, "run.html")
-	if err := writeReport(out, "troupe train: mlp", steps, "", &cfg); err != nil {
+	if err := writeReport(out, "troupe train: mlp", steps, "", &cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	page := readReport(t, out).page
@@ -195,7 +195,7 @@ func TestWriteReportOfTrain(t *testing.T) {
 		}
 	}
 	// Without it, the report says the configuration is not known.
-	if err := writeReport(out, "troupe train: mlp", steps, "", nil); err != nil {
+	if err := writeReport(out, "troupe train: mlp", steps, "", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if page := readReport(t, out).page; strings.Contains(page, "read from") || !strings.Contains(page, "do not carry the run") {

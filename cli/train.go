@@ -20,6 +20,7 @@ import (
 	_ "github.com/troupe-ml/troupe/kernels/cpu"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/pipeline"
+	"github.com/troupe-ml/troupe/report"
 	"github.com/troupe-ml/troupe/train"
 )
 
@@ -103,6 +104,8 @@ func newTrainCmd() *cobra.Command {
 					return err
 				}
 				o.OnStep = func(m train.StepMetrics) { steps = append(steps, m) }
+				// A language model's report shows text it writes.
+				o.KeepModel = wantsSample(&cfg)
 			}
 			sum, err := train.Run(ctx, cfg, o)
 			var rerr error
@@ -112,7 +115,14 @@ func newTrainCmd() *cobra.Command {
 				if sum != nil {
 					title = fmt.Sprintf("troupe train: %s on %s", sum.Model, sum.Data)
 				}
-				if rerr = writeReport(reportPath, title, steps, cfg.Trace, &cfg); rerr != nil {
+				var sample *report.Sample
+				if sum != nil && sum.Trained != nil {
+					var serr error
+					if sample, serr = reportSample(ctx, &cfg, sum.Trained, steps[len(steps)-1].Step); serr != nil {
+						logger.Warn("the report goes without a text sample", zap.Error(serr))
+					}
+				}
+				if rerr = writeReport(reportPath, title, steps, cfg.Trace, &cfg, sample); rerr != nil {
 					rerr = fmt.Errorf("--report %s: %w", reportPath, rerr)
 				}
 			}

@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	htmlpkg "html"
 	"image"
 	"image/png"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +17,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/troupe-ml/troupe/e2e/e2etest"
 )
@@ -196,4 +201,60 @@ func inked(img image.Image) bool {
 		}
 	}
 	return false
+}
+
+// A language model's report shows text the trained model wrote: the start
+// of a held-out sequence of the Go specification as the prompt and the
+// model's greedy continuation to the end of its context, decoded with the
+// data's tokenizer (one character a token), after two data-parallel
+// replicas trained it. A classifier's report has no text.
+func TestReportShowsTheModelsText(t *testing.T) {
+	dir := t.TempDir()
+	html := filepath.Join(dir, "gpt.html")
+	e2etest.Troupe(t, 2*time.Minute, "train", "--model", "gpt", "--d-model", "32", "--n-layers", "1", "--context", "32",
+		"--batch", "8", "--steps", "20", "--dp", "2", "--threads", "1", "--report", html, "--log-level", "warn")
+	page := e2etest.ReadFile(t, html)
+	m := regexp.MustCompile(`(?s)<p class="note">After step (\d+), from the start of a sequence of ([^ ]+) \(greedy\)[^<]*</p>\s*<pre class="sample"><span class="prompt">(.*?)</span>(.*?)</pre>`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("the report shows no text of the model:\n%s", page[:min(len(page), 3000)])
+	}
+	prompt, text := htmlpkg.UnescapeString(m[3]), htmlpkg.UnescapeString(m[4])
+	if m[1] != "20" || m[2] != "gospec/test" {
+		t.Errorf("the sample is of step %s from %s; want step 20 from gospec/test", m[1], m[2])
+	}
+	if n, k := utf8.RuneCountInString(prompt), utf8.RuneCountInString(text); n != 16 || k != 16 {
+		t.Errorf("prompt %q (%d characters) and text %q (%d): want 16 and 16, half the context each", prompt, n, text, k)
+	}
+	if !strings.Contains(goSpec(t), prompt) {
+		t.Errorf("the prompt %q is not text of the Go specification", prompt)
+	}
+	t.Logf("the model wrote %q after %q", text, prompt)
+	if chromiumBin() != "" {
+		openReport(t, html) // the page with its text opens without an error
+	}
+
+	mlp := filepath.Join(dir, "mlp.html")
+	e2etest.Troupe(t, 2*time.Minute, "train", "--model", "mlp", "--layers", "784,16,10", "--data", "synthetic-mlp", "--steps", "5",
+		"--threads", "1", "--report", mlp, "--log-level", "warn")
+	if strings.Contains(e2etest.ReadFile(t, mlp), `class="sample"`) {
+		t.Error("a classifier's report shows text")
+	}
+}
+
+// goSpec is the Go specification's text, as the gospec data reads it.
+func goSpec(t *testing.T) string {
+	t.Helper()
+	gz, err := os.ReadFile("../data/gospec/go_spec.html.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

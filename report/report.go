@@ -69,6 +69,22 @@ type Run struct {
 	Config *train.Config
 	// ConfigFrom says where Config came from (a file, troupe train).
 	ConfigFrom string
+	// Sample is text the trained model wrote (nil: none; a language model
+	// whose data has a tokenizer gets one from troupe train --report).
+	Sample *Sample
+}
+
+// Sample is a continuation a trained language model generated from the
+// start of a held-out sequence, decoded with the data's tokenizer.
+type Sample struct {
+	// Step is the step whose weights wrote it.
+	Step int
+	// Data names the dataset the prompt came from.
+	Data string
+	// Prompt is the given text; Text what the model wrote after it.
+	Prompt, Text string
+	// How says how it was decoded ("greedy").
+	How string
 }
 
 // Span is one complete span of a trace: a stage's pass over a
@@ -229,6 +245,11 @@ func Write(w io.Writer, in Input) error {
 	type fullConfig struct {
 		Run, From, JSON string
 	}
+	type pageSample struct {
+		Run string
+		*Sample
+	}
+	var samples []pageSample
 	runs := make([]pageRun, len(in.Runs))
 	var configs []fullConfig
 	for i, r := range in.Runs {
@@ -241,6 +262,9 @@ func Write(w io.Writer, in Input) error {
 			}
 		}
 		runs[i] = pageRun{r.Name, r.Steps}
+		if r.Sample != nil {
+			samples = append(samples, pageSample{r.Name, r.Sample})
+		}
 		if r.Config != nil {
 			b, err := json.MarshalIndent(r.Config, "", "  ")
 			if err != nil {
@@ -264,7 +288,8 @@ func Write(w io.Writer, in Input) error {
 		Title    string
 		Settings settingsTable
 		Configs  []fullConfig
+		Samples  []pageSample
 		CSS      template.CSS
 		JS, Data template.JS
-	}{title, settings(in.Runs), configs, template.CSS(uplotCSS), template.JS(uplotJS), template.JS(data)})
+	}{title, settings(in.Runs), configs, samples, template.CSS(uplotCSS), template.JS(uplotJS), template.JS(data)})
 }
