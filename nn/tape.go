@@ -5,8 +5,8 @@ import "github.com/troupe-ml/troupe/kernels"
 // Tape holds what one micro-batch's forward pass saved for its backward
 // pass. Layers push in forward order and pop in reverse; each layer's
 // Backward pops exactly what its Forward pushed. Buffers on a tape come from
-// the Pool and go back to it when popped (Release) or when the tape is
-// cleared.
+// the Pool; the layer that pops one puts it back (Pool.Put) when done, and
+// Clear puts back whatever is left on the tape.
 type Tape struct {
 	bufs []kernels.Buffer
 	ids  []kernels.Index

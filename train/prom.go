@@ -309,6 +309,19 @@ func openProm(cfg *Config, o Options, labels prometheus.Labels, flights *flightS
 	if cfg.MetricsAddr == "" && o.Registerer == nil {
 		return nil, nil
 	}
+	if len(o.MetricLabels) > 0 {
+		all := prometheus.Labels{}
+		for k, v := range o.MetricLabels {
+			all[k] = v
+		}
+		for k, v := range labels {
+			if _, dup := all[k]; dup {
+				return nil, fmt.Errorf("%w: Options.MetricLabels sets %q, a label troupe sets itself", ErrConfig, k)
+			}
+			all[k] = v
+		}
+		labels = all
+	}
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, err
@@ -323,6 +336,10 @@ func openProm(cfg *Config, o Options, labels prometheus.Labels, flights *flightS
 	m, err := newPromMetrics(tee, labels)
 	if err != nil {
 		tee.unregisterAll(o.Registerer)
+		var dup prometheus.AlreadyRegisteredError
+		if errors.As(err, &dup) {
+			err = fmt.Errorf("%w: Options.Registerer holds another run's metrics with the same labels %v: give each run that shares it Options.MetricLabels of its own (e.g. {\"run\": \"a\"})", err, labels)
+		}
 		return nil, err
 	}
 	p := &promRun{metrics: m, reg: o.Registerer, cs: tee.added}

@@ -213,3 +213,74 @@ func TestStragglerIsNamed(t *testing.T) {
 		t.Errorf("a malformed %s: %v", envStraggler, err)
 	}
 }
+
+// Two runs at once on one registry: with label sets of their own
+// (Options.MetricLabels) both register and report their own steps; with
+// the same labels the second fails saying what to do, and the first
+// keeps training.
+func TestPrometheusTwoRunsOnOneRegistry(t *testing.T) {
+	cfg := tinyGPT()
+	cfg.Steps = 3
+	reg := prometheus.NewRegistry()
+	steps := func(run string) float64 {
+		for _, m := range gathered(t, reg)["troupe_steps_total"].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "run" && l.GetValue() == run {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return -1
+	}
+	// Run b starts while run a is at its second step, and a waits for b's
+	// end before it goes on: both are registered together.
+	inA, bDone := make(chan struct{}), make(chan struct{})
+	var bErr error
+	var bSeen float64
+	go func() {
+		defer close(bDone)
+		<-inA
+		_, bErr = Run(context.Background(), cfg, Options{Registerer: reg, MetricLabels: prometheus.Labels{"run": "b"},
+			OnStep: func(m StepMetrics) {
+				if m.Step == 2 {
+					bSeen = steps("a")
+				}
+			}})
+	}()
+	_, err := Run(context.Background(), cfg, Options{Registerer: reg, MetricLabels: prometheus.Labels{"run": "a"},
+		OnStep: func(m StepMetrics) {
+			if m.Step == 2 {
+				close(inA)
+				<-bDone
+				if got := steps("a"); got != 2 {
+					t.Errorf("run a at step 2: troupe_steps_total{run=a} %v", got)
+				}
+			}
+		}})
+	if err != nil || bErr != nil {
+		t.Fatalf("runs a and b: %v, %v", err, bErr)
+	}
+	if bSeen != 2 {
+		t.Errorf("run b saw troupe_steps_total{run=a} %v, want a's 2", bSeen)
+	}
+
+	// The same labels: the second run refuses to start, naming the fix.
+	same := prometheus.Labels{"run": "c"}
+	inA, bDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(bDone)
+		<-inA
+		_, bErr = Run(context.Background(), cfg, Options{Registerer: reg, MetricLabels: same})
+	}()
+	if _, err := Run(context.Background(), cfg, Options{Registerer: reg, MetricLabels: same, OnStep: func(m StepMetrics) {
+		if m.Step == 2 {
+			close(inA)
+			<-bDone
+		}
+	}}); err != nil {
+		t.Fatalf("the first run: %v", err)
+	}
+	if bErr == nil || !strings.Contains(bErr.Error(), "Options.MetricLabels of its own") {
+		t.Fatalf("a second run with the same labels: %v", bErr)
+	}
+}

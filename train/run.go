@@ -97,6 +97,11 @@ type Options struct {
 	// unregistered when Run or RunAgent returns). Config.MetricsAddr
 	// serves them on their own.
 	Registerer prometheus.Registerer
+	// MetricLabels are constant labels on every one of the run's
+	// Prometheus metrics (an agent adds its node's name as "node"): runs
+	// that share a Registerer at the same time need label sets of their
+	// own, e.g. {"run": "a"} and {"run": "b"}.
+	MetricLabels prometheus.Labels
 	// WorkerCommand is the command that runs one worker process of a
 	// Config.Procs world: a program that calls RunWorkerProcess (troupe's
 	// own is `troupe __worker`). It is needed, and used, only with Procs.
