@@ -282,3 +282,15 @@ func FuzzDecodeConfig(f *testing.F) {
 		}
 	})
 }
+
+// The test hooks are not in troupe's own build: their environment
+// variables, even malformed, change nothing (a binary built with -tags
+// troupetesthooks would refuse these values).
+func TestTestHooksAreNotInTheProduct(t *testing.T) {
+	t.Setenv("TROUPE_TEST_STRAGGLER", "one:slow")
+	t.Setenv("TROUPE_TEST_OVERFLOW", "zero")
+	if _, err := runTree(t, "train", "--model", "mlp", "--data", "synthetic-mlp:features=12,classes=3,n=64,test=16", "--layers", "12,8,3",
+		"--steps", "2", "--batch", "16", "--dp", "2", "--threads", "1"); err != nil {
+		t.Fatalf("a run with the test hooks' variables set: %v", err)
+	}
+}

@@ -1,12 +1,7 @@
 package train
 
 import (
-	"fmt"
 	"math"
-	"os"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/kernels/cpu"
@@ -87,52 +82,12 @@ func openValidJob(cfg Config, given *givenData) (*job, error) {
 	if j.cuts, err = cutStages(&j.cfg, whole, j.train); err != nil {
 		return nil, err
 	}
-	if j.straggler, err = testStraggler(); err != nil {
-		return nil, err
-	}
-	if j.overflow, err = testOverflow(); err != nil {
-		return nil, err
+	if testHooks != nil {
+		if j.straggler, j.overflow, err = testHooks(); err != nil {
+			return nil, err
+		}
 	}
 	return j, nil
-}
-
-// envOverflow names a test's overflowing gradient: RANK:STEP
-// (worker.Overflow: the worker at mesh rank RANK finds an inf in its
-// gradients at 1-based step STEP, which the fp16 loss scaler skips).
-const envOverflow = "TROUPE_TEST_OVERFLOW"
-
-// testOverflow reads envOverflow (nil when unset).
-func testOverflow() (*worker.Overflow, error) {
-	v := os.Getenv(envOverflow)
-	if v == "" {
-		return nil, nil
-	}
-	r, s, ok := strings.Cut(v, ":")
-	rank, err := strconv.Atoi(r)
-	step, serr := strconv.Atoi(s)
-	if !ok || err != nil || serr != nil || rank < 0 || step < 1 {
-		return nil, fmt.Errorf("%w: %s=%q: want RANK:STEP, e.g. 1:3", ErrConfig, envOverflow, v)
-	}
-	return &worker.Overflow{Rank: rank, Step: step}, nil
-}
-
-// envStraggler names a test's slow worker: RANK:DELAY (worker.Straggler),
-// inherited by worker processes and read by agents alike.
-const envStraggler = "TROUPE_TEST_STRAGGLER"
-
-// testStraggler reads envStraggler (nil when unset).
-func testStraggler() (*worker.Straggler, error) {
-	v := os.Getenv(envStraggler)
-	if v == "" {
-		return nil, nil
-	}
-	r, d, ok := strings.Cut(v, ":")
-	rank, err := strconv.Atoi(r)
-	delay, derr := time.ParseDuration(d)
-	if !ok || err != nil || derr != nil || rank < 0 || delay <= 0 {
-		return nil, fmt.Errorf("%w: %s=%q: want RANK:DELAY, e.g. 1:50ms", ErrConfig, envStraggler, v)
-	}
-	return &worker.Straggler{Rank: rank, Delay: delay}, nil
 }
 
 // cutStages cuts model into cfg.PP stages: as StageLayers says, or

@@ -84,11 +84,13 @@ type Spec struct {
 	Sync Sync
 	// Straggler, when set, makes the worker at its mesh rank compute
 	// Delay longer every step: a slow replica for tests of straggler
-	// detection (troupe sets it from TROUPE_TEST_STRAGGLER=RANK:DELAY).
+	// detection (a binary built with -tags troupetesthooks sets it from
+	// TROUPE_TEST_STRAGGLER=RANK:DELAY).
 	Straggler *Straggler
 	// Overflow, when set, puts an inf into the gradient of the worker at
 	// its mesh rank in its step: the loss scaler's skip for tests
-	// (troupe sets it from TROUPE_TEST_OVERFLOW=RANK:STEP).
+	// (a binary built with -tags troupetesthooks sets it from
+	// TROUPE_TEST_OVERFLOW=RANK:STEP).
 	Overflow *Overflow
 }
 

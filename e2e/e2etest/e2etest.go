@@ -33,7 +33,9 @@ func Main(m *testing.M) {
 		os.Exit(1)
 	}
 	Bin = filepath.Join(dir, "troupe")
-	build := exec.Command("go", "build", "-o", Bin, "github.com/troupe-ml/troupe/cmd/troupe")
+	// With the test hooks: TROUPE_TEST_STRAGGLER and TROUPE_TEST_OVERFLOW
+	// make a slow worker and an overflowing gradient (train/testhooks.go).
+	build := exec.Command("go", "build", "-tags", "troupetesthooks", "-o", Bin, "github.com/troupe-ml/troupe/cmd/troupe")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building troupe:", err)
