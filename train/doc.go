@@ -15,4 +15,34 @@
 //
 // train sits above worker, actors and elastic: it starts them, they never
 // import it.
+//
+// # Words
+//
+// The same few words name the same things in every package, flag and
+// log line:
+//
+//   - node: one troupe process of an elastic job (troupe agent, RunAgent),
+//     named by --name. troupe train's one process is not a node.
+//   - member: a node as the membership knows it (elastic.Member: its name,
+//     address, devices and incarnation). A member holds a place in a world
+//     or stands by.
+//   - world: the members that train together, in rank order, as one
+//     generation committed them (elastic.World); Run's one process or its
+//     worker processes form the world of generation 0. WorldInfo reports
+//     each world a job formed.
+//   - generation: the number of a committed world: 1 for the first, one
+//     more for each change (a join, a failure, a leave). Messages of an
+//     older generation are dropped.
+//   - mesh: a world's shape, PP × DP × TP ranks (package mesh): pipeline
+//     stages, data-parallel replicas, tensor-parallel shards. ZeRO shards
+//     optimizer state, gradients and parameters over the DP axis.
+//   - rank: a place in the mesh, rank = (pp·DP + dp)·TP + tp, held by one
+//     worker. A member holds one rank; a process of Run holds one or
+//     more.
+//   - worker: the actor that computes a rank's part of every step (package
+//     worker); executor: what drives a world's workers through the step
+//     loop (this package).
+//   - step: one optimizer update of the whole batch (Config.Batch samples,
+//     in Config.MicroBatches micro-batches and Config.Accum accumulation
+//     passes).
 package train
