@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/internal/wait"
 	"github.com/troupe-ml/troupe/kernels"
 )
 
@@ -173,10 +174,7 @@ func TestDataPlaneRefusesStrangers(t *testing.T) {
 				tx.SharedMemory, rx.SharedMemory = shm, shm
 				p := newPlanePair(t, tx, rx, c.txW, c.rxW)
 				p.tx.Send(dataMsg(0, []float32{1}))
-				deadline := time.Now().Add(10 * time.Second)
-				for len(p.lostErrs()) == 0 && time.Now().Before(deadline) {
-					time.Sleep(time.Millisecond)
-				}
+				wait.Until(10*time.Second, func() bool { return len(p.lostErrs()) > 0 })
 				errs := p.lostErrs()
 				if len(errs) == 0 || !errors.Is(errs[0], ErrDataPlane) || !bytes.Contains([]byte(errs[0].Error()), []byte(c.err)) {
 					t.Fatalf("%v, want a refusal about the %s", errs, c.err)
@@ -202,11 +200,13 @@ func TestDataPlanePeerDies(t *testing.T) {
 			p.tx.Send(dataMsg(0, []float32{1}))
 			p.recv(t).Release()
 			p.rx.Close()
-			deadline := time.Now().Add(10 * time.Second)
-			for len(p.lostErrs()) == 0 && time.Now().Before(deadline) {
+			wait.Until(10*time.Second, func() bool {
+				if len(p.lostErrs()) > 0 {
+					return true
+				}
 				p.tx.Send(dataMsg(1, []float32{1}))
-				time.Sleep(time.Millisecond)
-			}
+				return false
+			})
 			if errs := p.lostErrs(); len(errs) == 0 || !errors.Is(errs[0], ErrDataPlane) {
 				t.Fatalf("%v, want a broken connection", errs)
 			}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/troupe-ml/troupe/internal/pki"
+	"github.com/troupe-ml/troupe/internal/wait"
 )
 
 // testIdentity issues a node certificate of ca.
@@ -170,10 +171,7 @@ func TestDataPlaneTLSRefusesStrangers(t *testing.T) {
 			c.rx.Logger = zap.New(core)
 			p := newPlanePair(t, c.tx, c.rx, "w", "w")
 			p.tx.Send(dataMsg(0, []float32{1}))
-			deadline := time.Now().Add(10 * time.Second)
-			for len(p.lostErrs()) == 0 && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
+			wait.Until(10*time.Second, func() bool { return len(p.lostErrs()) > 0 })
 			errs := p.lostErrs()
 			if len(errs) == 0 || !errors.Is(errs[0], ErrDataPlane) || !strings.Contains(errs[0].Error(), c.txErr) {
 				t.Fatalf("%v, want a refusal mentioning %q", errs, c.txErr)
@@ -186,9 +184,7 @@ func TestDataPlaneTLSRefusesStrangers(t *testing.T) {
 			if c.rxLog == "" {
 				return
 			}
-			for time.Now().Before(deadline) && !logged(logs, c.rxLog) {
-				time.Sleep(time.Millisecond)
-			}
+			wait.Until(10*time.Second, func() bool { return logged(logs, c.rxLog) })
 			if !logged(logs, c.rxLog) {
 				t.Fatalf("the listener logged %v, want a warning mentioning %q", logs.All(), c.rxLog)
 			}

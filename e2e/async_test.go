@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/e2e/e2etest"
+	"github.com/troupe-ml/troupe/internal/wait"
 )
 
 // TestAsyncKilledReplica: asynchronous training with its replicas as
@@ -69,10 +70,8 @@ func TestAsyncStoppedReplica(t *testing.T) {
 		}
 		defer syscall.Kill(pid, syscall.SIGCONT)
 		at := lines()
-		for deadline := time.Now().Add(90 * time.Second); lines() < at+300; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the others trained %d steps in 90 s while one replica was stopped", lines()-at)
-			}
+		if !wait.Until(90*time.Second, func() bool { return lines() >= at+300 }) {
+			t.Fatalf("the others trained %d steps in 90 s while one replica was stopped", lines()-at)
 		}
 		t.Logf("%d steps trained while replica process %d was stopped", lines()-at, pid)
 	}, "stale gradient rejected", nil)
@@ -101,12 +100,10 @@ func asyncReplicaFault(t *testing.T, extra []string, fault func(t *testing.T, pi
 		b, _ := os.ReadFile(metrics)
 		return bytes.Count(b, []byte("\n"))
 	}
-	for deadline := time.Now().Add(90 * time.Second); lines() < 50; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("training did not start\n%s", stderr.String())
-		}
+	if !wait.Until(90*time.Second, func() bool { return lines() >= 50 }) {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("training did not start\n%s", stderr.String())
 	}
 	victim, rank := replicaPID(t, cmd.Process.Pid)
 	fault(t, victim, lines)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/e2e/e2etest"
+	"github.com/troupe-ml/troupe/internal/wait"
 )
 
 // TestKillDuringCheckpointWrites: kill -9 of a training process at random
@@ -97,16 +98,15 @@ func appendInt(b []byte, n int) []byte {
 func waitForCheckpoint(t *testing.T, dir string, timeout time.Duration) {
 	t.Helper()
 	before, _ := checkpoint.Latest(checkpoint.OSFS{}, dir)
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if s, err := checkpoint.Latest(checkpoint.OSFS{}, dir); err == nil && s > before {
-			return
-		} else if err != nil && !errors.Is(err, checkpoint.ErrNoCheckpoint) && !errors.Is(err, os.ErrNotExist) {
+	if !wait.Until(timeout, func() bool {
+		s, err := checkpoint.Latest(checkpoint.OSFS{}, dir)
+		if err != nil && !errors.Is(err, checkpoint.ErrNoCheckpoint) && !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("reading latest while training: %v", err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil && s > before
+	}) {
+		t.Fatalf("no new checkpoint in %s within %v", dir, timeout)
 	}
-	t.Fatalf("no new checkpoint in %s within %v", dir, timeout)
 }
 
 // TestProcsCheckpointResume: a 2-process world writes its checkpoint as one

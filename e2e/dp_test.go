@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/e2e/e2etest"
+	"github.com/troupe-ml/troupe/internal/wait"
 	"github.com/troupe-ml/troupe/kernels/cpu"
 	"github.com/troupe-ml/troupe/models"
 	"github.com/troupe-ml/troupe/nn"
@@ -104,15 +105,13 @@ func killWorker(t *testing.T, extra ...string) {
 		t.Fatal(err)
 	}
 	// Wait until training is under way (a few steps logged).
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if b, _ := os.ReadFile(metrics); bytes.Count(b, []byte("\n")) >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("training did not start\n%s", stderr.String())
-		}
+	if !wait.Until(90*time.Second, func() bool {
+		b, _ := os.ReadFile(metrics)
+		return bytes.Count(b, []byte("\n")) >= 3
+	}) {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("training did not start\n%s", stderr.String())
 	}
 	victim, rank := workerPID(t, cmd.Process.Pid)
 	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/e2e/e2etest"
+	"github.com/troupe-ml/troupe/internal/wait"
 )
 
 // workerProcess finds the worker process of rank rank among parent's
@@ -71,13 +72,11 @@ func TestProcsHungWorkerEndsTheJob(t *testing.T) {
 		}
 		cmd.Process.Kill()
 	})
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if b, _ := os.ReadFile(metrics); bytes.Count(b, []byte("\n")) >= 20 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no 20 steps within a minute:\n%s", stderr.String())
-		}
+	if !wait.Until(time.Minute, func() bool {
+		b, _ := os.ReadFile(metrics)
+		return bytes.Count(b, []byte("\n")) >= 20
+	}) {
+		t.Fatalf("no 20 steps within a minute:\n%s", stderr.String())
 	}
 	stopped = workerProcess(t, cmd.Process.Pid, 1)
 	if err := syscall.Kill(stopped, syscall.SIGSTOP); err != nil {

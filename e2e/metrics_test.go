@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/e2e/e2etest"
+	"github.com/troupe-ml/troupe/internal/wait"
 )
 
 // troupe train --metrics-addr serves Prometheus metrics while it trains:
@@ -63,9 +64,10 @@ func TestTrainServesPrometheusMetrics(t *testing.T) {
 	// SIGUSR1: both ranks' recorders in a new directory under --dump-dir.
 	cmd.Process.Signal(syscall.SIGUSR1)
 	var files []string
-	for deadline := time.Now().Add(30 * time.Second); len(files) < 2 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	wait.Until(30*time.Second, func() bool {
 		files, _ = filepath.Glob(filepath.Join(dumps, "*", "rank-*.json"))
-	}
+		return len(files) >= 2
+	})
 	if len(files) != 2 {
 		t.Fatalf("dumps after SIGUSR1: %v, want rank-0.json and rank-1.json", files)
 	}

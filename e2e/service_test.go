@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/e2e/e2etest"
+	"github.com/troupe-ml/troupe/internal/wait"
 )
 
 // buildExample builds one of examples/ into the test's temporary directory.
@@ -79,19 +80,16 @@ func TestElasticAgentEmbeddedInAService(t *testing.T) {
 		t.Cleanup(func() { n.cmd.Process.Kill() })
 	}
 	// Every service reports the world of three and steps going by.
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	if !wait.Until(90*time.Second, func() bool {
 		ready := 0
 		for _, n := range nodes {
 			if st, err := getStatus(n.http); err == nil && st.World != nil && len(st.World.Members) == 3 && st.Step > 50 {
 				ready++
 			}
 		}
-		if ready == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the services did not report a world of three training\n%s", nodes[0].stderr.String())
-		}
+		return ready == 3
+	}) {
+		t.Fatalf("the services did not report a world of three training\n%s", nodes[0].stderr.String())
 	}
 	nodes[2].cmd.Process.Signal(syscall.SIGTERM)
 	var sums []serviceStatus
@@ -157,13 +155,11 @@ func TestServiceKeepsItsWeightsWhenStopped(t *testing.T) {
 		defer resp.Body.Close()
 		return p, json.NewDecoder(resp.Body).Decode(&p)
 	}
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		if p, err := get(); err == nil && p.Step >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no step reported\n%s", stderr.String())
-		}
+	if !wait.Until(2*time.Minute, func() bool {
+		p, err := get()
+		return err == nil && p.Step >= 3
+	}) {
+		t.Fatalf("no step reported\n%s", stderr.String())
 	}
 	resp, err := http.Post("http://"+addr+"/stop", "", nil)
 	if err != nil {
@@ -171,13 +167,11 @@ func TestServiceKeepsItsWeightsWhenStopped(t *testing.T) {
 	}
 	resp.Body.Close()
 	var p progress
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		if p, err = get(); err == nil && p.State != "training" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still training after /stop\n%s", stderr.String())
-		}
+	if !wait.Until(time.Minute, func() bool {
+		p, err = get()
+		return err == nil && p.State != "training"
+	}) {
+		t.Fatalf("still training after /stop\n%s", stderr.String())
 	}
 	// The step in flight when the stop came may have completed on every
 	// worker without being reported: the weights are then of that step.

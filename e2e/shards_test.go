@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -58,38 +56,8 @@ var shardGPT = []string{"--model", "gpt", "--d-model", "32", "--n-layers", "1", 
 // same cursors and losses as a run never stopped.
 func TestNumpyShardsTrainGPT(t *testing.T) {
 	dir := numpyShards(t)
-	type rec struct {
-		Step   int     `json:"step"`
-		Loss   float64 `json:"loss"`
-		Cursor uint64  `json:"cursor"`
-	}
-	read := func(path string) []rec {
-		var out []rec
-		for _, l := range strings.Split(strings.TrimSpace(e2etest.ReadFile(t, path)), "\n") {
-			var r rec
-			if err := json.Unmarshal([]byte(l), &r); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, r)
-		}
-		return out
-	}
-	m := filepath.Join(t.TempDir(), "m.jsonl")
-	out := e2etest.Troupe(t, 2*time.Minute, append([]string{"train", "--data", dir, "--vocab-size", "128", "--steps", "40",
-		"--metrics-out", m, "--json"}, shardGPT...)...)
-	var sum struct {
-		Data      string  `json:"data"`
-		FirstLoss float64 `json:"first_loss"`
-		FinalLoss float64 `json:"final_loss"`
-		EvalLoss  float64 `json:"eval_loss"`
-	}
-	if err := json.Unmarshal([]byte(e2etest.LastLine(out)), &sum); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	if !(sum.FinalLoss < sum.FirstLoss-0.5) || !(sum.EvalLoss > 0) {
-		t.Fatalf("the GPT did not learn the shards: %+v", sum)
-	}
-	ref := read(m)
+	read := func(path string) []stepLine { return readStepLines(t, path) }
+	ref := learnsShards(t, "GPT", append([]string{"train", "--data", dir, "--vocab-size", "128", "--steps", "40"}, shardGPT...))
 
 	dp := filepath.Join(t.TempDir(), "dp.jsonl")
 	e2etest.Troupe(t, 2*time.Minute, append([]string{"train", "--data", dir, "--vocab-size", "128", "--steps", "40", "--dp", "2",
@@ -127,38 +95,8 @@ func TestNumpyShardsTrainLlama(t *testing.T) {
 	llama := []string{"train", "--model", "llama", "--data", dir, "--vocab-size", "128", "--d-model", "32", "--n-layers", "1",
 		"--n-heads", "2", "--n-kv-heads", "2", "--ffn-hidden", "64", "--context", "16", "--batch", "8", "--lr", "3e-3",
 		"--steps", "40", "--threads", "1", "--log-format", "json"}
-	type rec struct {
-		Step   int     `json:"step"`
-		Loss   float64 `json:"loss"`
-		Cursor uint64  `json:"cursor"`
-	}
-	read := func(path string) []rec {
-		var out []rec
-		for _, l := range strings.Split(strings.TrimSpace(e2etest.ReadFile(t, path)), "\n") {
-			var r rec
-			if err := json.Unmarshal([]byte(l), &r); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, r)
-		}
-		return out
-	}
-	m := filepath.Join(t.TempDir(), "m.jsonl")
-	out := e2etest.Troupe(t, 2*time.Minute, append(llama, "--metrics-out", m, "--json")...)
-	var sum struct {
-		Model     string  `json:"model"`
-		FirstLoss float64 `json:"first_loss"`
-		FinalLoss float64 `json:"final_loss"`
-		EvalLoss  float64 `json:"eval_loss"`
-	}
-	if err := json.Unmarshal([]byte(e2etest.LastLine(out)), &sum); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	if !(sum.FinalLoss < sum.FirstLoss-0.5) || !(sum.EvalLoss > 0) {
-		t.Fatalf("the Llama did not learn the shards: %+v", sum)
-	}
-	t.Logf("llama on numpy shards: loss %.3f -> %.3f, held-out %.3f", sum.FirstLoss, sum.FinalLoss, sum.EvalLoss)
-	ref := read(m)
+	read := func(path string) []stepLine { return readStepLines(t, path) }
+	ref := learnsShards(t, "Llama", llama)
 	tp := filepath.Join(t.TempDir(), "tp.jsonl")
 	e2etest.Troupe(t, 2*time.Minute, append(llama, "--tp", "2", "--metrics-out", tp)...)
 	got := read(tp)
@@ -170,6 +108,49 @@ func TestNumpyShardsTrainLlama(t *testing.T) {
 			t.Fatalf("tp 2 step %d: cursor %d loss %v, one worker %d %v", r.Step, r.Cursor, r.Loss, ref[i].Cursor, ref[i].Loss)
 		}
 	}
+}
+
+// learnsShards runs troupe train with args: its loss must fall by more
+// than 0.5 and it must report a held-out loss (the val shard). It returns
+// the run's metrics lines.
+func learnsShards(t *testing.T, model string, args []string) []stepLine {
+	t.Helper()
+	m := filepath.Join(t.TempDir(), "m.jsonl")
+	out := e2etest.Troupe(t, 2*time.Minute, append(args, "--metrics-out", m, "--json")...)
+	var sum struct {
+		FirstLoss float64 `json:"first_loss"`
+		FinalLoss float64 `json:"final_loss"`
+		EvalLoss  float64 `json:"eval_loss"`
+	}
+	if err := json.Unmarshal([]byte(e2etest.LastLine(out)), &sum); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !(sum.FinalLoss < sum.FirstLoss-0.5) || !(sum.EvalLoss > 0) {
+		t.Fatalf("the %s did not learn the shards: %+v", model, sum)
+	}
+	t.Logf("the %s on numpy shards: loss %.3f -> %.3f, held-out %.3f", model, sum.FirstLoss, sum.FinalLoss, sum.EvalLoss)
+	return readStepLines(t, m)
+}
+
+// stepLine is what the shard tests read of a metrics line.
+type stepLine struct {
+	Step   int     `json:"step"`
+	Loss   float64 `json:"loss"`
+	Cursor uint64  `json:"cursor"`
+}
+
+// readStepLines reads a --metrics-out file.
+func readStepLines(t *testing.T, path string) []stepLine {
+	t.Helper()
+	var out []stepLine
+	for _, l := range strings.Split(strings.TrimSpace(e2etest.ReadFile(t, path)), "\n") {
+		var r stepLine
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 func abs(x float64) float64 {
@@ -184,18 +165,8 @@ func abs(x float64) float64 {
 // file.
 func TestDataPrepareCLI(t *testing.T) {
 	dir := t.TempDir()
-	gz, err := os.ReadFile("../data/gospec/go_spec.html.gz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(gz))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var spec bytes.Buffer
-	spec.ReadFrom(zr)
 	in := filepath.Join(dir, "spec.html")
-	os.WriteFile(in, spec.Bytes(), 0o644)
+	os.WriteFile(in, []byte(goSpec(t)), 0o644)
 	out := filepath.Join(dir, "spec")
 	doc := e2etest.Troupe(t, time.Minute, "data", "prepare", "--tokenizer", "gpt2", "--out", out, "--shard-tokens", "50000", "--json", in)
 	var s struct {

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/internal/wait"
 )
 
 // TestTeamRunsEveryShareOnce: every share of every section runs exactly
@@ -58,9 +60,7 @@ func TestTeamHelpersExit(t *testing.T) {
 	if team.helpers.Load() == 0 {
 		t.Fatal("a section of four shares started no helper")
 	}
-	for deadline := time.Now().Add(5 * time.Second); team.helpers.Load() > 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d helpers still alive 5 s after the last section (they exit after %v idle)", team.helpers.Load(), teamSpin+teamIdle)
-		}
+	if !wait.Until(5*time.Second, func() bool { return team.helpers.Load() == 0 }) {
+		t.Fatalf("%d helpers still alive 5 s after the last section (they exit after %v idle)", team.helpers.Load(), teamSpin+teamIdle)
 	}
 }
