@@ -147,42 +147,64 @@ func startAsync(ctx context.Context, j *job, wp workerProcs, from int, cursor da
 		return replicaGroup(sys, j, fmt.Sprintf("async %s #%d", name, inc), name, 0, pid, !procs, log)
 	}
 	if procs {
-		conf, err := json.Marshal(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("train: encoding the worker config: %w", err)
-		}
-		e.procs = &replicaProcs{sys: sys, j: j, wp: wp, conf: conf, log: log, from: from, cursor: cursor, group: group}
-		// Stopped first (stops run last to first): the processes end
-		// before the actor system that talks to them.
-		stops = append(stops, e.procs.stop)
-		for r := range cfg.DP {
-			g, err := e.procs.start(ctx, r, 0, e.lose)
-			if err != nil {
-				return nil, err
-			}
-			e.add(r, g)
-		}
-		log.Info("started replica processes", zap.Int("procs", cfg.DP))
-		return e, nil
+		err = e.startReplicaProcs(ctx, sys, j, wp, from, cursor, group, &stops, log)
+	} else {
+		err = e.startLocalReplicas(ctx, sys, j, servers, share, from, cursor, group, &stops, log)
 	}
-	world, _ := mesh.New(cfg.DP, 1, 1)
-	pids, closers, err := spawnLocal(sys, j, world, servers.mesh.Size(), share, j.replicaSpec, nil, nil, log)
-	stops = append(stops, closers...)
 	if err != nil {
 		return nil, err
+	}
+	return e, nil
+}
+
+// startReplicaProcs starts the replicas of asynchronous training as worker
+// processes (Config.Procs), adding their stops to stops.
+func (e *asyncExecutor) startReplicaProcs(ctx context.Context, sys *actors.System, j *job, wp workerProcs, from int, cursor data.Cursor,
+	group func(string, int, *actor.PID) (*groupExecutor, error), stops *[]func() error, log *zap.Logger) error {
+	cfg := &j.cfg
+	conf, err := json.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("train: encoding the worker config: %w", err)
+	}
+	e.procs = &replicaProcs{sys: sys, j: j, wp: wp, conf: conf, log: log, from: from, cursor: cursor, group: group}
+	// Stopped first (stops run last to first): the processes end before
+	// the actor system that talks to them.
+	*stops = append(*stops, e.procs.stop)
+	for r := range cfg.DP {
+		g, err := e.procs.start(ctx, r, 0, e.lose)
+		if err != nil {
+			return err
+		}
+		e.add(r, g)
+	}
+	log.Info("started replica processes", zap.Int("procs", cfg.DP))
+	return nil
+}
+
+// startLocalReplicas starts the replicas of asynchronous training as
+// worker actors of this process, each with share of the kernel threads,
+// adding their stops to stops.
+func (e *asyncExecutor) startLocalReplicas(ctx context.Context, sys *actors.System, j *job, servers *groupExecutor, share, from int, cursor data.Cursor,
+	group func(string, int, *actor.PID) (*groupExecutor, error), stops *[]func() error, log *zap.Logger) error {
+	cfg := &j.cfg
+	world, _ := mesh.New(cfg.DP, 1, 1)
+	pids, closers, err := spawnLocal(sys, j, world, servers.mesh.Size(), share, j.replicaSpec, nil, nil, log)
+	*stops = append(*stops, closers...)
+	if err != nil {
+		return err
 	}
 	for r := range cfg.DP {
 		g, err := group(fmt.Sprintf("replica %d", r), 0, pids[r])
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if err := formAll(ctx, g, j, from, cursor, nil); err != nil {
 			g.group.Close()
-			return nil, err
+			return err
 		}
 		e.add(r, g)
 	}
-	return e, nil
+	return nil
 }
 
 // newAsyncExecutor trains asynchronously on servers (formed at step from;

@@ -13,6 +13,7 @@ import (
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/failure"
+	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/nn"
 )
 
@@ -176,14 +177,8 @@ func (o Options) logger() *zap.Logger {
 // Run's own goroutine drives the steps and calls Options.OnStep; it
 // returns once every worker (and worker process) has stopped.
 func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := checkRun(&cfg, o); err != nil {
 		return nil, err
-	}
-	if err := cfg.probeOutputs(); err != nil {
-		return nil, err
-	}
-	if o.Train != nil && cfg.Procs > 0 {
-		return nil, fieldErr("Procs", "%d starts worker processes, which cannot read the data this program holds (Options.Train): run the workers in this process (DP, PP, TP without Procs)", cfg.Procs)
 	}
 	j, err := openValidJob(cfg, o.given())
 	if err != nil {
@@ -201,37 +196,12 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 		return nil, err
 	}
 	defer prom.close()
-	ckpt, err := newCheckpointer(&cfg, log)
+	ckpt, err := openCheckpointer(&cfg, o, prom, log)
 	if err != nil {
 		return nil, err
 	}
-	if ckpt != nil && o.ckptFS != nil {
-		ckpt.fsys = o.ckptFS
-	}
-	ckpt.setObserver(prom.m())
 	defer ckpt.close()
-	// ex drives the steps; group is its workers' group (under
-	// asynchronous training the parameter server's).
-	var ex interface {
-		executor
-		Close() error
-	}
-	var group *groupExecutor
-	switch {
-	case cfg.sync().Async():
-		var a *asyncExecutor
-		a, err = startAsync(ctx, j, workerProcsOf(o), from, cursor, log)
-		if a != nil {
-			ex, group = a, a.groupExecutor
-			a.beforeCompute = o.beforeCompute
-		}
-	case cfg.Procs > 0:
-		group, err = startProcs(ctx, j, workerProcsOf(o), from, cursor, log)
-		ex = group
-	default:
-		group, err = startLocal(ctx, j, from, cursor, log)
-		ex = group
-	}
+	ex, group, err := startExecutor(ctx, j, o, from, cursor, log)
 	if err != nil {
 		return nil, err
 	}
@@ -247,16 +217,7 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 	defer flights.set(nil)
 	defer flights.watch(o.Dump, cfg.DumpDir, log)()
 	m := ex.Mesh()
-	log.Info("training", zap.String("model", j.describe), zap.String("data", j.train.Name()), zap.Int("train_samples", j.train.Len()),
-		zap.Int("steps", j.steps), zap.Int("batch", cfg.Batch), zap.String("optimizer", cfg.Optim.Name), zap.Float64("lr", cfg.LR),
-		zap.String("device", cfg.Device), zap.Stringer("world", m), zap.Int("procs", cfg.Procs), zap.Int("threads", cfg.Threads))
-	if o.OnWorld != nil {
-		source := "seed"
-		if from > 0 {
-			source = fmt.Sprintf("checkpoint step %d", from)
-		}
-		o.OnWorld(WorldInfo{Mesh: m.String(), DP: m.DP, PP: m.PP, Step: from, StateFrom: source})
-	}
+	announce(j, o, m, from, log)
 	t := newTrainer(j, log, ckpt)
 	t.scaler.restore(scaler)
 	t.stopAfter = o.StopAfter
@@ -283,21 +244,105 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 		// before the run ends with err.
 		return t.stopped(group, sum, err)
 	}
-	if cfg.Save != "" {
-		if err := t.saveWeights(ctx, ex, sum.Steps); err != nil {
-			return nil, err
-		}
-		sum.Saved, sum.SavedStep = cfg.Save, sum.Steps
-	}
-	if o.KeepModel {
-		if sum.Trained, err = t.wholeModel(ctx, ex); err != nil {
-			return nil, err
-		}
+	if err := t.keepWeights(ctx, ex, sum, o.KeepModel); err != nil {
+		return nil, err
 	}
 	if err := out.close(); err != nil {
 		return nil, err
 	}
 	return sum, nil
+}
+
+// checkRun checks Run's configuration, its outputs (each probed before
+// the first step) and that its data can reach its workers.
+func checkRun(cfg *Config, o Options) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := cfg.probeOutputs(); err != nil {
+		return err
+	}
+	if o.Train != nil && cfg.Procs > 0 {
+		return fieldErr("Procs", "%d starts worker processes, which cannot read the data this program holds (Options.Train): run the workers in this process (DP, PP, TP without Procs)", cfg.Procs)
+	}
+	return nil
+}
+
+// openCheckpointer makes Run's checkpointer (nil without
+// Config.CkptDir), on Options' test file system when one is set, its
+// writes observed by the run's metrics.
+func openCheckpointer(cfg *Config, o Options, prom *promRun, log *zap.Logger) (*checkpointer, error) {
+	ckpt, err := newCheckpointer(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if ckpt != nil && o.ckptFS != nil {
+		ckpt.fsys = o.ckptFS
+	}
+	ckpt.setObserver(prom.m())
+	return ckpt, nil
+}
+
+// runExecutor is the executor of Run's one world, which Run closes.
+type runExecutor interface {
+	executor
+	Close() error
+}
+
+// startExecutor starts the workers of Run's world from step from at
+// cursor: the replicas of the asynchronous parameter server, worker
+// processes (Config.Procs), or worker actors in this process. group is
+// the executor's workers' group (under asynchronous training the
+// parameter server's).
+func startExecutor(ctx context.Context, j *job, o Options, from int, cursor data.Cursor, log *zap.Logger) (runExecutor, *groupExecutor, error) {
+	switch {
+	case j.cfg.sync().Async():
+		a, err := startAsync(ctx, j, workerProcsOf(o), from, cursor, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		a.beforeCompute = o.beforeCompute
+		return a, a.groupExecutor, nil
+	case j.cfg.Procs > 0:
+		group, err := startProcs(ctx, j, workerProcsOf(o), from, cursor, log)
+		return group, group, err
+	default:
+		group, err := startLocal(ctx, j, from, cursor, log)
+		return group, group, err
+	}
+}
+
+// announce logs what Run trains and tells Options.OnWorld of its world.
+func announce(j *job, o Options, m mesh.Mesh, from int, log *zap.Logger) {
+	cfg := &j.cfg
+	log.Info("training", zap.String("model", j.describe), zap.String("data", j.train.Name()), zap.Int("train_samples", j.train.Len()),
+		zap.Int("steps", j.steps), zap.Int("batch", cfg.Batch), zap.String("optimizer", cfg.Optim.Name), zap.Float64("lr", cfg.LR),
+		zap.String("device", cfg.Device), zap.Stringer("world", m), zap.Int("procs", cfg.Procs), zap.Int("threads", cfg.Threads))
+	if o.OnWorld != nil {
+		source := "seed"
+		if from > 0 {
+			source = fmt.Sprintf("checkpoint step %d", from)
+		}
+		o.OnWorld(WorldInfo{Mesh: m.String(), DP: m.DP, PP: m.PP, Step: from, StateFrom: source})
+	}
+}
+
+// keepWeights writes the trained weights to Config.Save and, with keep,
+// returns the whole trained model in sum.Trained.
+func (t *trainer) keepWeights(ctx context.Context, ex executor, sum *Summary, keep bool) error {
+	if save := t.job.cfg.Save; save != "" {
+		if err := t.saveWeights(ctx, ex, sum.Steps); err != nil {
+			return err
+		}
+		sum.Saved, sum.SavedStep = save, sum.Steps
+	}
+	if keep {
+		var err error
+		if sum.Trained, err = t.wholeModel(ctx, ex); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // startPoint is where a run starts: step 0, or the latest checkpoint's

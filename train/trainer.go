@@ -105,47 +105,23 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 			err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)
 		}
 	}()
-	j, cfg := t.job, &t.job.cfg
+	j := t.job
 	sum = &Summary{Model: j.describe, Params: j.params, Data: j.train.Name(), Steps: seg.from, StartStep: seg.from, World: seg.ex.Mesh().Size()}
-	sampler, err := data.NewSampler(j.train.Len(), cfg.Seed, cfg.Shuffle)
+	sampler, err := data.NewSampler(j.train.Len(), j.cfg.Seed, j.cfg.Shuffle)
 	if err != nil {
 		return sum, fmt.Errorf("train: %w", err)
 	}
-	var stats runStats
-	var b data.Batch
-	var idx []int
-	start := time.Now()
-	defer func() { stats.summarize(sum, start, j.tokensPerRow()) }()
+	r := &runState{sum: sum, sampler: sampler, start: time.Now(), lastDone: time.Now(), next: seg.from, nextCursor: seg.cursor}
+	defer func() { r.stats.summarize(sum, r.start, j.tokensPerRow()) }()
 	fl := newInflight(ctx, seg.ex)
 	defer fl.stop()
-	next, nextCursor := seg.from, seg.cursor // the next step to start, at its cursor
-	lastDone := time.Now()
-	// stopped is why the loop stops starting steps (seg.stop): it returns
-	// once the steps in flight completed and were reported, so that the
-	// steps it reports are every one it started.
-	var stopped error
 	for step := seg.from; step < j.steps; step++ {
-		// Start steps while the window has room, never past one whose
-		// afterStep needs the executor quiet (an evaluation, a
-		// checkpoint, the last step) before it completed: with a
-		// window of one, a step at a time, every step's policy as
-		// before. Steps complete, and are reported, in the order they
-		// complete: step is the count of completed ones (under
-		// asynchronous training, the server's updates).
-		for fl.running < fl.window && next < j.steps && (next == step || !t.quietAfter(next-1)) {
-			if err := ctx.Err(); err != nil {
-				return sum, fmt.Errorf("train: stopped before step %d: %w", next+1, context.Cause(ctx))
-			}
-			if seg.stop != nil && seg.stop.Err() != nil {
-				stopped = fmt.Errorf("train: stopped before step %d: %w", next+1, failure.Wrap(failure.Canceled, context.Cause(seg.stop)))
-				break
-			}
-			idx = sampler.At(nextCursor, seg.batch, idx)
-			j.train.Fill(idx, &b)
-			fl.start(worker.StepRequest{Step: next, Cursor: nextCursor, Batch: seg.batch, LR: t.sched.LR(next) * seg.lrScale,
-				GlobalTargets: globalTargets(&b), Checksum: cfg.CheckEvery > 0 && (next+1)%cfg.CheckEvery == 0,
-				LossScale: t.scaler.scale(), LossScaleTracker: t.scaler.tracker(), Round: cfg.roundAt(next, t.total())})
-			next, nextCursor = next+1, nextCursor+data.Cursor(seg.batch)
+		// stopped is why the loop stops starting steps (seg.stop): it
+		// returns once the steps in flight completed and were reported,
+		// so that the steps it reports are every one it started.
+		stopped, err := t.startSteps(ctx, seg, fl, r, step)
+		if err != nil {
+			return sum, err
 		}
 		if fl.running == 0 { // only a stop leaves none in flight
 			if stopped == nil {
@@ -153,71 +129,140 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 			}
 			return sum, stopped
 		}
-		o := fl.next()
-		req, st, err, t0 := o.req, o.st, o.err, o.t0
-		if fl.window > 1 {
-			// Steps overlap: a step's time is the time since the one
-			// before it completed (the rate the job trains at).
-			t0 = lastDone
-		}
-		lastDone = time.Now()
-		cursor, lr, lossScale := req.Cursor, req.LR, req.LossScale
-		var adopted *adoptedError
-		if errors.As(err, &adopted) {
-			// The step may count: its line goes with the error, for the
-			// next generation to report if it continues after it.
-			loss := adopted.Stats.LossSum / math.Max(1, float64(adopted.Stats.Targets))
-			adopted.Metrics = t.metrics(seg, step, cursor, lr, loss, adopted.Stats, time.Since(t0))
-		}
-		if err != nil {
-			return sum, fmt.Errorf("train: step %d: %w", step+1, err)
-		}
-		loss := st.LossSum / math.Max(1, float64(st.Targets))
-		if math.IsNaN(loss) || math.IsInf(loss, 0) {
-			return sum, fmt.Errorf("%w: step %d: loss is %v (lower the learning rate or clip the gradients)", ErrLoss, step+1, loss)
-		}
-		m := t.metrics(seg, step, cursor, lr, loss, st, time.Since(t0))
-		if t.scaler != nil {
-			if err := t.scaler.update(st.Skipped, step+1); err != nil {
-				return sum, err
-			}
-			m.LossScale, m.Skipped, m.Scaler = lossScale, st.Skipped, t.scaler.state()
-			if st.Skipped {
-				t.log.Warn("gradients overflowed: step skipped on every rank", zap.Int("step", step+1),
-					zap.Float64("loss_scale", lossScale), zap.Float64("next_scale", t.scaler.Scale))
-			}
-		}
-		stats.add(m, st)
-		if step == seg.from {
-			sum.FirstLoss = loss
-		}
-		sum.Steps, sum.FinalLoss, sum.Samples = step+1, loss, sum.Samples+int64(seg.batch)
-		// The samples trained by the completed steps (the step's own
-		// batch's end, unless steps complete out of order).
-		cursor = seg.cursor + data.Cursor((step+1-seg.from)*seg.batch)
-		last := step == j.steps-1
-		if cfg.sync().Async() {
-			sum.addAsync(st)
-			m.Samples, m.Epoch = int64(cursor), float64(cursor)/float64(j.train.Len())
-		}
-		if err := t.afterStep(ctx, seg, &m, sampler, cursor, sum); err != nil {
+		if done, err := t.complete(ctx, seg, fl, r, step); err != nil || done {
 			return sum, err
-		}
-		if th := cfg.StragglerThreshold; th > 0 && m.StragglerLagMs > ms(th) {
-			t.log.Warn("straggler", zap.Int("step", m.Step), zap.String("rank", seg.ex.RankName(m.StragglerRank)),
-				zap.Float64("lag_ms", m.StragglerLagMs), zap.Float64("compute_ms", m.ComputeMs), zap.Duration("threshold", th))
-		}
-		if t.logSteps && ((step+1)%cfg.LogEvery == 0 || step == seg.from || last) {
-			t.log.Info("step", zap.Uint64("generation", m.Generation), zap.Int("step", step+1), zap.Int("of", j.steps),
-				zap.Float64("loss", loss), zap.Float64("lr", lr), zap.Float64("step_ms", m.StepMs), zap.Float64("samples_per_s", m.SamplesPerS),
-				zap.Stringer("world", seg.ex.Mesh()), zap.Float64("epoch", m.Epoch), zap.Duration("eta", eta(start, step+1-seg.from, j.steps-seg.from)))
-		}
-		if t.stopAfter > 0 && step+1 >= t.stopAfter && !last {
-			t.log.Info("stopping early", zap.Int("after_step", step+1))
-			break
 		}
 	}
 	return sum, nil
+}
+
+// runState is what trainer.run carries from step to step: the sampler and
+// the next step to start at its cursor, the batch buffers, the figures of
+// the completed steps and the summary.
+type runState struct {
+	sum             *Summary
+	sampler         *data.Sampler
+	stats           runStats
+	b               data.Batch
+	idx             []int
+	start, lastDone time.Time
+	next            int
+	nextCursor      data.Cursor
+}
+
+// startSteps starts steps while the window has room, never past one whose
+// afterStep needs the executor quiet (an evaluation, a checkpoint, the
+// last step) before it completed: with a window of one, a step at a time.
+// Steps complete, and are reported, in the order they complete: step is
+// the count of completed ones (under asynchronous training, the server's
+// updates). It returns why it stopped starting steps (seg.stop), or the
+// run's cancellation as an error.
+func (t *trainer) startSteps(ctx context.Context, seg segment, fl *inflight, r *runState, step int) (stopped, err error) {
+	j, cfg := t.job, &t.job.cfg
+	for fl.running < fl.window && r.next < j.steps && (r.next == step || !t.quietAfter(r.next-1)) {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("train: stopped before step %d: %w", r.next+1, context.Cause(ctx))
+		}
+		if seg.stop != nil && seg.stop.Err() != nil {
+			return fmt.Errorf("train: stopped before step %d: %w", r.next+1, failure.Wrap(failure.Canceled, context.Cause(seg.stop))), nil
+		}
+		r.idx = r.sampler.At(r.nextCursor, seg.batch, r.idx)
+		j.train.Fill(r.idx, &r.b)
+		fl.start(worker.StepRequest{Step: r.next, Cursor: r.nextCursor, Batch: seg.batch, LR: t.sched.LR(r.next) * seg.lrScale,
+			GlobalTargets: globalTargets(&r.b), Checksum: cfg.CheckEvery > 0 && (r.next+1)%cfg.CheckEvery == 0,
+			LossScale: t.scaler.scale(), LossScaleTracker: t.scaler.tracker(), Round: cfg.roundAt(r.next, t.total())})
+		r.next, r.nextCursor = r.next+1, r.nextCursor+data.Cursor(seg.batch)
+	}
+	return nil, nil
+}
+
+// complete takes the next step to complete as step (0-based): it checks
+// its loss, updates the loss scaler, the figures and the summary, runs
+// what follows it (evaluation, checkpoint, metrics) and logs it. done: the
+// run stops after it (Options.StopAfter).
+func (t *trainer) complete(ctx context.Context, seg segment, fl *inflight, r *runState, step int) (done bool, err error) {
+	j, cfg, sum := t.job, &t.job.cfg, r.sum
+	o := fl.next()
+	req, st, t0 := o.req, o.st, o.t0
+	if fl.window > 1 {
+		// Steps overlap: a step's time is the time since the one before
+		// it completed (the rate the job trains at).
+		t0 = r.lastDone
+	}
+	r.lastDone = time.Now()
+	cursor, lr, lossScale := req.Cursor, req.LR, req.LossScale
+	var adopted *adoptedError
+	if errors.As(o.err, &adopted) {
+		// The step may count: its line goes with the error, for the next
+		// generation to report if it continues after it.
+		loss := adopted.Stats.LossSum / math.Max(1, float64(adopted.Stats.Targets))
+		adopted.Metrics = t.metrics(seg, step, cursor, lr, loss, adopted.Stats, time.Since(t0))
+	}
+	if o.err != nil {
+		return false, fmt.Errorf("train: step %d: %w", step+1, o.err)
+	}
+	loss := st.LossSum / math.Max(1, float64(st.Targets))
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return false, fmt.Errorf("%w: step %d: loss is %v (lower the learning rate or clip the gradients)", ErrLoss, step+1, loss)
+	}
+	m := t.metrics(seg, step, cursor, lr, loss, st, time.Since(t0))
+	if err := t.scaled(&m, st, step, lossScale); err != nil {
+		return false, err
+	}
+	r.stats.add(m, st)
+	if step == seg.from {
+		sum.FirstLoss = loss
+	}
+	sum.Steps, sum.FinalLoss, sum.Samples = step+1, loss, sum.Samples+int64(seg.batch)
+	// The samples trained by the completed steps (the step's own batch's
+	// end, unless steps complete out of order).
+	cursor = seg.cursor + data.Cursor((step+1-seg.from)*seg.batch)
+	last := step == j.steps-1
+	if cfg.sync().Async() {
+		sum.addAsync(st)
+		m.Samples, m.Epoch = int64(cursor), float64(cursor)/float64(j.train.Len())
+	}
+	if err := t.afterStep(ctx, seg, &m, r.sampler, cursor, sum); err != nil {
+		return false, err
+	}
+	t.logStep(seg, &m, step, lr, loss, last, r.start)
+	if t.stopAfter > 0 && step+1 >= t.stopAfter && !last {
+		t.log.Info("stopping early", zap.Int("after_step", step+1))
+		return true, nil
+	}
+	return false, nil
+}
+
+// scaled updates the fp16 loss scaler with step's outcome (nothing
+// without one) and puts its state in m.
+func (t *trainer) scaled(m *StepMetrics, st stepStats, step int, lossScale float64) error {
+	if t.scaler == nil {
+		return nil
+	}
+	if err := t.scaler.update(st.Skipped, step+1); err != nil {
+		return err
+	}
+	m.LossScale, m.Skipped, m.Scaler = lossScale, st.Skipped, t.scaler.state()
+	if st.Skipped {
+		t.log.Warn("gradients overflowed: step skipped on every rank", zap.Int("step", step+1),
+			zap.Float64("loss_scale", lossScale), zap.Float64("next_scale", t.scaler.Scale))
+	}
+	return nil
+}
+
+// logStep logs a straggler past the threshold and, every LogEvery steps
+// (and the first and the last), the step.
+func (t *trainer) logStep(seg segment, m *StepMetrics, step int, lr, loss float64, last bool, start time.Time) {
+	j, cfg := t.job, &t.job.cfg
+	if th := cfg.StragglerThreshold; th > 0 && m.StragglerLagMs > ms(th) {
+		t.log.Warn("straggler", zap.Int("step", m.Step), zap.String("rank", seg.ex.RankName(m.StragglerRank)),
+			zap.Float64("lag_ms", m.StragglerLagMs), zap.Float64("compute_ms", m.ComputeMs), zap.Duration("threshold", th))
+	}
+	if t.logSteps && ((step+1)%cfg.LogEvery == 0 || step == seg.from || last) {
+		t.log.Info("step", zap.Uint64("generation", m.Generation), zap.Int("step", step+1), zap.Int("of", j.steps),
+			zap.Float64("loss", loss), zap.Float64("lr", lr), zap.Float64("step_ms", m.StepMs), zap.Float64("samples_per_s", m.SamplesPerS),
+			zap.Stringer("world", seg.ex.Mesh()), zap.Float64("epoch", m.Epoch), zap.Duration("eta", eta(start, step+1-seg.from, j.steps-seg.from)))
+	}
 }
 
 // quietAfter reports whether what follows step (0-based) needs the
