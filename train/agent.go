@@ -339,6 +339,9 @@ type generation struct {
 	// async is the generation's asynchronous executor (Sync async), once
 	// its step loop made it.
 	async atomic.Pointer[asyncExecutor]
+	// proof is the world's commit proof, which the generation's first calls
+	// (status, form) carry to its members.
+	proof []byte
 }
 
 func newGeneration(w elastic.World, ex *groupExecutor, pids []*actor.PID) *generation {
@@ -401,7 +404,7 @@ func (a *agent) start(ctx context.Context) error {
 		gate = nil
 	}
 	if a.shell, err = worker.Spawn(a.sys, w, worker.ShellConfig{Name: worker.ActorName, Node: ac.Name, Gate: gate, Logger: a.log,
-		Notify: a.notes.put,
+		Notify: a.notes.put, Learn: a.learn,
 		Comms: func(f *workerpb.Form) (collective.Communicator, error) {
 			c := cc
 			c.World = fmt.Sprintf("gen%d", f.Generation)
@@ -430,7 +433,7 @@ func (a *agent) start(ctx context.Context) error {
 	a.node, err = elastic.Start(ctx, elastic.Config{
 		Name: ac.Name, BindAddr: ac.Listen, Join: ac.Join, JoinTimeout: ac.JoinTimeout, MinNodes: ac.MinNodes, MaxNodes: ac.MaxNodes,
 		Quorum: quorum, Key: key, Timings: timings, Devices: []string{a.be.Caps().Device},
-	}, a.sys, elastic.WithLogger(a.log))
+	}, a.sys, append([]elastic.Option{elastic.WithLogger(a.log)}, a.o.membership...)...)
 	if err != nil {
 		return err
 	}
@@ -617,6 +620,9 @@ func (a *agent) commit(w elastic.World) {
 			ex.ckpt, ex.parts, ex.zeroShards, ex.adopt = a.ckpt, a.j.partsLayout(), a.j.zeroShards(), true
 			ex.learnControls(pids)
 			a.gen = newGeneration(w, ex, pids)
+			if a.gen.proof, err = a.node.CommitProof(w); err != nil {
+				a.log.Warn("sealing the commit proof", zap.Uint64("generation", w.Gen), zap.Error(err))
+			}
 		}
 	}
 	a.core.Commit(w, lead, a.latestCheckpoint())
@@ -726,6 +732,7 @@ func (a *agent) call(c *LeaderCall) {
 			replies = a.tellEach(g, c.Msgs)
 			a.tellStandbys(g, c.Msgs)
 		} else {
+			proveCommit(c.Msgs, g.proof)
 			replies, err = g.ex.group.Call(g.ctx, c.Msgs)
 		}
 		select {
@@ -734,6 +741,40 @@ func (a *agent) call(c *LeaderCall) {
 		}
 	}()
 }
+
+// proveCommit attaches a generation's commit proof to the calls that open
+// it: a member that missed the commit (its proposer died before it reached
+// it) would refuse the generation's steps, waiting for a commit that never
+// comes; the call itself proves it.
+func proveCommit(msgs []any, proof []byte) {
+	for _, m := range msgs {
+		switch m := m.(type) {
+		case *workerpb.StatusRequest:
+			m.CommitProof = proof
+		case *workerpb.Form:
+			m.CommitProof = proof
+		}
+	}
+}
+
+// learn takes the commit proof of a leader's call (on the worker actor's
+// goroutine, before the call is served): learnTimeout bounds the wait for
+// the membership actor, which answers between two rendezvous messages.
+func (a *agent) learn(proof []byte) {
+	n := a.gate.node.Load()
+	if n == nil {
+		return
+	}
+	before := n.World().Gen
+	if err := n.Learn(proof, learnTimeout); err != nil {
+		a.log.Warn("a leader's call does not prove its generation", zap.Error(err))
+	} else if w := n.World(); w.Gen > before {
+		a.log.Info("learned a generation's commit from its leader's call", zap.Uint64("generation", w.Gen))
+	}
+}
+
+// learnTimeout bounds Learn's wait for the membership actor.
+const learnTimeout = 2 * time.Second
 
 // tellEach sends msgs[i] to member i of generation g, each on its own,
 // and returns the answers (nil where a member did not answer within the

@@ -66,6 +66,13 @@ type ShellConfig struct {
 	// (a step's metrics) and the error of a crash (it wraps ErrCrashed).
 	// It is called on the actor's goroutine and must not block.
 	Notify func(any)
+	// Learn, when set, receives the commit proof a leader's call carries
+	// (StatusRequest and Form of an elastic generation) before the call is
+	// served: a node that missed its generation's commit learns it there,
+	// so that its steps are not refused as if the world were still being
+	// formed. Called on the actor's goroutine; it may block for a short,
+	// bounded time.
+	Learn func(proof []byte)
 	// ShipTrace sends what the worker's recorder saw of each step back in
 	// StepDone (a pipeline stage in a worker process, whose trace the
 	// parent writes).
@@ -206,6 +213,7 @@ type shellActor struct {
 
 func (a *shellActor) Receive(c actor.Context) {
 	defer a.recoverPanic(c)
+	a.learn(c.Message())
 	switch m := c.Message().(type) {
 	case *workerpb.StatusRequest:
 		h := a.w.Holding()
@@ -239,6 +247,23 @@ func (a *shellActor) Receive(c actor.Context) {
 		a.cfg.Notify(m)
 	case *actor.Stopped:
 		a.w.Close()
+	}
+}
+
+// learn hands the commit proof msg carries, if any, to ShellConfig.Learn.
+func (a *shellActor) learn(msg any) {
+	if a.cfg.Learn == nil {
+		return
+	}
+	var proof []byte
+	switch m := msg.(type) {
+	case *workerpb.StatusRequest:
+		proof = m.CommitProof
+	case *workerpb.Form:
+		proof = m.CommitProof
+	}
+	if len(proof) > 0 {
+		a.cfg.Learn(proof)
 	}
 }
 

@@ -87,9 +87,14 @@ func (x *Failure) GetMessage() string {
 // StatusRequest asks a worker what it holds (and, with checksum set, the
 // checksum of its parameters).
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Peer          uint32                 `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
-	Checksum      bool                   `protobuf:"varint,2,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Peer     uint32                 `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Checksum bool                   `protobuf:"varint,2,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	// commit_proof, from an elastic leader, proves that the world of the
+	// generation it calls for committed (elastic.Node.CommitProof): a member
+	// that missed the commit learns it from here before it answers
+	// (worker.ShellConfig.Learn).
+	CommitProof   []byte `protobuf:"bytes,3,opt,name=commit_proof,json=commitProof,proto3" json:"commit_proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -136,6 +141,13 @@ func (x *StatusRequest) GetChecksum() bool {
 		return x.Checksum
 	}
 	return false
+}
+
+func (x *StatusRequest) GetCommitProof() []byte {
+	if x != nil {
+		return x.CommitProof
+	}
+	return nil
 }
 
 // Status answers StatusRequest (see worker.Holding).
@@ -383,7 +395,12 @@ type Form struct {
 	World0         uint32  `protobuf:"varint,14,opt,name=world0,proto3" json:"world0,omitempty"`
 	// zero_group is the ZeRO shard group size (0: no ZeRO); with it, roots
 	// are by slot (part*zero_group + shard, see mesh.Mesh.Slot).
-	ZeroGroup     uint32 `protobuf:"varint,15,opt,name=zero_group,json=zeroGroup,proto3" json:"zero_group,omitempty"`
+	ZeroGroup uint32 `protobuf:"varint,15,opt,name=zero_group,json=zeroGroup,proto3" json:"zero_group,omitempty"`
+	// commit_proof, from an elastic leader, proves that the world of the
+	// generation it calls for committed (elastic.Node.CommitProof): a member
+	// that missed the commit learns it from here before it answers
+	// (worker.ShellConfig.Learn).
+	CommitProof   []byte `protobuf:"bytes,16,opt,name=commit_proof,json=commitProof,proto3" json:"commit_proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -521,6 +538,13 @@ func (x *Form) GetZeroGroup() uint32 {
 		return x.ZeroGroup
 	}
 	return 0
+}
+
+func (x *Form) GetCommitProof() []byte {
+	if x != nil {
+		return x.CommitProof
+	}
+	return nil
 }
 
 // Formed answers Form with the checksum of what the worker holds.
@@ -2048,10 +2072,11 @@ const file_worker_proto_rawDesc = "" +
 	"\fworker.proto\x12\x10troupe.worker.v1\"7\n" +
 	"\aFailure\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"?\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"b\n" +
 	"\rStatusRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1a\n" +
-	"\bchecksum\x18\x02 \x01(\bR\bchecksum\"\x9e\x05\n" +
+	"\bchecksum\x18\x02 \x01(\bR\bchecksum\x12!\n" +
+	"\fcommit_proof\x18\x03 \x01(\fR\vcommitProof\"\x9e\x05\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x12\n" +
@@ -2073,7 +2098,7 @@ const file_worker_proto_rawDesc = "" +
 	"\x0fheld_zero_shard\x18\x11 \x01(\rR\rheldZeroShard\x12&\n" +
 	"\x0flast_loss_scale\x18\x12 \x01(\x01R\rlastLossScale\x12!\n" +
 	"\flast_skipped\x18\x13 \x01(\bR\vlastSkipped\x125\n" +
-	"\x17last_loss_scale_tracker\x18\x14 \x01(\rR\x14lastLossScaleTracker\"\xeb\x02\n" +
+	"\x17last_loss_scale_tracker\x18\x14 \x01(\rR\x14lastLossScaleTracker\"\x8e\x03\n" +
 	"\x04Form\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1e\n" +
 	"\n" +
@@ -2093,7 +2118,8 @@ const file_worker_proto_rawDesc = "" +
 	"\troll_back\x18\r \x01(\bR\brollBack\x12\x16\n" +
 	"\x06world0\x18\x0e \x01(\rR\x06world0\x12\x1d\n" +
 	"\n" +
-	"zero_group\x18\x0f \x01(\rR\tzeroGroup\"m\n" +
+	"zero_group\x18\x0f \x01(\rR\tzeroGroup\x12!\n" +
+	"\fcommit_proof\x18\x10 \x01(\fR\vcommitProof\"m\n" +
 	"\x06Formed\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1a\n" +
