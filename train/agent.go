@@ -943,7 +943,7 @@ func (a *agent) lead(g *generation, t *trainer, o *TrainOrder, pending *StepMetr
 			}
 		}
 		if b, err := json.Marshal(m); err == nil {
-			a.broadcast(g, &workerpb.Progress{Metrics: b})
+			a.broadcast(g, &workerpb.Progress{Metrics: b, Step: uint64(m.Step)})
 		}
 		return nil
 	}

@@ -209,6 +209,9 @@ type shellActor struct {
 	cfg   ShellConfig
 	shell *Shell
 	log   *zap.Logger
+	// jobStep is the last step of the job this worker heard of (Form,
+	// Progress), reported in Status.job_step.
+	jobStep uint64
 }
 
 func (a *shellActor) Receive(c actor.Context) {
@@ -224,11 +227,13 @@ func (a *shellActor) Receive(c actor.Context) {
 		st.LastStep, st.LastComputed = int64(last.Step), last.Computed
 		st.LastLossSum, st.LastTargets, st.LastCorrect = last.LossSum, uint64(last.Targets), uint64(last.Correct)
 		st.LastLossScale, st.LastSkipped, st.LastLossScaleTracker = last.LossScale, last.Skipped, uint32(last.LossScaleTracker)
+		st.JobStep = max(a.jobStep, st.Applied)
 		if m.Checksum {
 			st.Checksum = a.w.Checksum()
 		}
 		c.Respond(st)
 	case *workerpb.Form:
+		a.jobStep = max(a.jobStep, m.Step)
 		c.Respond(a.form(m))
 	case *workerpb.RunStep:
 		c.Respond(a.step(m))
@@ -244,6 +249,7 @@ func (a *shellActor) Receive(c actor.Context) {
 		c.Respond(&workerpb.Finished{Peer: m.Peer, Checksum: a.w.Checksum()})
 		a.cfg.Notify(m)
 	case *workerpb.Progress:
+		a.jobStep = max(a.jobStep, m.Step)
 		a.cfg.Notify(m)
 	case *actor.Stopped:
 		a.w.Close()

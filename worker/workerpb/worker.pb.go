@@ -197,8 +197,14 @@ type Status struct {
 	// last_loss_scale_tracker is the scaler's growth tracker the last step
 	// ran with: with last_loss_scale, the scaler's state before it.
 	LastLossScaleTracker uint32 `protobuf:"varint,20,opt,name=last_loss_scale_tracker,json=lastLossScaleTracker,proto3" json:"last_loss_scale_tracker,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// job_step is the last step of the job the worker knows was trained: its
+	// own applied steps, the step its last Form continued from, the steps
+	// its leader reported (Progress.step); 0: none. A leader that finds no
+	// member holding any state although the job trained knows the state was
+	// lost, not that the job is new.
+	JobStep       uint64 `protobuf:"varint,21,opt,name=job_step,json=jobStep,proto3" json:"job_step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Status) Reset() {
@@ -367,6 +373,13 @@ func (x *Status) GetLastSkipped() bool {
 func (x *Status) GetLastLossScaleTracker() uint32 {
 	if x != nil {
 		return x.LastLossScaleTracker
+	}
+	return 0
+}
+
+func (x *Status) GetJobStep() uint64 {
+	if x != nil {
+		return x.JobStep
 	}
 	return 0
 }
@@ -1851,9 +1864,12 @@ func (x *Finished) GetChecksum() uint64 {
 // goes: a generation formed (world: train.WorldInfo as JSON) or a step
 // trained (metrics: train.StepMetrics as JSON). No answer.
 type Progress struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Metrics       []byte                 `protobuf:"bytes,1,opt,name=metrics,proto3" json:"metrics,omitempty"`
-	World         []byte                 `protobuf:"bytes,2,opt,name=world,proto3" json:"world,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Metrics []byte                 `protobuf:"bytes,1,opt,name=metrics,proto3" json:"metrics,omitempty"`
+	World   []byte                 `protobuf:"bytes,2,opt,name=world,proto3" json:"world,omitempty"`
+	// step is the step metrics reports (0 with world): the worker remembers
+	// the job's last (Status.job_step).
+	Step          uint64 `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1900,6 +1916,13 @@ func (x *Progress) GetWorld() []byte {
 		return x.World
 	}
 	return nil
+}
+
+func (x *Progress) GetStep() uint64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
 }
 
 // FlightRequest asks a worker's control actor (it answers while the
@@ -2076,7 +2099,7 @@ const file_worker_proto_rawDesc = "" +
 	"\rStatusRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1a\n" +
 	"\bchecksum\x18\x02 \x01(\bR\bchecksum\x12!\n" +
-	"\fcommit_proof\x18\x03 \x01(\fR\vcommitProof\"\x9e\x05\n" +
+	"\fcommit_proof\x18\x03 \x01(\fR\vcommitProof\"\xb9\x05\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x12\n" +
@@ -2098,7 +2121,8 @@ const file_worker_proto_rawDesc = "" +
 	"\x0fheld_zero_shard\x18\x11 \x01(\rR\rheldZeroShard\x12&\n" +
 	"\x0flast_loss_scale\x18\x12 \x01(\x01R\rlastLossScale\x12!\n" +
 	"\flast_skipped\x18\x13 \x01(\bR\vlastSkipped\x125\n" +
-	"\x17last_loss_scale_tracker\x18\x14 \x01(\rR\x14lastLossScaleTracker\"\x8e\x03\n" +
+	"\x17last_loss_scale_tracker\x18\x14 \x01(\rR\x14lastLossScaleTracker\x12\x19\n" +
+	"\bjob_step\x18\x15 \x01(\x04R\ajobStep\"\x8e\x03\n" +
 	"\x04Form\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1e\n" +
 	"\n" +
@@ -2247,10 +2271,11 @@ const file_worker_proto_rawDesc = "" +
 	"\bFinished\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1a\n" +
-	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\":\n" +
+	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\"N\n" +
 	"\bProgress\x12\x18\n" +
 	"\ametrics\x18\x01 \x01(\fR\ametrics\x12\x14\n" +
-	"\x05world\x18\x02 \x01(\fR\x05world\";\n" +
+	"\x05world\x18\x02 \x01(\fR\x05world\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\x04R\x04step\";\n" +
 	"\rFlightRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"k\n" +
