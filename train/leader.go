@@ -439,8 +439,12 @@ func (c *LeaderCore) planAsync() {
 // replicas gather every layer together for each.
 func (c *LeaderCore) rowPerMicro() bool { return c.cfg.Stages > 1 || c.cfg.ZeroShards > 0 }
 
-// nothingTrained reports whether no member holds any state yet.
+// nothingTrained reports whether the job has not trained: no member holds
+// any state yet, nor heard of a step trained.
 func (c *LeaderCore) nothingTrained() bool {
+	if c.jobStep > 0 {
+		return false
+	}
 	for _, s := range c.states {
 		if s.Applied > 0 {
 			return false

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -729,4 +730,53 @@ func TestElasticLostStageWithoutCheckpointFails(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Both holders of a pipeline's state (one replica of two stages) are
+// killed at once, and there is no checkpoint. The three standbys left
+// hold nothing, but heard of every step the job trained, so they do not
+// lay the job out from the seed and train it again from step 0: after
+// --lost-stage-timeout each exits non-zero naming both stages.
+func TestElasticEveryHolderLostFails(t *testing.T) {
+	c := newCluster(t, 5, 3)
+	// One replica: a row per micro-batch and 48 micro-batches of a batch
+	// of 48 leave room for one.
+	c.extra = []string{"--pp", "2", "--micro-batches", "48", "--lost-stage-timeout", "2s"}
+	for i := range 5 {
+		c.start(i)
+	}
+	c.waitFormedWith("n5")
+	c.waitSteps(c.lastStep() + 20) // the standbys heard of steps
+	c.agents["n1"].cmd.Process.Kill()
+	c.agents["n2"].cmd.Process.Kill()
+	for n, msg := range c.failed(time.Minute, "n3", "n4", "n5") {
+		for _, want := range []string{"a pipeline stage is lost", "pipeline stage 0, 1", "--lost-stage-timeout"} {
+			if !strings.Contains(msg, want) {
+				c.dump()
+				t.Fatalf("agent %s: no %q in its error output", n, want)
+			}
+		}
+		// n3 leads only after the loss.
+		if strings.Contains(msg, `"state_from":"seed"`) {
+			t.Errorf("agent %s: a generation after the loss took its state from the seed", n)
+		}
+	}
+	if recs := c.steps(); recs[0].Step != 1 || slices.ContainsFunc(recs[1:], func(r stepRecord) bool { return r.Step == 1 }) {
+		t.Error("step 1 was trained again after the holders died")
+	}
+}
+
+// waitFormedWith waits until the leader n1 formed a generation with name
+// among its members or standbys.
+func (c *cluster) waitFormedWith(name string) {
+	c.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, line := range strings.Split(c.agents["n1"].stderr.String(), "\n") {
+			if strings.Contains(line, `"generation formed"`) && strings.Contains(line, `"`+name+`"`) {
+				return
+			}
+		}
+	}
+	c.dump()
+	c.t.Fatalf("n1 formed no generation with %s", name)
 }
