@@ -1925,6 +1925,199 @@ func (x *Progress) GetStep() uint64 {
 	return 0
 }
 
+// PartChunk carries a piece of the model part a leaving worker hands to
+// a standby's (worker.PartState), so that a part with no other holder is
+// not lost: the values of state buffer `buffer` (the weights, then the
+// optimizer's states) from `offset`. Every chunk says what the part is
+// and the length of each buffer; the first (buffer 0, offset 0) starts a
+// hand-over, the last (`last`) asks the receiver to take the part. Chunks
+// go one at a time, each answered with PartTaken.
+type PartChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Peer          uint32                 `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Part          int32                  `protobuf:"varint,2,opt,name=part,proto3" json:"part,omitempty"`
+	Applied       uint64                 `protobuf:"varint,3,opt,name=applied,proto3" json:"applied,omitempty"`
+	Cursor        uint64                 `protobuf:"varint,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	World0        uint32                 `protobuf:"varint,5,opt,name=world0,proto3" json:"world0,omitempty"`
+	OptSteps      uint64                 `protobuf:"varint,6,opt,name=opt_steps,json=optSteps,proto3" json:"opt_steps,omitempty"`
+	Lens          []uint64               `protobuf:"varint,7,rep,packed,name=lens,proto3" json:"lens,omitempty"`
+	Buffer        uint32                 `protobuf:"varint,8,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	Offset        uint64                 `protobuf:"varint,9,opt,name=offset,proto3" json:"offset,omitempty"`
+	Values        []float32              `protobuf:"fixed32,10,rep,packed,name=values,proto3" json:"values,omitempty"`
+	Last          bool                   `protobuf:"varint,11,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartChunk) Reset() {
+	*x = PartChunk{}
+	mi := &file_worker_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartChunk) ProtoMessage() {}
+
+func (x *PartChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_worker_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartChunk.ProtoReflect.Descriptor instead.
+func (*PartChunk) Descriptor() ([]byte, []int) {
+	return file_worker_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PartChunk) GetPeer() uint32 {
+	if x != nil {
+		return x.Peer
+	}
+	return 0
+}
+
+func (x *PartChunk) GetPart() int32 {
+	if x != nil {
+		return x.Part
+	}
+	return 0
+}
+
+func (x *PartChunk) GetApplied() uint64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *PartChunk) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *PartChunk) GetWorld0() uint32 {
+	if x != nil {
+		return x.World0
+	}
+	return 0
+}
+
+func (x *PartChunk) GetOptSteps() uint64 {
+	if x != nil {
+		return x.OptSteps
+	}
+	return 0
+}
+
+func (x *PartChunk) GetLens() []uint64 {
+	if x != nil {
+		return x.Lens
+	}
+	return nil
+}
+
+func (x *PartChunk) GetBuffer() uint32 {
+	if x != nil {
+		return x.Buffer
+	}
+	return 0
+}
+
+func (x *PartChunk) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *PartChunk) GetValues() []float32 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *PartChunk) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
+
+// PartTaken answers PartChunk; after the last, checksum is that of the
+// parameters the receiver then holds.
+type PartTaken struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Peer          uint32                 `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Failure       *Failure               `protobuf:"bytes,2,opt,name=failure,proto3" json:"failure,omitempty"`
+	Checksum      uint64                 `protobuf:"varint,3,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartTaken) Reset() {
+	*x = PartTaken{}
+	mi := &file_worker_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartTaken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartTaken) ProtoMessage() {}
+
+func (x *PartTaken) ProtoReflect() protoreflect.Message {
+	mi := &file_worker_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartTaken.ProtoReflect.Descriptor instead.
+func (*PartTaken) Descriptor() ([]byte, []int) {
+	return file_worker_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PartTaken) GetPeer() uint32 {
+	if x != nil {
+		return x.Peer
+	}
+	return 0
+}
+
+func (x *PartTaken) GetFailure() *Failure {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+func (x *PartTaken) GetChecksum() uint64 {
+	if x != nil {
+		return x.Checksum
+	}
+	return 0
+}
+
 // FlightRequest asks a worker's control actor (it answers while the
 // worker is busy) for its flight recorder: the last collective operations
 // the worker's rank entered (collective.FlightDump).
@@ -1938,7 +2131,7 @@ type FlightRequest struct {
 
 func (x *FlightRequest) Reset() {
 	*x = FlightRequest{}
-	mi := &file_worker_proto_msgTypes[19]
+	mi := &file_worker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2143,7 @@ func (x *FlightRequest) String() string {
 func (*FlightRequest) ProtoMessage() {}
 
 func (x *FlightRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[19]
+	mi := &file_worker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2156,7 @@ func (x *FlightRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlightRequest.ProtoReflect.Descriptor instead.
 func (*FlightRequest) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{19}
+	return file_worker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FlightRequest) GetPeer() uint32 {
@@ -1993,7 +2186,7 @@ type FlightRecord struct {
 
 func (x *FlightRecord) Reset() {
 	*x = FlightRecord{}
-	mi := &file_worker_proto_msgTypes[20]
+	mi := &file_worker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2198,7 @@ func (x *FlightRecord) String() string {
 func (*FlightRecord) ProtoMessage() {}
 
 func (x *FlightRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[20]
+	mi := &file_worker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2211,7 @@ func (x *FlightRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlightRecord.ProtoReflect.Descriptor instead.
 func (*FlightRecord) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{20}
+	return file_worker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FlightRecord) GetPeer() uint32 {
@@ -2053,7 +2246,7 @@ type Abort struct {
 
 func (x *Abort) Reset() {
 	*x = Abort{}
-	mi := &file_worker_proto_msgTypes[21]
+	mi := &file_worker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2258,7 @@ func (x *Abort) String() string {
 func (*Abort) ProtoMessage() {}
 
 func (x *Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[21]
+	mi := &file_worker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2271,7 @@ func (x *Abort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abort.ProtoReflect.Descriptor instead.
 func (*Abort) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{21}
+	return file_worker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Abort) GetReason() string {
@@ -2275,7 +2468,24 @@ const file_worker_proto_rawDesc = "" +
 	"\bProgress\x12\x18\n" +
 	"\ametrics\x18\x01 \x01(\fR\ametrics\x12\x14\n" +
 	"\x05world\x18\x02 \x01(\fR\x05world\x12\x12\n" +
-	"\x04step\x18\x03 \x01(\x04R\x04step\";\n" +
+	"\x04step\x18\x03 \x01(\x04R\x04step\"\x8a\x02\n" +
+	"\tPartChunk\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x12\n" +
+	"\x04part\x18\x02 \x01(\x05R\x04part\x12\x18\n" +
+	"\aapplied\x18\x03 \x01(\x04R\aapplied\x12\x16\n" +
+	"\x06cursor\x18\x04 \x01(\x04R\x06cursor\x12\x16\n" +
+	"\x06world0\x18\x05 \x01(\rR\x06world0\x12\x1b\n" +
+	"\topt_steps\x18\x06 \x01(\x04R\boptSteps\x12\x12\n" +
+	"\x04lens\x18\a \x03(\x04R\x04lens\x12\x16\n" +
+	"\x06buffer\x18\b \x01(\rR\x06buffer\x12\x16\n" +
+	"\x06offset\x18\t \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06values\x18\n" +
+	" \x03(\x02R\x06values\x12\x12\n" +
+	"\x04last\x18\v \x01(\bR\x04last\"p\n" +
+	"\tPartTaken\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
+	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1a\n" +
+	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\";\n" +
 	"\rFlightRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"k\n" +
@@ -2298,7 +2508,7 @@ func file_worker_proto_rawDescGZIP() []byte {
 	return file_worker_proto_rawDescData
 }
 
-var file_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_worker_proto_goTypes = []any{
 	(*Failure)(nil),        // 0: troupe.worker.v1.Failure
 	(*StatusRequest)(nil),  // 1: troupe.worker.v1.StatusRequest
@@ -2319,9 +2529,11 @@ var file_worker_proto_goTypes = []any{
 	(*Finish)(nil),         // 16: troupe.worker.v1.Finish
 	(*Finished)(nil),       // 17: troupe.worker.v1.Finished
 	(*Progress)(nil),       // 18: troupe.worker.v1.Progress
-	(*FlightRequest)(nil),  // 19: troupe.worker.v1.FlightRequest
-	(*FlightRecord)(nil),   // 20: troupe.worker.v1.FlightRecord
-	(*Abort)(nil),          // 21: troupe.worker.v1.Abort
+	(*PartChunk)(nil),      // 19: troupe.worker.v1.PartChunk
+	(*PartTaken)(nil),      // 20: troupe.worker.v1.PartTaken
+	(*FlightRequest)(nil),  // 21: troupe.worker.v1.FlightRequest
+	(*FlightRecord)(nil),   // 22: troupe.worker.v1.FlightRecord
+	(*Abort)(nil),          // 23: troupe.worker.v1.Abort
 }
 var file_worker_proto_depIdxs = []int32{
 	0,  // 0: troupe.worker.v1.Status.failure:type_name -> troupe.worker.v1.Failure
@@ -2335,12 +2547,13 @@ var file_worker_proto_depIdxs = []int32{
 	0,  // 8: troupe.worker.v1.ShardSaved.failure:type_name -> troupe.worker.v1.Failure
 	0,  // 9: troupe.worker.v1.Finish.failure:type_name -> troupe.worker.v1.Failure
 	0,  // 10: troupe.worker.v1.Finished.failure:type_name -> troupe.worker.v1.Failure
-	0,  // 11: troupe.worker.v1.FlightRecord.failure:type_name -> troupe.worker.v1.Failure
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	0,  // 11: troupe.worker.v1.PartTaken.failure:type_name -> troupe.worker.v1.Failure
+	0,  // 12: troupe.worker.v1.FlightRecord.failure:type_name -> troupe.worker.v1.Failure
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_worker_proto_init() }
@@ -2354,7 +2567,7 @@ func file_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_worker_proto_rawDesc), len(file_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
