@@ -781,38 +781,49 @@ func (c *cluster) waitFormedWith(name string) {
 	c.t.Fatalf("n1 formed no generation with %s", name)
 }
 
-// Graceful hand-over: with one replica of two pipeline stages and a
-// standby, the only holder of stage 1 leaves (SIGTERM). Before it goes it
-// hands its stage's state to the standby, so the next generation takes
-// every stage from a survivor: no restore from the checkpoint the job has,
-// every step trained once, with the fault-free run's losses.
+// Graceful hand-over: with one replica of two parts (pipeline stages or
+// tensor-parallel shards) and a standby, the only holder of part 1 leaves
+// (SIGTERM). Before it goes it hands its part's state to the standby, so
+// the next generation takes every part from a survivor: no restore from
+// the checkpoint the job has, every step trained once, with the
+// fault-free run's losses.
 func TestElasticHandOverOnLeave(t *testing.T) {
 	ref := faultFree(t)
-	c := newCluster(t, 3, 2)
-	c.extra = []string{"--pp", "2", "--micro-batches", "2", "--ckpt-dir", t.TempDir(), "--ckpt-every", "100"}
-	c.start(0)
-	c.start(1)
-	formed := c.waitWorld(2, 0)
-	c.start(2) // standby: 3 members make one 2-stage pipeline
-	// Leave only once n3 is a member: a world of two cannot lose one under
-	// the majority quorum.
-	c.waitGeneration(formed.Generation+1, 350)
-	leaver := c.agents["n2"]
-	leaver.cmd.Process.Signal(syscall.SIGTERM)
-	sent := time.Now()
-	if err := <-leaver.done; err != nil {
-		t.Fatalf("n2 after SIGTERM: %v\n%s", err, leaver.stderr.String())
-	}
-	if !strings.Contains(leaver.stderr.String(), `"model part handed over"`) {
-		t.Error("n2 did not log handing its stage over")
-	}
-	t.Logf("n2 left %.0f ms after SIGTERM", float64(time.Since(sent).Milliseconds()))
-	c.check(c.finish("n1", "n3"), ref)
-	logs := c.agents["n1"].stderr.String() + c.agents["n3"].stderr.String()
-	if strings.Contains(logs, `"state_from":"checkpoint step`) {
-		t.Error("a generation restored from the checkpoint")
-	}
-	if !strings.Contains(c.agents["n3"].stderr.String(), `"model part taken over"`) {
-		t.Error("n3 did not log taking the stage over")
+	for _, tc := range []struct {
+		name  string
+		extra []string
+	}{
+		{"pipeline", []string{"--pp", "2", "--micro-batches", "2"}},
+		{"tensor-parallel", []string{"--tp", "2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3, 2)
+			c.extra = append(tc.extra, "--ckpt-dir", t.TempDir(), "--ckpt-every", "100")
+			c.start(0)
+			c.start(1)
+			formed := c.waitWorld(2, 0)
+			c.start(2) // standby: 3 members make one replica of 2 parts
+			// Leave only once n3 is a member: a world of two cannot lose
+			// one under the majority quorum.
+			c.waitGeneration(formed.Generation+1, 350)
+			leaver := c.agents["n2"]
+			leaver.cmd.Process.Signal(syscall.SIGTERM)
+			sent := time.Now()
+			if err := <-leaver.done; err != nil {
+				t.Fatalf("n2 after SIGTERM: %v\n%s", err, leaver.stderr.String())
+			}
+			if !strings.Contains(leaver.stderr.String(), `"model part handed over"`) {
+				t.Error("n2 did not log handing its part over")
+			}
+			t.Logf("n2 left %.0f ms after SIGTERM", float64(time.Since(sent).Milliseconds()))
+			c.check(c.finish("n1", "n3"), ref)
+			logs := c.agents["n1"].stderr.String() + c.agents["n3"].stderr.String()
+			if strings.Contains(logs, `"state_from":"checkpoint step`) {
+				t.Error("a generation restored from the checkpoint")
+			}
+			if !strings.Contains(c.agents["n3"].stderr.String(), `"model part taken over"`) {
+				t.Error("n3 did not log taking the part over")
+			}
+		})
 	}
 }
