@@ -66,6 +66,9 @@ func (a *memberActor) Receive(ctx actor.Context) {
 		a.lastState = st
 		a.n.publishState(st)
 	}
+	if _, ok := ctx.Message().(*learnMsg); ok {
+		ctx.Respond(learnedMsg{})
+	}
 }
 
 // step hands one input to the core under the node's lock, so that Hold
@@ -120,6 +123,8 @@ func (a *memberActor) step(now time.Time, msg any) (rd Ready) {
 	case *requestMsg:
 		a.mark(now)
 		a.core.Request(msg.reason)
+	case *learnMsg:
+		a.core.Learn(msg.w)
 	}
 	rd = a.core.Ready()
 	for _, e := range rd.Events {
@@ -249,7 +254,7 @@ func (a *memberActor) onEnvelope(env *elasticpb.Envelope) {
 	if m.Type == MsgState {
 		m.To = a.n.self.ID
 	}
-	if m.To != a.n.self.ID {
+	if m.To != a.n.self.ID || a.n.drop != nil && a.n.drop(m) {
 		return
 	}
 	if env.SenderAddr != "" {

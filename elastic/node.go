@@ -32,10 +32,17 @@ type options struct {
 	// Test hooks.
 	wrapTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
 	protocol      uint32
+	drop          func(Message) bool
 }
 
 // WithLogger sets the node's logger (default: the actor system's).
 func WithLogger(l *zap.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithDropIncoming makes the node drop every rendezvous message from a
+// peer (and every push/pull state) for which drop returns true, as if the
+// network lost it: fault-injection tests use it. drop runs on the
+// membership actor and must not block.
+func WithDropIncoming(drop func(Message) bool) Option { return func(o *options) { o.drop = drop } }
 
 // Node is one elastic node: a memberlist member, the membership actor that
 // owns the rendezvous core, and the channels the trainer reads. Its
@@ -48,6 +55,7 @@ type Node struct {
 	protocol uint32
 	meta     atomic.Pointer[[]byte]
 	key      []byte // rendezvous MAC key, nil without a cluster key
+	drop     func(Message) bool
 	pid      *actor.PID
 	ml       *memberlist.Memberlist
 	gossip   string // host:port others reach this node's gossip at
@@ -123,7 +131,7 @@ func Start(ctx context.Context, cfg Config, sys *actors.System, opts ...Option) 
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, self: self, sys: sys, protocol: o.protocol, key: macKey(cfg.Key),
+	n := &Node{cfg: cfg, self: self, sys: sys, protocol: o.protocol, key: macKey(cfg.Key), drop: o.drop,
 		logger: o.logger.With(zap.String("node", cfg.Name), zap.String("member", self.ID)),
 		worlds: make(chan World, 1), events: newEventQueue(), stop: make(chan struct{}), actorDone: make(chan struct{}), pumpDone: make(chan struct{}), crashed: make(chan struct{})}
 	n.meta.Store(&meta)

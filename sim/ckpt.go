@@ -108,6 +108,19 @@ func (w *member) restore(step int) error {
 	s := w.n.s
 	ck, err := checkpoint.Open(s.fs, ckptDir, int64(step))
 	if err != nil {
+		if latest, lerr := checkpoint.OpenLatest(s.fs, ckptDir); lerr == nil {
+			newer := latest.Manifest.Step > int64(step)
+			latest.Close()
+			if newer && errors.Is(err, checkpoint.ErrNoCheckpoint) {
+				// The form is stale: this worker hung (or its form was
+				// delayed) through later generations, which trained and
+				// saved checkpoints, and retention removed the chosen one.
+				// Its generation is over, the leader no longer waits for
+				// the answer, and the worker holds nothing until its next
+				// form.
+				return failure.Wrapf(failure.Stale, "the checkpoint of step %d was removed after later ones: %v", step, err)
+			}
+		}
 		s.check.fail(InvCheckpoint, "%s cannot open the checkpoint of step %d the leader chose: %v", w.n.id, step, err)
 		return err
 	}

@@ -42,6 +42,9 @@ type member struct {
 	early *stateMsg
 	// answered is the last call number answered, by leader.
 	answered map[string]uint64
+	// jobStep is the job's last step this worker heard of (its forms; the
+	// agents' workers also hear every step reported).
+	jobStep uint64
 	// run is the step in flight.
 	run *running
 }
@@ -105,12 +108,14 @@ func (w *member) call(from string, c callMsg) {
 	switch m := c.msg.(type) {
 	case *workerpb.StatusRequest:
 		st := &workerpb.Status{Peer: m.Peer, Name: w.n.name, HeldPart: int32(w.hold.Part), Applied: uint64(w.hold.Applied),
-			Cursor: uint64(w.hold.Cursor), CanRollBack: w.hold.Undo, World0: uint32(w.hold.World0), Rank: int32(w.rank)}
+			Cursor: uint64(w.hold.Cursor), CanRollBack: w.hold.Undo, World0: uint32(w.hold.World0), Rank: int32(w.rank),
+			JobStep: max(w.jobStep, uint64(w.hold.Applied))}
 		if m.Checksum {
 			st.Checksum = w.checksum()
 		}
 		reply(st, nil)
 	case *workerpb.Form:
+		w.jobStep = max(w.jobStep, m.Step)
 		body, wait, err := w.form(m, from, c)
 		if !wait {
 			reply(body, err)

@@ -24,11 +24,10 @@ type (
 	}
 	// callMsg is the leader's call of generation gen, phase ph, to member i.
 	// world is the generation's committed world: the proof of its commit
-	// (Core.Learn). The agents' calls carry it implicitly: protoactor
-	// delivers a process's messages to another in order on one
-	// connection, and the leader's core sent the commit before the
-	// trainer's first call. The simulated network loses and reorders
-	// messages one by one, so the call carries it here.
+	// (Core.Learn), as the agents' StatusRequest and Form carry their
+	// leader's sealed commit (elastic.Node.CommitProof); the simulated
+	// network loses and reorders messages one by one, so every call
+	// carries it here.
 	callMsg struct {
 		world elastic.World
 		gen   uint64

@@ -302,8 +302,10 @@ type agent struct {
 	// completed on another replica: reported when the next generation
 	// continues after it (see adoptedError), dropped when it replays it.
 	pending *StepMetrics
-	// current is the last world committed.
+	// current is the last world committed; formed the last generation the
+	// leader said formed (Progress).
 	current elastic.World
+	formed  WorldInfo
 	// servers are this node's parameter servers (Sync async, while it
 	// leads), kept what they hold when a generation ended with every step
 	// it began applied (nil: the next generation does not continue from
@@ -339,6 +341,9 @@ type generation struct {
 	// async is the generation's asynchronous executor (Sync async), once
 	// its step loop made it.
 	async atomic.Pointer[asyncExecutor]
+	// proof is the world's commit proof, which the generation's first calls
+	// (status, form) carry to its members.
+	proof []byte
 }
 
 func newGeneration(w elastic.World, ex *groupExecutor, pids []*actor.PID) *generation {
@@ -401,7 +406,7 @@ func (a *agent) start(ctx context.Context) error {
 		gate = nil
 	}
 	if a.shell, err = worker.Spawn(a.sys, w, worker.ShellConfig{Name: worker.ActorName, Node: ac.Name, Gate: gate, Logger: a.log,
-		Notify: a.notes.put,
+		Notify: a.notes.put, Learn: a.learn,
 		Comms: func(f *workerpb.Form) (collective.Communicator, error) {
 			c := cc
 			c.World = fmt.Sprintf("gen%d", f.Generation)
@@ -430,7 +435,7 @@ func (a *agent) start(ctx context.Context) error {
 	a.node, err = elastic.Start(ctx, elastic.Config{
 		Name: ac.Name, BindAddr: ac.Listen, Join: ac.Join, JoinTimeout: ac.JoinTimeout, MinNodes: ac.MinNodes, MaxNodes: ac.MaxNodes,
 		Quorum: quorum, Key: key, Timings: timings, Devices: []string{a.be.Caps().Device},
-	}, a.sys, elastic.WithLogger(a.log))
+	}, a.sys, append([]elastic.Option{elastic.WithLogger(a.log)}, a.o.membership...)...)
 	if err != nil {
 		return err
 	}
@@ -617,6 +622,9 @@ func (a *agent) commit(w elastic.World) {
 			ex.ckpt, ex.parts, ex.zeroShards, ex.adopt = a.ckpt, a.j.partsLayout(), a.j.zeroShards(), true
 			ex.learnControls(pids)
 			a.gen = newGeneration(w, ex, pids)
+			if a.gen.proof, err = a.node.CommitProof(w); err != nil {
+				a.log.Warn("sealing the commit proof", zap.Uint64("generation", w.Gen), zap.Error(err))
+			}
 		}
 	}
 	a.core.Commit(w, lead, a.latestCheckpoint())
@@ -726,6 +734,7 @@ func (a *agent) call(c *LeaderCall) {
 			replies = a.tellEach(g, c.Msgs)
 			a.tellStandbys(g, c.Msgs)
 		} else {
+			proveCommit(c.Msgs, g.proof)
 			replies, err = g.ex.group.Call(g.ctx, c.Msgs)
 		}
 		select {
@@ -734,6 +743,40 @@ func (a *agent) call(c *LeaderCall) {
 		}
 	}()
 }
+
+// proveCommit attaches a generation's commit proof to the calls that open
+// it: a member that missed the commit (its proposer died before it reached
+// it) would refuse the generation's steps, waiting for a commit that never
+// comes; the call itself proves it.
+func proveCommit(msgs []any, proof []byte) {
+	for _, m := range msgs {
+		switch m := m.(type) {
+		case *workerpb.StatusRequest:
+			m.CommitProof = proof
+		case *workerpb.Form:
+			m.CommitProof = proof
+		}
+	}
+}
+
+// learn takes the commit proof of a leader's call (on the worker actor's
+// goroutine, before the call is served): learnTimeout bounds the wait for
+// the membership actor, which answers between two rendezvous messages.
+func (a *agent) learn(proof []byte) {
+	n := a.gate.node.Load()
+	if n == nil {
+		return
+	}
+	before := n.World().Gen
+	if err := n.Learn(proof, learnTimeout); err != nil {
+		a.log.Warn("a leader's call does not prove its generation", zap.Error(err))
+	} else if w := n.World(); w.Gen > before {
+		a.log.Info("learned a generation's commit from its leader's call", zap.Uint64("generation", w.Gen))
+	}
+}
+
+// learnTimeout bounds Learn's wait for the membership actor.
+const learnTimeout = 2 * time.Second
 
 // tellEach sends msgs[i] to member i of generation g, each on its own,
 // and returns the answers (nil where a member did not answer within the
@@ -902,7 +945,7 @@ func (a *agent) lead(g *generation, t *trainer, o *TrainOrder, pending *StepMetr
 			}
 		}
 		if b, err := json.Marshal(m); err == nil {
-			a.broadcast(g, &workerpb.Progress{Metrics: b})
+			a.broadcast(g, &workerpb.Progress{Metrics: b, Step: uint64(m.Step)})
 		}
 		return nil
 	}
@@ -1027,6 +1070,7 @@ func (a *agent) progress(p *workerpb.Progress) bool {
 		if json.Unmarshal(p.World, &w) != nil {
 			return false
 		}
+		a.formed = w
 		a.prom.m().observeWorld(w)
 		a.prom.setReady(slices.Contains(w.Members, a.ac.Name))
 		if a.o.OnWorld != nil {
@@ -1117,6 +1161,7 @@ func (a *agent) finished(f *workerpb.Finish) (*AgentSummary, error) {
 func (a *agent) leave(why string) (*AgentSummary, error) {
 	a.gate.leaving.Store(true) // no step after the one in flight
 	a.stopLeading()
+	a.handOver()
 	sum := a.summary()
 	sum.Left = true
 	start := time.Now()
@@ -1125,6 +1170,87 @@ func (a *agent) leave(why string) (*AgentSummary, error) {
 	}
 	a.log.Info("left the job", zap.String("why", why), zap.Int("step", sum.Step), zap.Duration("leave", time.Since(start)))
 	return sum, nil
+}
+
+// handOver gives the model part this node holds to a standby before it
+// leaves, when no other member holds it (one replica of pipeline stages
+// or tensor-parallel shards): the next generation then takes the part
+// from that standby, instead of restoring the job from a checkpoint or
+// losing it. The worker refuses steps already (the gate is leaving), so
+// the other parts stay at the step this one holds. Best effort: on a
+// failure the node leaves as it would without, and says why.
+func (a *agent) handOver() {
+	cfg, w := &a.j.cfg, a.formed
+	if cfg.PP*max(1, cfg.TP) == 1 || a.j.zeroGroup(cfg.DP) > 0 || cfg.sync().Local() || a.async() ||
+		w.DP != 1 || !slices.Contains(w.Members, a.ac.Name) || len(w.Standby) == 0 {
+		return
+	}
+	var to elastic.Member
+	for _, m := range a.node.Members() {
+		if slices.Contains(w.Standby, m.Name) && m.ActorAddr != "" && (to.ID == "" || m.Name < to.Name) {
+			to = m
+		}
+	}
+	if to.ID == "" {
+		a.log.Warn("no standby left to hand this node's model part to", zap.Strings("standby", w.Standby))
+		return
+	}
+	start := time.Now()
+	res, err := a.sys.Root().RequestFuture(a.shell.PID(), &worker.ExportRequest{}, a.j.cfg.StepTimeout).Result()
+	if err == nil {
+		err = res.(*worker.Exported).Err
+	}
+	if err != nil {
+		a.log.Warn("handing this node's model part over", zap.Error(err))
+		return
+	}
+	ex := res.(*worker.Exported)
+	if ex.State.Hold.Applied == 0 {
+		return // the seed's: nothing to lose
+	}
+	if err := a.sendPart(actor.NewPID(to.ActorAddr, worker.ActorName), ex); err != nil {
+		a.log.Warn("handing this node's model part over", zap.String("to", to.Name), zap.Error(err))
+		return
+	}
+	a.log.Info("model part handed over", zap.String("to", to.Name), zap.Int("part", ex.State.Hold.Part),
+		zap.Int("step", ex.State.Hold.Applied), zap.Duration("took", time.Since(start)))
+}
+
+// handOverChunk is the most values one PartChunk carries (1 MiB), well
+// under gRPC's message limit.
+const handOverChunk = 1 << 18
+
+// sendPart sends ex's part to the worker at pid, a chunk at a time, and
+// checks that it then holds the same parameters.
+func (a *agent) sendPart(pid *actor.PID, ex *worker.Exported) error {
+	ps := ex.State
+	lens := make([]uint64, len(ps.Bufs))
+	for i, b := range ps.Bufs {
+		lens[i] = uint64(len(b))
+	}
+	for b, buf := range ps.Bufs {
+		for off := 0; off == 0 || off < len(buf); off += handOverChunk {
+			end := min(off+handOverChunk, len(buf))
+			m := &workerpb.PartChunk{Part: int32(ps.Hold.Part), Applied: uint64(ps.Hold.Applied), Cursor: uint64(ps.Hold.Cursor),
+				World0: uint32(ps.Hold.World0), OptSteps: uint64(ps.Steps), Lens: lens, Buffer: uint32(b), Offset: uint64(off),
+				Values: buf[off:end], Last: b == len(ps.Bufs)-1 && end == len(buf)}
+			res, err := a.sys.Root().RequestFuture(pid, m, a.j.cfg.CollectiveTimeout).Result()
+			if err != nil {
+				return err
+			}
+			t, ok := res.(*workerpb.PartTaken)
+			if !ok {
+				return fmt.Errorf("train: %T answers a hand-over", res)
+			}
+			if err := t.Failed(); err != nil {
+				return err
+			}
+			if m.Last && t.Checksum != ex.Checksum {
+				return fmt.Errorf("train: the standby holds checksum %016x after the hand-over, this node %016x", t.Checksum, ex.Checksum)
+			}
+		}
+	}
+	return nil
 }
 
 // nodeGate brackets the worker's steps with the membership's Hold and

@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,8 +25,9 @@ func freeAddr(t *testing.T) string {
 
 // runAgents runs three agents of cfg in this process (at least two form a
 // world, at most maxNodes: 0 no limit) until each returns; the third
-// leaves after step stopAfter (0: it stays).
-func runAgents(t *testing.T, cfg Config, stopAfter, maxNodes int) []*agentRun {
+// leaves after step stopAfter (0: it stays). membership, when given, are
+// every agent's elastic node options.
+func runAgents(t *testing.T, cfg Config, stopAfter, maxNodes int, membership ...elastic.Option) []*agentRun {
 	t.Helper()
 	if raceDetector {
 		// One actor system a process, as troupe runs them, has no such race:
@@ -43,8 +45,9 @@ func runAgents(t *testing.T, cfg Config, stopAfter, maxNodes int) []*agentRun {
 		ac := AgentConfig{Train: cfg, Name: r.name, Listen: addrs[i], Join: addrs, MinNodes: 2, MaxNodes: maxNodes, Quorum: elastic.QuorumMajority,
 			Key: "passphrase:in-process-test", JoinTimeout: 30 * time.Second}
 		o := Options{
-			OnStep:  func(m StepMetrics) { r.steps = append(r.steps, m.Step) },
-			OnWorld: func(w WorldInfo) { r.worlds = append(r.worlds, w) },
+			OnStep:     func(m StepMetrics) { r.steps = append(r.steps, m.Step) },
+			OnWorld:    func(w WorldInfo) { r.worlds = append(r.worlds, w) },
+			membership: membership,
 		}
 		if i == 2 {
 			o.StopAfter = stopAfter
@@ -169,4 +172,60 @@ func TestRunAgentAsync(t *testing.T) {
 	if r := runs[2]; r.err != nil || !r.sum.Left || !slices.Contains(r.steps, 50) {
 		t.Errorf("n3 (StopAfter 50) saw steps %v and left with %+v, %v", r.steps, r.sum, r.err)
 	}
+}
+
+// A member that missed its generation's commit learns it from the leader's
+// first call. Every agent here loses the commit of each world without n3
+// in which it is not the leader (rank 0), and every message that would
+// prove it (commit, its repeats, push/pull states, the next proposals'
+// base), as when the proposer dies having told the leader only: n3 leaves
+// after step 10, and the other follower trains the rest of the job in the
+// world of n1 and n2 although no commit of it ever reached it. Without
+// Learn it would refuse every step of that generation as "a new world is
+// being formed", and no later world could form without it (a majority of
+// two is both).
+func TestRunAgentLearnsCommitFromCall(t *testing.T) {
+	cfg := tinyMLP()
+	cfg.Steps, cfg.LogEvery = 300, 1000
+	// Every step of rank 0 10 ms longer: the job outlasts the leave (at
+	// least 3 s) however fast the machine, so a world without n3 forms.
+	t.Setenv(envStraggler, "0:10ms")
+	withoutN3 := func(w elastic.World) bool {
+		return w.Gen > 0 && !slices.ContainsFunc(w.Members, func(m elastic.Member) bool { return m.Name == "n3" })
+	}
+	var lost atomic.Int64
+	drop := func(m elastic.Message) bool {
+		proof := m.Base
+		if m.Type == elastic.MsgCommit {
+			proof = m.Value
+		}
+		if withoutN3(proof) && proof.Rank(m.To) > 0 {
+			lost.Add(1)
+			return true
+		}
+		return false
+	}
+	runs := runAgents(t, cfg, 10, 0, elastic.WithDropIncoming(drop))
+	for _, r := range runs {
+		if r.err != nil {
+			t.Fatalf("%s: %v", r.name, r.err)
+		}
+	}
+	if lost.Load() == 0 {
+		t.Fatal("no message proving a world without n3 was lost: the test tested nothing")
+	}
+	for _, r := range runs[:2] {
+		want := make([]int, cfg.Steps)
+		for s := range want {
+			want[s] = s + 1
+		}
+		if !slices.Equal(r.steps, want) || r.sum.Left || r.sum.Step != cfg.Steps {
+			t.Errorf("%s saw steps %v and ended with %+v; want 1 to %d once each", r.name, r.steps, r.sum, cfg.Steps)
+		}
+		last := r.worlds[len(r.worlds)-1]
+		if !slices.Equal(last.Members, []string{"n1", "n2"}) {
+			t.Errorf("%s's last world %+v, want n1 and n2", r.name, last)
+		}
+	}
+	t.Logf("%d rendezvous messages lost; n1 saw %d generations", lost.Load(), len(runs[0].worlds))
 }

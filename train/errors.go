@@ -16,7 +16,8 @@ var (
 	// ErrDiverged: replicas of a stage hold different parameters.
 	ErrDiverged = failure.New(failure.Diverged, "train: replicas diverged")
 	// ErrStageLost: a pipeline stage that no member holds and no checkpoint
-	// can restore (an elastic job, after AgentConfig.LostStageTimeout).
+	// can restore (an elastic job, after AgentConfig.LostStageTimeout), or
+	// every stage, when no member holds anything of a job that trained.
 	ErrStageLost = failure.New(failure.StateLost, "train: a pipeline stage is lost")
 	// ErrRendezvousTimeout: an elastic node could not train in a world for
 	// AgentConfig.RdzvTimeout (too few nodes, or no quorum).

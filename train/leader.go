@@ -173,6 +173,10 @@ type LeaderCore struct {
 	states []worker.Holding
 	lay    Layout
 	world0 int
+	// jobStep is the last step the job trained as far as any member
+	// reported (Status.job_step): with no member holding any state, it
+	// tells a lost job from a new one.
+	jobStep int
 	// lostSince is when a lost stage was first seen (zero: none lost).
 	lostSince time.Time
 	// retryAt is when to ask for a new generation (zero: never), and why;
@@ -289,6 +293,7 @@ func (c *LeaderCore) Replies(gen uint64, ph LeaderPhase, replies []any, err erro
 			c.states[i] = worker.Holding{Part: int(st.HeldPart), Applied: int(st.Applied), Cursor: data.Cursor(st.Cursor),
 				Undo: st.CanRollBack, World0: int(st.World0), ZeroGroup: int(st.HeldZeroGroup), ZeroShard: int(st.HeldZeroShard)}
 			c.world0 = max(c.world0, int(st.World0))
+			c.jobStep = max(c.jobStep, int(st.JobStep))
 		}
 		c.plan()
 	case phaseForm:
@@ -335,6 +340,16 @@ func (c *LeaderCore) plan() {
 		return
 	}
 	switch {
+	case l.Source.Kind == worker.FromSeed && c.jobStep > 0:
+		// No member holds anything, but the job trained: every holder of
+		// its state is gone. Only a checkpoint restores it; the seed would
+		// train the job again from step 0.
+		if c.ckpt.Err != nil {
+			l.Step, l.Lost = c.jobStep, identity(l.Mesh.Slots(l.ZeroGroup))
+			c.stageLost(l, c.ckpt.Err)
+			return
+		}
+		c.fromCheckpoint(&l)
 	case l.Source.Kind == worker.FromSeed && c.cfg.Resume:
 		if c.ckpt.Err != nil && (c.cfg.ResumeRequired || !errors.Is(c.ckpt.Err, checkpoint.ErrNoCheckpoint)) {
 			c.end(fmt.Errorf("generation %d: resume: %w", c.world.Gen, c.ckpt.Err))
@@ -424,8 +439,12 @@ func (c *LeaderCore) planAsync() {
 // replicas gather every layer together for each.
 func (c *LeaderCore) rowPerMicro() bool { return c.cfg.Stages > 1 || c.cfg.ZeroShards > 0 }
 
-// nothingTrained reports whether no member holds any state yet.
+// nothingTrained reports whether the job has not trained: no member holds
+// any state yet, nor heard of a step trained.
 func (c *LeaderCore) nothingTrained() bool {
+	if c.jobStep > 0 {
+		return false
+	}
 	for _, s := range c.states {
 		if s.Applied > 0 {
 			return false

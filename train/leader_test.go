@@ -80,6 +80,8 @@ type simMember struct {
 	rank      int
 	alive     bool
 	ended     string
+	// jobStep is the job's last step the member heard of (Progress, Form).
+	jobStep int
 }
 
 func (m *simMember) checksum() uint64 {
@@ -452,7 +454,7 @@ func (s *leaderSim) answer(m *simMember, msg any) (any, error) {
 	case *workerpb.StatusRequest:
 		return &workerpb.Status{HeldPart: int32(m.h.Part), Applied: uint64(m.h.Applied), Cursor: uint64(m.h.Cursor),
 			CanRollBack: m.h.Undo, World0: uint32(m.h.World0), Checksum: m.checksum(),
-			HeldZeroGroup: uint32(m.h.ZeroGroup), HeldZeroShard: uint32(m.h.ZeroShard)}, nil
+			HeldZeroGroup: uint32(m.h.ZeroGroup), HeldZeroShard: uint32(m.h.ZeroShard), JobStep: uint64(max(m.jobStep, m.h.Applied))}, nil
 	case *workerpb.Form:
 		return s.form(m, r)
 	case *workerpb.Finish:
@@ -467,6 +469,7 @@ func (s *leaderSim) answer(m *simMember, msg any) (any, error) {
 
 // form applies a Form as the worker does, with parameters as versions.
 func (s *leaderSim) form(m *simMember, r *workerpb.Form) (any, error) {
+	m.jobStep = max(m.jobStep, int(r.Step))
 	f, err := worker.FormOf(r)
 	if err != nil {
 		return nil, err
@@ -557,9 +560,16 @@ func (s *leaderSim) runTrain(args map[string]string) error {
 			m.version++
 		}
 	}
-	fmt.Fprintf(&s.out, "trained to step %d\n", s.members[s.world.Members[l.Members[0]].Name].h.Applied)
+	trained := s.members[s.world.Members[l.Members[0]].Name].h.Applied
+	fmt.Fprintf(&s.out, "trained to step %d\n", trained)
 	if steps > 0 {
 		s.cores[s.leader].Progress()
+		for _, wm := range s.world.Members {
+			// Every member of the world hears of each step (standbys too).
+			if m := s.members[wm.Name]; m.alive && len(torn) == 0 {
+				m.jobStep = max(m.jobStep, trained)
+			}
+		}
 	}
 	s.formed = len(torn) == 0
 	if v, ok := args["diverge"]; ok {

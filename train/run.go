@@ -12,6 +12,7 @@ import (
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/elastic"
 	"github.com/troupe-ml/troupe/failure"
 	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/nn"
@@ -128,6 +129,9 @@ type Options struct {
 	// ckptFS replaces the file system checkpoints are written to (tests:
 	// a disk that fills up).
 	ckptFS checkpoint.FS
+	// membership adds options to an agent's elastic node (tests: a network
+	// that loses rendezvous messages).
+	membership []elastic.Option
 }
 
 // WorldInfo describes a world the job formed.

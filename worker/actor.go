@@ -66,6 +66,13 @@ type ShellConfig struct {
 	// (a step's metrics) and the error of a crash (it wraps ErrCrashed).
 	// It is called on the actor's goroutine and must not block.
 	Notify func(any)
+	// Learn, when set, receives the commit proof a leader's call carries
+	// (StatusRequest and Form of an elastic generation) before the call is
+	// served: a node that missed its generation's commit learns it there,
+	// so that its steps are not refused as if the world were still being
+	// formed. Called on the actor's goroutine; it may block for a short,
+	// bounded time.
+	Learn func(proof []byte)
 	// ShipTrace sends what the worker's recorder saw of each step back in
 	// StepDone (a pipeline stage in a worker process, whose trace the
 	// parent writes).
@@ -178,6 +185,61 @@ func (s *Shell) begin() (context.Context, func()) {
 	}
 }
 
+// ExportRequest asks a worker of this process for the part it holds
+// (Worker.ExportPart), between steps; it is answered with *Exported.
+type ExportRequest struct{}
+
+// Exported answers ExportRequest; Checksum is the part's parameters'.
+type Exported struct {
+	State    PartState
+	Checksum uint64
+	Err      error
+}
+
+// maxHandOver bounds the values a hand-over may announce (16 GiB of
+// float32), so that a bad PartChunk cannot make the worker allocate
+// without bound.
+const maxHandOver = 1 << 32
+
+// take adds a PartChunk to the hand-over in progress; the last one makes
+// the worker take the part.
+func (a *shellActor) take(m *workerpb.PartChunk) *workerpb.PartTaken {
+	fail := func(err error) *workerpb.PartTaken {
+		a.taking = nil
+		return &workerpb.PartTaken{Peer: m.Peer, Failure: workerpb.FailureOf(err)}
+	}
+	if m.Buffer == 0 && m.Offset == 0 {
+		total := uint64(0)
+		for _, n := range m.Lens {
+			total += min(n, maxHandOver+1)
+		}
+		if m.Part < 0 || len(m.Lens) == 0 || total > maxHandOver {
+			return fail(fmt.Errorf("%w: a hand-over of part %d in %d buffers of %d values", ErrConfig, m.Part, len(m.Lens), total))
+		}
+		ps := &PartState{Hold: Holding{Part: int(m.Part), Applied: int(m.Applied), Cursor: data.Cursor(m.Cursor), World0: int(m.World0)},
+			Steps: int(m.OptSteps), Bufs: make([][]float32, len(m.Lens))}
+		for i, n := range m.Lens {
+			ps.Bufs[i] = make([]float32, n)
+		}
+		a.taking = ps
+	}
+	ps := a.taking
+	if ps == nil || int(m.Buffer) >= len(ps.Bufs) || m.Part != int32(ps.Hold.Part) || m.Applied != uint64(ps.Hold.Applied) ||
+		m.Offset > uint64(len(ps.Bufs[m.Buffer])) || uint64(len(m.Values)) > uint64(len(ps.Bufs[m.Buffer]))-m.Offset {
+		return fail(fmt.Errorf("%w: a hand-over chunk of part %d, buffer %d, offset %d out of order", ErrConfig, m.Part, m.Buffer, m.Offset))
+	}
+	copy(ps.Bufs[m.Buffer][m.Offset:], m.Values)
+	if !m.Last {
+		return &workerpb.PartTaken{Peer: m.Peer}
+	}
+	a.taking = nil
+	if err := a.w.ImportPart(*ps); err != nil {
+		return fail(err)
+	}
+	a.jobStep = max(a.jobStep, m.Applied)
+	return &workerpb.PartTaken{Peer: m.Peer, Checksum: a.w.Checksum()}
+}
+
 // CaptureRequest asks a worker of this process to add its stage to Snap
 // (an in-process checkpoint); it is answered with *Captured. Requests of
 // one snapshot go one at a time, stages in order.
@@ -202,10 +264,17 @@ type shellActor struct {
 	cfg   ShellConfig
 	shell *Shell
 	log   *zap.Logger
+	// jobStep is the last step of the job this worker heard of (Form,
+	// Progress), reported in Status.job_step.
+	jobStep uint64
+	// taking is the part a leaving worker is handing over (PartChunk), as
+	// far as it came.
+	taking *PartState
 }
 
 func (a *shellActor) Receive(c actor.Context) {
 	defer a.recoverPanic(c)
+	a.learn(c.Message())
 	switch m := c.Message().(type) {
 	case *workerpb.StatusRequest:
 		h := a.w.Holding()
@@ -216,11 +285,13 @@ func (a *shellActor) Receive(c actor.Context) {
 		st.LastStep, st.LastComputed = int64(last.Step), last.Computed
 		st.LastLossSum, st.LastTargets, st.LastCorrect = last.LossSum, uint64(last.Targets), uint64(last.Correct)
 		st.LastLossScale, st.LastSkipped, st.LastLossScaleTracker = last.LossScale, last.Skipped, uint32(last.LossScaleTracker)
+		st.JobStep = max(a.jobStep, st.Applied)
 		if m.Checksum {
 			st.Checksum = a.w.Checksum()
 		}
 		c.Respond(st)
 	case *workerpb.Form:
+		a.jobStep = max(a.jobStep, m.Step)
 		c.Respond(a.form(m))
 	case *workerpb.RunStep:
 		c.Respond(a.step(m))
@@ -232,13 +303,36 @@ func (a *shellActor) Receive(c actor.Context) {
 		c.Respond(a.saveShard(m))
 	case *CaptureRequest:
 		c.Respond(&Captured{Peer: m.Peer, Err: a.w.Capture(m.Snap)})
+	case *ExportRequest:
+		ps, err := a.w.ExportPart()
+		c.Respond(&Exported{State: ps, Checksum: a.w.Checksum(), Err: err})
+	case *workerpb.PartChunk:
+		c.Respond(a.take(m))
 	case *workerpb.Finish:
 		c.Respond(&workerpb.Finished{Peer: m.Peer, Checksum: a.w.Checksum()})
 		a.cfg.Notify(m)
 	case *workerpb.Progress:
+		a.jobStep = max(a.jobStep, m.Step)
 		a.cfg.Notify(m)
 	case *actor.Stopped:
 		a.w.Close()
+	}
+}
+
+// learn hands the commit proof msg carries, if any, to ShellConfig.Learn.
+func (a *shellActor) learn(msg any) {
+	if a.cfg.Learn == nil {
+		return
+	}
+	var proof []byte
+	switch m := msg.(type) {
+	case *workerpb.StatusRequest:
+		proof = m.CommitProof
+	case *workerpb.Form:
+		proof = m.CommitProof
+	}
+	if len(proof) > 0 {
+		a.cfg.Learn(proof)
 	}
 }
 
@@ -278,6 +372,10 @@ func failedReply(msg any, err error) any {
 		return &workerpb.ShardSaved{Peer: m.Peer, Failure: f}
 	case *CaptureRequest:
 		return &Captured{Peer: m.Peer, Err: err}
+	case *ExportRequest:
+		return &Exported{Err: err}
+	case *workerpb.PartChunk:
+		return &workerpb.PartTaken{Peer: m.Peer, Failure: f}
 	case *workerpb.Finish:
 		return &workerpb.Finished{Peer: m.Peer, Failure: f}
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -728,5 +729,101 @@ func TestElasticLostStageWithoutCheckpointFails(t *testing.T) {
 				t.Fatalf("agent %s: no %q in its error output", n, want)
 			}
 		}
+	}
+}
+
+// Both holders of a pipeline's state (one replica of two stages) are
+// killed at once, and there is no checkpoint. The three standbys left
+// hold nothing, but heard of every step the job trained, so they do not
+// lay the job out from the seed and train it again from step 0: after
+// --lost-stage-timeout each exits non-zero naming both stages.
+func TestElasticEveryHolderLostFails(t *testing.T) {
+	c := newCluster(t, 5, 3)
+	// One replica: a row per micro-batch and 48 micro-batches of a batch
+	// of 48 leave room for one.
+	c.extra = []string{"--pp", "2", "--micro-batches", "48", "--lost-stage-timeout", "2s"}
+	for i := range 5 {
+		c.start(i)
+	}
+	c.waitFormedWith("n5")
+	c.waitSteps(c.lastStep() + 20) // the standbys heard of steps
+	c.agents["n1"].cmd.Process.Kill()
+	c.agents["n2"].cmd.Process.Kill()
+	for n, msg := range c.failed(time.Minute, "n3", "n4", "n5") {
+		for _, want := range []string{"a pipeline stage is lost", "pipeline stage 0, 1", "--lost-stage-timeout"} {
+			if !strings.Contains(msg, want) {
+				c.dump()
+				t.Fatalf("agent %s: no %q in its error output", n, want)
+			}
+		}
+		// n3 leads only after the loss.
+		if strings.Contains(msg, `"state_from":"seed"`) {
+			t.Errorf("agent %s: a generation after the loss took its state from the seed", n)
+		}
+	}
+	if recs := c.steps(); recs[0].Step != 1 || slices.ContainsFunc(recs[1:], func(r stepRecord) bool { return r.Step == 1 }) {
+		t.Error("step 1 was trained again after the holders died")
+	}
+}
+
+// waitFormedWith waits until the leader n1 formed a generation with name
+// among its members or standbys.
+func (c *cluster) waitFormedWith(name string) {
+	c.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, line := range strings.Split(c.agents["n1"].stderr.String(), "\n") {
+			if strings.Contains(line, `"generation formed"`) && strings.Contains(line, `"`+name+`"`) {
+				return
+			}
+		}
+	}
+	c.dump()
+	c.t.Fatalf("n1 formed no generation with %s", name)
+}
+
+// Graceful hand-over: with one replica of two parts (pipeline stages or
+// tensor-parallel shards) and a standby, the only holder of part 1 leaves
+// (SIGTERM). Before it goes it hands its part's state to the standby, so
+// the next generation takes every part from a survivor: no restore from
+// the checkpoint the job has, every step trained once, with the
+// fault-free run's losses.
+func TestElasticHandOverOnLeave(t *testing.T) {
+	ref := faultFree(t)
+	for _, tc := range []struct {
+		name  string
+		extra []string
+	}{
+		{"pipeline", []string{"--pp", "2", "--micro-batches", "2"}},
+		{"tensor-parallel", []string{"--tp", "2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3, 2)
+			c.extra = append(tc.extra, "--ckpt-dir", t.TempDir(), "--ckpt-every", "100")
+			c.start(0)
+			c.start(1)
+			formed := c.waitWorld(2, 0)
+			c.start(2) // standby: 3 members make one replica of 2 parts
+			// Leave only once n3 is a member: a world of two cannot lose
+			// one under the majority quorum.
+			c.waitGeneration(formed.Generation+1, 350)
+			leaver := c.agents["n2"]
+			leaver.cmd.Process.Signal(syscall.SIGTERM)
+			sent := time.Now()
+			if err := <-leaver.done; err != nil {
+				t.Fatalf("n2 after SIGTERM: %v\n%s", err, leaver.stderr.String())
+			}
+			if !strings.Contains(leaver.stderr.String(), `"model part handed over"`) {
+				t.Error("n2 did not log handing its part over")
+			}
+			t.Logf("n2 left %.0f ms after SIGTERM", float64(time.Since(sent).Milliseconds()))
+			c.check(c.finish("n1", "n3"), ref)
+			logs := c.agents["n1"].stderr.String() + c.agents["n3"].stderr.String()
+			if strings.Contains(logs, `"state_from":"checkpoint step`) {
+				t.Error("a generation restored from the checkpoint")
+			}
+			if !strings.Contains(c.agents["n3"].stderr.String(), `"model part taken over"`) {
+				t.Error("n3 did not log taking the part over")
+			}
+		})
 	}
 }

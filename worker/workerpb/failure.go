@@ -29,3 +29,4 @@ func (m *Weights) Failed() error      { return m.GetFailure().Err() }
 func (m *ShardSaved) Failed() error   { return m.GetFailure().Err() }
 func (m *Finished) Failed() error     { return m.GetFailure().Err() }
 func (m *FlightRecord) Failed() error { return m.GetFailure().Err() }
+func (m *PartTaken) Failed() error    { return m.GetFailure().Err() }

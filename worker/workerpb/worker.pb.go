@@ -87,9 +87,14 @@ func (x *Failure) GetMessage() string {
 // StatusRequest asks a worker what it holds (and, with checksum set, the
 // checksum of its parameters).
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Peer          uint32                 `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
-	Checksum      bool                   `protobuf:"varint,2,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Peer     uint32                 `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Checksum bool                   `protobuf:"varint,2,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	// commit_proof, from an elastic leader, proves that the world of the
+	// generation it calls for committed (elastic.Node.CommitProof): a member
+	// that missed the commit learns it from here before it answers
+	// (worker.ShellConfig.Learn).
+	CommitProof   []byte `protobuf:"bytes,3,opt,name=commit_proof,json=commitProof,proto3" json:"commit_proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -136,6 +141,13 @@ func (x *StatusRequest) GetChecksum() bool {
 		return x.Checksum
 	}
 	return false
+}
+
+func (x *StatusRequest) GetCommitProof() []byte {
+	if x != nil {
+		return x.CommitProof
+	}
+	return nil
 }
 
 // Status answers StatusRequest (see worker.Holding).
@@ -185,8 +197,14 @@ type Status struct {
 	// last_loss_scale_tracker is the scaler's growth tracker the last step
 	// ran with: with last_loss_scale, the scaler's state before it.
 	LastLossScaleTracker uint32 `protobuf:"varint,20,opt,name=last_loss_scale_tracker,json=lastLossScaleTracker,proto3" json:"last_loss_scale_tracker,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// job_step is the last step of the job the worker knows was trained: its
+	// own applied steps, the step its last Form continued from, the steps
+	// its leader reported (Progress.step); 0: none. A leader that finds no
+	// member holding any state although the job trained knows the state was
+	// lost, not that the job is new.
+	JobStep       uint64 `protobuf:"varint,21,opt,name=job_step,json=jobStep,proto3" json:"job_step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Status) Reset() {
@@ -359,6 +377,13 @@ func (x *Status) GetLastLossScaleTracker() uint32 {
 	return 0
 }
 
+func (x *Status) GetJobStep() uint64 {
+	if x != nil {
+		return x.JobStep
+	}
+	return 0
+}
+
 // Form places a worker in a generation (see worker.Form): its rank in a
 // dp × pp × tp mesh (-1: standby), the actor systems of every rank (for
 // the collectives between processes), where training continues and where
@@ -383,7 +408,12 @@ type Form struct {
 	World0         uint32  `protobuf:"varint,14,opt,name=world0,proto3" json:"world0,omitempty"`
 	// zero_group is the ZeRO shard group size (0: no ZeRO); with it, roots
 	// are by slot (part*zero_group + shard, see mesh.Mesh.Slot).
-	ZeroGroup     uint32 `protobuf:"varint,15,opt,name=zero_group,json=zeroGroup,proto3" json:"zero_group,omitempty"`
+	ZeroGroup uint32 `protobuf:"varint,15,opt,name=zero_group,json=zeroGroup,proto3" json:"zero_group,omitempty"`
+	// commit_proof, from an elastic leader, proves that the world of the
+	// generation it calls for committed (elastic.Node.CommitProof): a member
+	// that missed the commit learns it from here before it answers
+	// (worker.ShellConfig.Learn).
+	CommitProof   []byte `protobuf:"bytes,16,opt,name=commit_proof,json=commitProof,proto3" json:"commit_proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -521,6 +551,13 @@ func (x *Form) GetZeroGroup() uint32 {
 		return x.ZeroGroup
 	}
 	return 0
+}
+
+func (x *Form) GetCommitProof() []byte {
+	if x != nil {
+		return x.CommitProof
+	}
+	return nil
 }
 
 // Formed answers Form with the checksum of what the worker holds.
@@ -1827,9 +1864,12 @@ func (x *Finished) GetChecksum() uint64 {
 // goes: a generation formed (world: train.WorldInfo as JSON) or a step
 // trained (metrics: train.StepMetrics as JSON). No answer.
 type Progress struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Metrics       []byte                 `protobuf:"bytes,1,opt,name=metrics,proto3" json:"metrics,omitempty"`
-	World         []byte                 `protobuf:"bytes,2,opt,name=world,proto3" json:"world,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Metrics []byte                 `protobuf:"bytes,1,opt,name=metrics,proto3" json:"metrics,omitempty"`
+	World   []byte                 `protobuf:"bytes,2,opt,name=world,proto3" json:"world,omitempty"`
+	// step is the step metrics reports (0 with world): the worker remembers
+	// the job's last (Status.job_step).
+	Step          uint64 `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1878,6 +1918,206 @@ func (x *Progress) GetWorld() []byte {
 	return nil
 }
 
+func (x *Progress) GetStep() uint64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+// PartChunk carries a piece of the model part a leaving worker hands to
+// a standby's (worker.PartState), so that a part with no other holder is
+// not lost: the values of state buffer `buffer` (the weights, then the
+// optimizer's states) from `offset`. Every chunk says what the part is
+// and the length of each buffer; the first (buffer 0, offset 0) starts a
+// hand-over, the last (`last`) asks the receiver to take the part. Chunks
+// go one at a time, each answered with PartTaken.
+type PartChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Peer          uint32                 `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Part          int32                  `protobuf:"varint,2,opt,name=part,proto3" json:"part,omitempty"`
+	Applied       uint64                 `protobuf:"varint,3,opt,name=applied,proto3" json:"applied,omitempty"`
+	Cursor        uint64                 `protobuf:"varint,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	World0        uint32                 `protobuf:"varint,5,opt,name=world0,proto3" json:"world0,omitempty"`
+	OptSteps      uint64                 `protobuf:"varint,6,opt,name=opt_steps,json=optSteps,proto3" json:"opt_steps,omitempty"`
+	Lens          []uint64               `protobuf:"varint,7,rep,packed,name=lens,proto3" json:"lens,omitempty"`
+	Buffer        uint32                 `protobuf:"varint,8,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	Offset        uint64                 `protobuf:"varint,9,opt,name=offset,proto3" json:"offset,omitempty"`
+	Values        []float32              `protobuf:"fixed32,10,rep,packed,name=values,proto3" json:"values,omitempty"`
+	Last          bool                   `protobuf:"varint,11,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartChunk) Reset() {
+	*x = PartChunk{}
+	mi := &file_worker_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartChunk) ProtoMessage() {}
+
+func (x *PartChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_worker_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartChunk.ProtoReflect.Descriptor instead.
+func (*PartChunk) Descriptor() ([]byte, []int) {
+	return file_worker_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PartChunk) GetPeer() uint32 {
+	if x != nil {
+		return x.Peer
+	}
+	return 0
+}
+
+func (x *PartChunk) GetPart() int32 {
+	if x != nil {
+		return x.Part
+	}
+	return 0
+}
+
+func (x *PartChunk) GetApplied() uint64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *PartChunk) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *PartChunk) GetWorld0() uint32 {
+	if x != nil {
+		return x.World0
+	}
+	return 0
+}
+
+func (x *PartChunk) GetOptSteps() uint64 {
+	if x != nil {
+		return x.OptSteps
+	}
+	return 0
+}
+
+func (x *PartChunk) GetLens() []uint64 {
+	if x != nil {
+		return x.Lens
+	}
+	return nil
+}
+
+func (x *PartChunk) GetBuffer() uint32 {
+	if x != nil {
+		return x.Buffer
+	}
+	return 0
+}
+
+func (x *PartChunk) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *PartChunk) GetValues() []float32 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *PartChunk) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
+
+// PartTaken answers PartChunk; after the last, checksum is that of the
+// parameters the receiver then holds.
+type PartTaken struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Peer          uint32                 `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Failure       *Failure               `protobuf:"bytes,2,opt,name=failure,proto3" json:"failure,omitempty"`
+	Checksum      uint64                 `protobuf:"varint,3,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartTaken) Reset() {
+	*x = PartTaken{}
+	mi := &file_worker_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartTaken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartTaken) ProtoMessage() {}
+
+func (x *PartTaken) ProtoReflect() protoreflect.Message {
+	mi := &file_worker_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartTaken.ProtoReflect.Descriptor instead.
+func (*PartTaken) Descriptor() ([]byte, []int) {
+	return file_worker_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PartTaken) GetPeer() uint32 {
+	if x != nil {
+		return x.Peer
+	}
+	return 0
+}
+
+func (x *PartTaken) GetFailure() *Failure {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+func (x *PartTaken) GetChecksum() uint64 {
+	if x != nil {
+		return x.Checksum
+	}
+	return 0
+}
+
 // FlightRequest asks a worker's control actor (it answers while the
 // worker is busy) for its flight recorder: the last collective operations
 // the worker's rank entered (collective.FlightDump).
@@ -1891,7 +2131,7 @@ type FlightRequest struct {
 
 func (x *FlightRequest) Reset() {
 	*x = FlightRequest{}
-	mi := &file_worker_proto_msgTypes[19]
+	mi := &file_worker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2143,7 @@ func (x *FlightRequest) String() string {
 func (*FlightRequest) ProtoMessage() {}
 
 func (x *FlightRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[19]
+	mi := &file_worker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2156,7 @@ func (x *FlightRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlightRequest.ProtoReflect.Descriptor instead.
 func (*FlightRequest) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{19}
+	return file_worker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FlightRequest) GetPeer() uint32 {
@@ -1946,7 +2186,7 @@ type FlightRecord struct {
 
 func (x *FlightRecord) Reset() {
 	*x = FlightRecord{}
-	mi := &file_worker_proto_msgTypes[20]
+	mi := &file_worker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2198,7 @@ func (x *FlightRecord) String() string {
 func (*FlightRecord) ProtoMessage() {}
 
 func (x *FlightRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[20]
+	mi := &file_worker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2211,7 @@ func (x *FlightRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlightRecord.ProtoReflect.Descriptor instead.
 func (*FlightRecord) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{20}
+	return file_worker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FlightRecord) GetPeer() uint32 {
@@ -2006,7 +2246,7 @@ type Abort struct {
 
 func (x *Abort) Reset() {
 	*x = Abort{}
-	mi := &file_worker_proto_msgTypes[21]
+	mi := &file_worker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2258,7 @@ func (x *Abort) String() string {
 func (*Abort) ProtoMessage() {}
 
 func (x *Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[21]
+	mi := &file_worker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2271,7 @@ func (x *Abort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abort.ProtoReflect.Descriptor instead.
 func (*Abort) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{21}
+	return file_worker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Abort) GetReason() string {
@@ -2048,10 +2288,11 @@ const file_worker_proto_rawDesc = "" +
 	"\fworker.proto\x12\x10troupe.worker.v1\"7\n" +
 	"\aFailure\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"?\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"b\n" +
 	"\rStatusRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1a\n" +
-	"\bchecksum\x18\x02 \x01(\bR\bchecksum\"\x9e\x05\n" +
+	"\bchecksum\x18\x02 \x01(\bR\bchecksum\x12!\n" +
+	"\fcommit_proof\x18\x03 \x01(\fR\vcommitProof\"\xb9\x05\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x12\n" +
@@ -2073,7 +2314,8 @@ const file_worker_proto_rawDesc = "" +
 	"\x0fheld_zero_shard\x18\x11 \x01(\rR\rheldZeroShard\x12&\n" +
 	"\x0flast_loss_scale\x18\x12 \x01(\x01R\rlastLossScale\x12!\n" +
 	"\flast_skipped\x18\x13 \x01(\bR\vlastSkipped\x125\n" +
-	"\x17last_loss_scale_tracker\x18\x14 \x01(\rR\x14lastLossScaleTracker\"\xeb\x02\n" +
+	"\x17last_loss_scale_tracker\x18\x14 \x01(\rR\x14lastLossScaleTracker\x12\x19\n" +
+	"\bjob_step\x18\x15 \x01(\x04R\ajobStep\"\x8e\x03\n" +
 	"\x04Form\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1e\n" +
 	"\n" +
@@ -2093,7 +2335,8 @@ const file_worker_proto_rawDesc = "" +
 	"\troll_back\x18\r \x01(\bR\brollBack\x12\x16\n" +
 	"\x06world0\x18\x0e \x01(\rR\x06world0\x12\x1d\n" +
 	"\n" +
-	"zero_group\x18\x0f \x01(\rR\tzeroGroup\"m\n" +
+	"zero_group\x18\x0f \x01(\rR\tzeroGroup\x12!\n" +
+	"\fcommit_proof\x18\x10 \x01(\fR\vcommitProof\"m\n" +
 	"\x06Formed\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1a\n" +
@@ -2221,10 +2464,28 @@ const file_worker_proto_rawDesc = "" +
 	"\bFinished\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1a\n" +
-	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\":\n" +
+	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\"N\n" +
 	"\bProgress\x12\x18\n" +
 	"\ametrics\x18\x01 \x01(\fR\ametrics\x12\x14\n" +
-	"\x05world\x18\x02 \x01(\fR\x05world\";\n" +
+	"\x05world\x18\x02 \x01(\fR\x05world\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\x04R\x04step\"\x8a\x02\n" +
+	"\tPartChunk\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x12\n" +
+	"\x04part\x18\x02 \x01(\x05R\x04part\x12\x18\n" +
+	"\aapplied\x18\x03 \x01(\x04R\aapplied\x12\x16\n" +
+	"\x06cursor\x18\x04 \x01(\x04R\x06cursor\x12\x16\n" +
+	"\x06world0\x18\x05 \x01(\rR\x06world0\x12\x1b\n" +
+	"\topt_steps\x18\x06 \x01(\x04R\boptSteps\x12\x12\n" +
+	"\x04lens\x18\a \x03(\x04R\x04lens\x12\x16\n" +
+	"\x06buffer\x18\b \x01(\rR\x06buffer\x12\x16\n" +
+	"\x06offset\x18\t \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06values\x18\n" +
+	" \x03(\x02R\x06values\x12\x12\n" +
+	"\x04last\x18\v \x01(\bR\x04last\"p\n" +
+	"\tPartTaken\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
+	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1a\n" +
+	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\";\n" +
 	"\rFlightRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"k\n" +
@@ -2247,7 +2508,7 @@ func file_worker_proto_rawDescGZIP() []byte {
 	return file_worker_proto_rawDescData
 }
 
-var file_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_worker_proto_goTypes = []any{
 	(*Failure)(nil),        // 0: troupe.worker.v1.Failure
 	(*StatusRequest)(nil),  // 1: troupe.worker.v1.StatusRequest
@@ -2268,9 +2529,11 @@ var file_worker_proto_goTypes = []any{
 	(*Finish)(nil),         // 16: troupe.worker.v1.Finish
 	(*Finished)(nil),       // 17: troupe.worker.v1.Finished
 	(*Progress)(nil),       // 18: troupe.worker.v1.Progress
-	(*FlightRequest)(nil),  // 19: troupe.worker.v1.FlightRequest
-	(*FlightRecord)(nil),   // 20: troupe.worker.v1.FlightRecord
-	(*Abort)(nil),          // 21: troupe.worker.v1.Abort
+	(*PartChunk)(nil),      // 19: troupe.worker.v1.PartChunk
+	(*PartTaken)(nil),      // 20: troupe.worker.v1.PartTaken
+	(*FlightRequest)(nil),  // 21: troupe.worker.v1.FlightRequest
+	(*FlightRecord)(nil),   // 22: troupe.worker.v1.FlightRecord
+	(*Abort)(nil),          // 23: troupe.worker.v1.Abort
 }
 var file_worker_proto_depIdxs = []int32{
 	0,  // 0: troupe.worker.v1.Status.failure:type_name -> troupe.worker.v1.Failure
@@ -2284,12 +2547,13 @@ var file_worker_proto_depIdxs = []int32{
 	0,  // 8: troupe.worker.v1.ShardSaved.failure:type_name -> troupe.worker.v1.Failure
 	0,  // 9: troupe.worker.v1.Finish.failure:type_name -> troupe.worker.v1.Failure
 	0,  // 10: troupe.worker.v1.Finished.failure:type_name -> troupe.worker.v1.Failure
-	0,  // 11: troupe.worker.v1.FlightRecord.failure:type_name -> troupe.worker.v1.Failure
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	0,  // 11: troupe.worker.v1.PartTaken.failure:type_name -> troupe.worker.v1.Failure
+	0,  // 12: troupe.worker.v1.FlightRecord.failure:type_name -> troupe.worker.v1.Failure
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_worker_proto_init() }
@@ -2303,7 +2567,7 @@ func file_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_worker_proto_rawDesc), len(file_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
