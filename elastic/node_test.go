@@ -22,6 +22,7 @@ import (
 	"github.com/troupe-ml/troupe/actors"
 	"github.com/troupe-ml/troupe/elastic/elasticpb"
 	"github.com/troupe-ml/troupe/failure"
+	"github.com/troupe-ml/troupe/internal/wait"
 )
 
 // The shell tests run real memberlist members on loopback. Times are
@@ -237,9 +238,9 @@ func TestNodesJoinLeaveCrash(t *testing.T) {
 	default:
 		t.Fatalf("reason %q, want \"left b\"", w3.Reason)
 	}
-	if took3 > 3*time.Second {
-		t.Fatalf("a graceful leave took %v to make a new generation", took3)
-	}
+	// How long a leave and a crash take to make a new world is measured by
+	// BenchmarkDetection (the leave needs no failure detection; the crash
+	// about FastTimings' detection time), not asserted here.
 
 	t0 = time.Now()
 	d.Close() // no goodbye: the others must detect it
@@ -248,9 +249,6 @@ func TestNodesJoinLeaveCrash(t *testing.T) {
 	t.Logf("crash: generation %d after %v (%s)", w4.Gen, took, w4.Reason)
 	if w4.Reason != "failed c" {
 		t.Fatalf("reason %q, want \"failed c\"", w4.Reason)
-	}
-	if took > 5*time.Second {
-		t.Errorf("crash to new world took %v; FastTimings detect in about 1 s", took)
 	}
 	waitWorld(t, e, "a d", hasNames("a d"))
 }
@@ -274,10 +272,10 @@ func TestNodesWrongKey(t *testing.T) {
 	if now := a.World(); !now.Equal(w) {
 		t.Fatalf("world changed from %s to %s", w, now)
 	}
-	for deadline := time.Now().Add(waitLimit); c.logs.FilterField(zap.String("lib", "memberlist")).FilterMessageSnippet("ecrypt").Len() == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no memberlist log line about the refused key; logs: %v", c.logs.All())
-		}
+	if !wait.Until(waitLimit, func() bool {
+		return c.logs.FilterField(zap.String("lib", "memberlist")).FilterMessageSnippet("ecrypt").Len() > 0
+	}) {
+		t.Fatalf("no memberlist log line about the refused key; logs: %v", c.logs.All())
 	}
 }
 
@@ -359,10 +357,8 @@ func TestNodesGarbage(t *testing.T) {
 			return e.Level >= zapcore.ErrorLevel
 		})
 	}
-	for deadline := time.Now().Add(waitLimit); refusals().Len() == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no memberlist log line for the garbage")
-		}
+	if !wait.Until(waitLimit, func() bool { return refusals().Len() > 0 }) {
+		t.Fatal("no memberlist log line for the garbage")
 	}
 	t.Logf("%d memberlist error lines, e.g. %q", refusals().Len(), refusals().All()[0].Message)
 	if got := len(a.Members()); got != 2 {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/e2e/e2etest"
+	"github.com/troupe-ml/troupe/internal/wait"
 )
 
 // The elastic job of these tests: a small MLP on synthetic data, every
@@ -174,10 +175,11 @@ func (c *cluster) steps() []stepRecord {
 // waitSteps waits until some leader logged step n (or later).
 func (c *cluster) waitSteps(n int) {
 	c.t.Helper()
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if s := c.steps(); len(s) > 0 && s[len(s)-1].Step >= n {
-			return
-		}
+	if wait.Until(90*time.Second, func() bool {
+		s := c.steps()
+		return len(s) > 0 && s[len(s)-1].Step >= n
+	}) {
+		return
 	}
 	c.dump()
 	c.t.Fatalf("no leader reached step %d", n)
@@ -198,12 +200,16 @@ func (c *cluster) startWorld(n int) {
 // and returns its first record.
 func (c *cluster) waitWorld(n, after int) stepRecord {
 	c.t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		for _, r := range c.steps() {
-			if r.Step > after && r.World == n {
-				return r
-			}
+	var first stepRecord
+	if wait.Until(60*time.Second, func() bool {
+		steps := c.steps()
+		i := slices.IndexFunc(steps, func(r stepRecord) bool { return r.Step > after && r.World == n })
+		if i >= 0 {
+			first = steps[i]
 		}
+		return i >= 0
+	}) {
+		return first
 	}
 	c.dump()
 	c.t.Fatalf("no step in a world of %d after step %d", n, after)
@@ -214,10 +220,11 @@ func (c *cluster) waitWorld(n, after int) stepRecord {
 // a step after step after.
 func (c *cluster) waitGeneration(gen uint64, after int) {
 	c.t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if s := c.steps(); len(s) > 0 && s[len(s)-1].Generation >= gen && s[len(s)-1].Step > after {
-			return
-		}
+	if wait.Until(60*time.Second, func() bool {
+		s := c.steps()
+		return len(s) > 0 && s[len(s)-1].Generation >= gen && s[len(s)-1].Step > after
+	}) {
+		return
 	}
 	c.dump()
 	c.t.Fatalf("no step of generation %d after step %d", gen, after)
@@ -770,12 +777,12 @@ func TestElasticEveryHolderLostFails(t *testing.T) {
 // among its members or standbys.
 func (c *cluster) waitFormedWith(name string) {
 	c.t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		for _, line := range strings.Split(c.agents["n1"].stderr.String(), "\n") {
-			if strings.Contains(line, `"generation formed"`) && strings.Contains(line, `"`+name+`"`) {
-				return
-			}
-		}
+	if wait.Until(60*time.Second, func() bool {
+		return slices.ContainsFunc(strings.Split(c.agents["n1"].stderr.String(), "\n"), func(line string) bool {
+			return strings.Contains(line, `"generation formed"`) && strings.Contains(line, `"`+name+`"`)
+		})
+	}) {
+		return
 	}
 	c.dump()
 	c.t.Fatalf("n1 formed no generation with %s", name)

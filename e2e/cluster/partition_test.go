@@ -8,18 +8,19 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/internal/wait"
 )
 
 // waitLog waits until agent name's log holds text.
 func (c *cluster) waitLog(name, text string) {
 	c.t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if strings.Contains(c.agents[name].stderr.String(), text) {
-			return
-		}
+	if wait.Until(60*time.Second, func() bool { return strings.Contains(c.agents[name].stderr.String(), text) }) {
+		return
 	}
 	c.dump()
 	c.t.Fatalf("agent %s never logged %q", name, text)
@@ -286,12 +287,10 @@ func TestNetLeaderCutMidRendezvous(t *testing.T) {
 // waitLine waits until a line of agent name's log satisfies ok.
 func (c *cluster) waitLine(name string, ok func(string) bool) {
 	c.t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		for _, l := range strings.Split(c.agents[name].stderr.String(), "\n") {
-			if ok(l) {
-				return
-			}
-		}
+	if wait.Until(60*time.Second, func() bool {
+		return slices.ContainsFunc(strings.Split(c.agents[name].stderr.String(), "\n"), ok)
+	}) {
+		return
 	}
 	c.dump()
 	c.t.Fatalf("agent %s never logged the line waited for", name)
