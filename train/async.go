@@ -2,12 +2,9 @@ package train
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -15,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/troupe-ml/troupe/actors"
-	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/ps"
@@ -157,56 +153,6 @@ func startAsync(ctx context.Context, j *job, wp workerProcs, from int, cursor da
 	return e, nil
 }
 
-// startReplicaProcs starts the replicas of asynchronous training as worker
-// processes (Config.Procs), adding their stops to stops.
-func (e *asyncExecutor) startReplicaProcs(ctx context.Context, sys *actors.System, j *job, wp workerProcs, from int, cursor data.Cursor,
-	group func(string, int, *actor.PID) (*groupExecutor, error), stops *[]func() error, log *zap.Logger) error {
-	cfg := &j.cfg
-	conf, err := json.Marshal(cfg)
-	if err != nil {
-		return fmt.Errorf("train: encoding the worker config: %w", err)
-	}
-	e.procs = &replicaProcs{sys: sys, j: j, wp: wp, conf: conf, log: log, from: from, cursor: cursor, group: group}
-	// Stopped first (stops run last to first): the processes end before
-	// the actor system that talks to them.
-	*stops = append(*stops, e.procs.stop)
-	for r := range cfg.DP {
-		g, err := e.procs.start(ctx, r, 0, e.lose)
-		if err != nil {
-			return err
-		}
-		e.add(r, g)
-	}
-	log.Info("started replica processes", zap.Int("procs", cfg.DP))
-	return nil
-}
-
-// startLocalReplicas starts the replicas of asynchronous training as
-// worker actors of this process, each with share of the kernel threads,
-// adding their stops to stops.
-func (e *asyncExecutor) startLocalReplicas(ctx context.Context, sys *actors.System, j *job, servers *groupExecutor, share, from int, cursor data.Cursor,
-	group func(string, int, *actor.PID) (*groupExecutor, error), stops *[]func() error, log *zap.Logger) error {
-	cfg := &j.cfg
-	world, _ := mesh.New(cfg.DP, 1, 1)
-	pids, closers, err := spawnLocal(sys, j, world, servers.mesh.Size(), share, j.replicaSpec, nil, nil, log)
-	*stops = append(*stops, closers...)
-	if err != nil {
-		return err
-	}
-	for r := range cfg.DP {
-		g, err := group(fmt.Sprintf("replica %d", r), 0, pids[r])
-		if err != nil {
-			return err
-		}
-		if err := formAll(ctx, g, j, from, cursor, nil); err != nil {
-			g.group.Close()
-			return err
-		}
-		e.add(r, g)
-	}
-	return nil
-}
-
 // newAsyncExecutor trains asynchronously on servers (formed at step from;
 // its caller's, unless it sets stopRest) with up to dp replicas, which the
 // caller adds. What it starts in the background (restarts) outlives ctx,
@@ -233,158 +179,6 @@ func (e *asyncExecutor) add(r int, g *groupExecutor) {
 	defer e.imu.Unlock()
 	e.replicas[r], e.idle = g, append(e.idle, r)
 	e.broadcastLocked()
-}
-
-// replicaGroup drives one replica's worker at pid (a world of one, of
-// generation gen), named name; local: an actor of this process.
-func replicaGroup(sys *actors.System, j *job, group, name string, gen uint64, pid *actor.PID, local bool, log *zap.Logger) (*groupExecutor, error) {
-	one, _ := mesh.New(1, 1, 1)
-	g, err := newGroupExecutor(sys, group, []*actor.PID{pid}, func(int) string { return name }, one, gen, []int{0}, &j.cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	g.local, g.parts = local, j.partsLayout()
-	g.learnControls([]*actor.PID{pid})
-	return g, nil
-}
-
-// startServers starts j's parameter servers as actors of sys (the kernel
-// threads split as among share workers), connected in this process when
-// several, and forms them at step from. The group's Close stops them.
-func startServers(ctx context.Context, sys *actors.System, j *job, share, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
-	sj := j.serverJob()
-	m, err := mesh.New(sj.cfg.DP, 1, 1)
-	if err != nil {
-		return nil, fieldErr("Servers", "%v", err)
-	}
-	var stops []func() error
-	stop := stopAll(&stops, nil)
-	defer func() {
-		if err != nil {
-			stop()
-		}
-	}()
-	var comms []collective.Communicator
-	if m.Size() > 1 {
-		if comms, err = actors.StartLocal(sys, m.Size(), commConfig(&sj.cfg, log)); err != nil {
-			return nil, err
-		}
-		for _, c := range comms {
-			stops = append(stops, c.Close)
-		}
-	}
-	spec := sj.workerSpec()
-	pids, closers, err := spawnLocal(sys, sj, m, 0, share, func(int) *worker.Spec { return spec }, comms, nil, log)
-	stops = append(stops, closers...)
-	if err != nil {
-		return nil, err
-	}
-	name := func(r int) string {
-		if m.Size() == 1 {
-			return "parameter server"
-		}
-		return fmt.Sprintf("parameter server %d", r)
-	}
-	// One server, or ZeRO-3's shards of the model, which evaluate, gather
-	// the weights and save checkpoints together.
-	g, err := newGroupExecutor(sys, "async parameter servers", pids, name, m, 0, identity(m.Size()), &sj.cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	g.local, g.parts, g.zeroShards, g.stop = true, sj.partsLayout(), sj.zeroShards(), stop
-	g.learnControls(pids)
-	if err := formAll(ctx, g, sj, from, cursor, nil); err != nil {
-		g.stop = nil
-		g.Close()
-		return nil, err
-	}
-	log.Info("parameter servers ready", zap.Int("servers", m.Size()), zap.Int("zero_stage", sj.cfg.Zero), zap.Int("step", from))
-	return g, nil
-}
-
-// formAll forms g's workers as a fresh world of j's at step from (the
-// servers from the checkpoint of that step; a replica computes on the
-// weights it is given, so its own matter only until then).
-func formAll(ctx context.Context, g *groupExecutor, j *job, from int, cursor data.Cursor, addrs []string) error {
-	if err := g.Form(ctx, firstForm(j, g.mesh, from, cursor, addrs)); err != nil {
-		return fmt.Errorf("train: forming %s: %w", g.peerName(0), err)
-	}
-	return nil
-}
-
-// replicaProcs starts and restarts the replicas' worker processes
-// (Config.Procs): each process is one replica, a world of one, which says
-// hello to a group of its own.
-type replicaProcs struct {
-	sys  *actors.System
-	j    *job
-	wp   workerProcs
-	conf []byte
-	log  *zap.Logger
-	// from and cursor form a started replica (it computes on whatever
-	// weights the server gives it, so any point does).
-	from   int
-	cursor data.Cursor
-	// group makes a replica's group for its worker at pid.
-	group func(name string, inc int, pid *actor.PID) (*groupExecutor, error)
-
-	mu       sync.Mutex
-	children []*child
-	wg       sync.WaitGroup // the processes' waiters
-}
-
-// start launches replica r's process (incarnation inc), waits for its
-// hello and forms it; lost is called when the process exits.
-func (p *replicaProcs) start(ctx context.Context, r, inc int, lost func(r, inc int, cause string)) (*groupExecutor, error) {
-	cfg := &p.j.cfg
-	name := fmt.Sprintf("replica %d", r)
-	hello, err := actors.NewGroup(p.sys, actors.GroupConfig{Name: fmt.Sprintf("async-hello-%d-%d", r, inc), Peers: make([]*actor.PID, 1),
-		Protocol: worker.Protocol, PeerName: func(int) string { return name }, CallTimeout: cfg.StepTimeout})
-	if err != nil {
-		return nil, err
-	}
-	// Each replica's own group watches it once it said hello.
-	defer hello.Close()
-	addrs, err := freeAddrs(1)
-	if err != nil {
-		return nil, err
-	}
-	env := append(os.Environ(), envWorkerConfig+"="+string(p.conf), envWorkerAddrs+"="+addrs[0],
-		envTrainer+"="+hello.PID().Address+"/"+hello.PID().Id, envReplica+"="+strconv.Itoa(r))
-	p.mu.Lock()
-	children, err := launch(p.wp, env, 1, func(_ int, cause string) {
-		hello.Lost(0, cause)
-		lost(r, inc, cause)
-	}, &p.wg)
-	p.children = append(p.children, children...)
-	p.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	if err := hello.Ready(rctx); err != nil {
-		return nil, fmt.Errorf("train: waiting for the process of %s: %w", name, err)
-	}
-	g, err := p.group(name, inc, actor.NewPID(addrs[0], worker.ActorName))
-	if err != nil {
-		return nil, err
-	}
-	if err := formAll(ctx, g, p.j, p.from, p.cursor, addrs); err != nil {
-		g.group.Close()
-		return nil, err
-	}
-	p.log.Info("replica process ready", zap.Int("replica", r), zap.Int("incarnation", inc), zap.String("address", addrs[0]))
-	return g, nil
-}
-
-// stop ends every process started (see stopChildren).
-func (p *replicaProcs) stop() error {
-	p.mu.Lock()
-	children := p.children
-	p.mu.Unlock()
-	stopChildren(children, &p.wg)
-	return nil
 }
 
 // lose marks replica r's incarnation inc lost (its process exited): its
