@@ -14,9 +14,6 @@ var (
 	// ErrWire: a wire message does not decode to a valid collective message.
 	ErrWire = failure.New(failure.Internal, "actors: bad wire message")
 
-	// ErrPeerLost: a group's peer is gone (its actor stopped, its process
-	// exited, its connection reset).
-	ErrPeerLost = failure.New(failure.PeerLost, "actors: peer lost")
 	// ErrPeerSilent: a group's peer did not answer a call in time (a hung
 	// process, which sends no reset).
 	ErrPeerSilent = failure.New(failure.PeerSilent, "actors: peer silent")

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/troupe-ml/troupe/actors/actorspb"
+	"github.com/troupe-ml/troupe/collective"
 )
 
 // GroupConfig configures a Group.
@@ -368,5 +369,5 @@ func (a *groupActor) lostErr() error {
 	for i, p := range ps {
 		parts[i] = fmt.Sprintf("%s (%s)", a.cfg.PeerName(p), a.lost[p])
 	}
-	return fmt.Errorf("%w: %s", ErrPeerLost, strings.Join(parts, ", "))
+	return fmt.Errorf("%w: %s", collective.ErrPeerLost, strings.Join(parts, ", "))
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/troupe-ml/troupe/actors/actorspb"
+	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/failure"
 )
 
@@ -158,13 +159,13 @@ func TestGroupLostPeer(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrPeerLost) || !strings.Contains(err.Error(), "peer 0") {
+		if !errors.Is(err, collective.ErrPeerLost) || !strings.Contains(err.Error(), "peer 0") {
 			t.Fatalf("call in flight: %v", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the call did not fail when its peer stopped")
 	}
-	if _, err := g.Call(context.Background(), pings(2, nil)); !errors.Is(err, ErrPeerLost) {
+	if _, err := g.Call(context.Background(), pings(2, nil)); !errors.Is(err, collective.ErrPeerLost) {
 		t.Fatalf("a later call: %v", err)
 	}
 	g.Lost(1, "test: process exited")

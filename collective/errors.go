@@ -10,9 +10,10 @@ var (
 	// ErrTimeout: an operation heard nothing from the peer it waits on for
 	// longer than Config.Timeout.
 	ErrTimeout = failure.New(failure.Timeout, "collective: timeout")
-	// ErrPeerLost: a peer died (its actor terminated, its connection reset,
-	// or it was killed) while an operation needed it.
-	ErrPeerLost = failure.New(failure.PeerLost, "collective: peer lost")
+	// ErrPeerLost: a peer died (its actor terminated, its process exited,
+	// its connection reset) while an operation or a group call (package
+	// actors) needed it: the one sentinel of a lost peer.
+	ErrPeerLost = failure.New(failure.PeerLost, "peer lost")
 	// ErrAborted: another rank aborted the operation's generation; the error
 	// also wraps the cause that rank reported (ErrTimeout, ErrPeerLost…).
 	ErrAborted = failure.New(failure.Aborted, "collective: aborted")

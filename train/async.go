@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/troupe-ml/troupe/actors"
+	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/ps"
@@ -307,7 +308,7 @@ func (e *asyncExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 			done, err = g.one(ctx, &workerpb.RunStep{Step: uint64(req.Step), Cursor: uint64(req.Cursor), Batch: uint32(req.Batch),
 				Lr: req.LR, GlobalTargets: uint64(req.GlobalTargets), AsyncKind: uint32(worker.AsyncCompute), Weights: weights})
 		}
-		if errors.Is(err, actors.ErrPeerLost) && ctx.Err() == nil {
+		if errors.Is(err, collective.ErrPeerLost) && ctx.Err() == nil {
 			// Its process is gone: the batch goes to another replica, the
 			// job goes on with the others (the server holds every
 			// parameter).
@@ -400,7 +401,7 @@ func (e *asyncExecutor) acquire(ctx context.Context, skip []bool) (int, *groupEx
 		e.imu.Lock()
 		if e.aliveLocked() == 0 {
 			e.imu.Unlock()
-			return -1, nil, fmt.Errorf("train: %w: every replica was lost", actors.ErrPeerLost)
+			return -1, nil, fmt.Errorf("train: %w: every replica was lost", collective.ErrPeerLost)
 		}
 		for i, r := range e.idle {
 			if !skip[r] {

@@ -104,7 +104,7 @@ func TestShellCrashStopsTheWorker(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the node was not told of the crash")
 	}
-	if _, err := g.Call(context.Background(), []any{&workerpb.StatusRequest{}}); !errors.Is(err, actors.ErrPeerLost) {
+	if _, err := g.Call(context.Background(), []any{&workerpb.StatusRequest{}}); !errors.Is(err, collective.ErrPeerLost) {
 		t.Fatalf("a call after the crash: %v", err)
 	}
 }
