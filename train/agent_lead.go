@@ -141,7 +141,9 @@ func (a *agent) train(o *TrainOrder) {
 	a.log.Info("generation formed", zap.Uint64("generation", o.Gen), zap.Strings("members", o.World.Members),
 		zap.String("reason", g.world.Reason), zap.Stringer("world", l.Mesh), zap.Strings("standby", o.World.Standby),
 		zap.Int("step", l.Step), zap.String("state_from", o.World.StateFrom), zap.Duration("sync", time.Since(g.committed)))
-	if b, err := json.Marshal(o.World); err == nil {
+	if b, err := json.Marshal(o.World); err != nil {
+		a.log.Error("the world's report cannot be encoded: the members do not hear of it", zap.Error(err))
+	} else {
 		a.broadcast(g, &workerpb.Progress{World: b})
 	}
 	t := newTrainer(a.j, a.log, a.ckpt)
@@ -240,7 +242,9 @@ func (a *agent) lead(g *generation, t *trainer, o *TrainOrder, pending *StepMetr
 				return err
 			}
 		}
-		if b, err := json.Marshal(m); err == nil {
+		if b, err := json.Marshal(m); err != nil {
+			a.log.Error("a step's metrics cannot be encoded: the members do not hear of it", zap.Int("step", m.Step), zap.Error(err))
+		} else {
 			a.broadcast(g, &workerpb.Progress{Metrics: b, Step: uint64(m.Step)})
 		}
 		return nil
@@ -282,7 +286,8 @@ func (a *agent) broadcast(g *generation, m *workerpb.Progress) {
 func (a *agent) progress(p *workerpb.Progress) bool {
 	if len(p.World) > 0 {
 		var w WorldInfo
-		if json.Unmarshal(p.World, &w) != nil {
+		if err := json.Unmarshal(p.World, &w); err != nil {
+			a.log.Error("the leader's report of a world does not decode: dropped", zap.Error(err))
 			return false
 		}
 		a.formed = w
@@ -294,7 +299,8 @@ func (a *agent) progress(p *workerpb.Progress) bool {
 		return false
 	}
 	var m StepMetrics
-	if json.Unmarshal(p.Metrics, &m) != nil {
+	if err := json.Unmarshal(p.Metrics, &m); err != nil {
+		a.log.Error("the leader's metrics of a step do not decode: dropped", zap.Uint64("step", p.Step), zap.Error(err))
 		return false
 	}
 	if m.Scaler != nil {
