@@ -15,6 +15,7 @@ import (
 
 	"github.com/troupe-ml/troupe/actors/actorspb"
 	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/failure"
 )
 
 // Transport says how chunk bytes travel between Comm actors in different
@@ -384,7 +385,8 @@ func (a *commActor) Receive(ctx actor.Context) {
 // a restarted actor that forgot them.
 func (a *commActor) recoverPanic(ctx actor.Context) {
 	if p := recover(); p != nil {
-		a.failed = fmt.Errorf("%w: Comm actor of rank %d panicked: %v", collective.ErrClosed, a.rank, p)
+		// Crashed, as every panic; the communicator is closed with it.
+		a.failed = fmt.Errorf("%w (%w)", failure.Panicked(fmt.Sprintf("Comm actor of rank %d", a.rank), p), collective.ErrClosed)
 		a.logger.Error("Comm actor panicked", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
 		a.engine.Fail(time.Now(), a.failed)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/troupe-ml/troupe/actors/actorspb"
 	"github.com/troupe-ml/troupe/collective"
+	"github.com/troupe-ml/troupe/failure"
 )
 
 // GroupConfig configures a Group.
@@ -274,7 +275,7 @@ func (a *groupActor) recoverPanic(c actor.Context, direct bool) {
 	if p == nil {
 		return
 	}
-	a.broken = fmt.Errorf("%w: group %s panicked: %v", ErrWire, a.cfg.Name, p)
+	a.broken = failure.Panicked("group "+a.cfg.Name, p)
 	a.log.Error("group actor panicked", zap.String("group", a.cfg.Name), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
 	if a.call != nil {
 		a.call.fail(a.broken)

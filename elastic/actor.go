@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-ml/troupe/elastic/elasticpb"
+	"github.com/troupe-ml/troupe/failure"
 )
 
 // Messages from the Node to its membership actor.
@@ -84,7 +85,7 @@ func (a *memberActor) step(now time.Time, msg any) (rd Ready) {
 		// have forgotten the rendezvous.
 		if p := recover(); p != nil {
 			n.logger.Error("elastic: membership actor panicked", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
-			n.crash(fmt.Errorf("%w: the membership actor panicked: %v", ErrCrashed, p))
+			n.crash(fmt.Errorf("%w: %w", ErrCrashed, failure.Panicked("the membership actor", p)))
 			rd = Ready{}
 		}
 	}()

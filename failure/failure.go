@@ -108,6 +108,14 @@ func Wrapf(c Code, format string, args ...any) error {
 	return &Error{code: c, msg: err.Error(), cause: err}
 }
 
+// Panicked is the error of a panic recovered in where (an actor, a core):
+// a Crashed failure, since what panicked stops and its state may be half
+// updated, naming where and the panic's value. Every panic handler of the
+// project classifies a panic through it; the stack goes to its log.
+func Panicked(where string, p any) error {
+	return &Error{code: Crashed, msg: fmt.Sprintf("%s panicked: %v", where, p)}
+}
+
 func (e *Error) Error() string { return e.msg }
 
 // Code is the error's classification.

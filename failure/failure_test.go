@@ -80,3 +80,16 @@ func TestWireRoundTrip(t *testing.T) {
 		t.Error("an unknown code is not Unknown")
 	}
 }
+
+// A recovered panic is a Crashed failure (transient: the job goes on
+// without what panicked) naming where it happened and the panic's value.
+func TestPanicked(t *testing.T) {
+	err := Panicked("group g", "index out of range")
+	if CodeOf(err) != Crashed || !Transient(err) || err.Error() != "group g panicked: index out of range" {
+		t.Fatalf("%v: code %v", err, CodeOf(err))
+	}
+	wrapped := fmt.Errorf("%w (%w)", err, New(Canceled, "closed"))
+	if CodeOf(wrapped) != Crashed {
+		t.Fatalf("a panic wrapped before another code is %v, want crashed", CodeOf(wrapped))
+	}
+}

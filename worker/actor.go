@@ -18,6 +18,7 @@ import (
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/failure"
 	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/worker/workerpb"
 )
@@ -343,7 +344,7 @@ func (a *shellActor) recoverPanic(c actor.Context) {
 	if p == nil {
 		return
 	}
-	err := fmt.Errorf("%w: actor %s panicked: %v", ErrCrashed, c.Self().Id, p)
+	err := fmt.Errorf("%w: %w", ErrCrashed, failure.Panicked("actor "+c.Self().Id, p))
 	a.log.Error("worker crashed", zap.String("actor", c.Self().Id), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
 	if c.Sender() != nil {
 		if r := failedReply(c.Message(), err); r != nil {
