@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -419,5 +420,38 @@ func TestGemmOneProc(t *testing.T) {
 		{g: kernels.GemmArgs{M: 40, N: 40, K: 40, Alpha: 1, Batch: 6}},
 	} {
 		tc.check(t, kern, 3, 5)
+	}
+}
+
+// TestPackPanels: every kernel's packing routines (assembly where it has
+// them) produce exactly the portable routines' panels, full and partial,
+// transposed or not, for k counts around the 8-wide steps.
+func TestPackPanels(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, k := range kernelsToTest() {
+		for _, kc := range []int{1, 7, 8, 13, 64, 259} {
+			for _, trans := range []bool{false, true} {
+				for _, n := range []int{k.mr, k.mr - 1, 1} {
+					ld := kc + k.nr + 3
+					src := randSlice(r, ld*(kc+k.nr+3))
+					got, want := make([]float32, k.mr*kc), make([]float32, k.mr*kc)
+					k.packA(got, src, ld, trans, n, kc)
+					packAPanelGo(want, src, ld, trans, n, kc, k.mr)
+					if !slices.Equal(got, want) {
+						t.Errorf("%s packA trans=%v rows=%d kc=%d differs", k.name, trans, n, kc)
+					}
+				}
+				for _, n := range []int{k.nr, k.nr - 1, 1} {
+					ld := kc + k.nr + 3
+					src := randSlice(r, ld*(kc+k.nr+3))
+					got, want := make([]float32, k.nr*kc), make([]float32, k.nr*kc)
+					k.packB(got, src, ld, trans, n, kc)
+					packBPanelGo(want, src, ld, trans, n, kc, k.nr)
+					if !slices.Equal(got, want) {
+						t.Errorf("%s packB trans=%v cols=%d kc=%d differs", k.name, trans, n, kc)
+					}
+				}
+			}
+		}
 	}
 }

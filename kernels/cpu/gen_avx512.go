@@ -1,11 +1,12 @@
 //go:build ignore
 
 // gen_avx512 writes gemm_avx512_amd64.s: the AVX-512 fp32 GEMM
-// micro-kernel, a 16×16 tile in sixteen zmm accumulators (one per row), the
-// B step in Z28 and each A value broadcast from memory into its FMA. A
-// generator rather than hand-written assembly because the kernel is one
-// pattern repeated per row; nr 32 (two accumulators per row, A broadcast
-// once into Z30/Z31) is one edit of shapes away.
+// micro-kernel, an 8×32 tile in sixteen zmm accumulators (two per row), the
+// B step in Z28–Z29 and each A value broadcast into Z30 or Z31 (alternately,
+// so consecutive rows do not wait on one register). A generator rather than
+// hand-written assembly because the kernel is one pattern repeated per row;
+// other tiles are one edit of shapes away (nr = 16 broadcasts A from memory
+// straight into its FMA).
 package main
 
 import (
@@ -16,7 +17,7 @@ import (
 
 type shape struct{ mr, nr int }
 
-var shapes = []shape{{16, 16}}
+var shapes = []shape{{8, 32}}
 
 func main() {
 	var b strings.Builder
@@ -49,6 +50,20 @@ func kernel(w func(string, ...any), mr, nr int) {
 	w("// beta·C first and then adds alpha·acc with an FMA, as the AVX2 kernel")
 	w("// does, so both give the same bits.")
 	w("TEXT ·%s(SB), NOSPLIT, $0-72", name)
+	// Pull the C tile towards L1 while the k loop runs (a row of 16 floats
+	// may straddle two lines).
+	w("\tMOVQ c+48(FP), DI")
+	w("\tMOVQ ldc+56(FP), DX")
+	w("\tSHLQ $2, DX")
+	for i := range mr {
+		for j := range vecs {
+			w("\tPREFETCHT0 %d(DI)", 64*j)
+			w("\tPREFETCHT0 %d(DI)", 64*j+60)
+		}
+		if i < mr-1 {
+			w("\tADDQ DX, DI")
+		}
+	}
 	w("\tMOVQ k+0(FP), CX")
 	w("\tMOVQ a+8(FP), SI")
 	w("\tMOVQ rsa+16(FP), R8")
