@@ -31,14 +31,17 @@ func packN32(dst, src *float32, ld, kc int)
 
 // avx512Kernel is the AVX-512F micro-kernel: an 8×32 tile in sixteen zmm
 // accumulators, a k step two B loads, eight A broadcasts and sixteen FMAs.
-// On a core with two 512-bit FMA pipes that is twice the AVX2 kernel's work
-// per instruction; on the products of the small models (d_model 128, heads
-// of 32, SwiGLU 344) it ran at 130–175 GFLOP/s on one core where the AVX2
-// kernel ran at 90–100. Eight rows divide the sequence lengths and widths
-// those models have (64, 2048, 128, 344) and 32 columns their head and
-// model widths. Blocking as the AVX2 kernel's: kc = 256 gives the same k
-// blocks, so the two kernels produce the same bits; the B micro-panel
-// (32 KiB) fits the 48 KiB L1d of the cores that have AVX-512.
+// On a core with two 512-bit FMA pipes (the Xeon these figures come from)
+// that is twice the AVX2 kernel's work per instruction: on the products of
+// the small models (d_model 128, heads of 32, SwiGLU 344) it ran at
+// 130–175 GFLOP/s on one core where the AVX2 kernel ran at 90–100 (cache-hot
+// operands, a shared machine). Eight rows divide the sequence lengths and
+// widths those models have (64, 2048, 128, 344) and 32 columns their head
+// and model widths. Blocking as the AVX2 kernel's: kc = 256 gives the same k
+// blocks, so the two kernels produce the same bits. The B micro-panel
+// (32 KiB) fits a 48 KiB L1d; where the L1d is 32 KiB (Zen 4, whose 512-bit
+// FMAs are two 256-bit halves) it partly streams from L2, and this kernel
+// has not been measured there.
 var avx512Kernel = &gemmKernel{
 	name: "avx512",
 	mr:   8, nr: 32,
