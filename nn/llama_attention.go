@@ -126,44 +126,41 @@ func (a *LlamaAttention) seqs(rows int) int {
 	return rows / a.T
 }
 
-// heads returns x ([B·T, n·hd]) as [B, n, T, hd] in a new buffer in the
-// compute type; x goes back to the pool.
-func (a *LlamaAttention) heads(c *Ctx, x kernels.Buffer, B, n int) kernels.Buffer {
-	h := c.Pool.Get(x.Len())
-	c.Be.Transpose(h, x, []int{B, a.T, n, a.HeadDim}, []int{0, 2, 1, 3})
-	c.Pool.Put(x)
-	return c.lower(h)
-}
-
-// rows returns h ([B, n, T, hd]) as [B·T, n·hd] in a new buffer; h goes
-// back to the pool.
-func (a *LlamaAttention) rows(c *Ctx, h kernels.Buffer, B, n int) kernels.Buffer {
-	x := c.Pool.Get(h.Len())
-	c.Be.Transpose(x, h, []int{B, n, a.T, a.HeadDim}, []int{0, 2, 1, 3})
-	c.Pool.Put(h)
-	return x
+// headOp is an operand of headGemm: buf holds, for each of the B
+// sequences, a matrix per query head (kv false) or per kv head (kv true),
+// either as the rows of the projections ([B·T, n·hd], head h in columns
+// h·hd to (h+1)·hd: rows true) or as blocks of size values ([B, n, …]).
+// Reading and writing heads in the rows layout, with the row stride as the
+// leading dimension, spares the copies to and from [B, n, T, hd].
+type headOp struct {
+	buf      kernels.Buffer
+	kv, rows bool
+	size     int
 }
 
 // headGemm runs one product per query head j of the shard, batched over
-// the B sequences: operands of query heads ([B, QHeads, …] blocks of
-// qSize) and of kv heads ([B, LocalKV, …] blocks of kvSize), as each
-// operand's kind says. Each query head pairs with its kv head, kvOf[j].
-func (a *LlamaAttention) headGemm(be kernels.Backend, g kernels.GemmArgs, B int, x, y, z kernels.Buffer, kinds [3]bool, sizes [3]int) {
+// the B sequences; each query head pairs with its kv head, kvOf[j].
+func (a *LlamaAttention) headGemm(be kernels.Backend, g kernels.GemmArgs, B int, ops [3]headOp) {
 	g.Batch = B
-	bufs := [3]kernels.Buffer{x, y, z}
+	hd := a.HeadDim
 	for j, kv := range a.kvOf {
-		var ops [3]kernels.Buffer
-		var strides [3]int
-		for i, isKV := range kinds {
+		var bufs [3]kernels.Buffer
+		var lds, strides [3]int
+		for i, op := range ops {
 			n, idx := a.QHeads, j
-			if isKV {
+			if op.kv {
 				n, idx = a.LocalKV, kv
 			}
-			strides[i] = n * sizes[i]
-			ops[i] = be.View(bufs[i], idx*sizes[i], bufs[i].Len()-idx*sizes[i])
+			off := idx * op.size
+			strides[i] = n * op.size
+			if op.rows {
+				off, lds[i], strides[i] = idx*hd, n*hd, a.T*n*hd
+			}
+			bufs[i] = be.View(op.buf, off, op.buf.Len()-off)
 		}
+		g.LDA, g.LDB, g.LDC = lds[0], lds[1], lds[2]
 		g.StrideA, g.StrideB, g.StrideC = strides[0], strides[1], strides[2]
-		be.Gemm(g, ops[0], ops[1], ops[2])
+		be.Gemm(g, bufs[0], bufs[1], bufs[2])
 	}
 }
 
@@ -174,20 +171,17 @@ func (a *LlamaAttention) Forward(c *Ctx, x Act) Act {
 	B, T, hd := a.seqs(rows), a.T, a.HeadDim
 	a.Rope.rotate(c, qkv[0].X, rows, T, 0, false)
 	a.Rope.rotate(c, qkv[1].X, rows, T, 0, false)
-	q := a.heads(c, qkv[0].X, B, a.QHeads)
-	k := a.heads(c, qkv[1].X, B, a.LocalKV)
-	v := a.heads(c, qkv[2].X, B, a.LocalKV)
-	const Q, KV = false, true
+	q, k, v := c.lower(qkv[0].X), c.lower(qkv[1].X), c.lower(qkv[2].X)
+	qr, kr, vr := headOp{buf: q, rows: true}, headOp{buf: k, kv: true, rows: true}, headOp{buf: v, kv: true, rows: true}
 	// att = q·kᵀ per (sequence, query head): [B, QHeads, T, T].
 	att := c.Pool.Get(B * a.QHeads * T * T)
-	a.headGemm(c.Be, kernels.GemmArgs{TransB: true, M: T, N: T, K: hd, Alpha: 1}, B, q, k, att, [3]bool{Q, KV, Q}, [3]int{T * hd, T * hd, T * T})
+	a.headGemm(c.Be, kernels.GemmArgs{TransB: true, M: T, N: T, K: hd, Alpha: 1}, B, [3]headOp{qr, kr, {buf: att, size: T * T}})
 	p := c.Pool.Get(att.Len())
 	c.Be.CausalSoftmax(p, att, T, a.scale())
 	c.Pool.Put(att)
 	p = c.lower(p)
-	yh := c.Pool.Get(B * a.QHeads * T * hd)
-	a.headGemm(c.Be, kernels.GemmArgs{M: T, N: hd, K: T, Alpha: 1}, B, p, v, yh, [3]bool{Q, KV, Q}, [3]int{T * T, T * hd, T * hd})
-	y := a.rows(c, yh, B, a.QHeads)
+	y := c.Pool.Get(rows * a.QHeads * hd)
+	a.headGemm(c.Be, kernels.GemmArgs{M: T, N: hd, K: T, Alpha: 1}, B, [3]headOp{{buf: p, size: T * T}, vr, {buf: y, rows: true}})
 	c.keep(q)
 	c.keep(k)
 	c.keep(v)
@@ -203,37 +197,36 @@ func (a *LlamaAttention) Backward(c *Ctx, dy Act) Act {
 	p, v, k, q := c.Tape.Pop(), c.Tape.Pop(), c.Tape.Pop(), c.Tape.Pop()
 	rows := dyc.Rows
 	B, T, hd := a.seqs(rows), a.T, a.HeadDim
-	const Q, KV = false, true
-	dyh := c.Pool.Get(dyc.X.Len())
-	be.Transpose(dyh, dyc.X, []int{B, T, a.QHeads, hd}, []int{0, 2, 1, 3})
-	c.Pool.Put(dyc.X)
-	dyh = c.lower(dyh)
+	dyl := c.lower(dyc.X)
+	pb := headOp{buf: p, size: T * T}
+	qr, kr, vr := headOp{buf: q, rows: true}, headOp{buf: k, kv: true, rows: true}, headOp{buf: v, kv: true, rows: true}
+	dyr := headOp{buf: dyl, rows: true}
 	// dv = Σ over the kv head's query heads of pᵀ·dy; dp = dy·vᵀ.
-	dv := c.Pool.GetZero(v.Len())
-	a.headGemm(be, kernels.GemmArgs{TransA: true, M: T, N: hd, K: T, Alpha: 1, Beta: 1}, B, p, dyh, dv, [3]bool{Q, Q, KV}, [3]int{T * T, T * hd, T * hd})
+	dv := c.Pool.GetZero(rows * a.LocalKV * hd)
+	a.headGemm(be, kernels.GemmArgs{TransA: true, M: T, N: hd, K: T, Alpha: 1, Beta: 1}, B, [3]headOp{pb, dyr, {buf: dv, kv: true, rows: true}})
 	dp := c.Pool.Get(p.Len())
-	a.headGemm(be, kernels.GemmArgs{TransB: true, M: T, N: T, K: hd, Alpha: 1}, B, dyh, v, dp, [3]bool{Q, KV, Q}, [3]int{T * hd, T * hd, T * T})
-	c.Pool.Put(dyh)
+	a.headGemm(be, kernels.GemmArgs{TransB: true, M: T, N: T, K: hd, Alpha: 1}, B, [3]headOp{dyr, vr, {buf: dp, size: T * T}})
+	c.Pool.Put(dyl)
 	c.Pool.Put(v)
 	datt := c.Pool.Get(p.Len())
 	be.SoftmaxBackward(datt, dp, p, T, a.scale())
 	c.Pool.Put(dp)
 	c.Pool.Put(p)
 	datt = c.lower(datt)
+	db := headOp{buf: datt, size: T * T}
 	// dq = datt·k; dk = Σ over the kv head's query heads of dattᵀ·q.
 	dq := c.Pool.Get(q.Len())
-	a.headGemm(be, kernels.GemmArgs{M: T, N: hd, K: T, Alpha: 1}, B, datt, k, dq, [3]bool{Q, KV, Q}, [3]int{T * T, T * hd, T * hd})
+	a.headGemm(be, kernels.GemmArgs{M: T, N: hd, K: T, Alpha: 1}, B, [3]headOp{db, kr, {buf: dq, rows: true}})
 	dk := c.Pool.GetZero(k.Len())
-	a.headGemm(be, kernels.GemmArgs{TransA: true, M: T, N: hd, K: T, Alpha: 1, Beta: 1}, B, datt, q, dk, [3]bool{Q, Q, KV}, [3]int{T * T, T * hd, T * hd})
+	a.headGemm(be, kernels.GemmArgs{TransA: true, M: T, N: hd, K: T, Alpha: 1, Beta: 1}, B, [3]headOp{db, qr, {buf: dk, kv: true, rows: true}})
 	c.Pool.Put(datt)
 	c.Pool.Put(q)
 	c.Pool.Put(k)
-	dqr, dkr, dvr := a.rows(c, dq, B, a.QHeads), a.rows(c, dk, B, a.LocalKV), a.rows(c, dv, B, a.LocalKV)
-	a.Rope.rotate(c, dqr, rows, T, 0, true)
-	a.Rope.rotate(c, dkr, rows, T, 0, true)
+	a.Rope.rotate(c, dq, rows, T, 0, true)
+	a.Rope.rotate(c, dk, rows, T, 0, true)
 	return a.in.backward(c, []Act{
-		{X: dqr, Rows: rows, Cols: a.QHeads * hd},
-		{X: dkr, Rows: rows, Cols: a.LocalKV * hd},
-		{X: dvr, Rows: rows, Cols: a.LocalKV * hd},
+		{X: dq, Rows: rows, Cols: a.QHeads * hd},
+		{X: dk, Rows: rows, Cols: a.LocalKV * hd},
+		{X: dv, Rows: rows, Cols: a.LocalKV * hd},
 	})
 }

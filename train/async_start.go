@@ -182,7 +182,7 @@ func (p *replicaProcs) start(ctx context.Context, r, inc int, lost func(r, inc i
 	if err != nil {
 		return nil, err
 	}
-	env := append(os.Environ(), envWorkerConfig+"="+string(p.conf), envWorkerAddrs+"="+addrs[0],
+	env := append(withThreads(os.Environ(), cfg, cfg.DP), envWorkerConfig+"="+string(p.conf), envWorkerAddrs+"="+addrs[0],
 		envTrainer+"="+hello.PID().Address+"/"+hello.PID().Id, envReplica+"="+strconv.Itoa(r))
 	p.mu.Lock()
 	children, err := launch(p.wp, env, 1, func(_ int, cause string) {

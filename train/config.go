@@ -113,7 +113,9 @@ type Config struct {
 	LogEvery int
 
 	// Device is the kernels backend ("cpu"); Threads the thread budget of
-	// this process (0: GOMAXPROCS), split among its local workers.
+	// this process (0: GOMAXPROCS), split among its local workers. With
+	// Procs it is each worker process's (0: an equal share of this
+	// process's GOMAXPROCS, at least one).
 	Device  string
 	Threads int
 

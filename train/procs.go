@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,7 +113,7 @@ func startProcs(ctx context.Context, j *job, wp workerProcs, from int, cursor da
 	if err != nil {
 		return nil, fmt.Errorf("train: encoding the worker config: %w", err)
 	}
-	env := append(os.Environ(), envWorkerConfig+"="+string(conf), envWorkerAddrs+"="+strings.Join(addrs, ","),
+	env := append(withThreads(os.Environ(), &cfg, m.Size()), envWorkerConfig+"="+string(conf), envWorkerAddrs+"="+strings.Join(addrs, ","),
 		envTrainer+"="+ex.group.PID().Address+"/"+ex.group.PID().Id)
 	if cfg.Trace != "" {
 		// The stages record against this process's clock origin (one host,
@@ -141,6 +142,27 @@ func startProcs(ctx context.Context, j *job, wp workerProcs, from int, cursor da
 		return nil, fmt.Errorf("train: forming the worker processes: %w", err)
 	}
 	return ex, nil
+}
+
+// procThreads is how many threads each of procs worker processes on one
+// machine runs its kernels on: threads when set (Config.Threads, --threads),
+// else an equal share of the cores, at least one. Processes that each took
+// every core would fight over them, so the default splits them (torchrun
+// likewise gives each process one OpenMP thread).
+func procThreads(cores, procs, threads int) int {
+	if threads > 0 {
+		return threads
+	}
+	return max(1, cores/max(1, procs))
+}
+
+// withThreads adds to a worker process's environment the GOMAXPROCS that
+// gives it its share of this process's cores (GOMAXPROCS: the machine's,
+// or what the cgroup or the user allows), one of procs processes. The
+// worker's kernels then take that many threads (threadsPerWorker).
+func withThreads(env []string, cfg *Config, procs int) []string {
+	n := procThreads(runtime.GOMAXPROCS(0), procs, cfg.Threads)
+	return append(env, "GOMAXPROCS="+strconv.Itoa(n))
 }
 
 // workerProcs is how worker processes are started: the command that runs
@@ -295,7 +317,7 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, o Options) error {
 	defer flights.watch(o.Dump, cfg.DumpDir, log)()
 	sys.Root().Send(env.trainer,
 		&actorspb.PeerHello{Peer: uint32(rank), Address: sys.Address(), Actor: worker.ActorName, Protocol: worker.Protocol})
-	log.Info("worker ready", zap.String("address", sys.Address()))
+	log.Info("worker ready", zap.String("address", sys.Address()), zap.Int("threads", threadsPerWorker(cfg, 1)))
 	// The reader ends at EOF (the parent closed our stdin or died). When
 	// ctx ends first it stays blocked in the read; this function is the
 	// whole worker process, which exits right after, ending it.

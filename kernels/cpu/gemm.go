@@ -11,8 +11,8 @@ import (
 var activeKernel = pickKernel()
 
 func pickKernel() *gemmKernel {
-	if k := simdKernel(); k != nil {
-		return k
+	if ks := simdKernels(); len(ks) > 0 {
+		return ks[0]
 	}
 	return goKernel
 }

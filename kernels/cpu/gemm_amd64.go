@@ -105,11 +105,16 @@ func packBPanel16(dst, b []float32, ldb int, trans bool, cols, kc int) {
 	}
 }
 
-// simdKernel returns the assembly micro-kernel when the CPU (and the OS,
-// which must save the ymm registers) supports AVX2 and FMA3.
-func simdKernel() *gemmKernel {
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		return avx2Kernel
+// simdKernels returns the assembly micro-kernels the CPU (and the OS, which
+// must save the ymm and zmm registers) supports, fastest first: AVX-512F,
+// then AVX2 with FMA3.
+func simdKernels() []*gemmKernel {
+	var ks []*gemmKernel
+	if cpu.X86.HasAVX512F {
+		ks = append(ks, avx512Kernel)
 	}
-	return nil
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		ks = append(ks, avx2Kernel)
+	}
+	return ks
 }

@@ -2,9 +2,9 @@
 
 package cpu
 
-// simdKernel: no assembly micro-kernel on this architecture (or with the
+// simdKernels: no assembly micro-kernel on this architecture (or with the
 // noasm build tag); GEMM runs the pure Go one.
-func simdKernel() *gemmKernel { return nil }
+func simdKernels() []*gemmKernel { return nil }
 
 // bf16PairKernel: no native bf16 kernel; bf16 GEMMs widen to fp32.
 func bf16PairKernel() *gemmKernel { return nil }

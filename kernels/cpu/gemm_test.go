@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -19,13 +20,9 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // kernelsToTest is every micro-kernel this machine can run: the portable one
-// always, the assembly one where the CPU has it.
+// always, each assembly one where the CPU has it.
 func kernelsToTest() []*gemmKernel {
-	ks := []*gemmKernel{goKernel}
-	if k := simdKernel(); k != nil {
-		ks = append(ks, k)
-	}
-	return ks
+	return append([]*gemmKernel{goKernel}, simdKernels()...)
 }
 
 // refGemm is the naive triple loop in float64 over the same storage
@@ -349,14 +346,65 @@ func TestGemmNoAllocs(t *testing.T) {
 	}
 }
 
-// TestSimdName: Caps reports the kernel Gemm takes.
+// TestSimdName: Caps reports the kernel Gemm takes, the fastest this CPU
+// runs.
 func TestSimdName(t *testing.T) {
 	want := "generic"
-	if simdKernel() != nil {
-		want = "avx2+fma"
+	if ks := simdKernels(); len(ks) > 0 {
+		want = ks[0].name
 	}
 	if got := New(1).Caps().SIMD; got != want {
 		t.Fatalf("SIMD = %q, want %q", got, want)
+	}
+}
+
+// TestSimdKernelsHere says which assembly kernels this machine leaves
+// untested (the other tests cover every kernel in kernelsToTest).
+func TestSimdKernelsHere(t *testing.T) {
+	names := map[string]bool{}
+	for _, k := range simdKernels() {
+		names[k.name] = true
+	}
+	for _, name := range []string{"avx512", "avx2+fma"} {
+		if !names[name] {
+			t.Logf("the %s GEMM kernel is not tested: this CPU (or build) lacks it", name)
+		}
+	}
+}
+
+// TestSimdKernelsSameBits: the assembly kernels keep one FMA chain per
+// element over the same k blocks, so they give the AVX2 kernel's bits
+// exactly (models' bit-for-bit tests rely on that across machines).
+func TestSimdKernelsSameBits(t *testing.T) {
+	ks := simdKernels()
+	if len(ks) < 2 {
+		t.Skipf("needs two assembly GEMM kernels, this CPU runs %d", len(ks))
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, g := range []kernels.GemmArgs{
+		{M: 100, N: 70, K: 600, Alpha: 1},
+		{M: 64, N: 64, K: 32, Alpha: 0.5, Beta: 1, TransB: true},
+		{M: 33, N: 344, K: 300, Alpha: 1, Beta: -2, TransA: true},
+		{M: 2048, N: 65, K: 128, Alpha: 1, TransA: true, TransB: true},
+	} {
+		n := g.Normalize()
+		rowsA, rowsB := storedRows(n)
+		a, b := randSlice(r, rowsA*n.LDA), randSlice(r, rowsB*n.LDB)
+		c0 := randSlice(r, g.M*n.LDC)
+		var want []float32
+		for i, k := range ks {
+			c := append([]float32(nil), c0...)
+			gemmWith(k, 1, g, Buf(a), Buf(b), Buf(c))
+			if i == 0 {
+				want = c
+				continue
+			}
+			for e := range c {
+				if math.Float32bits(c[e]) != math.Float32bits(want[e]) {
+					t.Fatalf("%+v: %s and %s differ at %d: %v, %v", g, ks[0].name, k.name, e, want[e], c[e])
+				}
+			}
+		}
 	}
 }
 
@@ -372,5 +420,38 @@ func TestGemmOneProc(t *testing.T) {
 		{g: kernels.GemmArgs{M: 40, N: 40, K: 40, Alpha: 1, Batch: 6}},
 	} {
 		tc.check(t, kern, 3, 5)
+	}
+}
+
+// TestPackPanels: every kernel's packing routines (assembly where it has
+// them) produce exactly the portable routines' panels, full and partial,
+// transposed or not, for k counts around the 8-wide steps.
+func TestPackPanels(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, k := range kernelsToTest() {
+		for _, kc := range []int{1, 7, 8, 13, 64, 259} {
+			for _, trans := range []bool{false, true} {
+				for _, n := range []int{k.mr, k.mr - 1, 1} {
+					ld := kc + k.nr + 3
+					src := randSlice(r, ld*(kc+k.nr+3))
+					got, want := make([]float32, k.mr*kc), make([]float32, k.mr*kc)
+					k.packA(got, src, ld, trans, n, kc)
+					packAPanelGo(want, src, ld, trans, n, kc, k.mr)
+					if !slices.Equal(got, want) {
+						t.Errorf("%s packA trans=%v rows=%d kc=%d differs", k.name, trans, n, kc)
+					}
+				}
+				for _, n := range []int{k.nr, k.nr - 1, 1} {
+					ld := kc + k.nr + 3
+					src := randSlice(r, ld*(kc+k.nr+3))
+					got, want := make([]float32, k.nr*kc), make([]float32, k.nr*kc)
+					k.packB(got, src, ld, trans, n, kc)
+					packBPanelGo(want, src, ld, trans, n, kc, k.nr)
+					if !slices.Equal(got, want) {
+						t.Errorf("%s packB trans=%v cols=%d kc=%d differs", k.name, trans, n, kc)
+					}
+				}
+			}
+		}
 	}
 }

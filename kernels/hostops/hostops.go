@@ -11,16 +11,14 @@ package hostops
 import "math"
 
 // RMSNorm writes y = x·rstd·w row by row, x and y [rows, len(w)], with
-// rstd[r] = 1/sqrt(mean(x[r]²) + eps) (Llama's RMSNorm).
+// rstd[r] = 1/sqrt(mean(x[r]²) + eps) (Llama's RMSNorm). The sum of squares
+// runs in four float64 partial sums (columns 4j, 4j+1, …), so that it is not
+// one chain of dependent additions.
 func RMSNorm(y, rstd, x, w []float32, eps float32, lo, hi int) {
 	cols := len(w)
 	for r := lo; r < hi; r++ {
 		xr, yr := x[r*cols:(r+1)*cols], y[r*cols:(r+1)*cols]
-		var ss float64
-		for _, v := range xr {
-			ss += float64(v) * float64(v)
-		}
-		rs := float32(1 / math.Sqrt(ss/float64(cols)+float64(eps)))
+		rs := float32(1 / math.Sqrt(sumSquares(xr)/float64(cols)+float64(eps)))
 		rstd[r] = rs
 		for c, v := range xr {
 			yr[c] = w[c] * (v * rs)
@@ -28,16 +26,31 @@ func RMSNorm(y, rstd, x, w []float32, eps float32, lo, hi int) {
 	}
 }
 
+// sumSquares is Σ x², in four float64 partial sums.
+func sumSquares(x []float32) float64 {
+	var s0, s1, s2, s3 float64
+	c := 0
+	for ; c+4 <= len(x); c += 4 {
+		v := x[c : c+4 : c+4]
+		a, b, d, e := float64(v[0]), float64(v[1]), float64(v[2]), float64(v[3])
+		s0 += a * a
+		s1 += b * b
+		s2 += d * d
+		s3 += e * e
+	}
+	for ; c < len(x); c++ {
+		s0 += float64(x[c]) * float64(x[c])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
 // RMSNormDx writes dx for rows [lo, hi): with g = dy·w,
-// dx = rstd·g − x·rstd³·mean(g·x).
+// dx = rstd·g − x·rstd³·mean(g·x). The mean's sum runs as sumSquares'.
 func RMSNormDx(dx, dy, x, rstd, w []float32, lo, hi int) {
 	cols := len(w)
 	for r := lo; r < hi; r++ {
 		xr, dyr, dxr := x[r*cols:(r+1)*cols], dy[r*cols:(r+1)*cols], dx[r*cols:(r+1)*cols]
-		var dot float64
-		for c, v := range xr {
-			dot += float64(dyr[c]) * float64(w[c]) * float64(v)
-		}
+		dot := dot3(dyr, w, xr)
 		rs := float64(rstd[r])
 		k := float32(rs * rs * rs * dot / float64(cols))
 		rsf := float32(rs)
@@ -47,17 +60,49 @@ func RMSNormDx(dx, dy, x, rstd, w []float32, lo, hi int) {
 	}
 }
 
+// dot3 is Σ a·b·c over len(a) values, in float64, in four partial sums.
+func dot3(a, b, c []float32) float64 {
+	n := len(a)
+	b, c = b[:n], c[:n]
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		s0 += float64(a[i]) * float64(b[i]) * float64(c[i])
+		s1 += float64(a[i+1]) * float64(b[i+1]) * float64(c[i+1])
+		s2 += float64(a[i+2]) * float64(b[i+2]) * float64(c[i+2])
+		s3 += float64(a[i+3]) * float64(b[i+3]) * float64(c[i+3])
+	}
+	for ; i < n; i++ {
+		s0 += float64(a[i]) * float64(b[i]) * float64(c[i])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// dwBlock is how many columns RMSNormDw sums at once: its float64
+// accumulators live on the stack and rows are read in order.
+const dwBlock = 64
+
 // RMSNormDw accumulates dw[c] += Σ_r dy[r, c]·x[r, c]·rstd[r] for columns
-// [lo, hi), in float64.
+// [lo, hi), in float64, over r in order. Rows are read one after another,
+// dwBlock columns at a time, rather than a column at a time down the
+// matrix.
 func RMSNormDw(dw, dy, x, rstd []float32, lo, hi int) {
 	cols := len(dw)
-	rows := len(rstd)
-	for c := lo; c < hi; c++ {
-		var s float64
-		for r := 0; r < rows; r++ {
-			s += float64(dy[r*cols+c]) * float64(x[r*cols+c]*rstd[r])
+	var acc [dwBlock]float64
+	for c0 := lo; c0 < hi; c0 += dwBlock {
+		n := min(dwBlock, hi-c0)
+		s := acc[:n]
+		clear(s)
+		for r, rs := range rstd {
+			o := r*cols + c0
+			dyr, xr := dy[o:o+n], x[o:o+n]
+			for j := range s {
+				s[j] += float64(dyr[j]) * float64(xr[j]*rs)
+			}
 		}
-		dw[c] = float32(float64(dw[c]) + s)
+		for j, v := range s {
+			dw[c0+j] = float32(float64(dw[c0+j]) + v)
+		}
 	}
 }
 
