@@ -18,8 +18,10 @@ func TestGateGradients(t *testing.T) {
 		build func(s *nn.ParamSet) nn.Layer
 		cols  int // the input's width
 	}{
-		"gate":  {func(s *nn.ParamSet) nn.Layer { return gated.NewGate(s, "g", 7) }, 7},
-		"block": {func(s *nn.ParamSet) nn.Layer { return nn.Seq{nn.NewLinear(s, "fc", 5, 7, true), gated.NewGate(s, "g", 7)} }, 5},
+		"gate": {func(s *nn.ParamSet) nn.Layer { return gated.NewGate(s, "g", 7) }, 7},
+		"block": {func(s *nn.ParamSet) nn.Layer {
+			return nn.Seq{nn.NewLinear(s, "fc", 5, 7, true), gated.NewGate(s, "g", 7)}
+		}, 5},
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := nn.NewParamSet(be, 4)
