@@ -26,6 +26,7 @@ var simFlags struct {
 	faults    float64
 	steps     int
 	ckptEvery int
+	pp, tp    int
 	json      bool
 }
 
@@ -51,7 +52,9 @@ invariant broken) and a summary; it exits 1 if any did. --seed S --trace FILE
 replays one seed and writes its event trace.`,
 	Example: `  troupe sim --seeds 1000
   troupe sim --seeds 200 --from 5000 --nodes 5 --faults 1 --json
-  troupe sim --seed 90 --trace seed90.txt`,
+  troupe sim --seed 90 --trace seed90.txt
+  troupe sim --seeds 2000 --pp 2 --nodes 4
+  troupe sim --seeds 2000 --tp 2 --nodes 4`,
 	Args: cobra.NoArgs,
 	RunE: runSim,
 }
@@ -66,6 +69,8 @@ func init() {
 	f.Float64Var(&simFlags.faults, "faults", sim.DefaultConfig().Faults, "node and network faults per virtual second; each message is also dropped, duplicated or delayed with probability RATE/20 each")
 	f.IntVar(&simFlags.steps, "steps", sim.DefaultConfig().Steps, "training steps of the simulated job")
 	f.IntVar(&simFlags.ckptEvery, "ckpt-every", sim.DefaultConfig().CkptEvery, "checkpoint every N steps (0: none; torn writes need checkpoints)")
+	f.IntVar(&simFlags.pp, "pp", 1, "pipeline stages (1 or 2): each rank holds one stage of the model")
+	f.IntVar(&simFlags.tp, "tp", 1, "tensor-parallel shards of each stage (1, 2, 4 or 8): each rank holds one stage's shard")
 	f.BoolVar(&simFlags.json, "json", false, "print the summary as JSON")
 	rootCmd.AddCommand(simCmd)
 }
@@ -95,6 +100,10 @@ type simSummary struct {
 func runSim(cmd *cobra.Command, _ []string) error {
 	cfg := sim.DefaultConfig()
 	cfg.Nodes, cfg.Faults, cfg.Steps, cfg.CkptEvery = simFlags.nodes, simFlags.faults, simFlags.steps, simFlags.ckptEvery
+	cfg.PP, cfg.TP = simFlags.pp, simFlags.tp
+	// A world smaller than one replica (pp × tp members) trains nothing:
+	// the rendezvous waits for that many.
+	cfg.MinNodes = max(cfg.MinNodes, simFlags.pp*simFlags.tp)
 	if cfg.MinNodes > cfg.Nodes {
 		cfg.MinNodes = cfg.Nodes
 	}
