@@ -304,9 +304,15 @@ func (c *checker) quorumAlive(w elastic.World) bool {
 }
 
 // expectedFailure: the permanent failures faults can cause without a
-// defect: every replica lost before the first checkpoint (or in a job that
-// keeps none).
-func expectedFailure(err error) bool { return errors.Is(err, train.ErrStageLost) }
+// defect: every replica of a part lost before the first checkpoint (or in
+// a job that keeps none), as the leader core decides it (ErrStageLost). A
+// failure that crossed the wire (a member's Finish) matches every error of
+// its class, state-lost, so the leader's message is required too: a
+// worker's own state-lost error (worker.ErrNoState: asked to serve a state
+// it does not hold) is a defect.
+func expectedFailure(err error) bool {
+	return errors.Is(err, train.ErrStageLost) && strings.Contains(err.Error(), train.ErrStageLost.Error())
+}
 
 // final checks the end of a run against the fault-free reference.
 func (c *checker) final(ref *reference) {
