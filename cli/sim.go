@@ -47,6 +47,13 @@ that some rank applies a step within a minute of virtual time while a
 majority of the newest committed world is alive and connected (liveness),
 and that the job ends within 10 minutes of virtual time.
 
+With --pp and --tp the job's mesh is pp × dp × tp and every rank holds one
+part of the model (a pipeline stage's tensor-parallel shard): it reduces its
+part's gradient over its part's replicas, a new generation takes each part
+from a holder of that part or from a checkpoint written part by part, and the
+replicas of each part are compared, with each other and with the fault-free
+run's same part.
+
 It prints a line per seed that broke an invariant (its seed and the first
 invariant broken) and a summary; it exits 1 if any did. --seed S --trace FILE
 replays one seed and writes its event trace.`,

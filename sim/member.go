@@ -345,7 +345,7 @@ func (w *member) flushColl() {
 	rd := w.coll.Ready()
 	for _, m := range rd.Messages {
 		m.Payload = slices.Clone(m.Payload)
-		w.n.s.send(w.n.id, w.ranks[w.mesh.PartRank(w.hold.Part, m.To)], collMsg{gen: w.gen, m: m})
+		w.n.s.send(w.n.id, w.ranks[w.mesh.PartRank(w.mesh.Part(w.rank), m.To)], collMsg{gen: w.gen, m: m})
 	}
 	for _, c := range rd.Completions {
 		if r := w.run; r != nil && r.started && c.ID == r.op {
