@@ -263,12 +263,22 @@ func (c *checker) finished(n *node, err error) {
 	if !s.ended {
 		s.ended, s.endAt, s.result = true, s.clk.now, err
 	}
-	if p := n.w.hold.Part; err == nil && p >= 0 && n.w.rank >= 0 { // not a standby's stale state
-		if c.history == nil {
-			c.history = slices.Clone(n.w.history)
-		}
-		if _, ok := c.parts[p]; !ok {
-			c.parts[p] = slices.Clone(n.w.history)
+	if err == nil {
+		// The trained replica: the ranks of the generation that ended the
+		// job (its leader verified them at the target), whether or not
+		// their Finish arrived; not a standby's stale state.
+		for _, id := range s.order {
+			o := s.nodes[id]
+			p := o.w.hold.Part
+			if o.w.gen != n.world.Gen || o.w.rank < 0 || p < 0 {
+				continue
+			}
+			if c.history == nil {
+				c.history = slices.Clone(o.w.history)
+			}
+			if _, ok := c.parts[p]; !ok {
+				c.parts[p] = slices.Clone(o.w.history)
+			}
 		}
 	}
 	if err != nil && !expectedFailure(err) {

@@ -39,6 +39,9 @@ type (
 		gen  uint64
 		step int
 		tmp  string
+		// fs is the storage the save began in (s.fs then): a torn write
+		// since crashed it, and the save's files may be gone.
+		fs *checkpoint.MemFS
 	}
 	savedMsg struct {
 		gen     uint64
@@ -259,12 +262,29 @@ func (w *member) saveShard(leader string, m saveMsg) {
 			{Tensor: 2*t + 1, Offsets: []int{0}, Sizes: []int{len(w.moment)}, Data: f32Bytes(w.moment)},
 		}}
 	msg := savedMsg{gen: m.gen, step: m.step, part: part, state: savedState{checksum: w.checksum(), history: slices.Clone(w.history)}}
+	if m.fs != s.fs {
+		msg.err = storageCrashed(m.step)
+		s.send(w.n.id, leader, msg)
+		return
+	}
 	p, err := checkpoint.WriteShard(s.fs, filepath.Join(ckptDir, m.tmp), r)
 	if err != nil {
 		msg.err = failure.Wrapf(failure.Output, "checkpoint of step %d, part %d: %v", m.step, part, err)
 	}
 	msg.written = p
 	s.send(w.n.id, leader, msg)
+}
+
+// storageCrashed is the failure of a save of a model in parts that a torn
+// write crashed the storage under, between its begin and its commit: the
+// files it wrote that were not yet synced into their directory may be
+// gone. The save is abandoned as aborted (transient): the leader core
+// starts a new generation, which saves again. (The real checkpointer's
+// commit would find a shard missing, checkpoint.ErrCorrupt, which is
+// permanent; the simulator's storage crash, shared by every node, is
+// harsher than a writer's own crash, which is what tears a real save.)
+func storageCrashed(step int) error {
+	return failure.Wrapf(failure.Aborted, "checkpoint of step %d: the storage crashed while its shards were written", step)
 }
 
 // commitShards commits the save in tmp once every part's shard is written
@@ -280,6 +300,9 @@ func (l *leaderShell) commitShards(lp *stepLoop) (done bool, err error) {
 	}
 	meta := checkpoint.Meta{Step: int64(lp.step), Generation: lp.gen, World: s.ckptWorld(),
 		Sampler: &data.SamplerState{N: s.cfg.Samples, Seed: samplerSeed, Shuffle: true, Cursor: data.Cursor(lp.cursor)}}
+	if lp.fs != s.fs {
+		return false, storageCrashed(lp.step)
+	}
 	man, err := checkpoint.BuildManifest(meta, parts)
 	if err != nil {
 		return false, failure.Wrapf(failure.Output, "checkpoint of step %d: %v", lp.step, err)
@@ -302,6 +325,12 @@ func (l *leaderShell) commitShards(lp *stepLoop) (done bool, err error) {
 		s.crash(n)
 		s.check.checkpointOpens()
 		return false, nil
+	}
+	if _, serr := s.fs.Stat(filepath.Join(ckptDir, lp.tmp)); err != nil && serr != nil {
+		// Its temporary directory is gone: a later generation's commit
+		// removed it as a leftover while this leader hung between the
+		// shards and the commit. The save is superseded, not failed.
+		return false, failure.Wrapf(failure.Stale, "checkpoint of step %d: a later commit removed its temporary directory: %v", lp.step, err)
 	}
 	if err != nil && !errors.Is(err, checkpoint.ErrPrune) {
 		return false, failure.Wrapf(failure.Output, "checkpoint of step %d: %v", lp.step, err)

@@ -45,6 +45,7 @@ type stepLoop struct {
 	// tmp is the save's temporary directory and shards the parts' written
 	// shards, by part, for a model in parts.
 	tmp    string
+	fs     *checkpoint.MemFS
 	shards []savedMsg
 	wrote  int
 }
@@ -217,10 +218,10 @@ func (l *leaderShell) saveShards() {
 		return
 	}
 	m := lp.order.Layout.Mesh
-	lp.saving, lp.tmp, lp.shards, lp.wrote = true, tmp, make([]savedMsg, m.Parts()), 0
+	lp.saving, lp.tmp, lp.fs, lp.shards, lp.wrote = true, tmp, s.fs, make([]savedMsg, m.Parts()), 0
 	lp.deadline = s.clk.now + stepTimeout
 	for p := range m.Parts() {
-		s.send(l.n.id, lp.ranks[m.PartRank(p, 0)], saveMsg{gen: lp.gen, step: lp.step, tmp: tmp})
+		s.send(l.n.id, lp.ranks[m.PartRank(p, 0)], saveMsg{gen: lp.gen, step: lp.step, tmp: tmp, fs: s.fs})
 	}
 }
 

@@ -213,3 +213,30 @@ func TestPartsConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestPartsSaveSeeds: seeds whose save of a model in parts was cut off end
+// without a violation: 843 (--pp 2 --nodes 3: the Finish calls to both
+// ranks were dropped, and the check read the trained replica from the
+// standby that led), 1154 (--tp 2 --nodes 3: a leader hung between its
+// shards and its commit while the next generation's commits removed its
+// temporary directory) and 540 (--pp 2 --tp 2 --nodes 5: a torn write
+// crashed the storage under a hung leader's save).
+func TestPartsSaveSeeds(t *testing.T) {
+	cfg := func(nodes, pp, tp int) Config {
+		c := DefaultConfig()
+		c.Nodes, c.PP, c.TP, c.MinNodes = nodes, pp, tp, pp*tp
+		return c
+	}
+	for _, c := range []struct {
+		cfg  Config
+		seed uint64
+	}{{cfg(3, 2, 1), 843}, {cfg(3, 1, 2), 1154}, {cfg(5, 2, 2), 540}} {
+		r, err := Run(c.cfg, c.seed, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Violation != nil {
+			t.Errorf("%s seed %d: %v", partsName(c.cfg), c.seed, r.Violation)
+		}
+	}
+}
