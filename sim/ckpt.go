@@ -326,6 +326,13 @@ func (l *leaderShell) commitShards(lp *stepLoop) (done bool, err error) {
 		s.check.checkpointOpens()
 		return false, nil
 	}
+	if errors.Is(err, checkpoint.ErrCommitted) {
+		// Another generation's leader committed this step first (its
+		// bits may differ: another number of replicas), and that one
+		// stays.
+		s.tracef("%s: the checkpoint of step %d was committed by another leader", n.id, lp.step)
+		return true, nil
+	}
 	if _, serr := s.fs.Stat(filepath.Join(ckptDir, lp.tmp)); err != nil && serr != nil {
 		// Its temporary directory is gone: a later generation's commit
 		// removed it as a leftover while this leader hung between the
