@@ -179,8 +179,12 @@ func runSim(cmd *cobra.Command, _ []string) error {
 			return err
 		}
 	} else {
-		fmt.Fprintf(out, "%d seeds from %d: %d faults (%d torn checkpoint writes), %d violations; %d finished training (%d replicas restored from checkpoints), %d stalled without a quorum, %d lost every replica before a checkpoint; %.0f s virtual in %.2f s\n",
-			sum.Seeds, sum.From, sum.Faults, sum.TornWrites, sum.Violations, sum.Finished, sum.Restores, sum.Stalled, sum.Lost, sum.VirtualS, sum.WallS)
+		restored, replica := "replicas", "replica"
+		if cfg.PP*cfg.TP > 1 {
+			restored, replica = "parts", "replica of a part"
+		}
+		fmt.Fprintf(out, "%d seeds from %d: %d faults (%d torn checkpoint writes), %d violations; %d finished training (%d %s restored from checkpoints), %d stalled without a quorum, %d lost every %s before a checkpoint; %.0f s virtual in %.2f s\n",
+			sum.Seeds, sum.From, sum.Faults, sum.TornWrites, sum.Violations, sum.Finished, sum.Restores, restored, sum.Stalled, sum.Lost, replica, sum.VirtualS, sum.WallS)
 		if simFlags.trace != "" {
 			fmt.Fprintf(out, "trace: %s\n", simFlags.trace)
 		}
