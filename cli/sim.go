@@ -26,6 +26,7 @@ var simFlags struct {
 	faults    float64
 	steps     int
 	ckptEvery int
+	pp, tp    int
 	json      bool
 }
 
@@ -46,12 +47,21 @@ that some rank applies a step within a minute of virtual time while a
 majority of the newest committed world is alive and connected (liveness),
 and that the job ends within 10 minutes of virtual time.
 
+With --pp and --tp the job's mesh is pp × dp × tp and every rank holds one
+part of the model (a pipeline stage's tensor-parallel shard): it reduces its
+part's gradient over its part's replicas, a new generation takes each part
+from a holder of that part or from a checkpoint written part by part, and the
+replicas of each part are compared, with each other and with the fault-free
+run's same part.
+
 It prints a line per seed that broke an invariant (its seed and the first
 invariant broken) and a summary; it exits 1 if any did. --seed S --trace FILE
 replays one seed and writes its event trace.`,
 	Example: `  troupe sim --seeds 1000
   troupe sim --seeds 200 --from 5000 --nodes 5 --faults 1 --json
-  troupe sim --seed 90 --trace seed90.txt`,
+  troupe sim --seed 90 --trace seed90.txt
+  troupe sim --seeds 2000 --pp 2 --nodes 4
+  troupe sim --seeds 2000 --tp 2 --nodes 4`,
 	Args: cobra.NoArgs,
 	RunE: runSim,
 }
@@ -66,6 +76,8 @@ func init() {
 	f.Float64Var(&simFlags.faults, "faults", sim.DefaultConfig().Faults, "node and network faults per virtual second; each message is also dropped, duplicated or delayed with probability RATE/20 each")
 	f.IntVar(&simFlags.steps, "steps", sim.DefaultConfig().Steps, "training steps of the simulated job")
 	f.IntVar(&simFlags.ckptEvery, "ckpt-every", sim.DefaultConfig().CkptEvery, "checkpoint every N steps (0: none; torn writes need checkpoints)")
+	f.IntVar(&simFlags.pp, "pp", 1, "pipeline stages (1 or 2): each rank holds one stage of the model")
+	f.IntVar(&simFlags.tp, "tp", 1, "tensor-parallel shards of each stage (1, 2, 4 or 8): each rank holds one stage's shard")
 	f.BoolVar(&simFlags.json, "json", false, "print the summary as JSON")
 	rootCmd.AddCommand(simCmd)
 }
@@ -95,6 +107,10 @@ type simSummary struct {
 func runSim(cmd *cobra.Command, _ []string) error {
 	cfg := sim.DefaultConfig()
 	cfg.Nodes, cfg.Faults, cfg.Steps, cfg.CkptEvery = simFlags.nodes, simFlags.faults, simFlags.steps, simFlags.ckptEvery
+	cfg.PP, cfg.TP = simFlags.pp, simFlags.tp
+	// A world smaller than one replica (pp × tp members) trains nothing:
+	// the rendezvous waits for that many.
+	cfg.MinNodes = max(cfg.MinNodes, simFlags.pp*simFlags.tp)
 	if cfg.MinNodes > cfg.Nodes {
 		cfg.MinNodes = cfg.Nodes
 	}
@@ -163,8 +179,12 @@ func runSim(cmd *cobra.Command, _ []string) error {
 			return err
 		}
 	} else {
-		fmt.Fprintf(out, "%d seeds from %d: %d faults (%d torn checkpoint writes), %d violations; %d finished training (%d replicas restored from checkpoints), %d stalled without a quorum, %d lost every replica before a checkpoint; %.0f s virtual in %.2f s\n",
-			sum.Seeds, sum.From, sum.Faults, sum.TornWrites, sum.Violations, sum.Finished, sum.Restores, sum.Stalled, sum.Lost, sum.VirtualS, sum.WallS)
+		restored, replica := "replicas", "replica"
+		if cfg.PP*cfg.TP > 1 {
+			restored, replica = "parts", "replica of a part"
+		}
+		fmt.Fprintf(out, "%d seeds from %d: %d faults (%d torn checkpoint writes), %d violations; %d finished training (%d %s restored from checkpoints), %d stalled without a quorum, %d lost every %s before a checkpoint; %.0f s virtual in %.2f s\n",
+			sum.Seeds, sum.From, sum.Faults, sum.TornWrites, sum.Violations, sum.Finished, sum.Restores, restored, sum.Stalled, sum.Lost, replica, sum.VirtualS, sum.WallS)
 		if simFlags.trace != "" {
 			fmt.Fprintf(out, "trace: %s\n", simFlags.trace)
 		}

@@ -66,3 +66,38 @@ func TestSimUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSimParts runs seeds of a two-stage pipeline and of two
+// tensor-parallel shards, each with two replicas: faults injected, every
+// seed counted, none broken; a layout the model cannot take is a usage
+// error.
+func TestSimParts(t *testing.T) {
+	t.Cleanup(func() { simFlags.pp, simFlags.tp, simFlags.nodes = 1, 1, 3 })
+	for _, layout := range [][]string{{"--pp", "2", "--tp", "1"}, {"--pp", "1", "--tp", "2"}} {
+		args := append([]string{"sim", "--seeds", "20", "--from", "1", "--seed", "0", "--trace", "", "--nodes", "4", "--json"}, layout...)
+		out, err := runRoot(t, args...)
+		if err != nil {
+			t.Fatalf("%v: %v: %s", layout, err, out)
+		}
+		var s simSummary
+		if err := json.Unmarshal([]byte(out), &s); err != nil {
+			t.Fatalf("%v in %s", err, out)
+		}
+		if s.Seeds != 20 || s.Faults == 0 || s.Violations != 0 || s.Finished == 0 {
+			t.Fatalf("%v: summary %+v", layout, s)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pp", "3", "--tp", "1"}, "pp 3"},
+		{[]string{"--pp", "1", "--tp", "3"}, "tp 3"},
+		{[]string{"--pp", "2", "--tp", "2", "--nodes", "3"}, "nodes 3"},
+	} {
+		_, err := runRoot(t, append([]string{"sim", "--seed", "0", "--trace", "", "--seeds", "1"}, c.args...)...)
+		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want a usage error naming %q", c.args, err, c.want)
+		}
+	}
+}

@@ -80,17 +80,21 @@ type checker struct {
 	s       *sim
 	worlds  map[uint64]elastic.World
 	lastGen map[string]uint64
-	// ckpts are the committed checkpoints by step; torn the state of the
-	// save torn at tornStep, committed if the storage kept it.
-	ckpts    map[int]savedState
-	torn     savedState
+	// ckpts are the committed checkpoints by step (each part's state);
+	// torn the state of the save torn at tornStep, committed if the
+	// storage kept it.
+	ckpts    map[int][]savedState
+	torn     []savedState
 	tornStep int
 	// proposed is the newest world proposed.
 	proposed elastic.World
-	// firstApply is the first rank to apply each step of each generation.
-	firstApply map[[2]uint64]rankStep
-	// history is the trained steps of the replica that finished the job.
+	// firstApply is the first rank to apply each step of each generation,
+	// by part: key generation, step, part.
+	firstApply map[[3]uint64]rankStep
+	// history is the trained steps of the replica that finished the job,
+	// parts the same of each part (the checksums are the part's).
 	history []applied
+	parts   map[int][]applied
 	// lossDiff is the largest relative difference of a step's loss from
 	// the fault-free run's.
 	lossDiff  float64
@@ -144,16 +148,30 @@ func (c *checker) ranksOf(gen uint64) []*member {
 	return out
 }
 
-// formed: the leader of generation gen heard every member formed.
+// formed: the leader of generation gen heard every member formed. Every
+// rank holds the same step, each its part's state (as many values as the
+// part has), and the replicas of a part hold the same bits.
 func (c *checker) formed(leader *node, gen uint64) {
 	ws := c.ranksOf(gen)
 	if len(ws) == 0 {
 		return // every rank crashed since it answered
 	}
-	for _, w := range ws[1:] {
-		if w.hold.Applied != ws[0].hold.Applied || w.checksum() != ws[0].checksum() {
-			c.fail(InvFormed, "generation %d formed with %s at step %d (checksum %x) and %s at step %d (checksum %x)",
-				gen, ws[0].n.id, ws[0].hold.Applied, ws[0].checksum(), w.n.id, w.hold.Applied, w.checksum())
+	first := map[int]*member{}
+	for _, w := range ws {
+		part := w.mesh.Part(w.rank)
+		if c.s.partIdx != nil && len(w.params) != len(c.s.partIdx[part]) {
+			c.fail(InvFormed, "generation %d formed with %s (rank %d, part %d) holding %d values, part %d has %d",
+				gen, w.n.id, w.rank, part, len(w.params), part, len(c.s.partIdx[part]))
+			return
+		}
+		f, ok := first[part]
+		if !ok {
+			first[part] = w
+			f = w
+		}
+		if w.hold.Applied != ws[0].hold.Applied || w.checksum() != f.checksum() {
+			c.fail(InvFormed, "generation %d formed with %s at step %d (part %d, checksum %x) and %s at step %d (part %d, checksum %x)",
+				gen, f.n.id, f.hold.Applied, part, f.checksum(), w.n.id, w.hold.Applied, part, w.checksum())
 			return
 		}
 	}
@@ -163,15 +181,15 @@ func (c *checker) formed(leader *node, gen uint64) {
 // applies the same step of the same generation must hold the same bits.
 func (c *checker) applied(w *member, a applied) {
 	c.progress()
-	key := [2]uint64{w.gen, uint64(a.step)}
+	key := [3]uint64{w.gen, uint64(a.step), uint64(w.hold.Part)}
 	first, ok := c.firstApply[key]
 	if !ok {
 		c.firstApply[key] = rankStep{node: w.n.id, rank: w.rank, checksum: a.checksum}
 		return
 	}
 	if first.checksum != a.checksum {
-		c.fail(InvStep, "after step %d of generation %d rank %d (%s) holds checksum %x, rank %d (%s) %x",
-			a.step, w.gen, w.rank, w.n.id, a.checksum, first.rank, first.node, first.checksum)
+		c.fail(InvStep, "after step %d of generation %d rank %d (%s) holds checksum %x, rank %d (%s) %x, of part %d",
+			a.step, w.gen, w.rank, w.n.id, a.checksum, first.rank, first.node, first.checksum, w.hold.Part)
 	}
 }
 
@@ -245,8 +263,23 @@ func (c *checker) finished(n *node, err error) {
 	if !s.ended {
 		s.ended, s.endAt, s.result = true, s.clk.now, err
 	}
-	if err == nil && c.history == nil && n.w.hold.Part >= 0 {
-		c.history = slices.Clone(n.w.history)
+	if err == nil {
+		// The trained replica: the ranks of the generation that ended the
+		// job (its leader verified them at the target), whether or not
+		// their Finish arrived; not a standby's stale state.
+		for _, id := range s.order {
+			o := s.nodes[id]
+			p := o.w.hold.Part
+			if o.w.gen != n.world.Gen || o.w.rank < 0 || p < 0 {
+				continue
+			}
+			if c.history == nil {
+				c.history = slices.Clone(o.w.history)
+			}
+			if _, ok := c.parts[p]; !ok {
+				c.parts[p] = slices.Clone(o.w.history)
+			}
+		}
 	}
 	if err != nil && !expectedFailure(err) {
 		c.fail(InvEnds, "%s: the job failed: %v", n.id, err)
@@ -281,9 +314,15 @@ func (c *checker) quorumAlive(w elastic.World) bool {
 }
 
 // expectedFailure: the permanent failures faults can cause without a
-// defect: every replica lost before the first checkpoint (or in a job that
-// keeps none).
-func expectedFailure(err error) bool { return errors.Is(err, train.ErrStageLost) }
+// defect: every replica of a part lost before the first checkpoint (or in
+// a job that keeps none), as the leader core decides it (ErrStageLost). A
+// failure that crossed the wire (a member's Finish) matches every error of
+// its class, state-lost, so the leader's message is required too: a
+// worker's own state-lost error (worker.ErrNoState: asked to serve a state
+// it does not hold) is a defect.
+func expectedFailure(err error) bool {
+	return errors.Is(err, train.ErrStageLost) && strings.Contains(err.Error(), train.ErrStageLost.Error())
+}
 
 // final checks the end of a run against the fault-free reference.
 func (c *checker) final(ref *reference) {
@@ -347,12 +386,27 @@ func (c *checker) final(ref *reference) {
 	for step, a := range h {
 		same = same && a.ranks == ref.history[step].ranks
 	}
-	for step, got := range h {
-		want := ref.history[step]
-		if same && got.checksum != want.checksum {
-			c.fail(InvReference, "step %d in worlds of the fault-free run's sizes: checksum %x, fault-free %x", step, got.checksum, want.checksum)
+	// Each part that a finishing node held is the fault-free run's same
+	// part.
+	for p := range s.cfg.parts() {
+		ph, ok := c.parts[p]
+		if !ok {
+			continue // no node holding it heard the end
+		}
+		if len(ph) != len(h) {
+			c.fail(InvSamples, "the job finished with %d steps trained on part %d, want %d", len(ph), p, len(h))
 			return
 		}
+		for step, got := range ph {
+			want := ref.parts[p][step]
+			if same && got.checksum != want.checksum {
+				c.fail(InvReference, "step %d in worlds of the fault-free run's sizes: part %d checksum %x, fault-free %x", step, p, got.checksum, want.checksum)
+				return
+			}
+		}
+	}
+	for step, got := range h {
+		want := ref.history[step]
 		d := math.Abs(float64(got.loss-want.loss)) / max(1, math.Abs(float64(want.loss)))
 		c.lossDiff = max(c.lossDiff, d)
 		if d > LossTolerance {
@@ -362,7 +416,9 @@ func (c *checker) final(ref *reference) {
 	}
 }
 
-// reference is the fault-free run of a configuration.
+// reference is the fault-free run of a configuration: its steps, and
+// each part's.
 type reference struct {
 	history []applied
+	parts   map[int][]applied
 }

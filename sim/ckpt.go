@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 
 	"github.com/troupe-ml/troupe/checkpoint"
@@ -21,20 +22,34 @@ import (
 // file system shared by the nodes (the job's checkpoint directory); a
 // torn-write fault crashes the writer at one of the save's file-system
 // operations and the storage with it (checkpoint.MemFS.CrashTorn: only
-// synced bytes and entries are sure to survive, others at random).
+// synced bytes and entries are sure to survive, others at random). A model
+// cut into parts is saved as the executor saves its shards: the leader
+// begins the save (checkpoint.BeginSave), replica 0's rank of every part
+// writes the part's shard (checkpoint.WriteShard), and the leader commits
+// them once (BuildManifest, Commit); a torn write then crashes the leader
+// in its commit.
 const ckptDir = "ckpt"
 
 // saveMsg asks rank 0 to save its replica, at step (its state includes
-// step steps); savedMsg answers.
+// step steps), or with tmp a part's rank to write its shard into the
+// save's temporary directory; savedMsg answers (with the shard's
+// checkpoint.Part, and for the checker the state written).
 type (
 	saveMsg struct {
 		gen  uint64
 		step int
+		tmp  string
+		// fs is the storage the save began in (s.fs then): a torn write
+		// since crashed it, and the save's files may be gone.
+		fs *checkpoint.MemFS
 	}
 	savedMsg struct {
-		gen  uint64
-		step int
-		err  error
+		gen     uint64
+		step    int
+		err     error
+		part    int
+		written *checkpoint.Part
+		state   savedState
 	}
 )
 
@@ -63,6 +78,10 @@ func (w *member) save(leader string, m saveMsg) {
 		reply(failure.Wrapf(failure.Stale, "%s holds step %d of generation %d, asked to save step %d of generation %d", w.n.id, w.hold.Applied, w.gen, m.step, m.gen))
 		return
 	}
+	if m.tmp != "" {
+		w.saveShard(leader, m)
+		return
+	}
 	snap := &checkpoint.Snapshot{Meta: checkpoint.Meta{Step: int64(m.step), Generation: m.gen, World: checkpoint.World{DP: 1, PP: 1},
 		Sampler: &data.SamplerState{N: s.cfg.Samples, Seed: samplerSeed, Shuffle: true, Cursor: w.hold.Cursor}}}
 	for _, t := range []struct {
@@ -83,7 +102,7 @@ func (w *member) save(leader string, m saveMsg) {
 		// The tear may come after the commit: then this save is the
 		// latest, if the storage kept it.
 		c := &s.check
-		c.tornStep, c.torn = m.step, savedState{checksum: w.checksum(), history: slices.Clone(w.history)}
+		c.tornStep, c.torn = m.step, []savedState{{checksum: w.checksum(), history: slices.Clone(w.history)}}
 		// The writer dies at the tear, and the storage loses what it had
 		// not synced.
 		s.faults++
@@ -98,13 +117,13 @@ func (w *member) save(leader string, m saveMsg) {
 		reply(failure.Wrapf(failure.Output, "checkpoint of step %d: %v", m.step, err))
 		return
 	}
-	s.check.saved(m.step, w.checksum(), w.history)
+	s.check.saved(m.step, []savedState{{checksum: w.checksum(), history: slices.Clone(w.history)}})
 	s.tracef("%s saved the checkpoint of step %d", w.n.id, m.step)
 	reply(nil)
 }
 
-// restore loads the replica from the checkpoint of step.
-func (w *member) restore(step int) error {
+// restore loads part's state from the checkpoint of step.
+func (w *member) restore(step, part int) error {
 	s := w.n.s
 	ck, err := checkpoint.Open(s.fs, ckptDir, int64(step))
 	if err != nil {
@@ -127,6 +146,7 @@ func (w *member) restore(step int) error {
 	defer ck.Close()
 	var vals [2][]float32
 	for i, name := range []string{"params", "momentum"} {
+		name = s.tensorName(name, part)
 		t, err := ck.ReadTensor(name)
 		if err == nil {
 			vals[i], err = t.Float32()
@@ -136,10 +156,10 @@ func (w *member) restore(step int) error {
 			return err
 		}
 	}
-	w.params, w.moment, w.built = vals[0], vals[1], true
+	w.params, w.moment, w.builtPart = vals[0], vals[1], part
 	s.restores++
 	s.tracef("%s restored the checkpoint of step %d", w.n.id, step)
-	w.history = s.check.restored(w, step)
+	w.history = s.check.restored(w, step, part)
 	return nil
 }
 
@@ -153,9 +173,10 @@ func f32Bytes(v []float32) []byte {
 
 // checkpoint invariants (InvCheckpoint).
 
-// saved records a committed checkpoint: its state and the steps it holds.
-func (c *checker) saved(step int, sum uint64, h []applied) {
-	c.ckpts[step] = savedState{checksum: sum, history: slices.Clone(h)}
+// saved records a committed checkpoint: each part's state and the steps
+// it holds.
+func (c *checker) saved(step int, parts []savedState) {
+	c.ckpts[step] = parts
 }
 
 type savedState struct {
@@ -165,14 +186,15 @@ type savedState struct {
 
 // restored checks a replica restored from the checkpoint of step against
 // what was saved, and gives the steps it holds.
-func (c *checker) restored(w *member, step int) []applied {
-	st, ok := c.ckpts[step]
-	if !ok {
-		c.fail(InvCheckpoint, "%s restored a checkpoint of step %d that no save committed", w.n.id, step)
+func (c *checker) restored(w *member, step, part int) []applied {
+	parts, ok := c.ckpts[step]
+	if !ok || part < 0 || part >= len(parts) {
+		c.fail(InvCheckpoint, "%s restored part %d of a checkpoint of step %d that no save committed", w.n.id, part, step)
 		return nil
 	}
+	st := parts[part]
 	if sum := worker.Checksum(w.params); sum != st.checksum {
-		c.fail(InvCheckpoint, "%s restored step %d with checksum %x, saved %x", w.n.id, step, sum, st.checksum)
+		c.fail(InvCheckpoint, "%s restored part %d of step %d with checksum %x, saved %x", w.n.id, part, step, sum, st.checksum)
 	}
 	return slices.Clone(st.history)
 }
@@ -200,4 +222,127 @@ func (c *checker) checkpointOpens() {
 	if err := ck.Verify(); err != nil {
 		c.fail(InvCheckpoint, "after a torn write the latest checkpoint (step %d) is corrupt: %v", ck.Manifest.Step, err)
 	}
+}
+
+// tensorName is the checkpoint tensor holding name ("params",
+// "momentum") of part: the name itself for a model in one part, else
+// "<name>.p<part>".
+func (s *sim) tensorName(name string, part int) string {
+	if s.cfg.parts() == 1 {
+		return name
+	}
+	return fmt.Sprintf("%s.p%d", name, part)
+}
+
+// ckptWorld is the world that writes a checkpoint of a model in parts:
+// one rank (replica 0's) of each part.
+func (s *sim) ckptWorld() checkpoint.World {
+	pp, tp := max(1, s.cfg.PP), max(1, s.cfg.TP)
+	return checkpoint.World{DP: 1, PP: pp, TP: tp, Size: pp * tp}
+}
+
+// saveShard writes the worker's part as its shard of the save in m.tmp
+// (the executor's per-rank write) and reports the shard to the leader.
+func (w *member) saveShard(leader string, m saveMsg) {
+	s := w.n.s
+	part, tp := w.hold.Part, max(1, s.cfg.TP)
+	stage := part / tp
+	// Every rank of a stage lists the stage's tensors; it writes its own.
+	var specs []checkpoint.TensorSpec
+	for t := range tp {
+		p := stage*tp + t
+		for _, name := range []string{"params", "momentum"} {
+			specs = append(specs, checkpoint.TensorSpec{Name: s.tensorName(name, p), DType: safetensors.F32, Shape: []int{len(s.partIdx[p])}, Stage: stage})
+		}
+	}
+	t := part % tp
+	r := checkpoint.RankShard{World: s.ckptWorld(), Step: int64(m.step), Stage: stage, TPRank: t, Specs: specs,
+		Slices: []checkpoint.ShardSlice{
+			{Tensor: 2 * t, Offsets: []int{0}, Sizes: []int{len(w.params)}, Data: f32Bytes(w.params)},
+			{Tensor: 2*t + 1, Offsets: []int{0}, Sizes: []int{len(w.moment)}, Data: f32Bytes(w.moment)},
+		}}
+	msg := savedMsg{gen: m.gen, step: m.step, part: part, state: savedState{checksum: w.checksum(), history: slices.Clone(w.history)}}
+	if m.fs != s.fs {
+		msg.err = storageCrashed(m.step)
+		s.send(w.n.id, leader, msg)
+		return
+	}
+	p, err := checkpoint.WriteShard(s.fs, filepath.Join(ckptDir, m.tmp), r)
+	if err != nil {
+		msg.err = failure.Wrapf(failure.Output, "checkpoint of step %d, part %d: %v", m.step, part, err)
+	}
+	msg.written = p
+	s.send(w.n.id, leader, msg)
+}
+
+// storageCrashed is the failure of a save of a model in parts that a torn
+// write crashed the storage under, between its begin and its commit: the
+// files it wrote that were not yet synced into their directory may be
+// gone. The save is abandoned as aborted (transient): the leader core
+// starts a new generation, which saves again. (The real checkpointer's
+// commit would find a shard missing, checkpoint.ErrCorrupt, which is
+// permanent; the simulator's storage crash, shared by every node, is
+// harsher than a writer's own crash, which is what tears a real save.)
+func storageCrashed(step int) error {
+	return failure.Wrapf(failure.Aborted, "checkpoint of step %d: the storage crashed while its shards were written", step)
+}
+
+// commitShards commits the save in tmp once every part's shard is written
+// (the leader's checkpointer.saveShards): the manifest, then the atomic
+// commit. The save may be torn: the leader then crashes in the commit.
+// done: the checkpoint is committed (or was already).
+func (l *leaderShell) commitShards(lp *stepLoop) (done bool, err error) {
+	n, s := l.n, l.n.s
+	parts := make([]*checkpoint.Part, len(lp.shards))
+	states := make([]savedState, len(lp.shards))
+	for i, m := range lp.shards {
+		parts[i], states[i] = m.written, m.state
+	}
+	meta := checkpoint.Meta{Step: int64(lp.step), Generation: lp.gen, World: s.ckptWorld(),
+		Sampler: &data.SamplerState{N: s.cfg.Samples, Seed: samplerSeed, Shuffle: true, Cursor: data.Cursor(lp.cursor)}}
+	if lp.fs != s.fs {
+		return false, storageCrashed(lp.step)
+	}
+	man, err := checkpoint.BuildManifest(meta, parts)
+	if err != nil {
+		return false, failure.Wrapf(failure.Output, "checkpoint of step %d: %v", lp.step, err)
+	}
+	var fsys checkpoint.FS = s.fs
+	var tear *checkpoint.FaultFS
+	if s.tearNext && !s.quiet() && s.spare(1) {
+		s.tearNext = false
+		tear = checkpoint.NewFaultFS(s.fs, checkpoint.Fault{Op: checkpoint.OpAny, N: 1 + s.rng.IntN(12), Mode: checkpoint.Crash, Torn: s.rng.IntN(64)})
+		fsys = tear
+	}
+	err = checkpoint.Commit(fsys, ckptDir, lp.tmp, man, checkpoint.CommitOptions{Keep: 2})
+	if tear != nil && tear.Crashed() {
+		c := &s.check
+		c.tornStep, c.torn = lp.step, states
+		s.faults++
+		s.tornWrites++
+		s.tracef("FAULT torn checkpoint commit of step %d: %s crashes at file-system operation %d", lp.step, n.id, tear.Ops())
+		s.fs = s.fs.CrashTorn(rand.New(rand.NewPCG(s.rng.Uint64(), 1)))
+		s.crash(n)
+		s.check.checkpointOpens()
+		return false, nil
+	}
+	if errors.Is(err, checkpoint.ErrCommitted) {
+		// Another generation's leader committed this step first (its
+		// bits may differ: another number of replicas), and that one
+		// stays.
+		s.tracef("%s: the checkpoint of step %d was committed by another leader", n.id, lp.step)
+		return true, nil
+	}
+	if _, serr := s.fs.Stat(filepath.Join(ckptDir, lp.tmp)); err != nil && serr != nil {
+		// Its temporary directory is gone: a later generation's commit
+		// removed it as a leftover while this leader hung between the
+		// shards and the commit. The save is superseded, not failed.
+		return false, failure.Wrapf(failure.Stale, "checkpoint of step %d: a later commit removed its temporary directory: %v", lp.step, err)
+	}
+	if err != nil && !errors.Is(err, checkpoint.ErrPrune) {
+		return false, failure.Wrapf(failure.Output, "checkpoint of step %d: %v", lp.step, err)
+	}
+	s.check.saved(lp.step, states)
+	s.tracef("%s committed the checkpoint of step %d (%d parts)", n.id, lp.step, len(parts))
+	return true, nil
 }

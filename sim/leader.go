@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/failure"
 	"github.com/troupe-ml/troupe/train"
 	"github.com/troupe-ml/troupe/worker/workerpb"
@@ -39,7 +41,13 @@ type stepLoop struct {
 	done     []bool
 	got      int
 	deadline time.Duration // virtual time
-	saving   bool          // waiting for rank 0's checkpoint
+	saving   bool          // waiting for rank 0's checkpoint (or the parts' shards)
+	// tmp is the save's temporary directory and shards the parts' written
+	// shards, by part, for a model in parts.
+	tmp    string
+	fs     *checkpoint.MemFS
+	shards []savedMsg
+	wrote  int
 }
 
 // apply does what the leader core asked, in order.
@@ -184,6 +192,10 @@ func (l *leaderShell) stepDone(d stepDone) {
 	if k := l.n.s.cfg.CkptEvery; k > 0 && lp.step%k == 0 && lp.step < l.n.s.cfg.Steps {
 		// The step loop's checkpoint cadence: rank 0 saves, the loop
 		// waits for it.
+		if l.n.s.cfg.parts() > 1 {
+			l.saveShards()
+			return
+		}
 		lp.saving = true
 		lp.deadline = l.n.s.clk.now + stepTimeout
 		l.n.s.send(l.n.id, lp.ranks[0], saveMsg{gen: lp.gen, step: lp.step})
@@ -192,17 +204,56 @@ func (l *leaderShell) stepDone(d stepDone) {
 	l.nextStep()
 }
 
+// saveShards begins the checkpoint of a model in parts: replica 0's rank
+// of every part writes its shard into the save's temporary directory.
+func (l *leaderShell) saveShards() {
+	lp, s := l.loop, l.n.s
+	tmp, err := checkpoint.BeginSave(s.fs, ckptDir, int64(lp.step))
+	if errors.Is(err, checkpoint.ErrCommitted) {
+		l.nextStep() // saved by an earlier generation
+		return
+	}
+	if err != nil {
+		l.endLoop(failure.Wrapf(failure.Output, "checkpoint of step %d: %v", lp.step, err))
+		return
+	}
+	m := lp.order.Layout.Mesh
+	lp.saving, lp.tmp, lp.fs, lp.shards, lp.wrote = true, tmp, s.fs, make([]savedMsg, m.Parts()), 0
+	lp.deadline = s.clk.now + stepTimeout
+	for p := range m.Parts() {
+		s.send(l.n.id, lp.ranks[m.PartRank(p, 0)], saveMsg{gen: lp.gen, step: lp.step, tmp: tmp, fs: s.fs})
+	}
+}
+
 // saved: rank 0 saved the checkpoint (or failed to).
 func (l *leaderShell) saved(m savedMsg) {
 	lp := l.loop
 	if lp == nil || !lp.saving || m.gen != lp.gen || m.step != lp.step {
 		return
 	}
-	lp.saving = false
 	if m.err != nil {
 		l.endLoop(m.err)
 		return
 	}
+	if lp.shards != nil {
+		if m.written == nil || m.part < 0 || m.part >= len(lp.shards) || lp.shards[m.part].written != nil {
+			return // a duplicate
+		}
+		lp.shards[m.part] = m
+		if lp.wrote++; lp.wrote < len(lp.shards) {
+			return
+		}
+		done, err := l.commitShards(lp)
+		switch {
+		case err != nil:
+			l.endLoop(err)
+			return
+		case !done:
+			return // the leader crashed in its commit
+		}
+		lp.shards = nil
+	}
+	lp.saving = false
 	l.nextStep()
 }
 

@@ -7,36 +7,43 @@ import (
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/failure"
+	"github.com/troupe-ml/troupe/internal/simbug"
 	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/worker"
 	"github.com/troupe-ml/troupe/worker/workerpb"
 )
 
-// member is a node's worker: it holds a replica of the model (data
-// parallel, one part), answers the leader's calls, runs steps and reduces
-// their gradients with the collective core over the generation's ranks.
+// member is a node's worker: it holds one part of a replica of the model
+// (the whole model without pipeline stages or tensor-parallel shards),
+// answers the leader's calls, runs steps and reduces their gradients with
+// the collective core over its part's data-parallel group.
 type member struct {
 	n    *node
 	hold worker.Holding
-	// params and moment are the replica's training state; undo* the state
+	// params and moment are the part's training state; undo* the state
 	// from before the last step (worker.Spec.KeepUndo).
 	params, moment         []float32
 	undoParams, undoMoment []float32
-	built                  bool
+	// builtPart is the part params was built or loaded for (−1: none).
+	builtPart int
 	// history lists the steps the state includes; a
 	// roll back drops the last one, a transfer copies the root's.
 	history []applied
 
 	// The generation the worker is formed in.
 	gen   uint64
+	mesh  mesh.Mesh
 	rank  int
 	ranks []string // node ID of each rank
-	coll  *collective.Core
+	// coll reduces gradients over the part's data-parallel group (ranks
+	// by replica: mesh.PartRank).
+	coll *collective.Core
 	// waitState: a non-root rank waits for its root's state before it
 	// answers the form call (call, i: the call to answer).
 	waitState *callMsg
 	waitFrom  string
 	waitHold  worker.Holding
+	waitRoot  int // the rank whose state it waits for
 	// early is a root's state that arrived before this worker's form
 	// (the collective core holds early messages alike).
 	early *stateMsg
@@ -69,7 +76,7 @@ type running struct {
 }
 
 func newMember(n *node) member {
-	return member{n: n, hold: worker.NoHolding, rank: -1, answered: map[string]uint64{}}
+	return member{n: n, hold: worker.NoHolding, builtPart: -1, rank: -1, answered: map[string]uint64{}}
 }
 
 func (w *member) rankOf(id string) int { return slices.Index(w.ranks, id) }
@@ -146,11 +153,7 @@ func (w *member) form(m *workerpb.Form, leader string, c callMsg) (body any, wai
 	for _, r := range m.Roots {
 		f.Source.Roots = append(f.Source.Roots, int(r))
 	}
-	built := -1
-	if w.built {
-		built = 0
-	}
-	plan, err := w.hold.Plan(f, built)
+	plan, err := w.hold.Plan(f, w.builtPart)
 	if err != nil {
 		return nil, false, err
 	}
@@ -167,20 +170,21 @@ func (w *member) form(m *workerpb.Form, leader string, c callMsg) (body any, wai
 		return &workerpb.Formed{Peer: m.Peer}, false, nil
 	}
 	if plan.Build >= 0 {
-		w.params, w.moment, w.built, w.history = initParams(), make([]float32, nParams), true, nil
+		w.params, w.history = w.n.s.initPart(plan.Build), nil
+		w.moment, w.builtPart = make([]float32, len(w.params)), plan.Build
 	}
 	if plan.Restore > 0 {
-		if err := w.restore(plan.Restore); err != nil {
+		if err := w.restore(plan.Restore, plan.Next.Part); err != nil {
 			w.hold = worker.NoHolding
 			return nil, false, failure.Wrapf(failure.Checkpoint, "restoring checkpoint step %d: %v", plan.Restore, err)
 		}
 	}
-	w.gen, w.rank, w.ranks = m.Generation, int(m.Rank), slices.Clone(m.Addrs)
+	w.gen, w.mesh, w.rank, w.ranks = m.Generation, f.Mesh, int(m.Rank), slices.Clone(m.Addrs)
 	w.hold = plan.Next
 	if f.Mesh.DP > 1 {
 		cfg := collective.DefaultConfig()
 		cfg.Timeout = collTimeout
-		core, err := collective.NewCore(cfg, uint32(m.Generation), w.rank, f.Mesh.DP, nil)
+		core, err := collective.NewCore(cfg, uint32(m.Generation), f.Mesh.Coord(w.rank).DP, f.Mesh.DP, nil)
 		if err != nil {
 			return nil, false, err
 		}
@@ -188,16 +192,18 @@ func (w *member) form(m *workerpb.Form, leader string, c callMsg) (body any, wai
 	}
 	if plan.Root >= 0 && plan.Root != w.rank {
 		w.hold.Part = -1 // until the root's state arrives
-		w.waitState, w.waitFrom, w.waitHold = &c, leader, plan.Next
+		w.waitState, w.waitFrom, w.waitHold, w.waitRoot = &c, leader, plan.Next, plan.Root
 		if e := w.early; e != nil && e.gen == w.gen {
 			w.state(*e)
 		}
 		return nil, true, nil
 	}
 	if plan.Root == w.rank {
+		// broadcastState: to the ranks of its slot (its part's replicas)
+		// whose root it is.
 		for r, id := range w.ranks {
-			if r != w.rank {
-				w.n.s.send(w.n.id, id, stateMsg{gen: w.gen, params: slices.Clone(w.params), moment: slices.Clone(w.moment), history: slices.Clone(w.history)})
+			if r != w.rank && (f.Source.Roots[f.Mesh.Part(r)] == w.rank || simbug.AnyRoot) {
+				w.n.s.send(w.n.id, id, stateMsg{gen: w.gen, from: w.rank, params: slices.Clone(w.params), moment: slices.Clone(w.moment), history: slices.Clone(w.history)})
 			}
 		}
 	}
@@ -213,9 +219,12 @@ func (w *member) state(m stateMsg) {
 		}
 		return
 	}
+	if m.from != w.waitRoot && !simbug.AnyRoot {
+		return // not its root: another part's state
+	}
 	w.waitState, w.early = nil, nil
 	w.hold = w.waitHold
-	w.params, w.moment, w.built = slices.Clone(m.params), slices.Clone(m.moment), true
+	w.params, w.moment, w.builtPart = slices.Clone(m.params), slices.Clone(m.moment), w.hold.Part
 	w.history = slices.Clone(m.history)
 	w.n.s.send(w.n.id, w.waitFrom, replyMsg{call: c.call, i: c.i, body: &workerpb.Formed{Checksum: w.checksum()}})
 }
@@ -237,9 +246,20 @@ func (w *member) runStep(leader string, m runStep) {
 			err: failure.Wrapf(failure.Stale, "%s holds step %d of generation %d, asked for step %d of generation %d", w.n.id, w.hold.Applied, w.gen, m.step, m.gen)})
 		return
 	}
-	r := &running{step: m, leader: leader, buf: make([]float32, nParams+1)}
-	samples := s.sampler.Shard(data.Cursor(m.cursor), m.batch, len(w.ranks), w.rank, nil)
-	r.buf[nParams] = s.data.gradient(w.params, samples, 1/float32(m.batch), r.buf[:nParams])
+	r := &running{step: m, leader: leader}
+	if s.cfg.parts() == 1 {
+		r.buf = make([]float32, nParams+1)
+		samples := s.sampler.Shard(data.Cursor(m.cursor), m.batch, len(w.ranks), w.rank, nil)
+		r.buf[nParams] = s.data.gradient(w.params, samples, 1/float32(m.batch), r.buf[:nParams])
+	} else {
+		g, err := s.replicaGradient(w, m)
+		if err != nil {
+			s.send(w.n.id, leader, stepDone{gen: m.gen, step: m.step, rank: w.rank, err: err})
+			return
+		}
+		// The part's gradient, then the replica's loss, reduced together.
+		r.buf = append(gather(g[:nParams], s.partIdx[w.hold.Part]), g[nParams])
+	}
 	w.run = r
 	// The forward and backward take stepTime; then the all-reduce starts.
 	s.clk.after(stepTime, func() {
@@ -270,11 +290,11 @@ func (w *member) finishStep(err error) {
 	s := w.n.s
 	if err == nil {
 		w.undoParams, w.undoMoment = slices.Clone(w.params), slices.Clone(w.moment)
-		sgd(w.params, w.moment, r.buf[:nParams])
+		sgd(w.params, w.moment, r.buf[:len(w.params)])
 		w.hold.Undo, w.hold.UndoCursor = true, w.hold.Cursor
 		w.hold.Applied++
 		w.hold.Cursor = data.Cursor(r.step.cursor + uint64(r.step.batch))
-		a := applied{step: r.step.step, cursor: r.step.cursor, ranks: max(1, len(w.ranks)), loss: r.buf[nParams], checksum: w.checksum()}
+		a := applied{step: r.step.step, cursor: r.step.cursor, ranks: w.mesh.DP, loss: r.buf[len(w.params)], checksum: w.checksum()}
 		w.history = append(w.history, a)
 		s.check.applied(w, a)
 	}
@@ -298,8 +318,8 @@ func (w *member) abort(why string) {
 }
 
 func (w *member) peerLost(rank int, id string) {
-	if w.coll != nil && rank != w.rank {
-		w.coll.PeerLost(w.n.s.clk.time(), rank, failure.Wrapf(failure.PeerLost, "member %s failed", id))
+	if w.coll != nil && rank != w.rank && w.mesh.Part(rank) == w.mesh.Part(w.rank) {
+		w.coll.PeerLost(w.n.s.clk.time(), w.mesh.Coord(rank).DP, failure.Wrapf(failure.PeerLost, "member %s failed", id))
 		w.flushColl()
 	}
 }
@@ -325,7 +345,7 @@ func (w *member) flushColl() {
 	rd := w.coll.Ready()
 	for _, m := range rd.Messages {
 		m.Payload = slices.Clone(m.Payload)
-		w.n.s.send(w.n.id, w.ranks[m.To], collMsg{gen: w.gen, m: m})
+		w.n.s.send(w.n.id, w.ranks[w.mesh.PartRank(w.mesh.Part(w.rank), m.To)], collMsg{gen: w.gen, m: m})
 	}
 	for _, c := range rd.Completions {
 		if r := w.run; r != nil && r.started && c.ID == r.op {
@@ -336,4 +356,52 @@ func (w *member) flushColl() {
 
 func (w *member) String() string {
 	return fmt.Sprintf("%s rank %d gen %d step %d", w.n.id, w.rank, w.gen, w.hold.Applied)
+}
+
+// replicaGradient is the gradient and loss (the last value) of replica
+// m's step on its data-parallel shard of the batch, for a rank of a model
+// cut into parts: the replica's forward and backward run once, centrally,
+// on the parts its ranks hold (the activations between them are not
+// simulated), and each rank takes its part of it. It fails when a rank of
+// the replica does not hold its part at the step (gone, cut off, formed
+// elsewhere): the pipeline or tensor-parallel group cannot run the step.
+func (s *sim) replicaGradient(w *member, m runStep) ([]float32, error) {
+	dp := w.mesh.Coord(w.rank).DP
+	key := gradKey{gen: m.gen, step: m.step, replica: dp}
+	if g, ok := s.grads[key]; ok {
+		return g, nil
+	}
+	full := make([]float32, nParams)
+	for p := range w.mesh.Parts() {
+		rank := w.mesh.PartRank(p, dp)
+		id := w.ranks[rank]
+		o := s.nodes[id]
+		if o == nil || !o.up || !s.reach(w.n.id, id) || o.w.gen != m.gen || o.w.rank != rank || o.w.hold.Part != p ||
+			o.w.hold.Applied != m.step || len(o.w.params) != len(s.partIdx[p]) {
+			return nil, failure.Wrapf(failure.PeerLost, "step %d of generation %d: replica %d's part %d (rank %d, %s) is not there to run it", m.step, m.gen, dp, p, rank, id)
+		}
+		for i, j := range s.partIdx[p] {
+			full[j] = o.w.params[i]
+		}
+	}
+	g := make([]float32, nParams+1)
+	samples := s.sampler.Shard(data.Cursor(m.cursor), m.batch, w.mesh.DP, dp, nil)
+	g[nParams] = s.data.gradient(full, samples, 1/float32(m.batch), g[:nParams])
+	s.grads[key] = g
+	return g, nil
+}
+
+// gradKey names a replica's step in a generation.
+type gradKey struct {
+	gen     uint64
+	step    int
+	replica int
+}
+
+// initPart is part's state built from the seed.
+func (s *sim) initPart(part int) []float32 {
+	if s.cfg.parts() == 1 {
+		return initParams()
+	}
+	return gather(initParams(), s.partIdx[part])
 }

@@ -100,3 +100,49 @@ func sgd(p, v, g []float32) {
 		p[i] -= learningRate * v[i]
 	}
 }
+
+// Model parts. With Config.PP pipeline stages and Config.TP
+// tensor-parallel shards a rank holds one part (stage·TP + shard, as
+// mesh.Mesh.Part numbers them): the pipeline's stage 0 is the hidden layer
+// (W1, b1), stage 1 the output layer (W2, b2); without a pipeline one
+// stage holds both. A stage's tensor-parallel shard t holds hidden units
+// [t·hidden/TP, (t+1)·hidden/TP): their rows of W1 and entries of b1
+// (Megatron's column-parallel layer) and their columns of W2 (its
+// row-parallel layer); the output bias b2 is shard 0's.
+
+// partIndex lists the positions in the whole model's parameter vector
+// (W1, b1, W2, b2 as gradient lays them out) that part holds, in
+// increasing order, for a model cut into pp stages of tp shards.
+func partIndex(pp, tp, part int) []int {
+	stage, shard := part/tp, part%tp
+	lo, hi := shard*hidden/tp, (shard+1)*hidden/tp
+	var idx []int
+	if stage == 0 {
+		for k := lo; k < hi; k++ {
+			for j := range inputs {
+				idx = append(idx, k*inputs+j)
+			}
+		}
+		for k := lo; k < hi; k++ {
+			idx = append(idx, hidden*inputs+k)
+		}
+	}
+	if stage == pp-1 {
+		for k := lo; k < hi; k++ {
+			idx = append(idx, hidden*inputs+hidden+k)
+		}
+		if shard == 0 {
+			idx = append(idx, nParams-1)
+		}
+	}
+	return idx
+}
+
+// gather copies the values of v at idx.
+func gather(v []float32, idx []int) []float32 {
+	out := make([]float32, len(idx))
+	for i, j := range idx {
+		out[i] = v[j]
+	}
+	return out
+}

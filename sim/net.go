@@ -60,6 +60,7 @@ type (
 	// to the other ranks (worker broadcastState).
 	stateMsg struct {
 		gen            uint64
+		from           int // the root's rank
 		params, moment []float32
 		history        []applied
 	}

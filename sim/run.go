@@ -33,7 +33,17 @@ type Config struct {
 	// Bound is the virtual time within which the job must end (default 10
 	// min); faults stop at half of it, so that the job must recover.
 	Bound time.Duration
+	// PP is the pipeline depth (1 or 2: the model's two layers) and TP
+	// the tensor-parallel shards of each stage (1, 2, 4 or 8: they cut
+	// the hidden layer's 8 units); 0 reads as 1. A generation's mesh is
+	// then PP × DP × TP, with DP as many replicas as its members fill, and
+	// each rank holds one part of the model (see partIndex). MinNodes must
+	// be at least PP·TP: a smaller world holds no replica.
+	PP, TP int
 }
+
+// parts is the number of model parts a replica is cut into.
+func (c Config) parts() int { return max(1, c.PP) * max(1, c.TP) }
 
 // DefaultConfig is the job troupe sim runs.
 func DefaultConfig() Config {
@@ -57,6 +67,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sim: min nodes %d: want 1 to nodes (%d)", c.MinNodes, c.Nodes)
 	case c.Bound <= 0:
 		return fmt.Errorf("sim: bound %s: want a positive virtual time", c.Bound)
+	case c.PP < 0 || c.PP > 2:
+		return fmt.Errorf("sim: pp %d: want 1 or 2 pipeline stages (the model has two layers)", c.PP)
+	case c.TP < 0 || c.TP > 0 && hidden%c.TP != 0:
+		return fmt.Errorf("sim: tp %d: want 1, 2, 4 or 8 tensor-parallel shards (of %d hidden units)", c.TP, hidden)
+	case c.Nodes < c.parts():
+		return fmt.Errorf("sim: nodes %d: want at least pp×tp = %d (one replica)", c.Nodes, c.parts())
+	case c.MinNodes < c.parts():
+		return fmt.Errorf("sim: min nodes %d: want at least pp×tp = %d (a smaller world holds no replica)", c.MinNodes, c.parts())
 	}
 	return nil
 }
@@ -106,6 +124,11 @@ type sim struct {
 	tearNext             bool
 	tornWrites, restores int
 	stepsRun             int
+	// partIdx is each model part's positions in the model (partIndex),
+	// grads each replica's gradient of a step (replicaGradient): both used
+	// when the model is cut into parts.
+	partIdx [][]int
+	grads   map[gradKey][]float32
 
 	ended  bool
 	endAt  time.Duration
@@ -122,7 +145,7 @@ func (s *sim) tracef(format string, args ...any) {
 }
 
 func (s *sim) leaderConfig() train.LeaderConfig {
-	return train.LeaderConfig{Stages: 1, Shards: 1, MicroBatches: 1, Batch: s.cfg.Batch, Target: s.cfg.Steps,
+	return train.LeaderConfig{Stages: max(1, s.cfg.PP), Shards: max(1, s.cfg.TP), MicroBatches: 1, Batch: s.cfg.Batch, Target: s.cfg.Steps,
 		LostStageTimeout: 20 * time.Second, RetryDelay: time.Second, Resume: s.cfg.CkptEvery > 0}
 }
 
@@ -164,12 +187,18 @@ func Run(cfg Config, seed uint64, trace io.Writer, ref *Reference) (Result, erro
 func newSim(cfg Config, seed uint64, trace io.Writer) *sim {
 	s := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(seed, 0x51d)), nodes: map[string]*node{}, side: map[string]int{},
 		data: newDataset(cfg.Samples), trace: trace, msgFault: cfg.Faults / 20, fs: checkpoint.NewMemFS()}
-	s.check = checker{s: s, worlds: map[uint64]elastic.World{}, lastGen: map[string]uint64{}, firstApply: map[[2]uint64]rankStep{}, ckpts: map[int]savedState{}, tornStep: -1, quietSince: -1}
+	s.check = checker{s: s, worlds: map[uint64]elastic.World{}, lastGen: map[string]uint64{}, firstApply: map[[3]uint64]rankStep{}, ckpts: map[int][]savedState{}, parts: map[int][]applied{}, tornStep: -1, quietSince: -1}
 	smp, err := data.NewSampler(cfg.Samples, samplerSeed, true)
 	if err != nil {
 		panic(err) // Validate checked the size
 	}
 	s.sampler = smp
+	if k := cfg.parts(); k > 1 {
+		s.grads = map[gradKey][]float32{}
+		for p := range k {
+			s.partIdx = append(s.partIdx, partIndex(max(1, cfg.PP), max(1, cfg.TP), p))
+		}
+	}
 	return s
 }
 
@@ -177,6 +206,9 @@ func newSim(cfg Config, seed uint64, trace io.Writer) *sim {
 // its members had a moment to finish), an invariant broke, or the bound.
 func (s *sim) run() {
 	s.tracef("job: %d nodes, %d steps of %d samples from %d, faults %g/s", s.cfg.Nodes, s.cfg.Steps, s.cfg.Batch, s.cfg.Samples, s.cfg.Faults)
+	if s.cfg.parts() > 1 {
+		s.tracef("model: %d pipeline stages of %d tensor-parallel shards", max(1, s.cfg.PP), max(1, s.cfg.TP))
+	}
 	for range s.cfg.Nodes {
 		s.nextName++
 		s.startNode(fmt.Sprintf("n%d", s.nextName), 1)
@@ -210,8 +242,8 @@ func NewReference(cfg Config) (*Reference, error) {
 	if v := s.check.violation; v != nil {
 		return nil, fmt.Errorf("sim: the fault-free run broke an invariant: %w", v)
 	}
-	if s.result != nil || len(s.check.history) != cfg.Steps {
-		return nil, fmt.Errorf("sim: the fault-free run did not finish (%v, %d steps)", s.result, len(s.check.history))
+	if s.result != nil || len(s.check.history) != cfg.Steps || len(s.check.parts) != cfg.parts() {
+		return nil, fmt.Errorf("sim: the fault-free run did not finish (%v, %d steps, %d of %d parts)", s.result, len(s.check.history), len(s.check.parts), cfg.parts())
 	}
-	return &Reference{r: reference{history: s.check.history}}, nil
+	return &Reference{r: reference{history: s.check.history, parts: s.check.parts}}, nil
 }

@@ -282,6 +282,14 @@ func (c *LeaderCore) Replies(gen uint64, ph LeaderPhase, replies []any, err erro
 		return
 	}
 	if err != nil && c.phase != phaseFinish {
+		if c.phase == phaseForm && errors.Is(err, worker.ErrNoState) {
+			// A member no longer holds what its status reported: a step of
+			// the previous generation's loop reached it after it answered
+			// (the old leader had not yet seen the new world), and it
+			// applied it. The layout is stale, not the job's state lost:
+			// plan again from fresh statuses (a torn step is undone then).
+			err = failure.Wrapf(failure.Stale, "the layout is stale: %w", err)
+		}
 		c.fail(fmt.Errorf("generation %d, %s: %w", gen, ph, err))
 		return
 	}

@@ -42,6 +42,9 @@ import (
 //	                     fail ends the loop with that failure; diverge with
 //	                     the replica checksums showing rank RANK apart
 //	kill n2              n2 dies: it answers nothing more
+//	late n2,n3 batch=B   n2 and n3 apply one more step (of batch B): a step
+//	                     of the previous generation's loop that reached
+//	                     them after they answered this generation's status
 //	perturb n2           n2's parameters change (a divergence)
 //	checkpoint [none]    a checkpoint of the newest step the members hold
 //	                     (none: the checkpoints are gone)
@@ -160,6 +163,21 @@ func (s *leaderSim) exec(line string) error {
 				return fmt.Errorf("no member %s", n)
 			}
 			m.alive = false
+		}
+	case "late":
+		batch, err := strconv.Atoi(args["batch"])
+		if err != nil {
+			return fmt.Errorf("late: batch: %v", err)
+		}
+		for _, n := range strings.Split(pos[0], ",") {
+			m := s.members[n]
+			if m == nil {
+				return fmt.Errorf("no member %s", n)
+			}
+			m.undo, m.h.Undo, m.h.UndoCursor = m.version, s.cfg.Stages > 1 || s.cfg.ZeroGroup > 0, m.h.Cursor
+			m.h.Applied++
+			m.h.Cursor += data.Cursor(batch)
+			m.version++
 		}
 	case "perturb":
 		s.members[pos[0]].perturbed = true

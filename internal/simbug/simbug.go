@@ -13,3 +13,9 @@ var NoPrepare bool
 // acknowledgement once: a lost one leaves the generation undecided while
 // every member is alive.
 var NoResend bool
+
+// AnyRoot makes a worker that serves its part's state to a new generation
+// send it to every rank of the generation, and a worker waiting for its
+// part's state take the first that arrives: a part formed from a holder of
+// another part.
+var AnyRoot bool
