@@ -48,22 +48,10 @@ type Layout struct {
 // ErrWorldTooSmall when there are too few members for one replica (one
 // shard group with ZeRO).
 func planLayout(states []worker.Holding, pp, tp, zeroGroup, maxReplicas int) (Layout, error) {
-	S := max(1, zeroGroup)
-	n, p := len(states), pp*tp
-	d := n / p
-	if maxReplicas > 0 {
-		d = min(d, maxReplicas)
-	}
-	d -= d % S
-	if d == 0 {
-		what := fmt.Sprintf("%d pipeline stages", pp)
-		if tp > 1 {
-			what = fmt.Sprintf("%d pipeline stages of %d tensor-parallel shards", pp, tp)
-		}
-		if zeroGroup > 0 {
-			what = fmt.Sprintf("%d replicas (a ZeRO shard group) of %s", S, what)
-		}
-		return Layout{}, fmt.Errorf("%w: %d members cannot hold %s", ErrWorldTooSmall, n, what)
+	S, n := max(1, zeroGroup), len(states)
+	d, err := replicasFor(n, pp, tp, zeroGroup, maxReplicas)
+	if err != nil {
+		return Layout{}, err
 	}
 	m, err := mesh.New(d, pp, tp)
 	if err != nil {
@@ -135,6 +123,29 @@ func planLayout(states []worker.Holding, pp, tp, zeroGroup, maxReplicas int) (La
 		}
 	}
 	return l, nil
+}
+
+// replicasFor is how many replicas n members hold of a model of pp stages
+// of tp shards: a multiple of the ZeRO shard group, at most maxReplicas
+// (0: no bound); none is ErrWorldTooSmall.
+func replicasFor(n, pp, tp, zeroGroup, maxReplicas int) (int, error) {
+	S := max(1, zeroGroup)
+	d := n / (pp * tp)
+	if maxReplicas > 0 {
+		d = min(d, maxReplicas)
+	}
+	d -= d % S
+	if d > 0 {
+		return d, nil
+	}
+	what := fmt.Sprintf("%d pipeline stages", pp)
+	if tp > 1 {
+		what = fmt.Sprintf("%d pipeline stages of %d tensor-parallel shards", pp, tp)
+	}
+	if zeroGroup > 0 {
+		what = fmt.Sprintf("%d replicas (a ZeRO shard group) of %s", S, what)
+	}
+	return 0, fmt.Errorf("%w: %d members cannot hold %s", ErrWorldTooSmall, n, what)
 }
 
 // Part is member i's model part (−1: standby).

@@ -6,11 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/elastic"
 	"github.com/troupe-ml/troupe/failure"
-	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/worker"
 	"github.com/troupe-ml/troupe/worker/workerpb"
@@ -327,190 +325,6 @@ func (c *LeaderCore) Replies(gen uint64, ph LeaderPhase, replies []any, err erro
 	}
 }
 
-// plan lays the generation out from the members' states and tells every
-// member its place.
-func (c *LeaderCore) plan() {
-	if c.cfg.Async {
-		c.planAsync()
-		return
-	}
-	maxD := 0
-	if c.rowPerMicro() && (!c.cfg.LinearLR || c.world0 == 0) {
-		maxD = max(1, c.cfg.Batch/c.cfg.MicroBatches) // a row for every micro-batch of every replica
-	}
-	l, err := planLayout(c.states, c.cfg.Stages, max(1, c.cfg.Shards), c.cfg.ZeroGroup, maxD)
-	if err != nil {
-		if errors.Is(err, ErrWorldTooSmall) && c.nothingTrained() {
-			c.wait(fmt.Sprintf("%v; waiting for more members", err))
-			return
-		}
-		c.end(fmt.Errorf("generation %d: %w", c.world.Gen, err))
-		return
-	}
-	switch {
-	case l.Source.Kind == worker.FromSeed && c.jobStep > 0:
-		// No member holds anything, but the job trained: every holder of
-		// its state is gone. Only a checkpoint restores it; the seed would
-		// train the job again from step 0.
-		if c.ckpt.Err != nil {
-			l.Step, l.Lost = c.jobStep, identity(l.Mesh.Slots(l.ZeroGroup))
-			c.stageLost(l, c.ckpt.Err)
-			return
-		}
-		c.fromCheckpoint(&l)
-	case l.Source.Kind == worker.FromSeed && c.cfg.Resume:
-		if c.ckpt.Err != nil && (c.cfg.ResumeRequired || !errors.Is(c.ckpt.Err, checkpoint.ErrNoCheckpoint)) {
-			c.end(fmt.Errorf("generation %d: resume: %w", c.world.Gen, c.ckpt.Err))
-			return
-		}
-		if c.ckpt.Err == nil {
-			c.fromCheckpoint(&l)
-		}
-	case len(l.Lost) > 0:
-		if c.ckpt.Err != nil {
-			c.stageLost(l, c.ckpt.Err)
-			return
-		}
-		c.fromCheckpoint(&l)
-	}
-	if c.world0 == 0 {
-		c.world0 = l.Mesh.DP // the job's first world
-	}
-	c.lay, c.lostSince = l, time.Time{}
-	c.phase = phaseForm
-	addrs := make([]string, l.Mesh.Size())
-	for r, i := range l.Members {
-		addrs[r] = c.world.Members[i].ActorAddr
-	}
-	c.call(func(i int) any {
-		f := &workerpb.Form{Peer: uint32(i), Generation: c.world.Gen, Rank: -1, Step: uint64(l.Step), Cursor: uint64(l.Cursor),
-			RollBack: l.RollBack[i], World0: uint32(c.world0), ZeroGroup: uint32(l.ZeroGroup)}
-		if r := l.Rank[i]; r >= 0 {
-			f.Dp, f.Pp, f.Tp, f.Rank, f.Addrs = uint32(l.Mesh.DP), uint32(l.Mesh.PP), uint32(l.Mesh.TP), int32(r), addrs
-			f.Source, f.CheckpointStep = uint32(l.Source.Kind), uint64(l.Source.Step)
-			for _, root := range l.Source.Roots {
-				f.Roots = append(f.Roots, int32(root))
-			}
-		}
-		return f
-	})
-}
-
-// planAsync lays out a generation of asynchronous training: every member
-// a replica (built from the seed: it computes on the servers' weights),
-// and the servers continuing from those this node kept, else from the
-// latest checkpoint, else from the seed when the job has not trained.
-// Trained but with neither, the servers' state is lost: the job ends.
-func (c *LeaderCore) planAsync() {
-	n := c.world.Size()
-	m, err := mesh.New(n, 1, 1)
-	if err != nil {
-		c.end(fmt.Errorf("generation %d: %w", c.world.Gen, err))
-		return
-	}
-	l := Layout{Mesh: m, Rank: identity(n), Members: identity(n), RollBack: make([]bool, n)}
-	noCkpt := errors.Is(c.ckpt.Err, checkpoint.ErrNoCheckpoint)
-	// Servers kept from before a generation this node did not see are
-	// behind a member that computed a later step: not continued from.
-	ahead := false
-	for _, st := range c.states {
-		ahead = ahead || c.servers != nil && st.Applied > c.servers.Step
-	}
-	switch {
-	case c.servers != nil && !ahead:
-		l.Step, l.Cursor, l.Source = c.servers.Step, c.servers.Cursor, worker.Source{Kind: worker.FromReplica}
-	case noCkpt && c.cfg.ResumeRequired && c.nothingTrained():
-		c.end(fmt.Errorf("generation %d: resume: %w", c.world.Gen, c.ckpt.Err))
-		return
-	case c.ckpt.Err == nil && (c.cfg.Resume || !c.nothingTrained()):
-		c.fromCheckpoint(&l)
-	case c.ckpt.Err != nil && !noCkpt && (c.cfg.Resume || !c.nothingTrained()):
-		c.end(fmt.Errorf("generation %d: the parameter servers' checkpoint: %w", c.world.Gen, c.ckpt.Err))
-		return
-	case !c.nothingTrained():
-		c.end(fmt.Errorf("%w: generation %d: the parameter servers' state was lost with the node that led the job, before any checkpoint (--ckpt-every)", ErrStageLost, c.world.Gen))
-		return
-	}
-	if c.world0 == 0 {
-		c.world0 = n
-	}
-	c.lay, c.lostSince = l, time.Time{}
-	c.phase = phaseForm
-	c.call(func(i int) any {
-		return &workerpb.Form{Peer: uint32(i), Generation: c.world.Gen, Dp: 1, Pp: 1, Tp: 1, Rank: 0,
-			Addrs: []string{c.world.Members[i].ActorAddr}, Step: uint64(l.Step), Cursor: uint64(l.Cursor), World0: 1}
-	})
-}
-
-// rowPerMicro reports whether every replica needs a row for each of its
-// micro-batches: a pipeline's stages pass each one on, and ZeRO-3's
-// replicas gather every layer together for each.
-func (c *LeaderCore) rowPerMicro() bool { return c.cfg.Stages > 1 || c.cfg.ZeroShards > 0 }
-
-// nothingTrained reports whether the job has not trained: no member holds
-// any state yet, nor heard of a step trained.
-func (c *LeaderCore) nothingTrained() bool {
-	if c.jobStep > 0 {
-		return false
-	}
-	for _, s := range c.states {
-		if s.Applied > 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// fromCheckpoint makes every stage of l take its state from the latest
-// checkpoint, where training continues.
-func (c *LeaderCore) fromCheckpoint(l *Layout) {
-	l.Source = worker.Source{Kind: worker.FromCheckpoint, Step: c.ckpt.Step}
-	l.Step, l.Cursor, l.Lost = c.ckpt.Step, c.ckpt.Cursor, nil
-	for i := range l.RollBack {
-		l.RollBack[i] = false // members ahead of the checkpoint drop their state
-	}
-}
-
-// stageLost answers a layout in which a stage has no holder and no
-// checkpoint can restore it (cause): the job waits for a holder to come
-// back (a hung or partitioned node keeps its state) up to
-// LostStageTimeout, then ends.
-func (c *LeaderCore) stageLost(l Layout, cause error) {
-	if c.lostSince.IsZero() {
-		c.lostSince = c.now
-	}
-	waited := c.now.Sub(c.lostSince)
-	what := fmt.Sprintf("%s: no member holds its state at step %d, and the latest checkpoint cannot restore it (%v)",
-		slotNames(l.Mesh, l.ZeroGroup, l.Lost), l.Step, cause)
-	if waited < c.cfg.LostStageTimeout {
-		// Not a restart: the lost-stage timeout bounds this wait.
-		c.retry(failure.Wrapf(failure.Stale, "generation %d: %s; waiting for a member that holds it", c.world.Gen, what), c.cfg.RetryDelay)
-		return
-	}
-	c.end(fmt.Errorf("%w: %s; no member holding it came back within %s (--lost-stage-timeout)", ErrStageLost, what, waited.Round(time.Millisecond)))
-}
-
-// slotNames names slots (layout.Lost): pipeline stages, stages'
-// tensor-parallel shards, and with ZeRO their ZeRO shards.
-func slotNames(m mesh.Mesh, zeroGroup int, slots []int) string {
-	if m.TP == 1 && zeroGroup == 0 {
-		return "pipeline stage " + joinInts(slots)
-	}
-	S := max(1, zeroGroup)
-	names := make([]string, len(slots))
-	for i, s := range slots {
-		p := s / S
-		names[i] = fmt.Sprintf("stage %d", p/m.TP)
-		if m.TP > 1 {
-			names[i] = fmt.Sprintf("stage %d's tensor-parallel shard %d", p/m.TP, p%m.TP)
-		}
-		if zeroGroup > 0 {
-			names[i] += fmt.Sprintf("'s ZeRO shard %d of %d", s%S, S)
-		}
-	}
-	return strings.Join(names, ", ")
-}
-
 // startTraining has the shell run the generation's step loop.
 func (c *LeaderCore) startTraining() {
 	l := c.lay
@@ -541,20 +355,6 @@ func (c *LeaderCore) startTraining() {
 	}
 	c.phase = phaseTrain
 	c.out = append(c.out, LeaderOut{Train: &TrainOrder{Gen: c.world.Gen, Layout: l, Batch: batch, LRScale: scale, World: info}})
-}
-
-func stateFrom(l Layout, async bool) string {
-	switch l.Source.Kind {
-	case worker.FromReplica:
-		if async {
-			return "the parameter servers"
-		}
-	case worker.FromSeed:
-		return "seed"
-	case worker.FromCheckpoint:
-		return fmt.Sprintf("checkpoint step %d", l.Source.Step)
-	}
-	return "surviving replicas"
 }
 
 // Trained takes the end of generation gen's step loop: nil when it reached

@@ -280,26 +280,8 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, o Options) error {
 	if c, ok := be.(io.Closer); ok {
 		defer c.Close()
 	}
-	// the worker lives as long as this process: its gradients may stay in
-	// registered memory, which same-host replicas read in place
-	opts := []worker.Option{worker.WithLogger(log), worker.WithRegisteredGrads()}
 	ship := !env.origin.IsZero() && cfg.PP > 1
-	if ship {
-		rec, err := pipeline.NewRecorder(cfg.PP, env.origin)
-		if err != nil {
-			return err
-		}
-		opts = append(opts, worker.WithRecorder(rec))
-	}
-	spec := j.workerSpec()
-	if cfg.sync().Async() {
-		r, err := strconv.Atoi(os.Getenv(envReplica))
-		if err != nil || r < 0 {
-			return fmt.Errorf("train: worker process: bad %s %q", envReplica, os.Getenv(envReplica))
-		}
-		spec = j.replicaSpec(r)
-	}
-	w, err := worker.New(spec, be, opts...)
+	w, err := processWorker(j, &env, be, ship, log)
 	if err != nil {
 		return err
 	}
@@ -318,9 +300,39 @@ func RunWorkerProcess(ctx context.Context, stdin io.Reader, o Options) error {
 	sys.Root().Send(env.trainer,
 		&actorspb.PeerHello{Peer: uint32(rank), Address: sys.Address(), Actor: worker.ActorName, Protocol: worker.Protocol})
 	log.Info("worker ready", zap.String("address", sys.Address()), zap.Int("threads", threadsPerWorker(cfg, 1)))
-	// The reader ends at EOF (the parent closed our stdin or died). When
-	// ctx ends first it stays blocked in the read; this function is the
-	// whole worker process, which exits right after, ending it.
+	return untilParentGoes(ctx, stdin)
+}
+
+// processWorker makes the worker of a worker process: the job's (or, under
+// asynchronous training, its replica's) with its gradients in registered
+// memory, which same-host replicas read in place (the worker lives as long
+// as the process), recording the pipeline's trace when ship.
+func processWorker(j *job, env *workerEnv, be kernels.Backend, ship bool, log *zap.Logger) (*worker.Worker, error) {
+	cfg := &j.cfg
+	opts := []worker.Option{worker.WithLogger(log), worker.WithRegisteredGrads()}
+	if ship {
+		rec, err := pipeline.NewRecorder(cfg.PP, env.origin)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, worker.WithRecorder(rec))
+	}
+	spec := j.workerSpec()
+	if cfg.sync().Async() {
+		r, err := strconv.Atoi(os.Getenv(envReplica))
+		if err != nil || r < 0 {
+			return nil, fmt.Errorf("train: worker process: bad %s %q", envReplica, os.Getenv(envReplica))
+		}
+		spec = j.replicaSpec(r)
+	}
+	return worker.New(spec, be, opts...)
+}
+
+// untilParentGoes returns when the parent closes this process's stdin (or
+// dies): nil; or when ctx ends: nil when cancelled, else its error. When
+// ctx ends first the reader stays blocked in the read; the caller is the
+// whole worker process, which exits right after, ending it.
+func untilParentGoes(ctx context.Context, stdin io.Reader) error {
 	eof := make(chan struct{})
 	go func() {
 		defer close(eof)
