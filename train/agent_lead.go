@@ -97,6 +97,13 @@ func (a *agent) tellEach(g *generation, msgs []any) []any {
 	return replies
 }
 
+// tellStandbyTimeout bounds how long the leader waits for a standby's
+// answer to the job's end. The message is on its way at once; the answer
+// only confirms it, and a standby that got it ends and may close its
+// actor system before its answer leaves (the leader then waited the whole
+// collective timeout, 30 s, at the end of every job with a standby).
+const tellStandbyTimeout = 2 * time.Second
+
 // tellStandbys tells the live nodes outside generation g (standby beyond
 // MaxNodes) that the job ended, with the members' Finish: they would
 // otherwise wait for a world for ever. Best effort, each bounded by the
@@ -123,7 +130,7 @@ func (a *agent) tellStandbys(g *generation, msgs []any) {
 		go func() {
 			defer wg.Done()
 			pid := actor.NewPID(m.ActorAddr, worker.ActorName)
-			if _, err := a.sys.Root().RequestFuture(pid, f, a.j.cfg.CollectiveTimeout).Result(); err != nil {
+			if _, err := a.sys.Root().RequestFuture(pid, f, min(a.j.cfg.CollectiveTimeout, tellStandbyTimeout)).Result(); err != nil {
 				a.log.Debug("telling a standby the job ended", zap.String("node", m.Name), zap.Error(err))
 			}
 		}()
