@@ -163,6 +163,9 @@ func (a *agent) train(o *TrainOrder) {
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
+		if h := a.o.beforeLead; h != nil {
+			h(func() int { return len(a.node.Members()) })
+		}
 		err := a.lead(g, t, o, pending)
 		select {
 		case a.trainDone <- trainResult{gen: o.Gen, err: err}:

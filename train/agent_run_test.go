@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/elastic"
+	"github.com/troupe-ml/troupe/internal/wait"
 )
 
 func freeAddr(t *testing.T) string {
@@ -29,6 +30,12 @@ func freeAddr(t *testing.T) string {
 // every agent's elastic node options.
 func runAgents(t *testing.T, cfg Config, stopAfter, maxNodes int, membership ...elastic.Option) []*agentRun {
 	t.Helper()
+	return runAgentsWith(t, cfg, stopAfter, maxNodes, func(o *Options) { o.membership = membership })
+}
+
+// runAgentsWith is runAgents with every agent's Options set by opt.
+func runAgentsWith(t *testing.T, cfg Config, stopAfter, maxNodes int, opt func(*Options)) []*agentRun {
+	t.Helper()
 	if raceDetector {
 		// One actor system a process, as troupe runs them, has no such race:
 		// e2e/cluster's agents, each a process, are tested without it.
@@ -45,10 +52,10 @@ func runAgents(t *testing.T, cfg Config, stopAfter, maxNodes int, membership ...
 		ac := AgentConfig{Train: cfg, Name: r.name, Listen: addrs[i], Join: addrs, MinNodes: 2, MaxNodes: maxNodes, Quorum: elastic.QuorumMajority,
 			Key: "passphrase:in-process-test", JoinTimeout: 30 * time.Second}
 		o := Options{
-			OnStep:     func(m StepMetrics) { r.steps = append(r.steps, m.Step) },
-			OnWorld:    func(w WorldInfo) { r.worlds = append(r.worlds, w) },
-			membership: membership,
+			OnStep:  func(m StepMetrics) { r.steps = append(r.steps, m.Step) },
+			OnWorld: func(w WorldInfo) { r.worlds = append(r.worlds, w) },
 		}
+		opt(&o)
 		if i == 2 {
 			o.StopAfter = stopAfter
 		}
@@ -121,7 +128,12 @@ func TestRunAgentHonoursOptions(t *testing.T) {
 func TestRunAgentStandbyHearsTheEnd(t *testing.T) {
 	cfg := tinyMLP()
 	cfg.Steps, cfg.LogEvery = 30, 1000
-	runs := runAgents(t, cfg, 0, 2)
+	// The job is over in a fraction of a second: its leader waits (up to a
+	// minute) until the third agent is in the cluster, or a slow start of
+	// it would find the job ended and nobody left to tell it so.
+	runs := runAgentsWith(t, cfg, 0, 2, func(o *Options) {
+		o.beforeLead = func(members func() int) { wait.Until(time.Minute, func() bool { return members() == 3 }) }
+	})
 	standby := 0
 	for _, r := range runs {
 		if r.err != nil {

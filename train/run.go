@@ -132,6 +132,10 @@ type Options struct {
 	// membership adds options to an agent's elastic node (tests: a network
 	// that loses rendezvous messages).
 	membership []elastic.Option
+	// beforeLead, when set, is called by an agent's leader before each
+	// generation's step loop, with the number of members its cluster has
+	// (tests: a standby that must have joined before the job ends).
+	beforeLead func(members func() int)
 }
 
 // WorldInfo describes a world the job formed.
