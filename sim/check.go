@@ -203,7 +203,9 @@ func (c *checker) liveness() {
 		return
 	}
 	w := c.latest()
-	if w.Gen == 0 || !c.majorityConnected(w) {
+	if w.Gen == 0 || !c.majorityConnected(w) || c.liveMembers(w) < s.cfg.slots() {
+		// (A majority of fewer members than one replica's slots trains
+		// nothing: the rendezvous waits for more.)
 		c.quietSince = -1
 		return
 	}
@@ -224,6 +226,17 @@ func (c *checker) liveness() {
 		c.fail(InvLive, "no step for %s although a majority of %s is alive and connected: %s",
 			s.clk.now-c.quietSince, w, strings.Join(alive, ", "))
 	}
+}
+
+// liveMembers counts w's members that are up, not hung and not leaving.
+func (c *checker) liveMembers(w elastic.World) int {
+	k := 0
+	for _, m := range w.Members {
+		if n := c.s.nodes[m.ID]; n != nil && n.up && !n.hung && !n.left {
+			k++
+		}
+	}
+	return k
 }
 
 // progress: a rank applied a step.
