@@ -204,7 +204,7 @@ func runSim(cmd *cobra.Command, _ []string) error {
 		if cfg.Zero > 0 {
 			restored, replica = "slots", "replica of a slot"
 		}
-		fmt.Fprintf(out, "%d seeds from %d: %d faults (%d torn checkpoint writes), %d violations; %d finished training (%d %s restored from checkpoints), %d stalled without a quorum, %d lost every %s before a checkpoint; %.0f s virtual in %.2f s\n",
+		fmt.Fprintf(out, "%d seeds from %d: %d faults (%d torn checkpoint writes), %d violations; %d finished training (%d %s restored from checkpoints), %d stalled (without a quorum, or with fewer live nodes than the smallest world), %d lost every %s before a checkpoint; %.0f s virtual in %.2f s\n",
 			sum.Seeds, sum.From, sum.Faults, sum.TornWrites, sum.Violations, sum.Finished, sum.Restores, restored, sum.Stalled, sum.Lost, replica, sum.VirtualS, sum.WallS)
 		if simFlags.trace != "" {
 			fmt.Fprintf(out, "trace: %s\n", simFlags.trace)

@@ -174,6 +174,9 @@ type sim struct {
 	// stalled is the world whose quorum the faults killed (the job waits
 	// for it by design); Gen 0: none.
 	stalled elastic.World
+	// short is how many nodes lived when the job waited at the bound for
+	// a smallest world of more (0: it did not).
+	short int
 }
 
 func (s *sim) tracef(format string, args ...any) {
@@ -222,6 +225,8 @@ func Run(cfg Config, seed uint64, trace io.Writer, ref *Reference) (Result, erro
 	switch {
 	case s.stalled.Gen > 0:
 		res.Outcome = fmt.Sprintf("stalled: no live node's committed world has a live majority (newest: generation %d); the rendezvous waits for its members", s.stalled.Gen)
+	case s.short > 0:
+		res.Outcome = fmt.Sprintf("stalled: %d nodes live, the smallest world is %d; the rendezvous waits for more", s.short, s.cfg.MinNodes)
 	case !s.ended:
 		res.Outcome = "did not end"
 	case s.result != nil:
