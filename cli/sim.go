@@ -18,16 +18,17 @@ import (
 var errViolations = errors.New("sim: invariants broken")
 
 var simFlags struct {
-	seeds     int
-	from      uint64
-	seed      uint64
-	trace     string
-	nodes     int
-	faults    float64
-	steps     int
-	ckptEvery int
-	pp, tp    int
-	json      bool
+	seeds           int
+	from            uint64
+	seed            uint64
+	trace           string
+	nodes           int
+	faults          float64
+	steps           int
+	ckptEvery       int
+	pp, tp          int
+	zero, zeroGroup int
+	json            bool
 }
 
 var simCmd = &cobra.Command{
@@ -54,6 +55,15 @@ from a holder of that part or from a checkpoint written part by part, and the
 replicas of each part are compared, with each other and with the fault-free
 run's same part.
 
+With --zero 1|2|3 the replicas of each part form ZeRO shard groups of
+--zero-group ranks (default 2; the world is a multiple of it, the rest wait
+on standby): each rank holds its shard of the part's momentum (ZeRO-1),
+reduce-scatters the gradient over its group instead of all-reducing it
+(ZeRO-2), and holds only its shard of the parameters, all-gathered before
+the forward (ZeRO-3; not with --pp or --tp). A slot (part × shard) is taken
+from a holder of that slot or from a checkpoint written slot by slot, and
+the holders of each slot are compared.
+
 It prints a line per seed that broke an invariant (its seed and the first
 invariant broken) and a summary; it exits 1 if any did. --seed S --trace FILE
 replays one seed and writes its event trace.`,
@@ -61,7 +71,9 @@ replays one seed and writes its event trace.`,
   troupe sim --seeds 200 --from 5000 --nodes 5 --faults 1 --json
   troupe sim --seed 90 --trace seed90.txt
   troupe sim --seeds 2000 --pp 2 --nodes 4
-  troupe sim --seeds 2000 --tp 2 --nodes 4`,
+  troupe sim --seeds 2000 --tp 2 --nodes 4
+  troupe sim --seeds 2000 --zero 2 --nodes 4
+  troupe sim --seeds 2000 --zero 3 --zero-group 2 --nodes 4`,
 	Args: cobra.NoArgs,
 	RunE: runSim,
 }
@@ -77,6 +89,8 @@ func init() {
 	f.IntVar(&simFlags.steps, "steps", sim.DefaultConfig().Steps, "training steps of the simulated job")
 	f.IntVar(&simFlags.ckptEvery, "ckpt-every", sim.DefaultConfig().CkptEvery, "checkpoint every N steps (0: none; torn writes need checkpoints)")
 	f.IntVar(&simFlags.pp, "pp", 1, "pipeline stages (1 or 2): each rank holds one stage of the model")
+	f.IntVar(&simFlags.zero, "zero", 0, "ZeRO stage (0 none, 1 optimizer state, 2 gradients too, 3 parameters too) over shard groups of --zero-group replicas")
+	f.IntVar(&simFlags.zeroGroup, "zero-group", 0, "ZeRO shard group size (2 or more; default 2 with --zero)")
 	f.IntVar(&simFlags.tp, "tp", 1, "tensor-parallel shards of each stage (1, 2, 4 or 8): each rank holds one stage's shard")
 	f.BoolVar(&simFlags.json, "json", false, "print the summary as JSON")
 	rootCmd.AddCommand(simCmd)
@@ -107,10 +121,14 @@ type simSummary struct {
 func runSim(cmd *cobra.Command, _ []string) error {
 	cfg := sim.DefaultConfig()
 	cfg.Nodes, cfg.Faults, cfg.Steps, cfg.CkptEvery = simFlags.nodes, simFlags.faults, simFlags.steps, simFlags.ckptEvery
-	cfg.PP, cfg.TP = simFlags.pp, simFlags.tp
-	// A world smaller than one replica (pp × tp members) trains nothing:
-	// the rendezvous waits for that many.
-	cfg.MinNodes = max(cfg.MinNodes, simFlags.pp*simFlags.tp)
+	cfg.PP, cfg.TP, cfg.Zero, cfg.ZeroGroup = simFlags.pp, simFlags.tp, simFlags.zero, simFlags.zeroGroup
+	// A world smaller than one replica (pp × tp members, times the ZeRO
+	// shard group) trains nothing: the rendezvous waits for that many.
+	zg := simFlags.zeroGroup
+	if simFlags.zero > 0 && zg == 0 {
+		zg = 2
+	}
+	cfg.MinNodes = max(cfg.MinNodes, simFlags.pp*simFlags.tp*max(1, zg))
 	if cfg.MinNodes > cfg.Nodes {
 		cfg.MinNodes = cfg.Nodes
 	}
@@ -183,7 +201,10 @@ func runSim(cmd *cobra.Command, _ []string) error {
 		if cfg.PP*cfg.TP > 1 {
 			restored, replica = "parts", "replica of a part"
 		}
-		fmt.Fprintf(out, "%d seeds from %d: %d faults (%d torn checkpoint writes), %d violations; %d finished training (%d %s restored from checkpoints), %d stalled without a quorum, %d lost every %s before a checkpoint; %.0f s virtual in %.2f s\n",
+		if cfg.Zero > 0 {
+			restored, replica = "slots", "replica of a slot"
+		}
+		fmt.Fprintf(out, "%d seeds from %d: %d faults (%d torn checkpoint writes), %d violations; %d finished training (%d %s restored from checkpoints), %d stalled (without a quorum, or with fewer live nodes than the smallest world), %d lost every %s before a checkpoint; %.0f s virtual in %.2f s\n",
 			sum.Seeds, sum.From, sum.Faults, sum.TornWrites, sum.Violations, sum.Finished, sum.Restores, restored, sum.Stalled, sum.Lost, replica, sum.VirtualS, sum.WallS)
 		if simFlags.trace != "" {
 			fmt.Fprintf(out, "trace: %s\n", simFlags.trace)

@@ -14,7 +14,6 @@ import (
 	"github.com/troupe-ml/troupe/failure"
 	"github.com/troupe-ml/troupe/safetensors"
 	"github.com/troupe-ml/troupe/train"
-	"github.com/troupe-ml/troupe/worker"
 )
 
 // Checkpoints: the job's rank 0 saves the replica every Config.CkptEvery
@@ -122,8 +121,9 @@ func (w *member) save(leader string, m saveMsg) {
 	reply(nil)
 }
 
-// restore loads part's state from the checkpoint of step.
-func (w *member) restore(step, part int) error {
+// restore loads slot's state (its part's, without ZeRO) from the
+// checkpoint of step.
+func (w *member) restore(step, slot int) error {
 	s := w.n.s
 	ck, err := checkpoint.Open(s.fs, ckptDir, int64(step))
 	if err != nil {
@@ -146,7 +146,7 @@ func (w *member) restore(step, part int) error {
 	defer ck.Close()
 	var vals [2][]float32
 	for i, name := range []string{"params", "momentum"} {
-		name = s.tensorName(name, part)
+		name = s.tensorName(name, slot)
 		t, err := ck.ReadTensor(name)
 		if err == nil {
 			vals[i], err = t.Float32()
@@ -156,10 +156,10 @@ func (w *member) restore(step, part int) error {
 			return err
 		}
 	}
-	w.params, w.moment, w.builtPart = vals[0], vals[1], part
+	w.params, w.moment, w.builtPart = vals[0], vals[1], slot/max(1, s.cfg.zeroGroup())
 	s.restores++
 	s.tracef("%s restored the checkpoint of step %d", w.n.id, step)
-	w.history = s.check.restored(w, step, part)
+	w.history = s.check.restored(w, step, slot)
 	return nil
 }
 
@@ -193,7 +193,7 @@ func (c *checker) restored(w *member, step, part int) []applied {
 		return nil
 	}
 	st := parts[part]
-	if sum := worker.Checksum(w.params); sum != st.checksum {
+	if sum := c.s.stateSum(w.params, w.moment); sum != st.checksum {
 		c.fail(InvCheckpoint, "%s restored part %d of step %d with checksum %x, saved %x", w.n.id, part, step, sum, st.checksum)
 	}
 	return slices.Clone(st.history)
@@ -227,41 +227,62 @@ func (c *checker) checkpointOpens() {
 // tensorName is the checkpoint tensor holding name ("params",
 // "momentum") of part: the name itself for a model in one part, else
 // "<name>.p<part>".
-func (s *sim) tensorName(name string, part int) string {
-	if s.cfg.parts() == 1 {
+//
+// With ZeRO it is "<name>.s<slot>", the state a slot holds (its part's
+// parameters, at ZeRO-3 their shard, and the momentum's shard).
+func (s *sim) tensorName(name string, slot int) string {
+	switch {
+	case s.cfg.Zero > 0:
+		return fmt.Sprintf("%s.s%d", name, slot)
+	case s.cfg.parts() == 1:
 		return name
 	}
-	return fmt.Sprintf("%s.p%d", name, part)
+	return fmt.Sprintf("%s.p%d", name, slot)
 }
 
 // ckptWorld is the world that writes a checkpoint of a model in parts:
 // one rank (replica 0's) of each part.
 func (s *sim) ckptWorld() checkpoint.World {
-	pp, tp := max(1, s.cfg.PP), max(1, s.cfg.TP)
-	return checkpoint.World{DP: 1, PP: pp, TP: tp, Size: pp * tp}
+	pp, tp, dp := max(1, s.cfg.PP), max(1, s.cfg.TP), max(1, s.cfg.zeroGroup())
+	return checkpoint.World{DP: dp, PP: pp, TP: tp, Size: pp * tp * dp}
 }
 
 // saveShard writes the worker's part as its shard of the save in m.tmp
 // (the executor's per-rank write) and reports the shard to the leader.
 func (w *member) saveShard(leader string, m saveMsg) {
 	s := w.n.s
-	part, tp := w.hold.Part, max(1, s.cfg.TP)
-	stage := part / tp
-	// Every rank of a stage lists the stage's tensors; it writes its own.
+	part, tp, zg := w.hold.Part, max(1, s.cfg.TP), max(1, s.cfg.zeroGroup())
+	stage, slot := part/tp, w.hold.Part*zg+w.hold.ZeroShard
+	// Every rank of a stage lists the stage's tensors (each slot's); it
+	// writes its own. With ZeRO the shard group's rank z is the world's
+	// data-parallel rank z.
 	var specs []checkpoint.TensorSpec
+	sizes := func(sl int) [2]int {
+		if s.cfg.Zero == 0 {
+			n := len(s.partIdx[sl])
+			return [2]int{n, n}
+		}
+		lo, hi := s.shardRange(sl/zg, sl%zg)
+		if s.cfg.Zero == 3 {
+			return [2]int{hi - lo, hi - lo}
+		}
+		return [2]int{len(s.partIdx[sl/zg]), hi - lo}
+	}
 	for t := range tp {
-		p := stage*tp + t
-		for _, name := range []string{"params", "momentum"} {
-			specs = append(specs, checkpoint.TensorSpec{Name: s.tensorName(name, p), DType: safetensors.F32, Shape: []int{len(s.partIdx[p])}, Stage: stage})
+		for z := range zg {
+			sl := (stage*tp+t)*zg + z
+			for i, name := range []string{"params", "momentum"} {
+				specs = append(specs, checkpoint.TensorSpec{Name: s.tensorName(name, sl), DType: safetensors.F32, Shape: []int{sizes(sl)[i]}, Stage: stage})
+			}
 		}
 	}
-	t := part % tp
-	r := checkpoint.RankShard{World: s.ckptWorld(), Step: int64(m.step), Stage: stage, TPRank: t, Specs: specs,
+	t, k := part%tp, 2*(part%tp*zg+w.hold.ZeroShard)
+	r := checkpoint.RankShard{World: s.ckptWorld(), Step: int64(m.step), Stage: stage, TPRank: t, DPRank: w.hold.ZeroShard, Specs: specs,
 		Slices: []checkpoint.ShardSlice{
-			{Tensor: 2 * t, Offsets: []int{0}, Sizes: []int{len(w.params)}, Data: f32Bytes(w.params)},
-			{Tensor: 2*t + 1, Offsets: []int{0}, Sizes: []int{len(w.moment)}, Data: f32Bytes(w.moment)},
+			{Tensor: k, Offsets: []int{0}, Sizes: []int{len(w.params)}, Data: f32Bytes(w.params)},
+			{Tensor: k + 1, Offsets: []int{0}, Sizes: []int{len(w.moment)}, Data: f32Bytes(w.moment)},
 		}}
-	msg := savedMsg{gen: m.gen, step: m.step, part: part, state: savedState{checksum: w.checksum(), history: slices.Clone(w.history)}}
+	msg := savedMsg{gen: m.gen, step: m.step, part: slot, state: savedState{checksum: w.stateSum(), history: slices.Clone(w.history)}}
 	if m.fs != s.fs {
 		msg.err = storageCrashed(m.step)
 		s.send(w.n.id, leader, msg)

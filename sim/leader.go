@@ -192,7 +192,7 @@ func (l *leaderShell) stepDone(d stepDone) {
 	if k := l.n.s.cfg.CkptEvery; k > 0 && lp.step%k == 0 && lp.step < l.n.s.cfg.Steps {
 		// The step loop's checkpoint cadence: rank 0 saves, the loop
 		// waits for it.
-		if l.n.s.cfg.parts() > 1 {
+		if l.n.s.cfg.sharded() {
 			l.saveShards()
 			return
 		}
@@ -218,10 +218,11 @@ func (l *leaderShell) saveShards() {
 		return
 	}
 	m := lp.order.Layout.Mesh
-	lp.saving, lp.tmp, lp.fs, lp.shards, lp.wrote = true, tmp, s.fs, make([]savedMsg, m.Parts()), 0
+	zg := s.cfg.zeroGroup()
+	lp.saving, lp.tmp, lp.fs, lp.shards, lp.wrote = true, tmp, s.fs, make([]savedMsg, m.Slots(zg)), 0
 	lp.deadline = s.clk.now + stepTimeout
-	for p := range m.Parts() {
-		s.send(l.n.id, lp.ranks[m.PartRank(p, 0)], saveMsg{gen: lp.gen, step: lp.step, tmp: tmp, fs: s.fs})
+	for slot := range m.Slots(zg) {
+		s.send(l.n.id, lp.ranks[m.SlotRank(slot, 0, zg)], saveMsg{gen: lp.gen, step: lp.step, tmp: tmp, fs: s.fs})
 	}
 }
 

@@ -20,6 +20,9 @@ type (
 	// collMsg is a collective core's message within generation gen.
 	collMsg struct {
 		gen uint64
+		// grp is the group whose core sent it (groupDP, groupShard,
+		// groupSlot).
+		grp int
 		m   collective.Message
 	}
 	// callMsg is the leader's call of generation gen, phase ph, to member i.

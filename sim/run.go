@@ -40,10 +40,38 @@ type Config struct {
 	// each rank holds one part of the model (see partIndex). MinNodes must
 	// be at least PP·TP: a smaller world holds no replica.
 	PP, TP int
+	// Zero is the ZeRO stage (0: none; 1: each rank of a shard group
+	// holds 1/ZeroGroup of its part's optimizer state, the momentum; 2:
+	// the gradients are reduce-scattered over the shard group, not
+	// all-reduced; 3: the parameters are sharded too, all-gathered before
+	// the step's forward). ZeroGroup is the shard group's size (default 2
+	// with Zero): the replicas of a part form groups of that many, and
+	// the slots (part × shard, mesh.Mesh.Slot) are replicated across the
+	// groups (hybrid sharding). MinNodes must be at least
+	// PP·TP·ZeroGroup.
+	Zero, ZeroGroup int
 }
 
 // parts is the number of model parts a replica is cut into.
 func (c Config) parts() int { return max(1, c.PP) * max(1, c.TP) }
+
+// zeroGroup is the ZeRO shard group size (0: no ZeRO).
+func (c Config) zeroGroup() int {
+	if c.Zero == 0 {
+		return 0
+	}
+	if c.ZeroGroup == 0 {
+		return 2
+	}
+	return c.ZeroGroup
+}
+
+// slots is the number of slots: parts, each cut into zeroGroup shards.
+func (c Config) slots() int { return c.parts() * max(1, c.zeroGroup()) }
+
+// sharded: the state a rank holds is not its whole part (a model in
+// parts, or ZeRO).
+func (c Config) sharded() bool { return c.slots() > 1 }
 
 // DefaultConfig is the job troupe sim runs.
 func DefaultConfig() Config {
@@ -71,6 +99,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sim: pp %d: want 1 or 2 pipeline stages (the model has two layers)", c.PP)
 	case c.TP < 0 || c.TP > 0 && hidden%c.TP != 0:
 		return fmt.Errorf("sim: tp %d: want 1, 2, 4 or 8 tensor-parallel shards (of %d hidden units)", c.TP, hidden)
+	case c.Zero < 0 || c.Zero > 3:
+		return fmt.Errorf("sim: zero %d: want 0 (none), 1, 2 or 3", c.Zero)
+	case c.ZeroGroup < 0 || c.ZeroGroup == 1 || c.ZeroGroup > 0 && c.Zero == 0:
+		return fmt.Errorf("sim: zero group %d: want 2 or more, with a ZeRO stage", c.ZeroGroup)
+	case c.Zero == 3 && c.parts() > 1:
+		return fmt.Errorf("sim: zero 3 with pp×tp = %d: a model in parts with ZeRO-3 is not simulated (stages 1 and 2 are)", c.parts())
+	case c.Nodes < c.slots():
+		return fmt.Errorf("sim: nodes %d: want at least pp×tp×zero group = %d (one replica)", c.Nodes, c.slots())
+	case c.MinNodes < c.slots():
+		return fmt.Errorf("sim: min nodes %d: want at least pp×tp×zero group = %d (a smaller world holds no replica)", c.MinNodes, c.slots())
 	case c.Nodes < c.parts():
 		return fmt.Errorf("sim: nodes %d: want at least pp×tp = %d (one replica)", c.Nodes, c.parts())
 	case c.MinNodes < c.parts():
@@ -136,6 +174,9 @@ type sim struct {
 	// stalled is the world whose quorum the faults killed (the job waits
 	// for it by design); Gen 0: none.
 	stalled elastic.World
+	// short is how many nodes lived when the job waited at the bound for
+	// a smallest world of more (0: it did not).
+	short int
 }
 
 func (s *sim) tracef(format string, args ...any) {
@@ -145,8 +186,16 @@ func (s *sim) tracef(format string, args ...any) {
 }
 
 func (s *sim) leaderConfig() train.LeaderConfig {
-	return train.LeaderConfig{Stages: max(1, s.cfg.PP), Shards: max(1, s.cfg.TP), MicroBatches: 1, Batch: s.cfg.Batch, Target: s.cfg.Steps,
+	return train.LeaderConfig{Stages: max(1, s.cfg.PP), Shards: max(1, s.cfg.TP), ZeroGroup: s.cfg.zeroGroup(), ZeroShards: s.zeroShards(), MicroBatches: 1, Batch: s.cfg.Batch, Target: s.cfg.Steps,
 		LostStageTimeout: 20 * time.Second, RetryDelay: time.Second, Resume: s.cfg.CkptEvery > 0}
+}
+
+// zeroShards is the leader core's ZeroShards: the shard group at stage 3.
+func (s *sim) zeroShards() int {
+	if s.cfg.Zero == 3 {
+		return s.cfg.zeroGroup()
+	}
+	return 0
 }
 
 // samplerSeed is the job's sampler seed.
@@ -176,6 +225,8 @@ func Run(cfg Config, seed uint64, trace io.Writer, ref *Reference) (Result, erro
 	switch {
 	case s.stalled.Gen > 0:
 		res.Outcome = fmt.Sprintf("stalled: no live node's committed world has a live majority (newest: generation %d); the rendezvous waits for its members", s.stalled.Gen)
+	case s.short > 0:
+		res.Outcome = fmt.Sprintf("stalled: %d nodes live, the smallest world is %d; the rendezvous waits for more", s.short, s.cfg.MinNodes)
 	case !s.ended:
 		res.Outcome = "did not end"
 	case s.result != nil:
@@ -199,6 +250,9 @@ func newSim(cfg Config, seed uint64, trace io.Writer) *sim {
 			s.partIdx = append(s.partIdx, partIndex(max(1, cfg.PP), max(1, cfg.TP), p))
 		}
 	}
+	if cfg.Zero > 0 && s.partIdx == nil {
+		s.partIdx = [][]int{partIndex(1, 1, 0)}
+	}
 	return s
 }
 
@@ -208,6 +262,9 @@ func (s *sim) run() {
 	s.tracef("job: %d nodes, %d steps of %d samples from %d, faults %g/s", s.cfg.Nodes, s.cfg.Steps, s.cfg.Batch, s.cfg.Samples, s.cfg.Faults)
 	if s.cfg.parts() > 1 {
 		s.tracef("model: %d pipeline stages of %d tensor-parallel shards", max(1, s.cfg.PP), max(1, s.cfg.TP))
+	}
+	if s.cfg.Zero > 0 {
+		s.tracef("ZeRO-%d: shard groups of %d", s.cfg.Zero, s.cfg.zeroGroup())
 	}
 	for range s.cfg.Nodes {
 		s.nextName++
@@ -242,8 +299,8 @@ func NewReference(cfg Config) (*Reference, error) {
 	if v := s.check.violation; v != nil {
 		return nil, fmt.Errorf("sim: the fault-free run broke an invariant: %w", v)
 	}
-	if s.result != nil || len(s.check.history) != cfg.Steps || len(s.check.parts) != cfg.parts() {
-		return nil, fmt.Errorf("sim: the fault-free run did not finish (%v, %d steps, %d of %d parts)", s.result, len(s.check.history), len(s.check.parts), cfg.parts())
+	if s.result != nil || len(s.check.history) != cfg.Steps || len(s.check.parts) != cfg.slots() {
+		return nil, fmt.Errorf("sim: the fault-free run did not finish (%v, %d steps, %d of %d slots)", s.result, len(s.check.history), len(s.check.parts), cfg.slots())
 	}
 	return &Reference{r: reference{history: s.check.history, parts: s.check.parts}}, nil
 }

@@ -177,3 +177,44 @@ func TestPlanLayoutZero(t *testing.T) {
 		t.Fatalf("one member for shard groups of 2: %v; want ErrWorldTooSmall", err)
 	}
 }
+
+// Under ZeRO-1 and 2 the shards of a part hold the same parameters; a
+// member that kept a step the job later trained again (after restoring an
+// older checkpoint in another world) holds other bits of that step, and
+// the layout must not take one shard from each history (the seed that
+// found it: troupe sim --zero 1 --nodes 4 --seed 143).
+func TestOneLineageKeepsOneHistoryOfAPart(t *testing.T) {
+	z := func(applied, part, shard int) worker.Holding {
+		return worker.Holding{Applied: applied, Part: part, ZeroShard: shard, ZeroGroup: 2, World0: 4}
+	}
+	// n2 kept shard 0 at step 17 of an abandoned history (sum 0xa); n4
+	// and n5 hold shards 1 and 0 at step 17 trained again (sum 0xb).
+	states := []worker.Holding{z(17, 0, 0), z(17, 0, 1), z(17, 0, 0)}
+	sums := []uint64{0xa, 0xb, 0xb}
+	got := oneLineage(states, sums, 2)
+	if got[0].Part != -1 || got[0].World0 != 4 || got[1] != states[1] || got[2] != states[2] {
+		t.Fatalf("oneLineage = %+v; want member 0 dropped, 1 and 2 kept", got)
+	}
+	if states[0].Part != 0 {
+		t.Fatal("oneLineage modified its input")
+	}
+	l, err := planLayout(got, 1, 1, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(l.Source.Roots, []int{0, 1}) || l.Members[0] != 2 || l.Members[1] != 1 || len(l.Lost) != 0 {
+		t.Fatalf("layout %+v; want shard 0 from member 2, shard 1 from member 1", l)
+	}
+	// A history covering more slots wins over more holders of fewer.
+	states = []worker.Holding{z(9, 0, 0), z(9, 0, 0), z(9, 0, 0), z(9, 0, 1)}
+	sums = []uint64{0xa, 0xa, 0xb, 0xb}
+	got = oneLineage(states, sums, 2)
+	if got[0].Part != -1 || got[1].Part != -1 || got[2] != states[2] || got[3] != states[3] {
+		t.Fatalf("oneLineage = %+v; want members 0 and 1 dropped", got)
+	}
+	// Other parts, other steps, and one history: as they are.
+	states = []worker.Holding{z(9, 0, 0), z(8, 0, 1), z(9, 1, 0)}
+	if got := oneLineage(states, []uint64{1, 2, 3}, 2); !slices.Equal(got, states) {
+		t.Fatalf("oneLineage = %+v; want the states as they are", got)
+	}
+}

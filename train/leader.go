@@ -246,7 +246,8 @@ func (c *LeaderCore) Commit(w elastic.World, lead bool, ck CheckpointInfo) {
 		return
 	}
 	c.phase = phaseStatus
-	c.call(func(i int) any { return &workerpb.StatusRequest{Peer: uint32(i)} })
+	sums := c.replicatedShards()
+	c.call(func(i int) any { return &workerpb.StatusRequest{Peer: uint32(i), Checksum: sums} })
 }
 
 // call asks the shell to send mk(i) to every member i.
@@ -294,12 +295,17 @@ func (c *LeaderCore) Replies(gen uint64, ph LeaderPhase, replies []any, err erro
 	switch c.phase {
 	case phaseStatus:
 		c.states = make([]worker.Holding, len(replies))
+		sums := make([]uint64, len(replies))
 		for i, r := range replies {
 			st := r.(*workerpb.Status)
+			sums[i] = st.Checksum
 			c.states[i] = worker.Holding{Part: int(st.HeldPart), Applied: int(st.Applied), Cursor: data.Cursor(st.Cursor),
 				Undo: st.CanRollBack, World0: int(st.World0), ZeroGroup: int(st.HeldZeroGroup), ZeroShard: int(st.HeldZeroShard)}
 			c.world0 = max(c.world0, int(st.World0))
 			c.jobStep = max(c.jobStep, int(st.JobStep))
+		}
+		if c.replicatedShards() {
+			c.states = oneLineage(c.states, sums, c.cfg.ZeroGroup)
 		}
 		c.plan()
 	case phaseForm:

@@ -3,6 +3,7 @@ package train
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -209,4 +210,66 @@ func stateFrom(l Layout, async bool) string {
 		return fmt.Sprintf("checkpoint step %d", l.Source.Step)
 	}
 	return "surviving replicas"
+}
+
+// replicatedShards: the ranks of a ZeRO shard group hold the same
+// parameters (ZeRO-1 and 2: each holds its shard of the optimizer state,
+// the weights are all-gathered after every update), which the form
+// compares across the shards of a part.
+func (c *LeaderCore) replicatedShards() bool { return c.cfg.ZeroGroup > 0 && c.cfg.ZeroShards == 0 }
+
+// oneLineage keeps, of the members holding the same part at the same
+// step under ZeRO-1 or 2, those of one history: the states whose
+// parameter checksums (sums, from the status) agree. Two histories of one
+// step meet when a member cut off from the job (a partition, a hang) kept
+// a step that the job later trained again after restoring an older
+// checkpoint (another world size: other bits). Without this the layout
+// could take one shard of a part from each history, and the form's
+// comparison of the part's parameters ends the job as diverged. The
+// history whose holders cover the most slots of the part is kept (then
+// the most holders, then the first member's); the other holders come out
+// holding nothing, to take their slot's state from a root or a
+// checkpoint. A pure function; states are not modified.
+func oneLineage(states []worker.Holding, sums []uint64, zeroGroup int) []worker.Holding {
+	type key struct{ part, step int }
+	type history struct {
+		slots   map[int]bool
+		holders int
+		first   int
+	}
+	byKey := map[key]map[uint64]*history{}
+	for i, s := range states {
+		if s.Slot(zeroGroup) < 0 {
+			continue
+		}
+		k := key{s.Part, s.Applied}
+		if byKey[k] == nil {
+			byKey[k] = map[uint64]*history{}
+		}
+		h := byKey[k][sums[i]]
+		if h == nil {
+			h = &history{slots: map[int]bool{}, first: i}
+			byKey[k][sums[i]] = h
+		}
+		h.slots[s.Slot(zeroGroup)] = true
+		h.holders++
+	}
+	out := slices.Clone(states)
+	for i, s := range states {
+		hs := byKey[key{s.Part, s.Applied}]
+		if len(hs) <= 1 || s.Slot(zeroGroup) < 0 {
+			continue
+		}
+		var best *history
+		for _, h := range hs {
+			if best == nil || len(h.slots) > len(best.slots) ||
+				len(h.slots) == len(best.slots) && (h.holders > best.holders || h.holders == best.holders && h.first < best.first) {
+				best = h
+			}
+		}
+		if hs[sums[i]] != best {
+			out[i] = worker.Holding{Part: -1, World0: s.World0}
+		}
+	}
+	return out
 }
