@@ -12,15 +12,16 @@ import (
 )
 
 // wantsSample reports whether a run of cfg's model gets a text sample in
-// its report: whether the model is a causal language model (as far as its
-// registration tells before the data is open).
+// its report: whether the model is a causal language model. A model that
+// makes no Spec for token data (a classifier) does not, and its run keeps
+// no copy of the trained weights for one.
 func wantsSample(cfg *train.Config) bool {
 	def, err := nn.Lookup(cfg.Model)
 	if err != nil {
 		return false
 	}
-	causal, known := causalModel(def)
-	return causal || !known
+	causal, _ := causalModel(def)
+	return causal
 }
 
 // reportSample is the text a trained language model writes for its report:
