@@ -169,8 +169,21 @@ func TestLateStepSeeds(t *testing.T) {
 func TestFindsOtherPartRoot(t *testing.T) {
 	simbug.AnyRoot = true
 	defer func() { simbug.AnyRoot = false }()
-	cfg := partsConfigs()[0]
-	for seed := uint64(1); seed <= 300; seed++ {
+	seed, v := firstReplayed(t, partsConfigs()[0], 300)
+	if v == nil {
+		t.Fatal("no seed of 300 formed a part from a holder of another part")
+	}
+	if v.Invariant != InvFormed {
+		t.Fatalf("seed %d: %v, want %s", seed, v, InvFormed)
+	}
+	t.Logf("seed %d: %v", seed, v)
+}
+
+// firstReplayed sweeps seeds 1..n of cfg for the first violation, checks
+// that its seed replays to the same violation, and returns it (nil: none).
+func firstReplayed(t *testing.T, cfg Config, n uint64) (uint64, *Violation) {
+	t.Helper()
+	for seed := uint64(1); seed <= n; seed++ {
 		r, err := Run(cfg, seed, nil, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -178,10 +191,6 @@ func TestFindsOtherPartRoot(t *testing.T) {
 		if r.Violation == nil {
 			continue
 		}
-		if r.Violation.Invariant != InvFormed {
-			t.Fatalf("seed %d: %v, want %s", seed, r.Violation, InvFormed)
-		}
-		t.Logf("seed %d: %v", seed, r.Violation)
 		again, err := Run(cfg, seed, nil, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -189,9 +198,9 @@ func TestFindsOtherPartRoot(t *testing.T) {
 		if again.Violation == nil || *again.Violation != *r.Violation {
 			t.Fatalf("seed %d replayed to %v, first %v", seed, again.Violation, r.Violation)
 		}
-		return
+		return seed, r.Violation
 	}
-	t.Fatal("no seed of 300 formed a part from a holder of another part")
+	return 0, nil
 }
 
 // TestPartsConfigValidate: a layout the model cannot take names its
