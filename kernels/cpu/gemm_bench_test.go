@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"testing"
 
@@ -72,4 +73,35 @@ func storedRows(n kernels.GemmArgs) (rowsA, rowsB int) {
 		rowsB = n.N
 	}
 	return rowsA, rowsB
+}
+
+// BenchmarkGemmBF16 measures square bf16 products (C bf16, as torch.matmul
+// on bf16 tensors) on the path the CPU takes, reporting GFLOP/s.
+func BenchmarkGemmBF16(b *testing.B) {
+	threadCounts := []int{1}
+	if n := runtime.GOMAXPROCS(0); n > 1 {
+		threadCounts = append(threadCounts, n)
+	}
+	for _, n := range []int{512, 1024, 2048} {
+		g := kernels.GemmArgs{M: n, N: n, K: n, Alpha: 1}
+		mk := func(seed int) Half {
+			h := Half{V: make([]uint16, n*n), T: kernels.BF16}
+			for i := range h.V {
+				h.V[i] = uint16(math.Float32bits(float32((i+seed)%13)*0.1) >> 16)
+			}
+			return h
+		}
+		a, bb, c := mk(0), mk(5), mk(0)
+		flops := 2 * float64(n) * float64(n) * float64(n)
+		for _, threads := range threadCounts {
+			b.Run(fmt.Sprintf("%dx%dx%d/t%d", n, n, n, threads), func(b *testing.B) {
+				be := New(threads)
+				be.Gemm(g, a, bb, c)
+				for b.Loop() {
+					be.Gemm(g, a, bb, c)
+				}
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
 }

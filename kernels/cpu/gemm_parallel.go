@@ -151,6 +151,26 @@ func coopFloor(n, r, threads int) int {
 	return min(coopMinPanels*r, ceilDiv(ceilDiv(n, threads), r)*r)
 }
 
+// coopCuts cuts an extent of n into panels of r and those into chunks of
+// at most chunk (a multiple of r), as even as whole panels allow, in a
+// number of chunks that the threads divide when there are panels enough:
+// chunks of a fixed size left a short last one (1,024 rows of 12-row
+// panels in 144-row chunks: seven of 144 and one of 16), so that with two
+// threads one ran four full chunks while the other ran three and waited
+// for a seventh of the product. Chunk i is [cuts[i], cuts[i+1]).
+func coopCuts(n, r, chunk, threads int) []int {
+	panels := ceilDiv(n, r)
+	k := ceilDiv(panels, chunk/r)
+	if t := ceilDiv(k, threads) * threads; t <= panels {
+		k = t
+	}
+	cuts := make([]int, k+1)
+	for i := range cuts {
+		cuts[i] = min(n, i*panels/k*r)
+	}
+	return cuts
+}
+
 // coop computes batch member bt with all threads working on it, BLIS style.
 // When C has at least as many rows as columns, op(B) is packed (for all of
 // K, over a range of columns of C) into a buffer the threads share, each
@@ -174,14 +194,13 @@ func (p *gemmProblem) coop(threads, bt int) {
 
 	// span is the extent of one shared range (columns of C in rows mode,
 	// rows in columns mode), chunk that of one claimed block.
-	var span, nRanges, chunk, nChunks int
+	var span, nRanges, chunk int
 	sh := scratchPool.Get().(*gemmScratch)
 	if rowsMode {
 		span = max(nr, min(kern.nc, shared/(nPC*kcMax)/nr*nr))
 		nRanges = ceilDiv(p.N, span)
 		chunk = ceilDiv(ceilDiv(p.M, coopChunksPerThread*threads), mr) * mr
 		chunk = min(max(chunk, coopFloor(p.M, mr, threads)), kern.mc)
-		nChunks = ceilDiv(p.M, chunk)
 		span = min(span, ceilDiv(p.N, nr)*nr)
 		sh.b = grow(sh.b, nPC*kcMax*span)
 	} else {
@@ -189,10 +208,16 @@ func (p *gemmProblem) coop(threads, bt int) {
 		nRanges = ceilDiv(p.M, span)
 		chunk = ceilDiv(ceilDiv(p.N, coopChunksPerThread*threads), nr) * nr
 		chunk = min(max(chunk, coopFloor(p.N, nr, threads)), coopMaxCols)
-		nChunks = ceilDiv(p.N, chunk)
 		span = min(span, ceilDiv(p.M, mr)*mr)
 		sh.a = grow(sh.a, nPC*kcMax*span)
 	}
+	var cuts []int
+	if rowsMode {
+		cuts = coopCuts(p.M, mr, chunk, threads)
+	} else {
+		cuts = coopCuts(p.N, nr, chunk, threads)
+	}
+	nChunks := len(cuts) - 1
 	steps := make([]coopStep, 2*nRanges)
 	var cs coopSync
 	cs.cond.L = &cs.mu
@@ -226,8 +251,7 @@ func (p *gemmProblem) coop(threads, bt int) {
 				// read often enough to pay for it
 				packOwn := ceilDiv(nc, nr) >= packMinReads
 				for i, ok := computeStep.next(nChunks); ok; i, ok = computeStep.next(nChunks) {
-					ic := i * chunk
-					mc := min(chunk, p.M-ic)
+					ic, mc := cuts[i], cuts[i+1]-cuts[i]
 					for q := range nPC {
 						pc := q * kcMax
 						kc := min(kcMax, p.K-pc)
@@ -254,8 +278,7 @@ func (p *gemmProblem) coop(threads, bt int) {
 			cs.wait(packStep, nPack)
 			packOwn := p.TransB || ceilDiv(mc, mr) >= packMinReads
 			for i, ok := computeStep.next(nChunks); ok; i, ok = computeStep.next(nChunks) {
-				jc := i * chunk
-				nc := min(chunk, p.N-jc)
+				jc, nc := cuts[i], cuts[i+1]-cuts[i]
 				for q := range nPC {
 					pc := q * kcMax
 					kc := min(kcMax, p.K-pc)

@@ -455,3 +455,37 @@ func TestPackPanels(t *testing.T) {
 		}
 	}
 }
+
+// TestCoopCuts: the chunks of a cooperative product cover the extent in
+// order, start on panel boundaries, stay within the chunk size, differ by
+// at most one panel, and come in a number the threads divide whenever
+// there are enough panels; 1,024 rows of 12-row panels in 144-row chunks
+// for two threads is the case that ran unevenly before.
+func TestCoopCuts(t *testing.T) {
+	for _, tc := range []struct{ n, r, chunk, threads int }{
+		{1024, 12, 144, 2}, {1024, 8, 128, 2}, {1000, 32, 512, 2}, {7, 8, 8, 2},
+		{100, 12, 144, 3}, {4096, 12, 144, 8}, {33, 32, 32, 4}, {200, 8, 16, 3},
+	} {
+		cuts := coopCuts(tc.n, tc.r, tc.chunk, tc.threads)
+		k, panels := len(cuts)-1, ceilDiv(tc.n, tc.r)
+		if cuts[0] != 0 || cuts[k] != tc.n {
+			t.Fatalf("%+v: cuts %v do not cover [0, %d)", tc, cuts, tc.n)
+		}
+		if panels >= tc.threads*ceilDiv(panels, tc.chunk/tc.r) && k%tc.threads != 0 {
+			t.Errorf("%+v: %d chunks for %d threads", tc, k, tc.threads)
+		}
+		lo, hi := tc.n, 0
+		for i := range k {
+			size := cuts[i+1] - cuts[i]
+			if cuts[i]%tc.r != 0 || size <= 0 || size > tc.chunk {
+				t.Fatalf("%+v: chunk %d is [%d, %d)", tc, i, cuts[i], cuts[i+1])
+			}
+			if i < k-1 {
+				lo, hi = min(lo, size), max(hi, size)
+			}
+		}
+		if k > 1 && hi-lo > tc.r {
+			t.Errorf("%+v: full chunks from %d to %d rows: %v", tc, lo, hi, cuts)
+		}
+	}
+}

@@ -58,7 +58,7 @@ func TestNormCDFAccuracy(t *testing.T) {
 }
 
 // vecImpls are the slice implementations to test: the Go loops always, and
-// the dispatchers too when they take the AVX2 path on this CPU.
+// the assembly kernels this CPU runs (asmVecImpls).
 type vecImpl struct {
 	name         string
 	expSum       func(dst, src []float32, scale, shift float32) float64
@@ -67,11 +67,7 @@ type vecImpl struct {
 }
 
 func vecImpls() []vecImpl {
-	impls := []vecImpl{{"go", expSumGo, geluGo, geluBackwardGo}}
-	if vecMath {
-		impls = append(impls, vecImpl{"avx2", expSum, gelu, geluBackward})
-	}
-	return impls
+	return append([]vecImpl{{"go", expSumGo, geluGo, geluBackwardGo}}, asmVecImpls()...)
 }
 
 // TestExpSumAccuracy: each term within 2e-7 relative of float64 exp of the
