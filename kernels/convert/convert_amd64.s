@@ -129,3 +129,63 @@ hnloop:
 hndone:
 	VZEROUPPER
 	RET
+
+// func bf16ToF32AVX512(dst *float32, src *uint16, n int)
+// n is a multiple of 16: bf16ToF32AVX2 sixteen lanes at a time.
+TEXT ·bf16ToF32AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	JZ   zwdone
+
+zwloop:
+	VPMOVZXWD (SI), Z0
+	VPSLLD    $16, Z0, Z0
+	VMOVDQU32 Z0, (DI)
+	ADDQ      $32, SI
+	ADDQ      $64, DI
+	DECQ      CX
+	JNZ       zwloop
+
+zwdone:
+	VZEROUPPER
+	RET
+
+// func f32ToBF16AVX512(dst *uint16, src *float32, n int)
+// n is a multiple of 16: NARROW8's steps sixteen lanes at a time, the NaN
+// lanes chosen through a mask register, and VPMOVDW (which truncates: the
+// results fit 16 bits) in place of the pack and permute.
+TEXT ·f32ToBF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	JZ   zndone
+	VPBROADCASTD cvtAbsMask<>(SB), Z10
+	VPBROADCASTD cvtInf<>(SB), Z11
+	VPBROADCASTD cvtRound<>(SB), Z12
+	VPBROADCASTD cvtOne<>(SB), Z13
+	VPBROADCASTD cvtQuiet<>(SB), Z14
+
+znloop:
+	VMOVDQU32 (SI), Z0
+	VPANDD    Z10, Z0, Z2
+	VPCMPGTD  Z11, Z2, K1  // |u| > +Inf: NaN
+	VPSRLD    $16, Z0, Z2
+	VPANDD    Z13, Z2, Z2  // lsb of the kept half
+	VPADDD    Z12, Z2, Z2
+	VPADDD    Z0, Z2, Z2
+	VPSRLD    $16, Z2, Z2  // rounded
+	VPSRLD    $16, Z0, Z0
+	VPORD     Z14, Z0, Z0  // quiet NaN
+	VPBLENDMD Z0, Z2, K1, Z0
+	VPMOVDW   Z0, (DI)
+	ADDQ      $64, SI
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       znloop
+
+zndone:
+	VZEROUPPER
+	RET
