@@ -853,15 +853,6 @@ func (c *Core) abort(now time.Time, cause error, culprit int, at uint64, tell, s
 	}
 }
 
-// remoteError is the cause another rank reported in its abort notice.
-type remoteError struct {
-	sentinel error
-	text     string
-}
-
-func (e *remoteError) Error() string { return e.text }
-func (e *remoteError) Unwrap() error { return e.sentinel }
-
 func (c *Core) onAbort(now time.Time, m *Message) {
 	c.ready.Messages = append(c.ready.Messages, Message{Type: MsgAbortAck, Group: c.group, From: c.rank, To: m.From, Gen: m.Gen, Culprit: -1})
 	if m.Code == codePeerLost && m.Culprit >= 0 && m.Culprit < c.size && m.Culprit != c.rank && c.dead[m.Culprit] == nil {
@@ -873,7 +864,7 @@ func (c *Core) onAbort(now time.Time, m *Message) {
 		}
 		c.dropAcked()
 	}
-	cause := fmt.Errorf("%w by %s: %w", ErrAborted, c.peerName(m.From), &remoteError{sentinel: sentinelOf(m.Code), text: m.Reason})
+	cause := peerAbort(c.peerName(m.From), m.Code, m.Reason)
 	if m.Gen < c.gen {
 		// A later notice of the generation this rank aborted last: the
 		// sender may have skipped further than the first said.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/troupe-ml/troupe/failure"
 )
 
 // simNet drives P cores in one goroutine with messages passed by pointer,
@@ -605,8 +607,8 @@ func TestMismatchAborts(t *testing.T) {
 	s.start(1, Spec{Kind: KindAllReduce, Buf: make([]float32, 5)})
 	s.run()
 	for r := 0; r < 2; r++ {
-		if err := s.last(r).Err; !errors.Is(err, ErrMismatch) {
-			t.Fatalf("rank %d: %v, want a mismatch", r, err)
+		if err := s.last(r).Err; !errors.Is(err, ErrMismatch) || failure.CodeOf(err) != failure.Internal {
+			t.Fatalf("rank %d: %v (%v), want a mismatch, permanent on every rank", r, err, failure.CodeOf(err))
 		}
 	}
 }
@@ -783,6 +785,30 @@ func TestEarlyBorrowedKeptInPlace(t *testing.T) {
 	for i := lo; i < hi; i++ {
 		if buf[i] != 7 {
 			t.Fatalf("value %d is %v, want 7: the held payload was a copy", i, buf[i])
+		}
+	}
+}
+
+// TestPeerAbortKeepsTheClass: an abort notice from a peer fails this
+// rank's operation with an error of the class the detecting rank's has
+// (transient or permanent), matching ErrAborted and the cause's sentinel.
+func TestPeerAbortKeepsTheClass(t *testing.T) {
+	for _, sentinel := range []error{ErrTimeout, ErrPeerLost, ErrMismatch, ErrCanceled, ErrClosed, ErrOverflow} {
+		code := codeOf(fmt.Errorf("%w: detected", sentinel))
+		err := peerAbort("rank 1", code, "detected")
+		if !errors.Is(err, ErrAborted) || !errors.Is(err, sentinel) || !strings.Contains(err.Error(), "by rank 1: detected") {
+			t.Errorf("%v: %v, want ErrAborted by rank 1 wrapping it", sentinel, err)
+		}
+		if failure.Transient(err) != failure.Transient(sentinel) {
+			t.Errorf("%v (%v): a peer's abort is %v, want %v", sentinel, failure.CodeOf(sentinel), failure.CodeOf(err), failure.Transient(sentinel))
+		}
+	}
+	if got := failure.CodeOf(peerAbort("rank 1", codeMismatch, "x")); got != failure.Internal {
+		t.Errorf("a peer's mismatch is %v, want internal", got)
+	}
+	for _, code := range []uint32{codeOther, 99} {
+		if err := peerAbort("rank 1", code, "why"); failure.CodeOf(err) != failure.Aborted || !errors.Is(err, ErrAborted) {
+			t.Errorf("code %d: %v (%v), want a transient abort", code, err, failure.CodeOf(err))
 		}
 	}
 }

@@ -2,6 +2,7 @@ package collective
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/troupe-ml/troupe/failure"
 )
@@ -34,7 +35,9 @@ var (
 )
 
 // Abort codes carry the cause of an abort across the wire, so that every
-// rank's error wraps the same sentinel as the rank that detected it.
+// rank's error wraps the same sentinel as the rank that detected it. They
+// are the wire's, older than package failure's codes and numbered apart
+// from them; peerAbort is where they become failure's classes.
 const (
 	codeOther uint32 = iota
 	codeTimeout
@@ -80,3 +83,29 @@ func sentinelOf(code uint32) error {
 	}
 	return nil
 }
+
+// peerAbort is the error of an abort notice from peer with code and
+// reason: ErrAborted naming the peer, wrapping the sentinel of code with
+// the detecting rank's message. Its failure class is the one the
+// detecting rank's error has where that is permanent (a mismatch is the
+// same bug on every rank: a new generation would only meet it again),
+// and failure.Aborted otherwise, transient like every transient cause.
+// An unknown code (codeOther, or a newer build's) wraps no sentinel and
+// is failure.Aborted.
+func peerAbort(peer string, code uint32, reason string) error {
+	sentinel := sentinelOf(code)
+	err := fmt.Errorf("%w by %s: %w", ErrAborted, peer, &remoteError{sentinel: sentinel, text: reason})
+	if c := failure.CodeOf(sentinel); sentinel != nil && !c.Transient() {
+		return failure.Wrap(c, err)
+	}
+	return err
+}
+
+// remoteError is the cause another rank reported in its abort notice.
+type remoteError struct {
+	sentinel error
+	text     string
+}
+
+func (e *remoteError) Error() string { return e.text }
+func (e *remoteError) Unwrap() error { return e.sentinel }

@@ -33,8 +33,10 @@ type pendingCall struct {
 
 // stepLoop is the generation's step loop on its leader (the Trainer's).
 type stepLoop struct {
-	gen      uint64
-	order    train.TrainOrder
+	gen   uint64
+	order train.TrainOrder
+	// cad is the trainer's cadence: which step to run, when to save.
+	cad      *train.Cadence
 	step     int
 	cursor   uint64
 	ranks    []string // node ID of each rank
@@ -147,7 +149,12 @@ func (l *leaderShell) tick() {
 func (l *leaderShell) startLoop(o *train.TrainOrder) {
 	n := l.n
 	lay := o.Layout
-	lp := &stepLoop{gen: o.Gen, order: *o, step: lay.Step, cursor: uint64(lay.Cursor), ranks: make([]string, lay.Mesh.Size())}
+	cfg := n.s.cfg
+	// The simulated members report no loss (the check compares their
+	// weights with the fault-free run's instead), and there is no
+	// held-out data.
+	cad := train.NewCadence(train.CadenceConfig{From: lay.Step, Steps: cfg.Steps, Window: 1, CkptEvery: cfg.CkptEvery, Save: cfg.CkptEvery > 0})
+	lp := &stepLoop{gen: o.Gen, order: *o, cad: cad, step: lay.Step, cursor: uint64(lay.Cursor), ranks: make([]string, lay.Mesh.Size())}
 	for r, i := range lay.Members {
 		lp.ranks[r] = n.world.Members[i].ID
 	}
@@ -156,14 +163,17 @@ func (l *leaderShell) startLoop(o *train.TrainOrder) {
 	l.nextStep()
 }
 
-// nextStep sends the loop's next step to every rank, or ends the loop at
-// the target.
+// nextStep sends the step the cadence asks for to every rank, or ends
+// the loop at the job's end.
 func (l *leaderShell) nextStep() {
 	lp, n := l.loop, l.n
-	if lp.step >= n.s.cfg.Steps {
+	step, ok := lp.cad.Next()
+	if !ok {
 		l.endLoop(nil)
 		return
 	}
+	lp.cad.Started()
+	lp.step = step
 	lp.done, lp.got = make([]bool, len(lp.ranks)), 0
 	lp.deadline = n.s.clk.now + stepTimeout
 	for _, id := range lp.ranks {
@@ -187,11 +197,12 @@ func (l *leaderShell) stepDone(d stepDone) {
 	}
 	l.n.s.stepsRun++
 	l.n.lead.Progress()
-	lp.step++
+	a := lp.cad.Done(0, nil)
+	lp.step = a.Step
 	lp.cursor += uint64(lp.order.Batch)
-	if k := l.n.s.cfg.CkptEvery; k > 0 && lp.step%k == 0 && lp.step < l.n.s.cfg.Steps {
-		// The step loop's checkpoint cadence: rank 0 saves, the loop
-		// waits for it.
+	if a.Save {
+		// Rank 0 saves (or every part's writer its shard); the loop waits
+		// for it.
 		if l.n.s.cfg.sharded() {
 			l.saveShards()
 			return

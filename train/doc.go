@@ -1,8 +1,9 @@
 // Package train is troupe's trainer: the configuration of a run (Config,
 // checked by Validate, which changes nothing), the one step loop of every
 // world (the learning-rate schedule, the sampler cursor, the evaluation,
-// checkpoint and metrics cadence, the NaN check, the step metrics), and
-// its executors, which differ only in where the workers (package worker)
+// checkpoint and metrics cadence, the NaN check, the step metrics; its
+// decisions are the pure core Cadence, which the simulator's leader
+// follows too), and its executors, which differ only in where the workers (package worker)
 // live: actors of this process, worker processes (Config.Procs), or the
 // members of an elastic generation.
 //

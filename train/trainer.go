@@ -13,7 +13,6 @@ import (
 
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/data"
-	"github.com/troupe-ml/troupe/failure"
 	"github.com/troupe-ml/troupe/kernels/cpu"
 	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/nn"
@@ -111,29 +110,30 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 	if err != nil {
 		return sum, fmt.Errorf("train: %w", err)
 	}
-	r := &runState{sum: sum, sampler: sampler, start: time.Now(), lastDone: time.Now(), next: seg.from, nextCursor: seg.cursor}
+	r := &runState{sum: sum, sampler: sampler, start: time.Now(), lastDone: time.Now(), nextCursor: seg.cursor}
 	defer func() { r.stats.summarize(sum, r.start, j.tokensPerRow()) }()
 	fl := newInflight(ctx, seg.ex)
 	defer fl.stop()
-	for step := seg.from; step < j.steps; step++ {
-		// stopped is why the loop stops starting steps (seg.stop): it
-		// returns once the steps in flight completed and were reported,
-		// so that the steps it reports are every one it started.
-		stopped, err := t.startSteps(ctx, seg, fl, r, step)
-		if err != nil {
+	cad := t.cadence(seg, fl.window)
+	for !cad.Finished() {
+		if err := t.startSteps(ctx, seg, fl, r, cad); err != nil {
 			return sum, err
 		}
-		if fl.running == 0 { // only a stop leaves none in flight
-			if stopped == nil {
-				stopped = fmt.Errorf("train: step %d: no step in flight to wait for", step+1)
-			}
-			return sum, stopped
+		if cad.Running() == 0 { // only a superseded generation leaves none in flight
+			return sum, cad.Stopped()
 		}
-		if done, err := t.complete(ctx, seg, fl, r, step); err != nil || done {
+		if done, err := t.complete(ctx, seg, fl, r, cad); err != nil || done {
 			return sum, err
 		}
 	}
 	return sum, nil
+}
+
+// cadence is the run's policy for seg, from the job's configuration.
+func (t *trainer) cadence(seg segment, window int) *Cadence {
+	cfg := &t.job.cfg
+	return NewCadence(CadenceConfig{From: seg.from, Steps: t.job.steps, StopAfter: t.stopAfter, Window: window,
+		Eval: t.job.test != nil, EvalEvery: cfg.EvalEvery, CkptEvery: cfg.CkptEvery, Save: t.ckpt != nil, SaveLast: true})
 }
 
 // runState is what trainer.run carries from step to step: the sampler and
@@ -146,42 +146,45 @@ type runState struct {
 	b               data.Batch
 	idx             []int
 	start, lastDone time.Time
-	next            int
-	nextCursor      data.Cursor
+	// nextCursor is the sampler cursor of the next step to start.
+	nextCursor data.Cursor
 }
 
-// startSteps starts steps while the window has room, never past one whose
-// afterStep needs the executor quiet (an evaluation, a checkpoint, the
-// last step) before it completed: with a window of one, a step at a time.
-// Steps complete, and are reported, in the order they complete: step is
-// the count of completed ones (under asynchronous training, the server's
-// updates). It returns why it stopped starting steps (seg.stop), or the
-// run's cancellation as an error.
-func (t *trainer) startSteps(ctx context.Context, seg segment, fl *inflight, r *runState, step int) (stopped, err error) {
+// startSteps starts the steps the cadence asks for (with a window of
+// one, a step at a time). Steps complete, and are reported, in the order
+// they complete. It returns the run's cancellation as an error; a
+// superseded generation (seg.stop) only stops the starts.
+func (t *trainer) startSteps(ctx context.Context, seg segment, fl *inflight, r *runState, cad *Cadence) error {
 	j, cfg := t.job, &t.job.cfg
-	for fl.running < fl.window && r.next < j.steps && (r.next == step || !t.quietAfter(r.next-1)) {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("train: stopped before step %d: %w", r.next+1, context.Cause(ctx))
+	for {
+		step, ok := cad.Next()
+		if !ok {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return cad.Cancel(context.Cause(ctx))
 		}
 		if seg.stop != nil && seg.stop.Err() != nil {
-			return fmt.Errorf("train: stopped before step %d: %w", r.next+1, failure.Wrap(failure.Canceled, context.Cause(seg.stop))), nil
+			cad.Supersede(context.Cause(seg.stop))
+			return nil
 		}
 		r.idx = r.sampler.At(r.nextCursor, seg.batch, r.idx)
 		j.train.Fill(r.idx, &r.b)
-		fl.start(worker.StepRequest{Step: r.next, Cursor: r.nextCursor, Batch: seg.batch, LR: t.sched.LR(r.next) * seg.lrScale,
-			GlobalTargets: globalTargets(&r.b), Checksum: cfg.CheckEvery > 0 && (r.next+1)%cfg.CheckEvery == 0,
-			LossScale: t.scaler.scale(), LossScaleTracker: t.scaler.tracker(), Round: cfg.roundAt(r.next, t.total())})
-		r.next, r.nextCursor = r.next+1, r.nextCursor+data.Cursor(seg.batch)
+		cad.Started()
+		fl.start(worker.StepRequest{Step: step, Cursor: r.nextCursor, Batch: seg.batch, LR: t.sched.LR(step) * seg.lrScale,
+			GlobalTargets: globalTargets(&r.b), Checksum: cfg.CheckEvery > 0 && (step+1)%cfg.CheckEvery == 0,
+			LossScale: t.scaler.scale(), LossScaleTracker: t.scaler.tracker(), Round: cfg.roundAt(step, t.total())})
+		r.nextCursor += data.Cursor(seg.batch)
 	}
-	return nil, nil
 }
 
-// complete takes the next step to complete as step (0-based): it checks
-// its loss, updates the loss scaler, the figures and the summary, runs
-// what follows it (evaluation, checkpoint, metrics) and logs it. done: the
-// run stops after it (Options.StopAfter).
-func (t *trainer) complete(ctx context.Context, seg segment, fl *inflight, r *runState, step int) (done bool, err error) {
+// complete takes the next step to complete: the cadence checks its
+// outcome; complete updates the loss scaler, the figures and the summary,
+// runs what the cadence says follows it (evaluation, checkpoint) and
+// reports and logs it. done: the run stops after it (Options.StopAfter).
+func (t *trainer) complete(ctx context.Context, seg segment, fl *inflight, r *runState, cad *Cadence) (done bool, err error) {
 	j, cfg, sum := t.job, &t.job.cfg, r.sum
+	step := cad.Completed()
 	o := fl.next()
 	req, st, t0 := o.req, o.st, o.t0
 	if fl.window > 1 {
@@ -191,19 +194,17 @@ func (t *trainer) complete(ctx context.Context, seg segment, fl *inflight, r *ru
 	}
 	r.lastDone = time.Now()
 	cursor, lr, lossScale := req.Cursor, req.LR, req.LossScale
+	loss := st.LossSum / math.Max(1, float64(st.Targets))
+	a := cad.Done(loss, o.err)
 	var adopted *adoptedError
-	if errors.As(o.err, &adopted) {
+	if a.Salvaged && errors.As(o.err, &adopted) {
 		// The step may count: its line goes with the error, for the next
 		// generation to report if it continues after it.
 		loss := adopted.Stats.LossSum / math.Max(1, float64(adopted.Stats.Targets))
 		adopted.Metrics = t.metrics(seg, step, cursor, lr, loss, adopted.Stats, time.Since(t0))
 	}
-	if o.err != nil {
-		return false, fmt.Errorf("train: step %d: %w", step+1, o.err)
-	}
-	loss := st.LossSum / math.Max(1, float64(st.Targets))
-	if math.IsNaN(loss) || math.IsInf(loss, 0) {
-		return false, fmt.Errorf("%w: step %d: loss is %v (lower the learning rate or clip the gradients)", ErrLoss, step+1, loss)
+	if a.Err != nil {
+		return false, a.Err
 	}
 	m := t.metrics(seg, step, cursor, lr, loss, st, time.Since(t0))
 	if err := t.scaled(&m, st, step, lossScale); err != nil {
@@ -222,15 +223,14 @@ func (t *trainer) complete(ctx context.Context, seg segment, fl *inflight, r *ru
 		sum.addAsync(st)
 		m.Samples, m.Epoch = int64(cursor), float64(cursor)/float64(j.train.Len())
 	}
-	if err := t.afterStep(ctx, seg, &m, r.sampler, cursor, sum); err != nil {
+	if err := t.afterStep(ctx, seg, a, &m, r.sampler, cursor, sum); err != nil {
 		return false, err
 	}
 	t.logStep(seg, &m, step, lr, loss, last, r.start)
-	if t.stopAfter > 0 && step+1 >= t.stopAfter && !last {
+	if a.Stop && !last {
 		t.log.Info("stopping early", zap.Int("after_step", step+1))
-		return true, nil
 	}
-	return false, nil
+	return a.Stop, nil
 }
 
 // scaled updates the fp16 loss scaler with step's outcome (nothing
@@ -265,23 +265,13 @@ func (t *trainer) logStep(seg segment, m *StepMetrics, step int, lr, loss float6
 	}
 }
 
-// quietAfter reports whether what follows step (0-based) needs the
-// executor quiet, no later step in flight: an evaluation, a checkpoint,
-// the end of the run.
-func (t *trainer) quietAfter(step int) bool {
-	cfg, n := &t.job.cfg, step+1
-	return n >= t.total() || cfg.CkptEvery > 0 && n%cfg.CkptEvery == 0 || t.job.test != nil && cfg.EvalEvery > 0 && n%cfg.EvalEvery == 0
-}
-
 // inflight runs the loop's steps: one at a time on the loop's goroutine
 // with a window of one; with a larger window each on a goroutine of its
 // own, which stop cancels and waits for.
 type inflight struct {
 	ex     executor
 	window int
-	// running counts the started steps whose outcome next has not
-	// returned; results holds the outcomes as they complete.
-	running int
+	// results holds the outcomes of started steps as they complete.
 	results chan stepOutcome
 	parent  context.Context
 	ctx     context.Context
@@ -309,7 +299,6 @@ func newInflight(ctx context.Context, ex executor) *inflight {
 
 // start runs req's step (at once with a window of one).
 func (f *inflight) start(req worker.StepRequest) {
-	f.running++
 	t0 := time.Now()
 	if f.window == 1 {
 		st, err := f.ex.Step(f.parent, req)
@@ -327,7 +316,6 @@ func (f *inflight) start(req worker.StepRequest) {
 // next returns the outcome of the first started step to complete that
 // next has not returned yet.
 func (f *inflight) next() stepOutcome {
-	f.running--
 	return <-f.results
 }
 
@@ -347,18 +335,17 @@ func (t *trainer) total() int {
 	return t.job.steps
 }
 
-// afterStep does what the run's cadence asks after step m.Step (its
-// metrics, completed with what it does): evaluate, checkpoint, observe.
-func (t *trainer) afterStep(ctx context.Context, seg segment, m *StepMetrics, sampler *data.Sampler, cursor data.Cursor, sum *Summary) error {
-	j, cfg := t.job, &t.job.cfg
-	if j.test != nil && (m.Step == j.steps || (cfg.EvalEvery > 0 && m.Step%cfg.EvalEvery == 0)) {
+// afterStep does what the cadence asks after step m.Step (its metrics,
+// completed with what it does): evaluate, checkpoint; then observe.
+func (t *trainer) afterStep(ctx context.Context, seg segment, a After, m *StepMetrics, sampler *data.Sampler, cursor data.Cursor, sum *Summary) error {
+	if a.Evaluate {
 		var err error
 		if m.EvalLoss, m.EvalAcc, err = t.evaluate(ctx, seg.ex, m.Step); err != nil {
 			return err
 		}
 		sum.EvalLoss, sum.EvalAcc = m.EvalLoss, m.EvalAcc
 	}
-	if t.ckpt != nil && cfg.CkptEvery > 0 && m.Step%cfg.CkptEvery == 0 {
+	if a.Save {
 		st := sampler.State()
 		st.Cursor = cursor
 		meta := t.ckpt.meta(m.Step, seg.ex.Generation(), st, t.sched)
