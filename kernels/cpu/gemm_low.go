@@ -74,7 +74,7 @@ func gemmLow(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b, c kernels.
 		cp = getFloats(len(hc.V))
 		c32 = *cp
 		if g.Beta != 0 {
-			forRowsC(g, func(off int) { convert.FromLow(hc.T, c32[off:off+g.N], hc.V[off:off+g.N]) })
+			forRowsC(threads, g, func(off int) { convert.FromLow(hc.T, c32[off:off+g.N], hc.V[off:off+g.N]) })
 		}
 	}
 	if g.K == 0 || g.Alpha == 0 {
@@ -87,7 +87,7 @@ func gemmLow(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b, c kernels.
 		gemmWidened(threads, g, ha, hb, c32)
 	}
 	if lowC {
-		forRowsC(g, func(off int) { convert.ToLow(hc.T, hc.V[off:off+g.N], c32[off:off+g.N]) })
+		forRowsC(threads, g, func(off int) { convert.ToLow(hc.T, hc.V[off:off+g.N], c32[off:off+g.N]) })
 		floatPool.Put(cp)
 	}
 }
@@ -100,13 +100,17 @@ func dtypeOf(b kernels.Buffer) kernels.DType {
 	return kernels.F32
 }
 
-// forRowsC calls f with the offset of every row of C (every batch member).
-func forRowsC(g kernels.GemmArgs, f func(off int)) {
-	for bt := range g.Batch {
-		for i := range g.M {
-			f(bt*g.StrideC + i*g.LDC)
+// forRowsC calls f with the offset of every row of C (every batch
+// member), on up to threads goroutines when C is large enough to share:
+// a 16-bit C converted on one goroutine kept the other threads of a
+// product waiting for it.
+func forRowsC(threads int, g kernels.GemmArgs, f func(off int)) {
+	rows := g.Batch * g.M
+	parallelFor(rows, threads, max(1, grainSimple/max(g.N, 1)), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			f(r/g.M*g.StrideC + r%g.M*g.LDC)
 		}
-	}
+	})
 }
 
 // gemmWidened widens A and B to fp32 (their whole extent, so that leading
