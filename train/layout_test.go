@@ -2,6 +2,7 @@ package train
 
 import (
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -296,5 +297,53 @@ func TestOneLineageJudgesARolledBackMemberByItsUndoCopy(t *testing.T) {
 	states = []worker.Holding{z(12, 0, true), z(12, 1, true)}
 	if got := oneLineage(states, []uint64{0xb12, 0xb12}, []uint64{0x1, 0x2}, 2, 2); !slices.Equal(got, states) {
 		t.Fatalf("oneLineage = %+v; want the states as they are", got)
+	}
+}
+
+// Property: whatever the members hold (parts, shards, steps one apart or
+// more, undo copies, checksums from a few histories), the layout planned
+// from oneLineage's states takes every slot of a part from one history:
+// the roots hold one checksum per part once formed (a root rolled back
+// holds its undo copy's).
+func TestOneLineageNeverMixes(t *testing.T) {
+	r := rand.New(rand.NewPCG(37, 1))
+	for c := range 20000 {
+		pp, group := 1+r.IntN(2), 2
+		n := 1 + r.IntN(7)
+		states := make([]worker.Holding, n)
+		sums, undoSums := make([]uint64, n), make([]uint64, n)
+		for i := range states {
+			if r.IntN(6) == 0 {
+				states[i] = worker.NoHolding
+				continue
+			}
+			states[i] = worker.Holding{Part: r.IntN(pp), Applied: 8 + r.IntN(3), ZeroGroup: group,
+				ZeroShard: r.IntN(group), Undo: r.IntN(3) > 0}
+			sums[i] = uint64(1 + r.IntN(3))
+			if states[i].Undo {
+				undoSums[i] = uint64(1 + r.IntN(3))
+			}
+		}
+		got := oneLineage(states, sums, undoSums, group, pp*group)
+		l, err := planLayout(got, pp, 1, group, 0)
+		if err != nil || l.Source.Kind != worker.FromReplica {
+			continue
+		}
+		held := map[int]uint64{}
+		for slot, root := range l.Source.Roots {
+			if root < 0 {
+				continue
+			}
+			i, sum := l.Members[root], sums[l.Members[root]]
+			if l.RollBack[i] {
+				sum = undoSums[i]
+			}
+			part := slot / group
+			if h, ok := held[part]; ok && h != sum {
+				t.Fatalf("case %d: part %d formed from histories %d and %d\nstates %+v\nsums %v undo %v\nkept %+v\nlayout %+v",
+					c, part, h, sum, states, sums, undoSums, got, l)
+			}
+			held[part] = sum
+		}
 	}
 }
