@@ -239,9 +239,9 @@ func (c *LeaderCore) replicatedShards() bool { return c.cfg.ZeroGroup > 0 && c.c
 // holds, which another member holds at the step before. Dropping a
 // member can change which torn step is undone, so the members are judged
 // again until no one more is dropped: the states that come out are the
-// ones planLayout sees, with the same roll back. An undo checksum of 0 (a
-// worker that does not report it) makes a history of its own: at worst
-// a slot is taken from another holder or a checkpoint, never mixed.
+// ones planLayout sees, with the same roll back. A worker that does not
+// report the undo checksum sends 0: such members agree with no other
+// member going back, but with each other, unchecked as before the field.
 func oneLineage(states []worker.Holding, sums, undoSums []uint64, zeroGroup, slots int) []worker.Holding {
 	out := slices.Clone(states)
 	for {
