@@ -131,7 +131,7 @@ func (w *member) call(from string, c callMsg) {
 			Cursor: uint64(w.hold.Cursor), CanRollBack: w.hold.Undo, World0: uint32(w.hold.World0), Rank: int32(w.rank),
 			JobStep: max(w.jobStep, uint64(w.hold.Applied)), HeldZeroGroup: uint32(w.hold.ZeroGroup), HeldZeroShard: uint32(w.hold.ZeroShard)}
 		if m.Checksum {
-			st.Checksum = w.checksum()
+			st.Checksum, st.UndoChecksum = w.checksum(), w.undoChecksum()
 		}
 		reply(st, nil)
 	case *workerpb.Form:
@@ -153,6 +153,15 @@ func (w *member) checksum() uint64 {
 		return 0
 	}
 	return worker.Checksum(w.params)
+}
+
+// undoChecksum is checksum's for the state a roll back restores
+// (worker.Worker.UndoChecksum); 0 without one.
+func (w *member) undoChecksum() uint64 {
+	if w.hold.Part < 0 || !w.hold.Undo {
+		return 0
+	}
+	return worker.Checksum(w.undoParams)
 }
 
 // form places the worker in a generation: worker.Worker.Form's plan,

@@ -2,6 +2,7 @@ package train
 
 import (
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -191,7 +192,8 @@ func TestOneLineageKeepsOneHistoryOfAPart(t *testing.T) {
 	// and n5 hold shards 1 and 0 at step 17 trained again (sum 0xb).
 	states := []worker.Holding{z(17, 0, 0), z(17, 0, 1), z(17, 0, 0)}
 	sums := []uint64{0xa, 0xb, 0xb}
-	got := oneLineage(states, sums, 2)
+	none := make([]uint64, 4) // no member rolls back
+	got := oneLineage(states, sums, none, 2, 2)
 	if got[0].Part != -1 || got[0].World0 != 4 || got[1] != states[1] || got[2] != states[2] {
 		t.Fatalf("oneLineage = %+v; want member 0 dropped, 1 and 2 kept", got)
 	}
@@ -208,13 +210,140 @@ func TestOneLineageKeepsOneHistoryOfAPart(t *testing.T) {
 	// A history covering more slots wins over more holders of fewer.
 	states = []worker.Holding{z(9, 0, 0), z(9, 0, 0), z(9, 0, 0), z(9, 0, 1)}
 	sums = []uint64{0xa, 0xa, 0xb, 0xb}
-	got = oneLineage(states, sums, 2)
+	got = oneLineage(states, sums, none, 2, 2)
 	if got[0].Part != -1 || got[1].Part != -1 || got[2] != states[2] || got[3] != states[3] {
 		t.Fatalf("oneLineage = %+v; want members 0 and 1 dropped", got)
 	}
 	// Other parts, other steps, and one history: as they are.
 	states = []worker.Holding{z(9, 0, 0), z(8, 0, 1), z(9, 1, 0)}
-	if got := oneLineage(states, []uint64{1, 2, 3}, 2); !slices.Equal(got, states) {
+	if got := oneLineage(states, []uint64{1, 2, 3}, none, 2, 4); !slices.Equal(got, states) {
 		t.Fatalf("oneLineage = %+v; want the states as they are", got)
+	}
+}
+
+// A member that the layout rolls back (a torn ZeRO step undone) holds,
+// once formed, its copy from before its last step, of the history that
+// undo_checksum names, not checksum's: oneLineage judges it there. Before
+// it did, these layouts took one shard of part 0 from each history, and
+// the form ended the job as diverged (the seeds that found it: troupe sim
+// --zero 2 --nodes 4 --seed 1253, and 9 others in 2000 at ZeRO-1 and 2).
+func TestOneLineageJudgesARolledBackMemberByItsUndoCopy(t *testing.T) {
+	z := func(applied, shard int, undo bool) worker.Holding {
+		return worker.Holding{Applied: applied, Part: 0, ZeroShard: shard, ZeroGroup: 2, Undo: undo, World0: 4}
+	}
+	// heldSums is the checksum each root of l holds once formed.
+	heldSums := func(l Layout, sums, undoSums []uint64) []uint64 {
+		var out []uint64
+		for _, r := range l.Source.Roots {
+			if i := l.Members[r]; l.RollBack[i] {
+				out = append(out, undoSums[i])
+			} else {
+				out = append(out, sums[i])
+			}
+		}
+		return out
+	}
+
+	// Seed 1253: n1 hung after applying step 11 of a world that then
+	// lost it (history a); the next world trained steps 11 and 12 again
+	// in another world size (history b), and its shard-0 holder crashed.
+	// n2 holds shard 1 at 12 (b) and can go back to 11 (b); n4 was on
+	// standby at 10, where both histories start. Step 12 is torn (no
+	// shard 0), and every shard has a holder at 11: n2 would go back and
+	// meet n1 there, a's shard 0 beside b's shard 1. n2's undo copy is
+	// not n1's step 11: one of them goes (the tie: the first member's
+	// history stays); then n1, alone at 11 with shard 1 only at 10, goes
+	// back to 10 too, where it agrees with n4.
+	states := []worker.Holding{z(11, 0, true), z(12, 1, true), z(10, 1, false)}
+	sums := []uint64{0xa11, 0xb12, 0x10}
+	undoSums := []uint64{0x10, 0xb11, 0}
+	got := oneLineage(states, sums, undoSums, 2, 2)
+	if got[0] != states[0] || got[1].Part != -1 || got[1].World0 != 4 || got[2] != states[2] {
+		t.Fatalf("oneLineage = %+v; want member 1 dropped, 0 and 2 kept", got)
+	}
+	l, err := planLayout(got, 1, 1, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Step != 10 || len(l.Lost) != 0 || !slices.Equal(l.RollBack, []bool{true, false, false}) ||
+		!slices.Equal(heldSums(l, sums, undoSums), []uint64{0x10, 0x10}) {
+		t.Fatalf("layout %+v; want step 10, member 0 rolled back, both shards of history 0x10", l)
+	}
+
+	// The copy a member goes back to can tip the choice: at step 11
+	// member 1 holds shard 0 of the abandoned history a and comes first,
+	// member 2 shard 0 of b; member 0 holds shard 1 at 12 and goes back
+	// to b's 11. Judged by its checksum at 12 it is alone there, a and b
+	// tie at 11 and a (the first) stays: a's shard 0 beside b's shard 1.
+	// Judged by its copy, b covers both shards and stays.
+	states = []worker.Holding{z(12, 1, true), z(11, 0, false), z(11, 0, false)}
+	sums = []uint64{0xb12, 0xa11, 0xb11}
+	undoSums = []uint64{0xb11, 0, 0}
+	got = oneLineage(states, sums, undoSums, 2, 2)
+	if got[0] != states[0] || got[1].Part != -1 || got[2] != states[2] {
+		t.Fatalf("oneLineage = %+v; want member 1 dropped, 0 and 2 kept", got)
+	}
+	l, err = planLayout(got, 1, 1, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Step != 11 || len(l.Lost) != 0 || !slices.Equal(l.RollBack, []bool{true, false, false}) ||
+		!slices.Equal(heldSums(l, sums, undoSums), []uint64{0xb11, 0xb11}) {
+		t.Fatalf("layout %+v; want step 11, member 0 rolled back, both shards of history b", l)
+	}
+
+	// No torn step: members are judged by what they hold, and their
+	// undo copies (made to differ here) are not read.
+	states = []worker.Holding{z(12, 0, true), z(12, 1, true)}
+	if got := oneLineage(states, []uint64{0xb12, 0xb12}, []uint64{0x1, 0x2}, 2, 2); !slices.Equal(got, states) {
+		t.Fatalf("oneLineage = %+v; want the states as they are", got)
+	}
+}
+
+// Property: whatever the members hold (parts, shards, steps one apart or
+// more, undo copies, checksums from a few histories), the layout planned
+// from oneLineage's states takes every slot of a part from one history:
+// the roots hold one checksum per part once formed (a root rolled back
+// holds its undo copy's).
+func TestOneLineageNeverMixes(t *testing.T) {
+	r := rand.New(rand.NewPCG(37, 1))
+	for c := range 20000 {
+		pp, group := 1+r.IntN(2), 2
+		n := 1 + r.IntN(7)
+		states := make([]worker.Holding, n)
+		sums, undoSums := make([]uint64, n), make([]uint64, n)
+		for i := range states {
+			if r.IntN(6) == 0 {
+				states[i] = worker.NoHolding
+				continue
+			}
+			states[i] = worker.Holding{Part: r.IntN(pp), Applied: 8 + r.IntN(3), ZeroGroup: group,
+				ZeroShard: r.IntN(group), Undo: r.IntN(3) > 0}
+			sums[i] = uint64(1 + r.IntN(3))
+			if states[i].Undo {
+				undoSums[i] = uint64(1 + r.IntN(3))
+			}
+		}
+		got := oneLineage(states, sums, undoSums, group, pp*group)
+		l, err := planLayout(got, pp, 1, group, 0)
+		if err != nil || l.Source.Kind != worker.FromReplica {
+			continue
+		}
+		held := map[int]uint64{}
+		for slot, root := range l.Source.Roots {
+			if root < 0 {
+				continue
+			}
+			i, sum := l.Members[root], sums[l.Members[root]]
+			if l.RollBack[i] {
+				sum = undoSums[i]
+			}
+			part := slot / group
+			if h, ok := held[part]; ok && h != sum {
+				t.Fatalf("case %d: part %d formed from histories %d and %d\nstates %+v\nsums %v undo %v\nkept %+v\nlayout %+v",
+					c, part, h, sum, states, sums, undoSums, got, l)
+			}
+			held[part] = sum
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/elastic"
 	"github.com/troupe-ml/troupe/failure"
+	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/worker"
 	"github.com/troupe-ml/troupe/worker/workerpb"
@@ -295,17 +296,18 @@ func (c *LeaderCore) Replies(gen uint64, ph LeaderPhase, replies []any, err erro
 	switch c.phase {
 	case phaseStatus:
 		c.states = make([]worker.Holding, len(replies))
-		sums := make([]uint64, len(replies))
+		sums, undoSums := make([]uint64, len(replies)), make([]uint64, len(replies))
 		for i, r := range replies {
 			st := r.(*workerpb.Status)
-			sums[i] = st.Checksum
+			sums[i], undoSums[i] = st.Checksum, st.UndoChecksum
 			c.states[i] = worker.Holding{Part: int(st.HeldPart), Applied: int(st.Applied), Cursor: data.Cursor(st.Cursor),
 				Undo: st.CanRollBack, World0: int(st.World0), ZeroGroup: int(st.HeldZeroGroup), ZeroShard: int(st.HeldZeroShard)}
 			c.world0 = max(c.world0, int(st.World0))
 			c.jobStep = max(c.jobStep, int(st.JobStep))
 		}
 		if c.replicatedShards() {
-			c.states = oneLineage(c.states, sums, c.cfg.ZeroGroup)
+			slots := mesh.Mesh{PP: c.cfg.Stages, TP: max(1, c.cfg.Shards)}.Slots(c.cfg.ZeroGroup) // planLayout's
+			c.states = oneLineage(c.states, sums, undoSums, c.cfg.ZeroGroup, slots)
 		}
 		c.plan()
 	case phaseForm:

@@ -220,17 +220,52 @@ func (c *LeaderCore) replicatedShards() bool { return c.cfg.ZeroGroup > 0 && c.c
 
 // oneLineage keeps, of the members holding the same part at the same
 // step under ZeRO-1 or 2, those of one history: the states whose
-// parameter checksums (sums, from the status) agree. Two histories of one
-// step meet when a member cut off from the job (a partition, a hang) kept
-// a step that the job later trained again after restoring an older
-// checkpoint (another world size: other bits). Without this the layout
+// parameter checksums agree. Two histories of one step meet when a member
+// cut off from the job (a partition, a hang) kept a step that the job
+// later trained again after restoring an older checkpoint, or from an
+// older step in another world (other bits). Without this the layout
 // could take one shard of a part from each history, and the form's
 // comparison of the part's parameters ends the job as diverged. The
 // history whose holders cover the most slots of the part is kept (then
 // the most holders, then the first member's); the other holders come out
 // holding nothing, to take their slot's state from a root or a
 // checkpoint. A pure function; states are not modified.
-func oneLineage(states []worker.Holding, sums []uint64, zeroGroup int) []worker.Holding {
+//
+// A member is judged at the step and by the checksum of the state it
+// will hold when the generation forms: sums[i] for the state it holds,
+// undoSums[i] (Status.undo_checksum) for a member that planLayout rolls
+// back to its copy from before its last step (undoTornStep over slots
+// slots). That copy may belong to another history than the step it
+// holds, which another member holds at the step before. Dropping a
+// member can change which torn step is undone, so the members are judged
+// again until no one more is dropped: the states that come out are the
+// ones planLayout sees, with the same roll back. A worker that does not
+// report the undo checksum sends 0: such members agree with no other
+// member going back, but with each other, unchecked as before the field.
+func oneLineage(states []worker.Holding, sums, undoSums []uint64, zeroGroup, slots int) []worker.Holding {
+	out := slices.Clone(states)
+	for {
+		formed, back := undoTornStep(out, zeroGroup, slots)
+		sum := func(i int) uint64 {
+			if back[i] {
+				return undoSums[i]
+			}
+			return sums[i]
+		}
+		drop := otherHistories(formed, sum, zeroGroup)
+		if len(drop) == 0 {
+			return out
+		}
+		for _, i := range drop {
+			out[i] = worker.Holding{Part: -1, World0: states[i].World0}
+		}
+	}
+}
+
+// otherHistories lists the members to drop for oneLineage: of the
+// holders of each part at each step in states, those whose checksum
+// (sum) is not the kept history's.
+func otherHistories(states []worker.Holding, sum func(i int) uint64, zeroGroup int) []int {
 	type key struct{ part, step int }
 	type history struct {
 		slots   map[int]bool
@@ -246,15 +281,15 @@ func oneLineage(states []worker.Holding, sums []uint64, zeroGroup int) []worker.
 		if byKey[k] == nil {
 			byKey[k] = map[uint64]*history{}
 		}
-		h := byKey[k][sums[i]]
+		h := byKey[k][sum(i)]
 		if h == nil {
 			h = &history{slots: map[int]bool{}, first: i}
-			byKey[k][sums[i]] = h
+			byKey[k][sum(i)] = h
 		}
 		h.slots[s.Slot(zeroGroup)] = true
 		h.holders++
 	}
-	out := slices.Clone(states)
+	var drop []int
 	for i, s := range states {
 		hs := byKey[key{s.Part, s.Applied}]
 		if len(hs) <= 1 || s.Slot(zeroGroup) < 0 {
@@ -267,9 +302,9 @@ func oneLineage(states []worker.Holding, sums []uint64, zeroGroup int) []worker.
 				best = h
 			}
 		}
-		if hs[sums[i]] != best {
-			out[i] = worker.Holding{Part: -1, World0: s.World0}
+		if hs[sum(i)] != best {
+			drop = append(drop, i)
 		}
 	}
-	return out
+	return drop
 }

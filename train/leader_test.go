@@ -96,6 +96,16 @@ func (m *simMember) checksum() uint64 {
 	return h.Sum64()
 }
 
+// undoChecksum is the checksum the member holds after rolling back (form).
+func (m *simMember) undoChecksum() uint64 {
+	if m.h.Part < 0 || !m.h.Undo {
+		return 0
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%d/%v", m.h.Part, m.undo, false)
+	return h.Sum64()
+}
+
 type leaderSim struct {
 	cfg     LeaderConfig
 	now     time.Time
@@ -471,7 +481,7 @@ func (s *leaderSim) answer(m *simMember, msg any) (any, error) {
 	switch r := msg.(type) {
 	case *workerpb.StatusRequest:
 		return &workerpb.Status{HeldPart: int32(m.h.Part), Applied: uint64(m.h.Applied), Cursor: uint64(m.h.Cursor),
-			CanRollBack: m.h.Undo, World0: uint32(m.h.World0), Checksum: m.checksum(),
+			CanRollBack: m.h.Undo, World0: uint32(m.h.World0), Checksum: m.checksum(), UndoChecksum: m.undoChecksum(),
 			HeldZeroGroup: uint32(m.h.ZeroGroup), HeldZeroShard: uint32(m.h.ZeroShard), JobStep: uint64(max(m.jobStep, m.h.Applied))}, nil
 	case *workerpb.Form:
 		return s.form(m, r)

@@ -288,7 +288,7 @@ func (a *shellActor) Receive(c actor.Context) {
 		st.LastLossScale, st.LastSkipped, st.LastLossScaleTracker = last.LossScale, last.Skipped, uint32(last.LossScaleTracker)
 		st.JobStep = max(a.jobStep, st.Applied)
 		if m.Checksum {
-			st.Checksum = a.w.Checksum()
+			st.Checksum, st.UndoChecksum = a.w.Checksum(), a.w.UndoChecksum()
 		}
 		c.Respond(st)
 	case *workerpb.Form:

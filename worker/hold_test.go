@@ -152,13 +152,16 @@ func TestFormRollsBackATornStep(t *testing.T) {
 	wd := newWorld(t, spec, 1)
 	wd.losses(t, s, 2, s.batch)
 	stage1 := wd.workers[1]
-	before := stateOf(stage1)
+	before, sum2 := stateOf(stage1), stage1.Checksum()
 	if len(before) < 3 {
 		t.Fatalf("the stage's state is %d buffers, want the weights and AdamW's two moments", len(before))
 	}
 	wd.losses(t, s, 3, s.batch) // step 3
 	if h := stage1.Holding(); h.Applied != 3 || !h.Undo {
 		t.Fatalf("after step 3 the stage holds %+v", h)
+	}
+	if got := stage1.UndoChecksum(); got != sum2 || got == stage1.Checksum() {
+		t.Fatalf("after step 3 the undo checksum is %x, want step 2's %x (step 3's: %x)", got, sum2, stage1.Checksum())
 	}
 	for _, w := range wd.workers {
 		w.Close()
@@ -173,6 +176,9 @@ func TestFormRollsBackATornStep(t *testing.T) {
 	}
 	if h := stage1.Holding(); h.Applied != 2 || h.Cursor != data.Cursor(2*s.batch) || h.Undo {
 		t.Fatalf("after the undo the stage holds %+v", h)
+	}
+	if stage1.Checksum() != sum2 || stage1.UndoChecksum() != 0 {
+		t.Fatalf("after the undo the checksums are %x and (undo) %x, want %x and 0", stage1.Checksum(), stage1.UndoChecksum(), sum2)
 	}
 	if err := stage1.Form(context.Background(), Form{Generation: 3, Rank: -1, Step: 1, RollBack: true}, nil); !errors.Is(err, ErrNoState) {
 		t.Fatalf("a second undo: %v", err)
@@ -269,7 +275,18 @@ func TestZeroReformsFromShardReplicas(t *testing.T) {
 			zs := *spec
 			zs.Zero, zs.ZeroGroup, zs.KeepUndo = stage, 2, true
 			wd := newWorld(t, &zs, 4)
-			got := wd.losses(t, s, 2, s.batch)
+			got := wd.losses(t, s, 1, s.batch)
+			sums := make([]uint64, 4)
+			for i, w := range wd.workers {
+				sums[i] = w.Checksum()
+			}
+			got = append(got, wd.losses(t, s, 2, s.batch)...)
+			for i, w := range wd.workers {
+				// With ZeRO-3 a worker's checksum is of the weights it owns.
+				if u := w.UndoChecksum(); u != sums[i] {
+					t.Fatalf("rank %d's undo checksum after step 2 is %x, want step 1's %x", i, u, sums[i])
+				}
+			}
 			a, b, c, d := wd.workers[0], wd.workers[1], wd.workers[2], wd.workers[3]
 			a.Close()
 			newcomer, err := New(&zs, cpu.New(1))

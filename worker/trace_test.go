@@ -76,7 +76,8 @@ func FuzzStageTrace(f *testing.F) {
 
 // FuzzFormOf: a Form comes from the leader of an elastic job; whatever
 // decodes, FormOf never panics, and what it accepts places the worker on
-// its mesh with roots on the right stages.
+// its mesh with roots on the right slots (Source.Roots is by slot: by
+// part, stage·TP + shard, and with ZeRO by the part's shard).
 func FuzzFormOf(f *testing.F) {
 	for _, m := range []*workerpb.Form{
 		{Dp: 2, Pp: 2, Tp: 1, Rank: 3, Source: 1, Roots: []int32{0, 3}, Step: 5},
@@ -98,9 +99,9 @@ func FuzzFormOf(f *testing.F) {
 		if form.Mesh.Validate() != nil || form.Rank >= form.Mesh.Size() || form.Source.Kind > FromCheckpoint {
 			t.Fatalf("accepted %+v", form)
 		}
-		for st, r := range form.Source.Roots {
-			if form.Mesh.Coord(r).PP != st {
-				t.Fatalf("accepted root %d for stage %d in %v", r, st, form.Mesh)
+		for slot, r := range form.Source.Roots {
+			if form.Mesh.Slot(r, form.ZeroGroup) != slot {
+				t.Fatalf("accepted root %d for slot %d in %v (ZeRO groups of %d)", r, slot, form.Mesh, form.ZeroGroup)
 			}
 		}
 	})

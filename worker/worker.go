@@ -382,6 +382,20 @@ func (w *Worker) Checksum() uint64 {
 	return Checksum(w.model.Set.HostWeights())
 }
 
+// UndoChecksum is Checksum of the parameters from before the last step,
+// those a roll back restores (Holding.Undo; 0 without them). A leader
+// that undoes a torn step compares members by it: after the roll back,
+// Checksum describes the state no longer.
+func (w *Worker) UndoChecksum() uint64 {
+	if w.model == nil || w.hold.Part < 0 || !w.hold.Undo || len(w.undo) == 0 {
+		return 0
+	}
+	// keepUndo copied stateBufs, whose first buffer is what Checksum hashes.
+	h := make([]float32, w.undo[0].Len())
+	w.be.Download(h, w.undo[0])
+	return Checksum(h)
+}
+
 // stateBufs are the buffers of the part's training state: its weights
 // (with ZeRO-3 its owned shard of them, settled first) and its
 // optimizer's state.

@@ -85,7 +85,7 @@ func (x *Failure) GetMessage() string {
 }
 
 // StatusRequest asks a worker what it holds (and, with checksum set, the
-// checksum of its parameters).
+// checksums of its parameters and of those it would roll back to).
 type StatusRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Peer     uint32                 `protobuf:"varint,1,opt,name=peer,proto3" json:"peer,omitempty"`
@@ -169,7 +169,9 @@ type Status struct {
 	CanRollBack bool `protobuf:"varint,7,opt,name=can_roll_back,json=canRollBack,proto3" json:"can_roll_back,omitempty"`
 	// world0 is the data-parallel size of the job's first generation (0
 	// before any).
-	World0   uint32 `protobuf:"varint,8,opt,name=world0,proto3" json:"world0,omitempty"`
+	World0 uint32 `protobuf:"varint,8,opt,name=world0,proto3" json:"world0,omitempty"`
+	// checksum is, with checksum asked for, the checksum of the parameters
+	// held (0 when none).
 	Checksum uint64 `protobuf:"varint,9,opt,name=checksum,proto3" json:"checksum,omitempty"`
 	// rank is the worker's rank in the generation it was last formed in, -1
 	// on standby or before any.
@@ -202,7 +204,12 @@ type Status struct {
 	// its leader reported (Progress.step); 0: none. A leader that finds no
 	// member holding any state although the job trained knows the state was
 	// lost, not that the job is new.
-	JobStep       uint64 `protobuf:"varint,21,opt,name=job_step,json=jobStep,proto3" json:"job_step,omitempty"`
+	JobStep uint64 `protobuf:"varint,21,opt,name=job_step,json=jobStep,proto3" json:"job_step,omitempty"`
+	// undo_checksum is, with checksum asked for and can_roll_back set, the
+	// checksum of the parameters from before the last step (0 otherwise): a
+	// leader that undoes a torn step judges which history the member will
+	// hold by it, since after the roll back checksum no longer describes it.
+	UndoChecksum  uint64 `protobuf:"varint,22,opt,name=undo_checksum,json=undoChecksum,proto3" json:"undo_checksum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -380,6 +387,13 @@ func (x *Status) GetLastLossScaleTracker() uint32 {
 func (x *Status) GetJobStep() uint64 {
 	if x != nil {
 		return x.JobStep
+	}
+	return 0
+}
+
+func (x *Status) GetUndoChecksum() uint64 {
+	if x != nil {
+		return x.UndoChecksum
 	}
 	return 0
 }
@@ -2292,7 +2306,7 @@ const file_worker_proto_rawDesc = "" +
 	"\rStatusRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1a\n" +
 	"\bchecksum\x18\x02 \x01(\bR\bchecksum\x12!\n" +
-	"\fcommit_proof\x18\x03 \x01(\fR\vcommitProof\"\xb9\x05\n" +
+	"\fcommit_proof\x18\x03 \x01(\fR\vcommitProof\"\xde\x05\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x12\n" +
@@ -2315,7 +2329,8 @@ const file_worker_proto_rawDesc = "" +
 	"\x0flast_loss_scale\x18\x12 \x01(\x01R\rlastLossScale\x12!\n" +
 	"\flast_skipped\x18\x13 \x01(\bR\vlastSkipped\x125\n" +
 	"\x17last_loss_scale_tracker\x18\x14 \x01(\rR\x14lastLossScaleTracker\x12\x19\n" +
-	"\bjob_step\x18\x15 \x01(\x04R\ajobStep\"\x8e\x03\n" +
+	"\bjob_step\x18\x15 \x01(\x04R\ajobStep\x12#\n" +
+	"\rundo_checksum\x18\x16 \x01(\x04R\fundoChecksum\"\x8e\x03\n" +
 	"\x04Form\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x1e\n" +
 	"\n" +
