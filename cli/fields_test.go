@@ -12,9 +12,8 @@ import (
 // that no configuration error names a Go field to a CLI user.
 func TestEveryConfigFieldHasAFlag(t *testing.T) {
 	for _, typ := range []reflect.Type{reflect.TypeOf(train.Config{}), reflect.TypeOf(train.AgentConfig{})} {
-		for i := range typ.NumField() {
-			f := typ.Field(i)
-			if f.Name == "Train" {
+		for _, f := range reflect.VisibleFields(typ) {
+			if f.Name == "Train" || f.Anonymous {
 				continue
 			}
 			if _, ok := flagOf[f.Name]; !ok {

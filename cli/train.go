@@ -277,7 +277,7 @@ func (f *trainFlags) register(fl *pflag.FlagSet) {
 	fl.Float64Var(&f.bucketMB, "bucket-mb", d.BucketMB, "gradient bucket cap in MiB (PyTorch's bucket_cap_mb)")
 	fl.IntVar(&f.checkEvery, "check-every", 0, "compare the replicas' parameter checksums every N steps and fail on divergence (0: never)")
 	fl.StringVar(&f.transport, "transport", string(d.Transport), "gradient transport between processes: auto (the data plane, through shared memory to processes on this host, TCP to others), tcp, shm (shared memory only) or actor (protoactor remote)")
-	fl.StringVar(&f.allreduceAlgo, "allreduce-algo", d.AllReduceAlgo, "gradient all-reduce: auto (recursive doubling up to 64 KiB; above, hierarchical across hosts of several ranks each, else the ring) or ring")
+	fl.StringVar(&f.allreduceAlgo, "allreduce-algo", string(d.AllReduceAlgo), "gradient all-reduce: auto (recursive doubling up to 64 KiB; above, hierarchical across hosts of several ranks each, else the ring) or ring")
 	fl.DurationVar(&f.collTimeout, "collective-timeout", d.CollectiveTimeout, "abort a collective when a peer is silent this long")
 	fl.DurationVar(&f.stepTimeout, "step-timeout", d.StepTimeout, "abort a step when a worker has not answered within this time")
 	fl.DurationVar(&f.straggler, "straggler-threshold", d.StragglerThreshold, "log a warning naming a replica whose compute in a step passes its peers' median by more than this (0: never)")
@@ -423,9 +423,9 @@ func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 	set("clip", func() { cfg.ClipNorm = f.clip })
 	set("seed", func() { cfg.Seed = f.seed })
 	cfg.Init, cfg.Save, cfg.MetricsOut, cfg.MetricsAddr, cfg.DumpDir = f.init, f.save, f.metricsOut, f.metricsAddr, f.dumpDir
-	cfg.Precision, cfg.ReduceDType = f.precision, f.reduceDType
+	cfg.Precision, cfg.ReduceDType = train.DType(f.precision), train.DType(f.reduceDType)
 	cfg.LossScaleInit, cfg.LossScaleWindow, cfg.LossScaleMin = f.lossScaleInit, f.lossScaleWindow, f.lossScaleMin
-	cfg.Sync, cfg.SyncEvery, cfg.SyncDType, cfg.OuterNesterov = f.sync, f.syncEvery, f.syncDType, f.outerNesterov
+	cfg.Sync, cfg.SyncEvery, cfg.SyncDType, cfg.OuterNesterov = train.SyncMethod(f.sync), f.syncEvery, train.DType(f.syncDType), f.outerNesterov
 	cfg.OuterLR, cfg.OuterMomentum = f.outerLR, f.outerMomentum
 	for _, name := range []string{"outer-lr", "outer-momentum"} {
 		if fl.Changed(name) && f.sync != "diloco" {
@@ -448,7 +448,7 @@ func (f *trainFlags) build(fl *pflag.FlagSet) (train.Config, error) {
 	set("bucket-mb", func() { cfg.BucketMB = f.bucketMB })
 	set("check-every", func() { cfg.CheckEvery = f.checkEvery })
 	set("transport", func() { cfg.Transport = actors.Transport(f.transport) })
-	set("allreduce-algo", func() { cfg.AllReduceAlgo = f.allreduceAlgo })
+	set("allreduce-algo", func() { cfg.AllReduceAlgo = train.AllReduceAlgo(f.allreduceAlgo) })
 	set("collective-timeout", func() { cfg.CollectiveTimeout = f.collTimeout })
 	set("step-timeout", func() { cfg.StepTimeout = f.stepTimeout })
 	set("straggler-threshold", func() { cfg.StragglerThreshold = f.straggler })

@@ -138,9 +138,12 @@ func unknownFields(b []byte, t reflect.Type, prefix string) []string {
 	return out
 }
 
+// fieldNamed is t's field that encoding/json fills from the key name: its
+// own or one promoted from an embedded struct (train.Config's groups),
+// whose fields are keys of the object itself.
 func fieldNamed(t reflect.Type, name string) (reflect.StructField, bool) {
-	for i := range t.NumField() {
-		if f := t.Field(i); f.IsExported() && strings.EqualFold(f.Name, name) {
+	for _, f := range reflect.VisibleFields(t) {
+		if f.IsExported() && !f.Anonymous && strings.EqualFold(f.Name, name) {
 			return f, true
 		}
 	}

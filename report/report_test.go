@@ -356,7 +356,7 @@ func TestConfigRows(t *testing.T) {
 			"checkpoints":       "",
 		}},
 		// A file of a few settings: the others are not shown.
-		{&train.Config{Model: "mlp", Batch: 16}, map[string]string{
+		{&train.Config{ModelConfig: train.ModelConfig{Model: "mlp"}, DataConfig: train.DataConfig{Batch: 16}}, map[string]string{
 			"model": "mlp: layers from the data", "batch": "16 (global)", "steps": "",
 			"optimizer": "", "learning rate": "", "lr schedule": "", "device": "",
 		}},

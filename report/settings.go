@@ -277,12 +277,12 @@ func scheduleOf(c *train.Config) string {
 }
 
 func precisionOf(c *train.Config) string {
-	s := c.Precision
+	s := string(c.Precision)
 	if s == "" {
-		s = "fp32"
+		s = string(train.FP32)
 	}
-	if c.ReduceDType != "" && c.ReduceDType != "fp32" {
-		s += ", gradients reduced in " + c.ReduceDType
+	if c.ReduceDType != "" && c.ReduceDType != train.FP32 {
+		s += ", gradients reduced in " + string(c.ReduceDType)
 	}
 	return s
 }
@@ -316,16 +316,16 @@ func parallelismOf(c *train.Config) string {
 
 func syncOf(c *train.Config) string {
 	switch c.Sync {
-	case "", "step":
+	case "", train.SyncStep:
 		return ""
-	case "local-sgd":
+	case train.SyncLocalSGD:
 		return fmt.Sprintf("local-sgd, rounds of %d steps", c.SyncEvery)
-	case "diloco":
+	case train.SyncDiLoCo:
 		return fmt.Sprintf("diloco, rounds of %d steps, outer lr %s, momentum %s", c.SyncEvery, num(c.OuterLR), num(c.OuterMomentum))
-	case "async":
+	case train.SyncAsync:
 		return fmt.Sprintf("async, at most %d updates stale, %d parameter servers", c.MaxStaleness, max(c.Servers, 1))
 	}
-	return c.Sync
+	return string(c.Sync)
 }
 
 func evalOf(c *train.Config) string {

@@ -186,7 +186,7 @@ func (s *sim) tracef(format string, args ...any) {
 }
 
 func (s *sim) leaderConfig() train.LeaderConfig {
-	return train.LeaderConfig{Stages: max(1, s.cfg.PP), Shards: max(1, s.cfg.TP), ZeroGroup: s.cfg.zeroGroup(), ZeroShards: s.zeroShards(), MicroBatches: 1, Batch: s.cfg.Batch, Target: s.cfg.Steps,
+	return train.LeaderConfig{PP: max(1, s.cfg.PP), TP: max(1, s.cfg.TP), ZeroGroup: s.cfg.zeroGroup(), ZeroShards: s.zeroShards(), MicroBatches: 1, Batch: s.cfg.Batch, Target: s.cfg.Steps,
 		LostStageTimeout: 20 * time.Second, RetryDelay: time.Second, Resume: s.cfg.CkptEvery > 0}
 }
 

@@ -18,7 +18,7 @@ func TestMNISTReaches97Percent(t *testing.T) {
 		t.Skip("trains two MNIST epochs per precision")
 	}
 	var ref float64
-	for _, p := range []string{"fp32", "bf16", "fp16"} {
+	for _, p := range []DType{FP32, BF16, FP16} {
 		cfg := mlpDefaults()
 		cfg.Precision = p
 		cfg.MetricsOut = filepath.Join(t.TempDir(), "m.jsonl")

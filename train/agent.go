@@ -223,7 +223,7 @@ func (a *agent) start(ctx context.Context) error {
 	a.ckpt.setObserver(a.prom.m())
 	quorum := ac.Quorum
 	timings, _ := elastic.ParseTimings(ac.Timings)
-	a.core = NewLeaderCore(LeaderConfig{Stages: cfg.PP, Shards: cfg.TP, ZeroGroup: a.j.zeroGroup(cfg.DP), ZeroShards: a.j.zeroShards(), MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR, Rounds: cfg.sync().Local(), Async: a.async(),
+	a.core = NewLeaderCore(LeaderConfig{PP: cfg.PP, TP: cfg.TP, ZeroGroup: a.j.zeroGroup(cfg.DP), ZeroShards: a.j.zeroShards(), MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR, Rounds: cfg.sync().Local(), Async: a.async(),
 		Resume: cfg.Resume, ResumeRequired: cfg.ResumeRequired, Target: a.j.steps, LostStageTimeout: ac.LostStageTimeout, RetryDelay: 3 * time.Second,
 		MaxRestarts: ac.MaxRestarts, RdzvTimeout: ac.RdzvTimeout}, time.Now())
 	if a.o.Progress != nil {

@@ -7,39 +7,33 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/actors"
-	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/pipeline"
 	"github.com/troupe-ml/troupe/worker"
 )
 
-// LRSchedule is the learning rate's course over the run.
-type LRSchedule string
-
-const (
-	// Constant keeps the rate after the warm-up.
-	Constant LRSchedule = "constant"
-	// Cosine decays the rate on a cosine to LR × MinLRFactor at the last
-	// step, after the warm-up.
-	Cosine LRSchedule = "cosine"
-)
-
-// Partition is how a model is cut into pipeline stages.
-type Partition string
-
-const (
-	// ByParams balances the stages' parameter counts.
-	ByParams Partition = "params"
-	// ByTime balances each unit's forward and backward time, measured on a
-	// micro-batch before training.
-	ByTime Partition = "time"
-)
-
 // Config is one training run. The zero value of a field takes its default
 // (DefaultConfig's values are the defaults of troupe train); Validate says
 // what cannot work and changes nothing.
+//
+// Its fields are grouped by concern into the embedded structs below; every
+// field is promoted, so that cfg.LR and cfg.DP read and write as if Config
+// were flat, and it serializes as one flat object (MarshalJSON).
 type Config struct {
+	ModelConfig
+	DataConfig
+	OptimConfig
+	MeshConfig
+	PrecisionConfig
+	SyncConfig
+	CommConfig
+	CheckpointConfig
+	ObserveConfig
+}
+
+// ModelConfig is the model a run trains.
+type ModelConfig struct {
 	// Model is a registered model's name (nn.Register: package models'
 	// and a program's own).
 	Model string
@@ -50,14 +44,21 @@ type Config struct {
 	// Context is the tokens of a sequence sample: the data's windows and
 	// a sequence model's context.
 	Context int
+}
 
+// DataConfig is what a run trains on and for how long: the dataset, its
+// order, the global batch and the run's length.
+type DataConfig struct {
 	// Data is the dataset spec (see data.Open); empty: the model's
 	// (nn.ModelDef.Data: gospec for the GPT, mnist for the MLP).
 	Data string
-	// Vocab is "char" or "byte" for text data.
+	// Vocab is "char", "byte" or "gpt2" for text data (data.VocabChar…;
+	// package data owns the set).
 	Vocab string
 	// Shuffle draws each epoch in a new order; false walks the data in order.
 	Shuffle bool
+	// Seed drives initialisation and shuffling.
+	Seed uint64
 
 	// Batch is the global batch in samples (sequences for a sequence model).
 	Batch int
@@ -69,7 +70,10 @@ type Config struct {
 	// Accum is the number of micro-steps per optimizer step (gradient
 	// accumulation, without pipelining); Batch must be divisible by it.
 	Accum int
+}
 
+// OptimConfig is the optimizer and its learning rate's course.
+type OptimConfig struct {
 	// Optim is the optimizer; LR and the schedule below drive its rate.
 	Optim optim.Config
 	// LR is the peak learning rate.
@@ -81,53 +85,23 @@ type Config struct {
 	MinLRFactor float64
 	// ClipNorm clips gradients to this global L2 norm (0: no clipping).
 	ClipNorm float64
+}
 
-	// Seed drives initialisation and shuffling.
-	Seed uint64
-	// Init loads initial weights from a safetensors file.
-	Init string
-	// Save writes the final weights to a safetensors file (also when the
-	// run is stopped: see Run).
-	Save string
-	// MetricsOut writes one JSON object per step to this file.
-	MetricsOut string
-	// StragglerThreshold logs a warning naming the replica whose compute
-	// in a step passed the median of its part's replicas by more than this
-	// (0: never; the lag is in the metrics either way).
-	StragglerThreshold time.Duration
-	// MetricsAddr serves Prometheus metrics (/metrics), /healthz and
-	// /readyz on this HOST:PORT (":0" picks a port; the log says which).
-	// Worker processes serve none: their parent reports the steps.
-	MetricsAddr string
-	// DumpDir receives the ranks' flight-recorder dumps: when a step
-	// times out or a rank goes silent, on SIGUSR1 (the CLI), and on
-	// request (/debug/flight), one directory per event that
-	// `troupe explain hang` reads. Default: troupe-dumps in the system's
-	// temporary directory.
-	DumpDir string
-	// EvalEvery evaluates on held-out data every so many steps (0: at the
-	// end only); EvalBatches bounds each evaluation (0: the whole test set).
-	EvalEvery, EvalBatches int
-	// LogEvery logs a progress line every so many steps when there is no
-	// progress bar.
-	LogEvery int
-
-	// Device is the kernels backend ("cpu"); Threads the thread budget of
-	// this process (0: GOMAXPROCS), split among its local workers. With
-	// Procs it is each worker process's (0: an equal share of this
-	// process's GOMAXPROCS, at least one).
-	Device  string
-	Threads int
-
+// MeshConfig is the shape of the world and where its workers run: the
+// data-, pipeline- and tensor-parallel sizes (DP × PP × TP workers), how
+// the data-parallel axis shards the state (ZeRO), how the pipeline axis
+// cuts and schedules the model, and the processes, threads and kernels
+// backend.
+type MeshConfig struct {
 	// DP is the number of data-parallel replicas (1: a single worker).
 	DP int
-	// Procs runs the world as that many OS processes on this machine (one
-	// worker each; DP × PP × TP must be Procs, or DP unset), connected through
-	// protoactor remote on loopback, like torchrun --standalone; see
-	// Options.WorkerCommand.
-	Procs int
-	// BucketMB caps a gradient bucket in MiB (PyTorch's bucket_cap_mb).
-	BucketMB float64
+	// PP is the number of pipeline stages (1: no pipelining).
+	PP int
+	// TP is the number of tensor-parallel shards of every stage (1: none):
+	// Megatron-LM's column- and row-parallel layers, heads split among
+	// the shards, a vocabulary-parallel embedding, head and loss.
+	TP int
+
 	// Zero is the ZeRO stage over the data-parallel axis (0: none; 1: the
 	// optimizer state sharded, each replica updating its 1/D of every
 	// gradient bucket; 2: the gradients too, each bucket's freed once
@@ -136,18 +110,53 @@ type Config struct {
 	// replicas and replicates across the groups (0: the whole
 	// data-parallel group; hybrid sharding, HSDP).
 	Zero, ZeroGroup int
+	// SequenceParallel splits the activations between the
+	// tensor-parallel regions along the sequence (needs TP > 1 and the
+	// GPT).
+	SequenceParallel bool
+
+	// MicroBatches is the number of micro-batches per replica and step.
+	MicroBatches int
+	// PipelineSchedule is the pipeline schedule (its zero value is GPipe;
+	// troupe train's default is 1F1B).
+	PipelineSchedule pipeline.Kind
+	// Recompute keeps only each stage's input in the forward pass and
+	// recomputes the rest during backward (activation checkpointing).
+	Recompute bool
+	// StageLayers cuts the model explicitly: units per stage, "3,3,2".
+	StageLayers string
+	// Partition balances the stages when StageLayers is empty.
+	Partition Partition
+
+	// Procs runs the world as that many OS processes on this machine (one
+	// worker each; DP × PP × TP must be Procs, or DP unset), connected through
+	// protoactor remote on loopback, like torchrun --standalone; see
+	// Options.WorkerCommand.
+	Procs int
+	// Device is the kernels backend ("cpu"; any name kernels.Open knows,
+	// a set that depends on the build); Threads the thread budget of
+	// this process (0: GOMAXPROCS), split among its local workers. With
+	// Procs it is each worker process's (0: an equal share of this
+	// process's GOMAXPROCS, at least one).
+	Device  string
+	Threads int
+}
+
+// PrecisionConfig is the number types of compute and of the gradients'
+// reduction, and fp16's loss scaler.
+type PrecisionConfig struct {
 	// Precision is the compute type: fp32 (or empty), or bf16 or fp16 for
 	// mixed precision: fp32 master weights and optimizer state, compute
 	// copies of the weights in the low type refreshed after each update,
 	// GEMMs in the low type with fp32 accumulation, the activations kept
 	// for the backward pass in the low type, LayerNorm, softmax and the
 	// loss in fp32.
-	Precision string
+	Precision DType
 	// ReduceDType is the type gradients travel in between replicas: fp32
 	// (or empty), or bf16 or fp16, halving the bytes, each hop of the ring
 	// rounding its sums (NCCL's bf16 all-reduce; bf16 reductions are
 	// known to destabilise large worlds, hence the fp32 default).
-	ReduceDType string
+	ReduceDType DType
 	// LossScaleInit, LossScaleWindow and LossScaleMin tune fp16's dynamic
 	// loss scaler (PyTorch GradScaler: initial scale 65536, ×2 after 2000
 	// steps in a row without an overflow, ×0.5 at one, whose step is
@@ -156,6 +165,12 @@ type Config struct {
 	LossScaleInit   float64
 	LossScaleWindow int
 	LossScaleMin    float64
+}
+
+// SyncConfig is how the data-parallel replicas keep together: every step,
+// in rounds (local SGD, DiLoCo) or asynchronously through parameter
+// servers, and the check that they agree.
+type SyncConfig struct {
 	// Sync is how the data-parallel replicas synchronise: "step" (or
 	// empty: every step's gradients are reduced, PyTorch DDP),
 	// "local-sgd" (each replica steps on its own gradients, the
@@ -173,7 +188,7 @@ type Config struct {
 	// other, and the server applies each as one optimizer step unless it
 	// was computed more than MaxStaleness updates ago (then its batch is
 	// computed again, on fresh weights). See docs/SYNC.md.
-	Sync      string
+	Sync      SyncMethod
 	SyncEvery int
 	// MaxStaleness bounds the updates applied between the weights an
 	// asynchronous gradient was computed on and its own (Sync async; 0:
@@ -198,10 +213,15 @@ type Config struct {
 	OuterNesterov          bool
 	// SyncDType is the type DiLoCo's pseudo-gradients travel in between
 	// replicas: fp32 (or empty), or bf16 or fp16 (half the bytes).
-	SyncDType string
+	SyncDType DType
 	// CheckEvery compares the replicas' parameter checksums every so many
 	// steps and fails on divergence (0: never).
 	CheckEvery int
+}
+
+// CommConfig is how gradients and activations travel between workers,
+// and how long a collective or a step may wait.
+type CommConfig struct {
 	// Transport carries gradient chunks between processes: auto (the data
 	// plane, through shared memory to the processes on this host and over
 	// TCP to the others), tcp (TCP only), shm (shared memory only: every
@@ -212,38 +232,18 @@ type Config struct {
 	// doubling for buckets up to 64 KiB; above, hierarchical when the
 	// replicas run on several hosts with several on each, the ring
 	// otherwise) or "ring" (always, as NCCL_ALGO=Ring pins NCCL's).
-	AllReduceAlgo string
+	AllReduceAlgo AllReduceAlgo
+	// BucketMB caps a gradient bucket in MiB (PyTorch's bucket_cap_mb).
+	BucketMB float64
 	// CollectiveTimeout bounds a collective's wait on a silent peer.
 	CollectiveTimeout time.Duration
 	// StepTimeout bounds the wait for a step's answers.
 	StepTimeout time.Duration
+}
 
-	// PP is the number of pipeline stages (1: no pipelining).
-	PP int
-	// TP is the number of tensor-parallel shards of every stage (1: none):
-	// Megatron-LM's column- and row-parallel layers, heads split among
-	// the shards, a vocabulary-parallel embedding, head and loss.
-	TP int
-	// SequenceParallel splits the activations between the
-	// tensor-parallel regions along the sequence (needs TP > 1 and the
-	// GPT).
-	SequenceParallel bool
-	// MicroBatches is the number of micro-batches per replica and step.
-	MicroBatches int
-	// PipelineSchedule is the pipeline schedule (its zero value is GPipe;
-	// troupe train's default is 1F1B).
-	PipelineSchedule pipeline.Kind
-	// Recompute keeps only each stage's input in the forward pass and
-	// recomputes the rest during backward (activation checkpointing).
-	Recompute bool
-	// StageLayers cuts the model explicitly: units per stage, "3,3,2".
-	StageLayers string
-	// Partition balances the stages when StageLayers is empty.
-	Partition Partition
-	// Trace writes a Chrome trace-event file of the pipeline stages (in
-	// one process, or shipped from worker processes with Procs).
-	Trace string
-
+// CheckpointConfig is where a run's state comes from and goes to: its
+// checkpoints, the weights it starts from and the weights it ends with.
+type CheckpointConfig struct {
 	// CkptDir holds the checkpoints; CkptEvery saves one every so many
 	// steps (0: never); Keep keeps the last so many (0: all).
 	CkptDir   string
@@ -255,21 +255,57 @@ type Config struct {
 	// ResumeRequired, with Resume, fails the run when CkptDir holds no
 	// checkpoint instead of starting from scratch.
 	ResumeRequired bool
+	// Init loads initial weights from a safetensors file.
+	Init string
+	// Save writes the final weights to a safetensors file (also when the
+	// run is stopped: see Run).
+	Save string
+}
+
+// ObserveConfig is what a run tells about itself: evaluations, logs,
+// metrics, traces and the flight recorder's dumps.
+type ObserveConfig struct {
+	// EvalEvery evaluates on held-out data every so many steps (0: at the
+	// end only); EvalBatches bounds each evaluation (0: the whole test set).
+	EvalEvery, EvalBatches int
+	// LogEvery logs a progress line every so many steps when there is no
+	// progress bar.
+	LogEvery int
+	// MetricsOut writes one JSON object per step to this file.
+	MetricsOut string
+	// MetricsAddr serves Prometheus metrics (/metrics), /healthz and
+	// /readyz on this HOST:PORT (":0" picks a port; the log says which).
+	// Worker processes serve none: their parent reports the steps.
+	MetricsAddr string
+	// StragglerThreshold logs a warning naming the replica whose compute
+	// in a step passed the median of its part's replicas by more than this
+	// (0: never; the lag is in the metrics either way).
+	StragglerThreshold time.Duration
+	// Trace writes a Chrome trace-event file of the pipeline stages (in
+	// one process, or shipped from worker processes with Procs).
+	Trace string
+	// DumpDir receives the ranks' flight-recorder dumps: when a step
+	// times out or a rank goes silent, on SIGUSR1 (the CLI), and on
+	// request (/debug/flight), one directory per event that
+	// `troupe explain hang` reads. Default: troupe-dumps in the system's
+	// temporary directory.
+	DumpDir string
 }
 
 // DefaultConfig is `troupe train` with no flags: the GPT of
 // ../shared/anchors/torch_gpt_tiny.py on the Go specification.
 func DefaultConfig() Config {
 	return Config{
-		Model: "gpt", Context: 64,
-		Vocab: "char", Shuffle: true,
-		Batch: 32, Steps: 300, Accum: 1,
-		Optim: optim.DefaultConfig("adamw"), LR: 1e-3, Schedule: Cosine, Warmup: 20, MinLRFactor: 0.1, ClipNorm: 1,
-		Seed: 1, LogEvery: 10, Device: "cpu", Keep: 3,
-		DP: 1, BucketMB: 25, Transport: actors.TransportAuto, AllReduceAlgo: "auto", PP: 1, TP: 1, MicroBatches: 1, PipelineSchedule: pipeline.Kind1F1B,
-		LossScaleInit: 65536, LossScaleWindow: 2000, LossScaleMin: 1,
-		OuterLR: 0.7, OuterMomentum: 0.9, MaxStaleness: 4,
-		Partition: ByParams, CollectiveTimeout: 30 * time.Second, StepTimeout: 10 * time.Minute, StragglerThreshold: 500 * time.Millisecond,
+		ModelConfig: ModelConfig{Model: "gpt", Context: 64},
+		DataConfig:  DataConfig{Vocab: "char", Shuffle: true, Seed: 1, Batch: 32, Steps: 300, Accum: 1},
+		OptimConfig: OptimConfig{Optim: optim.DefaultConfig("adamw"), LR: 1e-3, Schedule: Cosine, Warmup: 20, MinLRFactor: 0.1, ClipNorm: 1},
+		MeshConfig: MeshConfig{DP: 1, PP: 1, TP: 1, MicroBatches: 1, PipelineSchedule: pipeline.Kind1F1B,
+			Partition: ByParams, Device: "cpu"},
+		PrecisionConfig:  PrecisionConfig{LossScaleInit: 65536, LossScaleWindow: 2000, LossScaleMin: 1},
+		SyncConfig:       SyncConfig{OuterLR: 0.7, OuterMomentum: 0.9, MaxStaleness: 4},
+		CommConfig:       CommConfig{Transport: actors.TransportAuto, AllReduceAlgo: AllReduceAuto, BucketMB: 25, CollectiveTimeout: 30 * time.Second, StepTimeout: 10 * time.Minute},
+		CheckpointConfig: CheckpointConfig{Keep: 3},
+		ObserveConfig:    ObserveConfig{LogEvery: 10, StragglerThreshold: 500 * time.Millisecond},
 	}
 }
 
@@ -407,14 +443,8 @@ func (c *Config) microBatches() int {
 
 // sync is the replicas' synchronisation (the Sync fields parsed).
 func (c *Config) sync() worker.Sync {
-	mode, _ := worker.ParseSyncMode(c.Sync)
-	return worker.Sync{Mode: mode, OuterLR: c.OuterLR, OuterMomentum: c.OuterMomentum, OuterNesterov: c.OuterNesterov, DType: c.syncDType()}
-}
-
-// syncDType is DiLoCo's pseudo-gradient wire type (fp32 when empty).
-func (c *Config) syncDType() kernels.DType {
-	dt, _ := kernels.ParseDType(c.SyncDType)
-	return dt
+	mode, _ := c.Sync.mode()
+	return worker.Sync{Mode: mode, OuterLR: c.OuterLR, OuterMomentum: c.OuterMomentum, OuterNesterov: c.OuterNesterov, DType: c.SyncDType.kernel()}
 }
 
 // roundAt reports whether step (0-based) of a run of total steps ends a
@@ -443,22 +473,6 @@ func (c *Config) roundsUpTo(step, total int) int {
 // lrSchedule is the learning rate over a run of total steps.
 func (c *Config) lrSchedule(total int) optim.Schedule {
 	return optim.Schedule{Base: c.LR, Kind: string(c.Schedule), Warmup: c.Warmup, Total: total, MinFactor: c.MinLRFactor}
-}
-
-// precision is the compute type (Precision parsed; fp32 when empty).
-func (c *Config) precision() kernels.DType {
-	dt, _ := kernels.ParseDType(c.Precision)
-	if c.Precision == "" {
-		return kernels.F32
-	}
-	return dt
-}
-
-// reduceDType is the gradients' wire type (ReduceDType parsed; fp32 when
-// empty).
-func (c *Config) reduceDType() kernels.DType {
-	dt, _ := kernels.ParseDType(c.ReduceDType)
-	return dt
 }
 
 // SetModelArg sets the model option name (see nn.ModelDef.Options) to

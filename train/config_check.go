@@ -92,10 +92,10 @@ func (c *Config) checkWorld() error {
 		return fieldErr("TP", "must be 1 to %d, got %d", mesh.MaxSize, c.TP)
 	case c.Zero < 0 || c.Zero > 3:
 		return fieldErr("Zero", "stage %d: want 0, 1, 2 or 3", c.Zero)
-	case c.precisionErr() != nil:
-		return c.precisionErr()
-	case !dtypeOK(c.ReduceDType):
-		return fieldErr("ReduceDType", "%q: want fp32, bf16 or fp16", c.ReduceDType)
+	case !c.Precision.Valid():
+		return fieldErr("Precision", "%q: want "+dtypes, c.Precision)
+	case !c.ReduceDType.Valid():
+		return fieldErr("ReduceDType", "%q: want "+dtypes, c.ReduceDType)
 	case !(c.LossScaleInit > 0) || c.LossScaleWindow < 1 || !(c.LossScaleMin > 0) || c.LossScaleMin > c.LossScaleInit:
 		return fieldErr("LossScaleInit", "%g, {LossScaleWindow} %d, {LossScaleMin} %g: want a positive scale at least the floor, and a window of at least 1 step", c.LossScaleInit, c.LossScaleWindow, c.LossScaleMin)
 	case c.Zero == 3 && c.Batch/c.DP < c.microBatches():
@@ -126,7 +126,7 @@ func (c *Config) checkWorld() error {
 		return fieldErr("CheckEvery", "must be ≥ 0")
 	case c.Transport != actors.TransportAuto && c.Transport != actors.TransportTCP && c.Transport != actors.TransportActor && c.Transport != actors.TransportShm:
 		return fieldErr("Transport", "%q: want auto, tcp, shm or actor", c.Transport)
-	case c.AllReduceAlgo != "auto" && c.AllReduceAlgo != "ring":
+	case !c.AllReduceAlgo.Valid():
 		return fieldErr("AllReduceAlgo", "%q: want auto or ring", c.AllReduceAlgo)
 	case c.CollectiveTimeout <= 0 || c.StepTimeout <= 0:
 		return fieldErr("CollectiveTimeout", "and {StepTimeout} must be positive")
@@ -135,9 +135,9 @@ func (c *Config) checkWorld() error {
 }
 
 func (c *Config) checkSync() error {
-	mode, err := worker.ParseSyncMode(c.Sync)
+	mode, err := c.Sync.mode()
 	if err != nil {
-		return fieldErr("Sync", "%q: want step, local-sgd, diloco or async", c.Sync)
+		return fieldErr("Sync", "%q: want "+syncMethods, c.Sync)
 	}
 	local := mode == worker.SyncLocalSGD || mode == worker.SyncDiLoCo
 	if mode == worker.SyncAsync {
@@ -162,9 +162,9 @@ func (c *Config) checkSync() error {
 		return fieldErr("SyncEvery", "applies with {Sync} local-sgd or diloco (%v has no rounds)", mode)
 	case local && c.SyncEvery < 1:
 		return fieldErr("SyncEvery", "must be at least 1 with {Sync} %v: the steps of a round, e.g. 20", mode)
-	case !dtypeOK(c.SyncDType):
-		return fieldErr("SyncDType", "%q: want fp32, bf16 or fp16", c.SyncDType)
-	case c.syncDType() != kernels.F32 && mode != worker.SyncDiLoCo:
+	case !c.SyncDType.Valid():
+		return fieldErr("SyncDType", "%q: want "+dtypes, c.SyncDType)
+	case c.SyncDType.kernel() != kernels.F32 && mode != worker.SyncDiLoCo:
 		return fieldErr("SyncDType", "%s applies to DiLoCo's pseudo-gradients ({Sync} diloco); step's gradients travel in {ReduceDType}, and local SGD averages the parameters themselves, which 16 bits would round", c.SyncDType)
 	case c.OuterNesterov && mode != worker.SyncDiLoCo:
 		return fieldErr("OuterNesterov", "applies with {Sync} diloco")
@@ -194,9 +194,9 @@ func (c *Config) checkAsync() error {
 		return fieldErr("Zero", "%d shards the optimizer state among the replicas; {Sync} async keeps it on the parameter servers (use ZeRO 0, and {Servers} to shard it)", c.Zero)
 	case c.Procs > 0 && c.Procs != c.DP:
 		return fieldErr("Procs", "%d runs one replica per process under {Sync} async: {DP} must be %d, got %d", c.Procs, c.Procs, c.DP)
-	case c.precision() == kernels.F16:
+	case c.Precision.kernel() == kernels.F16:
 		return fieldErr("Precision", "fp16's loss scaler skips a step on every rank together; {Sync} async has no such agreement (use bf16)")
-	case c.reduceDType() != kernels.F32:
+	case c.ReduceDType.kernel() != kernels.F32:
 		return fieldErr("ReduceDType", "{Sync} async reduces no gradients between replicas: each is applied whole")
 	case c.CheckEvery > 0:
 		return fieldErr("CheckEvery", "compares the replicas' weights; under {Sync} async they hold different versions by design")
@@ -222,23 +222,6 @@ func (c *Config) checkOutputs() error {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 			return fieldErr("MetricsAddr", "%q: want HOST:PORT (%v)", c.MetricsAddr, err)
 		}
-	}
-	return nil
-}
-
-// dtypeOK reports whether s is empty or names a type.
-func dtypeOK(s string) bool {
-	_, err := kernels.ParseDType(s)
-	return s == "" || err == nil
-}
-
-// precisionErr says what is wrong with Precision, if anything.
-func (c *Config) precisionErr() error {
-	if c.Precision == "" {
-		return nil
-	}
-	if _, err := kernels.ParseDType(c.Precision); err != nil {
-		return fieldErr("Precision", "%q: want fp32, bf16 or fp16", c.Precision)
 	}
 	return nil
 }

@@ -121,7 +121,7 @@ func (j *job) workerSpec() *worker.Spec {
 	return &worker.Spec{
 		Model: j.model, Cuts: j.cuts, TP: c.TP, SP: c.SequenceParallel, Zero: c.Zero, ZeroGroup: c.ZeroGroup, Schedule: c.PipelineSchedule, MicroBatches: c.microBatches(), Recompute: c.Recompute,
 		Optim: c.Optim, ClipNorm: c.ClipNorm, BucketBytes: int64(c.BucketMB * (1 << 20)),
-		Seed: c.Seed, Init: c.Init, Shuffle: c.Shuffle, Train: j.train, Test: j.test, CkptDir: c.CkptDir, Straggler: j.straggler, Overflow: j.overflow, Precision: c.precision(), ReduceDType: c.reduceDType(),
+		Seed: c.Seed, Init: c.Init, Shuffle: c.Shuffle, Train: j.train, Test: j.test, CkptDir: c.CkptDir, Straggler: j.straggler, Overflow: j.overflow, Precision: c.Precision.kernel(), ReduceDType: c.ReduceDType.kernel(),
 		Sync: c.sync(),
 	}
 }

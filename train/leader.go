@@ -42,10 +42,10 @@ func (p LeaderPhase) String() string {
 
 // LeaderConfig is what the leader core needs of the job.
 type LeaderConfig struct {
-	// Stages is the pipeline depth, Shards the tensor-parallel shards of
-	// each stage (0: 1); MicroBatches each replica's micro-batches
-	// (pipelines and ZeRO-3 need a row per micro-batch).
-	Stages, Shards, MicroBatches int
+	// PP is the pipeline depth (Config.PP), TP the tensor-parallel shards
+	// of each stage (Config.TP; 0: 1); MicroBatches each replica's
+	// micro-batches (pipelines and ZeRO-3 need a row per micro-batch).
+	PP, TP, MicroBatches int
 	// ZeroGroup is the ZeRO shard group size (0: no ZeRO), ZeroShards the
 	// same at stage 3 (0 below): replicas of a ZeRO-3 shard group hold
 	// different weights, compared shard by shard.

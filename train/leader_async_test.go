@@ -23,7 +23,7 @@ type asyncCore struct {
 }
 
 func newAsyncCore(t *testing.T, resume bool) *asyncCore {
-	cfg := LeaderConfig{Stages: 1, MicroBatches: 1, Batch: 8, Target: 100, Async: true, Resume: resume,
+	cfg := LeaderConfig{PP: 1, MicroBatches: 1, Batch: 8, Target: 100, Async: true, Resume: resume,
 		LostStageTimeout: 10 * time.Second, RetryDelay: 3 * time.Second}
 	return &asyncCore{t: t, c: NewLeaderCore(cfg, time.Unix(1000, 0))}
 }

@@ -25,7 +25,7 @@ func (c *LeaderCore) plan() {
 	if c.rowPerMicro() && (!c.cfg.LinearLR || c.world0 == 0) {
 		maxD = max(1, c.cfg.Batch/c.cfg.MicroBatches) // a row for every micro-batch of every replica
 	}
-	l, err := planLayout(c.states, c.cfg.Stages, max(1, c.cfg.Shards), c.cfg.ZeroGroup, maxD)
+	l, err := planLayout(c.states, c.cfg.PP, max(1, c.cfg.TP), c.cfg.ZeroGroup, maxD)
 	if err != nil {
 		if errors.Is(err, ErrWorldTooSmall) && c.nothingTrained() {
 			c.wait(fmt.Sprintf("%v; waiting for more members", err))
@@ -132,7 +132,7 @@ func (c *LeaderCore) planAsync() {
 // rowPerMicro reports whether every replica needs a row for each of its
 // micro-batches: a pipeline's stages pass each one on, and ZeRO-3's
 // replicas gather every layer together for each.
-func (c *LeaderCore) rowPerMicro() bool { return c.cfg.Stages > 1 || c.cfg.ZeroShards > 0 }
+func (c *LeaderCore) rowPerMicro() bool { return c.cfg.PP > 1 || c.cfg.ZeroShards > 0 }
 
 // nothingTrained reports whether the job has not trained: no member holds
 // any state yet, nor heard of a step trained.

@@ -125,7 +125,7 @@ type leaderSim struct {
 
 func newLeaderSim() *leaderSim {
 	return &leaderSim{
-		cfg: LeaderConfig{Stages: 1, MicroBatches: 1, Batch: 8, Target: 10, LostStageTimeout: 10 * time.Second, RetryDelay: 3 * time.Second},
+		cfg: LeaderConfig{PP: 1, MicroBatches: 1, Batch: 8, Target: 10, LostStageTimeout: 10 * time.Second, RetryDelay: 3 * time.Second},
 		now: time.Unix(1000, 0), members: map[string]*simMember{}, cores: map[string]*LeaderCore{},
 		ckpt: CheckpointInfo{Err: fmt.Errorf("%w: none written", checkpoint.ErrNoCheckpoint)},
 	}
@@ -184,7 +184,7 @@ func (s *leaderSim) exec(line string) error {
 			if m == nil {
 				return fmt.Errorf("no member %s", n)
 			}
-			m.undo, m.h.Undo, m.h.UndoCursor = m.version, s.cfg.Stages > 1 || s.cfg.ZeroGroup > 0, m.h.Cursor
+			m.undo, m.h.Undo, m.h.UndoCursor = m.version, s.cfg.PP > 1 || s.cfg.ZeroGroup > 0, m.h.Cursor
 			m.h.Applied++
 			m.h.Cursor += data.Cursor(batch)
 			m.version++
@@ -237,7 +237,7 @@ func (s *leaderSim) exec(line string) error {
 }
 
 func (s *leaderSim) config(args map[string]string, pos []string) error {
-	for key, dst := range map[string]*int{"stages": &s.cfg.Stages, "micro": &s.cfg.MicroBatches, "batch": &s.cfg.Batch, "target": &s.cfg.Target, "zero": &s.cfg.ZeroGroup} {
+	for key, dst := range map[string]*int{"stages": &s.cfg.PP, "micro": &s.cfg.MicroBatches, "batch": &s.cfg.Batch, "target": &s.cfg.Target, "zero": &s.cfg.ZeroGroup} {
 		if v, ok := args[key]; ok {
 			n, err := strconv.Atoi(v)
 			if err != nil {
@@ -269,7 +269,7 @@ func (s *leaderSim) config(args map[string]string, pos []string) error {
 		s.cfg.ZeroShards = s.cfg.ZeroGroup // ZeRO-3: replicas of a shard group hold different weights
 	}
 	fmt.Fprintf(&s.out, "%d stages, %d micro-batches, batch %d, target %d, lost-stage timeout %s, retry %s, linear-lr %v, resume %v\n",
-		s.cfg.Stages, s.cfg.MicroBatches, s.cfg.Batch, s.cfg.Target, s.cfg.LostStageTimeout, s.cfg.RetryDelay, s.cfg.LinearLR, s.cfg.Resume)
+		s.cfg.PP, s.cfg.MicroBatches, s.cfg.Batch, s.cfg.Target, s.cfg.LostStageTimeout, s.cfg.RetryDelay, s.cfg.LinearLR, s.cfg.Resume)
 	if s.cfg.ResumeRequired {
 		fmt.Fprintln(&s.out, "a checkpoint is required")
 	}
@@ -582,7 +582,7 @@ func (s *leaderSim) runTrain(args map[string]string) error {
 			if last && slices.Contains(torn, m.name) {
 				continue
 			}
-			m.undo, m.h.Undo, m.h.UndoCursor = m.version, s.cfg.Stages > 1 || s.cfg.ZeroGroup > 0, m.h.Cursor
+			m.undo, m.h.Undo, m.h.UndoCursor = m.version, s.cfg.PP > 1 || s.cfg.ZeroGroup > 0, m.h.Cursor
 			m.h.Applied++
 			m.h.Cursor += data.Cursor(o.Batch)
 			m.version++

@@ -167,7 +167,7 @@ func commConfig(cfg *Config, log *zap.Logger) actors.CommConfig {
 	cc := actors.DefaultCommConfig()
 	cc.Collective.Timeout = cfg.CollectiveTimeout
 	cc.Transport = cfg.Transport
-	if cfg.AllReduceAlgo == "ring" {
+	if cfg.AllReduceAlgo == AllReduceRing {
 		cc.Collective.SmallAllReduceBytes = -1
 		cc.Collective.NoHierarchical = true
 	}

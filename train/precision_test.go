@@ -168,7 +168,7 @@ func TestFP16ResumeContinuesTheScaler(t *testing.T) {
 // copy: losses within 1e-3 relative and weights within 1e-3 absolute,
 // against effects of 2⁻⁸ relative for a wrong rounding site.
 func TestMixedPrecisionInEveryWorld(t *testing.T) {
-	for _, p := range []string{"bf16", "fp16"} {
+	for _, p := range []DType{BF16, FP16} {
 		base := tinyGPT()
 		base.Batch, base.Steps, base.Precision = 8, 5, p
 		base.SetModelArg("n-layers", 2)
@@ -212,7 +212,7 @@ func TestMixedPrecisionInEveryWorld(t *testing.T) {
 // micro-batches' gradients are summed in fp32: losses within 1e-6
 // relative (measured: equal).
 func TestMixedPrecisionMLPPipeline(t *testing.T) {
-	for _, p := range []string{"bf16", "fp16"} {
+	for _, p := range []DType{BF16, FP16} {
 		base := tinyMLP()
 		base.Precision = p
 		ref := losses(t, base)
@@ -335,8 +335,8 @@ func TestReduceDTypeInEveryWorld(t *testing.T) {
 			tpBytes = stepMetrics(t, alone).SentAllReduceBytes
 			refM.SentAllReduceBytes -= tpBytes
 		}
-		for _, wire := range []string{"bf16", "fp16"} {
-			t.Run(w.name+"/"+wire, func(t *testing.T) {
+		for _, wire := range []DType{BF16, FP16} {
+			t.Run(w.name+"/"+string(wire), func(t *testing.T) {
 				cfg := ref
 				cfg.ReduceDType = wire
 				got := losses(t, cfg)

@@ -37,7 +37,7 @@ func TestWorkerProcessGetsItsThreads(t *testing.T) {
 	}{
 		{Config{}, 2, max(1, runtime.GOMAXPROCS(0)/2)},
 		{Config{}, 1, runtime.GOMAXPROCS(0)},
-		{Config{Threads: 3}, 2, 3},
+		{Config{MeshConfig: MeshConfig{Threads: 3}}, 2, 3},
 	} {
 		out := &lockedBuffer{}
 		wp := workerProcs{argv: []string{"sh", "-c", `echo "$GOMAXPROCS"`}, out: out}

@@ -20,7 +20,7 @@ type lossScaler struct {
 // newLossScaler is cfg's scaler: one under fp16 (bf16 keeps fp32's range
 // and, as with PyTorch's autocast, needs none), else nil.
 func newLossScaler(cfg *Config) *lossScaler {
-	if cfg.Precision != "fp16" {
+	if cfg.Precision != FP16 {
 		return nil
 	}
 	return &lossScaler{ScalerState: checkpoint.ScalerState{Scale: cfg.LossScaleInit, GrowthFactor: 2, BackoffFactor: 0.5,

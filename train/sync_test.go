@@ -70,7 +70,7 @@ func TestRoundsOfOneStepAreSynchronous(t *testing.T) {
 			base.Optim, base.LR = o, 0.2
 			w.set(&base)
 			ref := losses(t, base)
-			for _, sync := range []string{"local-sgd", "diloco"} {
+			for _, sync := range []SyncMethod{SyncLocalSGD, SyncDiLoCo} {
 				t.Run(fmt.Sprintf("%s/%s/%s", w.name, oname, sync), func(t *testing.T) {
 					cfg := base
 					cfg.Sync, cfg.SyncEvery, cfg.OuterLR, cfg.OuterMomentum, cfg.CheckEvery = sync, 1, 1, 0, 1
@@ -94,7 +94,7 @@ func TestOneReplicaRoundsAreSteps(t *testing.T) {
 	base := syncGPT()
 	base.ClipNorm, base.Steps = 1, 7
 	ref := losses(t, base)
-	for _, sync := range []string{"local-sgd", "diloco"} {
+	for _, sync := range []SyncMethod{SyncLocalSGD, SyncDiLoCo} {
 		for _, h := range []int{1, 3} {
 			t.Run(fmt.Sprintf("%s/H%d", sync, h), func(t *testing.T) {
 				cfg := base
@@ -175,7 +175,7 @@ func TestDiLoCoSendsOneHth(t *testing.T) {
 			stepBytes += m.SyncBytes
 		}
 		for _, h := range []int{3, 4} {
-			for _, dt := range []string{"fp32", "bf16"} {
+			for _, dt := range []DType{FP32, BF16} {
 				t.Run(fmt.Sprintf("%s/H%d/%s", w, h, dt), func(t *testing.T) {
 					cfg := base
 					cfg.Sync, cfg.SyncEvery, cfg.SyncDType = "diloco", h, dt

@@ -111,15 +111,16 @@ func (s *Spec) ZeroGroupIn(m mesh.Mesh) int {
 	return m.DP
 }
 
-// Stages is the number of pipeline stages.
-func (s *Spec) Stages() int { return len(s.Cuts) }
+// PP is the number of pipeline stages, one per cut (mesh.Mesh.PP).
+func (s *Spec) PP() int { return len(s.Cuts) }
 
-// Shards is the number of tensor-parallel shards of a stage (at least 1).
+// Shards is the number of tensor-parallel shards of a stage: TP, 0 read
+// as 1 (mesh.Mesh.TP; a method cannot share the field's name).
 func (s *Spec) Shards() int { return max(1, s.TP) }
 
 // Parts is the number of model parts a replica is cut into: each stage's
 // shards (see mesh.Mesh.Part).
-func (s *Spec) Parts() int { return s.Stages() * s.Shards() }
+func (s *Spec) Parts() int { return s.PP() * s.Shards() }
 
 // place is part's tensor-parallel place.
 func (s *Spec) place(part int) nn.TP {
@@ -151,7 +152,7 @@ func (s *Spec) Validate() error {
 	if s.MicroBatches < 1 {
 		return fmt.Errorf("%w: %d micro-batches", ErrConfig, s.MicroBatches)
 	}
-	if s.Recompute && s.Stages() == 1 {
+	if s.Recompute && s.PP() == 1 {
 		return fmt.Errorf("%w: recompute needs pipeline stages", ErrConfig)
 	}
 	if s.Train == nil {
@@ -165,7 +166,7 @@ func (s *Spec) Validate() error {
 	if s.Sync.Local() && s.Zero > 0 {
 		return fmt.Errorf("%w: %v keeps each replica's optimizer whole; ZeRO shards it among the replicas (use --zero 0)", ErrConfig, s.Sync.Mode)
 	}
-	if s.Sync.Async() && (s.Stages() > 1 || s.Shards() > 1) {
+	if s.Sync.Async() && (s.PP() > 1 || s.Shards() > 1) {
 		return fmt.Errorf("%w: asynchronous training runs whole replicas (no pipeline stages, no tensor parallelism)", ErrConfig)
 	}
 	return nil
@@ -173,7 +174,7 @@ func (s *Spec) Validate() error {
 
 // schedule builds the schedule of a world of the spec's stages.
 func (s *Spec) schedule() (*pipeline.Schedule, error) {
-	c := pipeline.Config{Kind: s.Schedule, Stages: s.Stages(), MicroBatches: s.MicroBatches, Recompute: s.Recompute}
+	c := pipeline.Config{Kind: s.Schedule, Stages: s.PP(), MicroBatches: s.MicroBatches, Recompute: s.Recompute}
 	if c.Stages == 1 {
 		c.Kind = pipeline.Kind1F1B // one stage: forward and backward of each micro-batch in turn
 	}
