@@ -306,7 +306,7 @@ func (c *LeaderCore) Replies(gen uint64, ph LeaderPhase, replies []any, err erro
 			c.jobStep = max(c.jobStep, int(st.JobStep))
 		}
 		if c.replicatedShards() {
-			slots := mesh.Mesh{PP: c.cfg.Stages, TP: max(1, c.cfg.Shards)}.Slots(c.cfg.ZeroGroup) // planLayout's
+			slots := mesh.Mesh{PP: c.cfg.PP, TP: max(1, c.cfg.TP)}.Slots(c.cfg.ZeroGroup) // planLayout's
 			c.states = oneLineage(c.states, sums, undoSums, c.cfg.ZeroGroup, slots)
 		}
 		c.plan()
