@@ -63,9 +63,15 @@ func TestLossScalerArithmetic(t *testing.T) {
 	if err := s.update(true, 3); !errors.Is(err, ErrLoss) || s.Scale != 1 {
 		t.Fatalf("an overflow at the floor: %v (scale %g), want ErrLoss", err, s.Scale)
 	}
-	cfg.Precision = "bf16"
-	if newLossScaler(&cfg) != nil {
-		t.Fatal("bf16 has a loss scaler")
+	for _, spelling := range []DType{"float16", "half", "FP16"} {
+		if cfg.Precision = spelling; newLossScaler(&cfg) == nil {
+			t.Fatalf("--precision %s (fp16) has no loss scaler", spelling)
+		}
+	}
+	for _, spelling := range []DType{"bf16", "bfloat16", "fp32", ""} {
+		if cfg.Precision = spelling; newLossScaler(&cfg) != nil {
+			t.Fatalf("--precision %q has a loss scaler", spelling)
+		}
 	}
 }
 

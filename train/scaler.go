@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/kernels"
 )
 
 // lossScaler is fp16's dynamic loss scaler with PyTorch GradScaler's
@@ -17,10 +18,12 @@ type lossScaler struct {
 	min float64
 }
 
-// newLossScaler is cfg's scaler: one under fp16 (bf16 keeps fp32's range
-// and, as with PyTorch's autocast, needs none), else nil.
+// newLossScaler is cfg's scaler: one under fp16 in any of its spellings
+// (fp16, float16, half: comparing with "fp16" alone once trained "half"
+// without one), none under bf16 (it keeps fp32's range and, as with
+// PyTorch's autocast, needs none), else nil.
 func newLossScaler(cfg *Config) *lossScaler {
-	if cfg.Precision != FP16 {
+	if cfg.Precision.kernel() != kernels.F16 {
 		return nil
 	}
 	return &lossScaler{ScalerState: checkpoint.ScalerState{Scale: cfg.LossScaleInit, GrowthFactor: 2, BackoffFactor: 0.5,
