@@ -293,6 +293,7 @@ func (a *agent) progress(p *workerpb.Progress) bool {
 		// misses one report, and the job goes on.
 		a.log.Error("the leader's report does not decode: dropped", zap.String("from", p.GetFrom()),
 			zap.Uint64("step", p.GetStep()), zap.Error(err))
+		a.prom.m().observeDropped("progress")
 		return false
 	}
 	if w != nil {

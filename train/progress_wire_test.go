@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -162,6 +165,32 @@ func TestProgressOfRejects(t *testing.T) {
 	// A negative straggler rank is a real one (−1: none to compare).
 	if _, m, err := progressOf(metrics(&workerpb.StepMetrics{Step: 2, StragglerRank: -1})); err != nil || m.StragglerRank != -1 {
 		t.Errorf("straggler rank −1: %v, %v", m, err)
+	}
+}
+
+// A member that gets a report that does not decode logs it with the
+// sender, counts it, and goes on.
+func TestProgressDropsWhatDoesNotDecode(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	reg := prometheus.NewRegistry()
+	pm, err := newPromMetrics(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stepped := false
+	a := &agent{log: zap.New(core), prom: &promRun{metrics: pm}, o: Options{OnStep: func(StepMetrics) { stepped = true }}}
+	if stop := a.progress(&workerpb.Progress{Step: 7, From: "n1"}); stop || stepped {
+		t.Errorf("a report with nothing in it: stop %v, OnStep called %v", stop, stepped)
+	}
+	entries := logs.FilterMessage("the leader's report does not decode: dropped").All()
+	if len(entries) != 1 {
+		t.Fatalf("logged %v", logs.All())
+	}
+	if f := entries[0].ContextMap(); f["from"] != "n1" || f["step"] != uint64(7) || !strings.Contains(fmt.Sprint(f["error"]), "neither") {
+		t.Errorf("the log says %v", f)
+	}
+	if v := value(gathered(t, reg)["troupe_dropped_messages_total"]); v != 1 {
+		t.Errorf("troupe_dropped_messages_total %v, want 1", v)
 	}
 }
 
