@@ -10,8 +10,10 @@ import (
 // ProtocolVersion is the troupe elastic protocol this build speaks: the
 // metadata layout and the rendezvous messages. A member that advertises
 // another version is refused (logged, never a peer): an unknown message
-// type would crash a protoactor process (DESIGN.md, "pitfalls").
-const ProtocolVersion = 1
+// type would crash a protoactor process (DESIGN.md, "pitfalls"). It also
+// guards the worker messages agents exchange (workerpb): 2: the leader's
+// reports (workerpb.Progress) carry typed metrics and worlds, not JSON.
+const ProtocolVersion = 2
 
 // Member is one process start of one node: its identity and what the
 // trainer needs to reach it. Members are values; the callee never keeps a

@@ -2,6 +2,7 @@ package elastic
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -52,7 +53,7 @@ func TestMetaRefuses(t *testing.T) {
 	}{
 		"empty":        {nil, "no metadata"},
 		"other format": {append([]byte{2}, good[1:]...), "format 2"},
-		"old protocol": {old, "protocol 0"},
+		"old protocol": {old, fmt.Sprintf("protocol %d,", ProtocolVersion-1)},
 		"garbage":      {[]byte{metaFormat, 0xff, 0xff}, "a"},
 		"no name":      {noName, "name"},
 	} {

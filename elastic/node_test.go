@@ -297,7 +297,7 @@ func TestNodesOldProtocol(t *testing.T) {
 	for refused := false; !refused; {
 		select {
 		case e := <-a.Events():
-			refused = e.Kind == EventRefused && strings.HasPrefix(e.Member.ID, "old-") && strings.Contains(e.Reason, "protocol 0")
+			refused = e.Kind == EventRefused && strings.HasPrefix(e.Member.ID, "old-") && strings.Contains(e.Reason, fmt.Sprintf("protocol %d,", ProtocolVersion-1))
 		case <-deadline:
 			t.Fatal("no EventRefused for the old node")
 		}

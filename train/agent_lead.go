@@ -1,7 +1,6 @@
 package train
 
 import (
-	"encoding/json"
 	"slices"
 	"sync"
 	"time"
@@ -148,11 +147,7 @@ func (a *agent) train(o *TrainOrder) {
 	a.log.Info("generation formed", zap.Uint64("generation", o.Gen), zap.Strings("members", o.World.Members),
 		zap.String("reason", g.world.Reason), zap.Stringer("world", l.Mesh), zap.Strings("standby", o.World.Standby),
 		zap.Int("step", l.Step), zap.String("state_from", o.World.StateFrom), zap.Duration("sync", time.Since(g.committed)))
-	if b, err := json.Marshal(o.World); err != nil {
-		a.log.Error("the world's report cannot be encoded: the members do not hear of it", zap.Error(err))
-	} else {
-		a.broadcast(g, &workerpb.Progress{World: b})
-	}
+	a.broadcast(g, &workerpb.Progress{Report: &workerpb.Progress_World{World: worldInfoMsg(o.World)}})
 	t := newTrainer(a.j, a.log, a.ckpt)
 	a.continueScaler(t, l)
 	pending := a.pending
@@ -252,11 +247,7 @@ func (a *agent) lead(g *generation, t *trainer, o *TrainOrder, pending *StepMetr
 				return err
 			}
 		}
-		if b, err := json.Marshal(m); err != nil {
-			a.log.Error("a step's metrics cannot be encoded: the members do not hear of it", zap.Int("step", m.Step), zap.Error(err))
-		} else {
-			a.broadcast(g, &workerpb.Progress{Metrics: b, Step: uint64(m.Step)})
-		}
+		a.broadcast(g, &workerpb.Progress{Report: &workerpb.Progress_Metrics{Metrics: stepMetricsMsg(m)}, Step: uint64(m.Step)})
 		return nil
 	}
 	if pending != nil {
@@ -286,6 +277,7 @@ func (a *agent) lead(g *generation, t *trainer, o *TrainOrder, pending *StepMetr
 
 // broadcast tells every member of generation g.
 func (a *agent) broadcast(g *generation, m *workerpb.Progress) {
+	m.From = a.ac.Name
 	for _, pid := range g.pids {
 		a.sys.Root().Send(pid, m)
 	}
@@ -294,23 +286,23 @@ func (a *agent) broadcast(g *generation, m *workerpb.Progress) {
 // progress takes what the leader said: a generation formed, or a step
 // trained. It reports whether the node should now leave (StopAfter).
 func (a *agent) progress(p *workerpb.Progress) bool {
-	if len(p.World) > 0 {
-		var w WorldInfo
-		if err := json.Unmarshal(p.World, &w); err != nil {
-			a.log.Error("the leader's report of a world does not decode: dropped", zap.Error(err))
-			return false
-		}
-		a.formed = w
-		a.prom.m().observeWorld(w)
-		a.prom.setReady(slices.Contains(w.Members, a.ac.Name))
-		if a.o.OnWorld != nil {
-			a.o.OnWorld(w)
-		}
+	w, m, err := progressOf(p)
+	if err != nil {
+		// A report that does not decode is the leader's bug or another
+		// build's (elastic.ProtocolVersion keeps those out): this member
+		// misses one report, and the job goes on.
+		a.log.Error("the leader's report does not decode: dropped", zap.String("from", p.GetFrom()),
+			zap.Uint64("step", p.GetStep()), zap.Error(err))
+		a.prom.m().observeDropped("progress")
 		return false
 	}
-	var m StepMetrics
-	if err := json.Unmarshal(p.Metrics, &m); err != nil {
-		a.log.Error("the leader's metrics of a step do not decode: dropped", zap.Uint64("step", p.Step), zap.Error(err))
+	if w != nil {
+		a.formed = *w
+		a.prom.m().observeWorld(*w)
+		a.prom.setReady(slices.Contains(w.Members, a.ac.Name))
+		if a.o.OnWorld != nil {
+			a.o.OnWorld(*w)
+		}
 		return false
 	}
 	if m.Scaler != nil {
@@ -320,10 +312,10 @@ func (a *agent) progress(p *workerpb.Progress) bool {
 		a.scalers[m.Step] = *m.Scaler
 		delete(a.scalers, m.Step-8)
 	}
-	a.prom.m().observeStep(m)
+	a.prom.m().observeStep(*m)
 	a.core.Progress()
 	if a.o.OnStep != nil {
-		a.o.OnStep(m)
+		a.o.OnStep(*m)
 	}
 	if a.bar != nil {
 		a.bar.update(m.Step, m.Loss, m.SamplesPerS, m.TokensPerS)

@@ -34,6 +34,9 @@ var (
 	// ErrInternal: a broken invariant (ranks that disagree where they
 	// cannot).
 	ErrInternal = failure.New(failure.Internal, "train: internal error")
+	// ErrWire: a message from a peer that does not decode (a report of
+	// the leader's with values out of range, or with nothing in it).
+	ErrWire = failure.New(failure.Internal, "train: bad wire message")
 	// ErrLoss: the loss became NaN or infinite.
 	ErrLoss = failure.New(failure.Diverged, "train: the loss is not finite")
 )

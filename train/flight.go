@@ -105,12 +105,21 @@ func (q *flightAsk) wait(log *zap.Logger) []collective.FlightDump {
 	for i, f := range q.futures {
 		res, err := f.Result()
 		if err != nil {
+			log.Warn("a rank's flight recorder did not answer", zap.Int("rank", q.ranks[i]), zap.Error(err))
 			continue
 		}
 		rec, ok := res.(*workerpb.FlightRecord)
-		if !ok || rec.Failed() != nil {
+		if !ok {
+			log.Warn("a rank answered a flight request with another message", zap.Int("rank", q.ranks[i]), zap.String("type", fmt.Sprintf("%T", res)))
 			continue
 		}
+		if err := rec.Failed(); err != nil {
+			log.Warn("a rank's flight recorder failed", zap.Int("rank", q.ranks[i]), zap.Error(err))
+			continue
+		}
+		// The dump stays the recorder's JSON document: the form
+		// /debug/flight serves and troupe hang reads, parsed (and fuzzed)
+		// in one place, collective.ParseFlightDump.
 		d, err := collective.ParseFlightDump(rec.Dump)
 		if err != nil {
 			log.Warn("a rank's flight recorder is unreadable", zap.Int("rank", q.ranks[i]), zap.Error(err))

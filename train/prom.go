@@ -45,6 +45,7 @@ type promMetrics struct {
 	resumeSeconds                    prometheus.Histogram
 	ckptPause, ckptWrite             prometheus.Histogram
 	ckptBytes, ckptWrites, ckptFails prometheus.Counter
+	dropped                          *prometheus.CounterVec
 }
 
 // newPromMetrics registers a run's metrics on reg, each with labels (the
@@ -105,10 +106,12 @@ func newPromMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*promM
 		ckptBytes:     counter("checkpoint_written_bytes_total", "Bytes of checkpoint files written."),
 		ckptWrites:    counter("checkpoints_total", "Checkpoints written and committed."),
 		ckptFails:     counter("checkpoint_failures_total", "Checkpoint writes that failed."),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts(f("dropped_messages_total",
+			"Messages from a peer that did not decode and were dropped (each logged), by message.")), []string{"message"}),
 	}
 	for _, c := range []prometheus.Collector{p.steps, p.samples, p.tokens, p.step, p.lastStep, p.stepSeconds, p.samplesPerS, p.tokensPerS,
 		p.loss, p.evalLoss, p.lr, p.compute, p.comm, p.bubble, p.sent, p.paramBytes, p.gradBytes, p.optBytes, p.actBytes,
-		p.generation, p.worldSize, p.standby, p.stragglerLag, p.stragglerRank, p.rankCompute, p.collective, p.lossScale, p.skipped, p.syncBytes, p.syncRounds, p.staleness, p.rejected, p.resumeSeconds, p.ckptPause, p.ckptWrite, p.ckptBytes, p.ckptWrites, p.ckptFails} {
+		p.generation, p.worldSize, p.standby, p.stragglerLag, p.stragglerRank, p.rankCompute, p.collective, p.lossScale, p.skipped, p.syncBytes, p.syncRounds, p.staleness, p.rejected, p.resumeSeconds, p.ckptPause, p.ckptWrite, p.ckptBytes, p.ckptWrites, p.ckptFails, p.dropped} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("train: registering the Prometheus metrics: %w", err)
 		}
@@ -116,6 +119,7 @@ func newPromMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*promM
 	for _, k := range sentKinds {
 		p.sent.WithLabelValues(k) // present from the start, at 0
 	}
+	p.dropped.WithLabelValues("progress")
 	return p, nil
 }
 
@@ -199,6 +203,14 @@ func (p *promMetrics) observeStep(m StepMetrics) {
 // observeWorld records a generation formed.
 func (p *promMetrics) observeWorld(w WorldInfo) {
 	p.setWorld(w.Generation, len(w.Members), len(w.Standby))
+}
+
+// observeDropped counts a message from a peer that did not decode.
+func (p *promMetrics) observeDropped(message string) {
+	if p == nil {
+		return
+	}
+	p.dropped.WithLabelValues(message).Inc()
 }
 
 // setWorld records the world: its generation, members with a place, and

@@ -539,9 +539,10 @@ func (a *shellActor) weights(m *workerpb.WeightsRequest) *workerpb.Weights {
 }
 
 func (a *shellActor) saveShard(m *workerpb.SaveShard) *workerpb.ShardSaved {
-	var meta checkpoint.Meta
-	if err := json.Unmarshal(m.Meta, &meta); err != nil {
-		return &workerpb.ShardSaved{Peer: m.Peer, Failure: workerpb.FailureOf(fmt.Errorf("%w: checkpoint meta: %v", ErrConfig, err))}
+	meta, err := shardMeta(m.Meta)
+	if err != nil {
+		a.log.Error("a checkpoint request does not decode", zap.Uint32("peer", m.Peer), zap.Uint64("step", m.Step), zap.Error(err))
+		return &workerpb.ShardSaved{Peer: m.Peer, Failure: workerpb.FailureOf(err)}
 	}
 	if m.Generation != a.w.Generation() || meta.Step != int64(a.w.Holding().Applied) {
 		return &workerpb.ShardSaved{Peer: m.Peer, Failure: workerpb.FailureOf(fmt.Errorf("%w: checkpoint of step %d in generation %d; this worker is at step %d of %d",
@@ -552,6 +553,19 @@ func (a *shellActor) saveShard(m *workerpb.SaveShard) *workerpb.ShardSaved {
 		a.log.Warn("checkpoint shard failed", zap.Uint64("step", m.Step), zap.Error(err))
 	}
 	return &workerpb.ShardSaved{Peer: m.Peer, Failure: workerpb.FailureOf(err), Bytes: uint64(n)}
+}
+
+// shardMeta reads SaveShard.meta. It stays the checkpoint's own JSON: it
+// is the manifest's metadata block (checkpoint.Meta, which manifest.json
+// carries as JSON, its config an uninterpreted JSON object), and a second
+// schema of it would have to follow the manifest's. Bytes that do
+// not decode are an ErrWire (the trainer sent them; no config is wrong).
+func shardMeta(b []byte) (checkpoint.Meta, error) {
+	var meta checkpoint.Meta
+	if err := json.Unmarshal(b, &meta); err != nil {
+		return checkpoint.Meta{}, fmt.Errorf("%w: checkpoint meta: %v", ErrWire, err)
+	}
+	return meta, nil
 }
 
 // FloatBytes encodes float32 values little-endian (Weights.Data).

@@ -1875,15 +1875,21 @@ func (x *Finished) GetChecksum() uint64 {
 }
 
 // Progress is what an elastic job's leader tells every member as the job
-// goes: a generation formed (world: train.WorldInfo as JSON) or a step
-// trained (metrics: train.StepMetrics as JSON). No answer.
+// goes: a generation formed (world) or a step trained (metrics). No
+// answer. Fields 1 and 2 carried both as JSON before protocol 2 of
+// package elastic.
 type Progress struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Metrics []byte                 `protobuf:"bytes,1,opt,name=metrics,proto3" json:"metrics,omitempty"`
-	World   []byte                 `protobuf:"bytes,2,opt,name=world,proto3" json:"world,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
 	// step is the step metrics reports (0 with world): the worker remembers
 	// the job's last (Status.job_step).
-	Step          uint64 `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`
+	Step uint64 `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`
+	// Types that are valid to be assigned to Report:
+	//
+	//	*Progress_Metrics
+	//	*Progress_World
+	Report isProgress_Report `protobuf_oneof:"report"`
+	// from is the leader's node name, for the receiver's logs.
+	From          string `protobuf:"bytes,6,opt,name=from,proto3" json:"from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1918,25 +1924,821 @@ func (*Progress) Descriptor() ([]byte, []int) {
 	return file_worker_proto_rawDescGZIP(), []int{18}
 }
 
-func (x *Progress) GetMetrics() []byte {
-	if x != nil {
-		return x.Metrics
-	}
-	return nil
-}
-
-func (x *Progress) GetWorld() []byte {
-	if x != nil {
-		return x.World
-	}
-	return nil
-}
-
 func (x *Progress) GetStep() uint64 {
 	if x != nil {
 		return x.Step
 	}
 	return 0
+}
+
+func (x *Progress) GetReport() isProgress_Report {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+func (x *Progress) GetMetrics() *StepMetrics {
+	if x != nil {
+		if x, ok := x.Report.(*Progress_Metrics); ok {
+			return x.Metrics
+		}
+	}
+	return nil
+}
+
+func (x *Progress) GetWorld() *WorldInfo {
+	if x != nil {
+		if x, ok := x.Report.(*Progress_World); ok {
+			return x.World
+		}
+	}
+	return nil
+}
+
+func (x *Progress) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+type isProgress_Report interface {
+	isProgress_Report()
+}
+
+type Progress_Metrics struct {
+	Metrics *StepMetrics `protobuf:"bytes,4,opt,name=metrics,proto3,oneof"`
+}
+
+type Progress_World struct {
+	World *WorldInfo `protobuf:"bytes,5,opt,name=world,proto3,oneof"`
+}
+
+func (*Progress_Metrics) isProgress_Report() {}
+
+func (*Progress_World) isProgress_Report() {}
+
+// StepMetrics is train.StepMetrics: one step as the leader measured it,
+// field for field (the names are the metrics file's keys). Times are
+// wall-clock milliseconds as train.StepMetrics holds them (a double
+// carries them exactly; nanoseconds would round them).
+type StepMetrics struct {
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	Step                   int64                  `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	Loss                   float64                `protobuf:"fixed64,2,opt,name=loss,proto3" json:"loss,omitempty"`
+	Lr                     float64                `protobuf:"fixed64,3,opt,name=lr,proto3" json:"lr,omitempty"`
+	SamplesPerS            float64                `protobuf:"fixed64,4,opt,name=samples_per_s,json=samplesPerS,proto3" json:"samples_per_s,omitempty"`
+	TokensPerS             float64                `protobuf:"fixed64,5,opt,name=tokens_per_s,json=tokensPerS,proto3" json:"tokens_per_s,omitempty"`
+	StepMs                 float64                `protobuf:"fixed64,6,opt,name=step_ms,json=stepMs,proto3" json:"step_ms,omitempty"`
+	ComputeMs              float64                `protobuf:"fixed64,7,opt,name=compute_ms,json=computeMs,proto3" json:"compute_ms,omitempty"`
+	CommMs                 float64                `protobuf:"fixed64,8,opt,name=comm_ms,json=commMs,proto3" json:"comm_ms,omitempty"`
+	BubbleMs               float64                `protobuf:"fixed64,9,opt,name=bubble_ms,json=bubbleMs,proto3" json:"bubble_ms,omitempty"`
+	World                  int64                  `protobuf:"varint,10,opt,name=world,proto3" json:"world,omitempty"`
+	Generation             uint64                 `protobuf:"varint,11,opt,name=generation,proto3" json:"generation,omitempty"`
+	Epoch                  float64                `protobuf:"fixed64,12,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Samples                int64                  `protobuf:"varint,13,opt,name=samples,proto3" json:"samples,omitempty"`
+	GradNorm               float64                `protobuf:"fixed64,14,opt,name=grad_norm,json=gradNorm,proto3" json:"grad_norm,omitempty"`
+	Accuracy               float64                `protobuf:"fixed64,15,opt,name=accuracy,proto3" json:"accuracy,omitempty"`
+	EvalLoss               float64                `protobuf:"fixed64,16,opt,name=eval_loss,json=evalLoss,proto3" json:"eval_loss,omitempty"`
+	EvalAccuracy           float64                `protobuf:"fixed64,17,opt,name=eval_accuracy,json=evalAccuracy,proto3" json:"eval_accuracy,omitempty"`
+	Dp                     int64                  `protobuf:"varint,18,opt,name=dp,proto3" json:"dp,omitempty"`
+	Pp                     int64                  `protobuf:"varint,19,opt,name=pp,proto3" json:"pp,omitempty"`
+	Tp                     int64                  `protobuf:"varint,20,opt,name=tp,proto3" json:"tp,omitempty"`
+	MicroBatches           int64                  `protobuf:"varint,21,opt,name=micro_batches,json=microBatches,proto3" json:"micro_batches,omitempty"`
+	Accum                  int64                  `protobuf:"varint,22,opt,name=accum,proto3" json:"accum,omitempty"`
+	GradBytes              int64                  `protobuf:"varint,23,opt,name=grad_bytes,json=gradBytes,proto3" json:"grad_bytes,omitempty"`
+	OverlapFraction        float64                `protobuf:"fixed64,24,opt,name=overlap_fraction,json=overlapFraction,proto3" json:"overlap_fraction,omitempty"`
+	CkptPauseMs            float64                `protobuf:"fixed64,25,opt,name=ckpt_pause_ms,json=ckptPauseMs,proto3" json:"ckpt_pause_ms,omitempty"`
+	PeakActivationBytes    int64                  `protobuf:"varint,26,opt,name=peak_activation_bytes,json=peakActivationBytes,proto3" json:"peak_activation_bytes,omitempty"`
+	ParamBytes             int64                  `protobuf:"varint,27,opt,name=param_bytes,json=paramBytes,proto3" json:"param_bytes,omitempty"`
+	GradHeldBytes          int64                  `protobuf:"varint,28,opt,name=grad_held_bytes,json=gradHeldBytes,proto3" json:"grad_held_bytes,omitempty"`
+	OptimizerBytes         int64                  `protobuf:"varint,29,opt,name=optimizer_bytes,json=optimizerBytes,proto3" json:"optimizer_bytes,omitempty"`
+	PeakParamBytes         int64                  `protobuf:"varint,30,opt,name=peak_param_bytes,json=peakParamBytes,proto3" json:"peak_param_bytes,omitempty"`
+	PeakGradBytes          int64                  `protobuf:"varint,31,opt,name=peak_grad_bytes,json=peakGradBytes,proto3" json:"peak_grad_bytes,omitempty"`
+	SentAllReduceBytes     int64                  `protobuf:"varint,32,opt,name=sent_all_reduce_bytes,json=sentAllReduceBytes,proto3" json:"sent_all_reduce_bytes,omitempty"`
+	SentReduceScatterBytes int64                  `protobuf:"varint,33,opt,name=sent_reduce_scatter_bytes,json=sentReduceScatterBytes,proto3" json:"sent_reduce_scatter_bytes,omitempty"`
+	SentAllGatherBytes     int64                  `protobuf:"varint,34,opt,name=sent_all_gather_bytes,json=sentAllGatherBytes,proto3" json:"sent_all_gather_bytes,omitempty"`
+	SentBroadcastBytes     int64                  `protobuf:"varint,35,opt,name=sent_broadcast_bytes,json=sentBroadcastBytes,proto3" json:"sent_broadcast_bytes,omitempty"`
+	SyncBytes              int64                  `protobuf:"varint,36,opt,name=sync_bytes,json=syncBytes,proto3" json:"sync_bytes,omitempty"`
+	SyncRound              bool                   `protobuf:"varint,37,opt,name=sync_round,json=syncRound,proto3" json:"sync_round,omitempty"`
+	SyncRounds             int64                  `protobuf:"varint,38,opt,name=sync_rounds,json=syncRounds,proto3" json:"sync_rounds,omitempty"`
+	// async is set under --sync async only.
+	Async *AsyncMetrics `protobuf:"bytes,39,opt,name=async,proto3" json:"async,omitempty"`
+	// straggler_rank is −1 without replicas to compare.
+	StragglerRank  int64   `protobuf:"zigzag64,40,opt,name=straggler_rank,json=stragglerRank,proto3" json:"straggler_rank,omitempty"`
+	StragglerLagMs float64 `protobuf:"fixed64,41,opt,name=straggler_lag_ms,json=stragglerLagMs,proto3" json:"straggler_lag_ms,omitempty"`
+	// rank_compute_ms is by mesh rank.
+	RankComputeMs []float64         `protobuf:"fixed64,42,rep,packed,name=rank_compute_ms,json=rankComputeMs,proto3" json:"rank_compute_ms,omitempty"`
+	Collectives   []*CollectiveTime `protobuf:"bytes,43,rep,name=collectives,proto3" json:"collectives,omitempty"`
+	LossScale     float64           `protobuf:"fixed64,44,opt,name=loss_scale,json=lossScale,proto3" json:"loss_scale,omitempty"`
+	Skipped       bool              `protobuf:"varint,45,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// scaler is set with fp16 only.
+	Scaler                *ScalerState `protobuf:"bytes,46,opt,name=scaler,proto3" json:"scaler,omitempty"`
+	Cursor                uint64       `protobuf:"varint,47,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Batch                 int64        `protobuf:"varint,48,opt,name=batch,proto3" json:"batch,omitempty"`
+	ResumeMs              float64      `protobuf:"fixed64,49,opt,name=resume_ms,json=resumeMs,proto3" json:"resume_ms,omitempty"`
+	PeakMicroBatches      int64        `protobuf:"varint,50,opt,name=peak_micro_batches,json=peakMicroBatches,proto3" json:"peak_micro_batches,omitempty"`
+	BubbleFraction        float64      `protobuf:"fixed64,51,opt,name=bubble_fraction,json=bubbleFraction,proto3" json:"bubble_fraction,omitempty"`
+	FormulaBubbleFraction float64      `protobuf:"fixed64,52,opt,name=formula_bubble_fraction,json=formulaBubbleFraction,proto3" json:"formula_bubble_fraction,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *StepMetrics) Reset() {
+	*x = StepMetrics{}
+	mi := &file_worker_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepMetrics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepMetrics) ProtoMessage() {}
+
+func (x *StepMetrics) ProtoReflect() protoreflect.Message {
+	mi := &file_worker_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepMetrics.ProtoReflect.Descriptor instead.
+func (*StepMetrics) Descriptor() ([]byte, []int) {
+	return file_worker_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *StepMetrics) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetLoss() float64 {
+	if x != nil {
+		return x.Loss
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetLr() float64 {
+	if x != nil {
+		return x.Lr
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetSamplesPerS() float64 {
+	if x != nil {
+		return x.SamplesPerS
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetTokensPerS() float64 {
+	if x != nil {
+		return x.TokensPerS
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetStepMs() float64 {
+	if x != nil {
+		return x.StepMs
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetComputeMs() float64 {
+	if x != nil {
+		return x.ComputeMs
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetCommMs() float64 {
+	if x != nil {
+		return x.CommMs
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetBubbleMs() float64 {
+	if x != nil {
+		return x.BubbleMs
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetWorld() int64 {
+	if x != nil {
+		return x.World
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetEpoch() float64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetSamples() int64 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetGradNorm() float64 {
+	if x != nil {
+		return x.GradNorm
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetAccuracy() float64 {
+	if x != nil {
+		return x.Accuracy
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetEvalLoss() float64 {
+	if x != nil {
+		return x.EvalLoss
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetEvalAccuracy() float64 {
+	if x != nil {
+		return x.EvalAccuracy
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetDp() int64 {
+	if x != nil {
+		return x.Dp
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetPp() int64 {
+	if x != nil {
+		return x.Pp
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetTp() int64 {
+	if x != nil {
+		return x.Tp
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetMicroBatches() int64 {
+	if x != nil {
+		return x.MicroBatches
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetAccum() int64 {
+	if x != nil {
+		return x.Accum
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetGradBytes() int64 {
+	if x != nil {
+		return x.GradBytes
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetOverlapFraction() float64 {
+	if x != nil {
+		return x.OverlapFraction
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetCkptPauseMs() float64 {
+	if x != nil {
+		return x.CkptPauseMs
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetPeakActivationBytes() int64 {
+	if x != nil {
+		return x.PeakActivationBytes
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetParamBytes() int64 {
+	if x != nil {
+		return x.ParamBytes
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetGradHeldBytes() int64 {
+	if x != nil {
+		return x.GradHeldBytes
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetOptimizerBytes() int64 {
+	if x != nil {
+		return x.OptimizerBytes
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetPeakParamBytes() int64 {
+	if x != nil {
+		return x.PeakParamBytes
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetPeakGradBytes() int64 {
+	if x != nil {
+		return x.PeakGradBytes
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetSentAllReduceBytes() int64 {
+	if x != nil {
+		return x.SentAllReduceBytes
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetSentReduceScatterBytes() int64 {
+	if x != nil {
+		return x.SentReduceScatterBytes
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetSentAllGatherBytes() int64 {
+	if x != nil {
+		return x.SentAllGatherBytes
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetSentBroadcastBytes() int64 {
+	if x != nil {
+		return x.SentBroadcastBytes
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetSyncBytes() int64 {
+	if x != nil {
+		return x.SyncBytes
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetSyncRound() bool {
+	if x != nil {
+		return x.SyncRound
+	}
+	return false
+}
+
+func (x *StepMetrics) GetSyncRounds() int64 {
+	if x != nil {
+		return x.SyncRounds
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetAsync() *AsyncMetrics {
+	if x != nil {
+		return x.Async
+	}
+	return nil
+}
+
+func (x *StepMetrics) GetStragglerRank() int64 {
+	if x != nil {
+		return x.StragglerRank
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetStragglerLagMs() float64 {
+	if x != nil {
+		return x.StragglerLagMs
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetRankComputeMs() []float64 {
+	if x != nil {
+		return x.RankComputeMs
+	}
+	return nil
+}
+
+func (x *StepMetrics) GetCollectives() []*CollectiveTime {
+	if x != nil {
+		return x.Collectives
+	}
+	return nil
+}
+
+func (x *StepMetrics) GetLossScale() float64 {
+	if x != nil {
+		return x.LossScale
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetSkipped() bool {
+	if x != nil {
+		return x.Skipped
+	}
+	return false
+}
+
+func (x *StepMetrics) GetScaler() *ScalerState {
+	if x != nil {
+		return x.Scaler
+	}
+	return nil
+}
+
+func (x *StepMetrics) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetBatch() int64 {
+	if x != nil {
+		return x.Batch
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetResumeMs() float64 {
+	if x != nil {
+		return x.ResumeMs
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetPeakMicroBatches() int64 {
+	if x != nil {
+		return x.PeakMicroBatches
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetBubbleFraction() float64 {
+	if x != nil {
+		return x.BubbleFraction
+	}
+	return 0
+}
+
+func (x *StepMetrics) GetFormulaBubbleFraction() float64 {
+	if x != nil {
+		return x.FormulaBubbleFraction
+	}
+	return 0
+}
+
+// AsyncMetrics is train.AsyncMetrics: one update of the parameter server.
+type AsyncMetrics struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Staleness     int64                  `protobuf:"varint,1,opt,name=staleness,proto3" json:"staleness,omitempty"`
+	Rejected      int64                  `protobuf:"varint,2,opt,name=rejected,proto3" json:"rejected,omitempty"`
+	Replica       int64                  `protobuf:"varint,3,opt,name=replica,proto3" json:"replica,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AsyncMetrics) Reset() {
+	*x = AsyncMetrics{}
+	mi := &file_worker_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AsyncMetrics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AsyncMetrics) ProtoMessage() {}
+
+func (x *AsyncMetrics) ProtoReflect() protoreflect.Message {
+	mi := &file_worker_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AsyncMetrics.ProtoReflect.Descriptor instead.
+func (*AsyncMetrics) Descriptor() ([]byte, []int) {
+	return file_worker_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *AsyncMetrics) GetStaleness() int64 {
+	if x != nil {
+		return x.Staleness
+	}
+	return 0
+}
+
+func (x *AsyncMetrics) GetRejected() int64 {
+	if x != nil {
+		return x.Rejected
+	}
+	return 0
+}
+
+func (x *AsyncMetrics) GetReplica() int64 {
+	if x != nil {
+		return x.Replica
+	}
+	return 0
+}
+
+// CollectiveTime is train.CollectiveTime: one collective operation of a
+// step on one rank; kind is collective.Kind's name.
+type CollectiveTime struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rank          int64                  `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Seconds       float64                `protobuf:"fixed64,3,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CollectiveTime) Reset() {
+	*x = CollectiveTime{}
+	mi := &file_worker_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CollectiveTime) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CollectiveTime) ProtoMessage() {}
+
+func (x *CollectiveTime) ProtoReflect() protoreflect.Message {
+	mi := &file_worker_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CollectiveTime.ProtoReflect.Descriptor instead.
+func (*CollectiveTime) Descriptor() ([]byte, []int) {
+	return file_worker_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CollectiveTime) GetRank() int64 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *CollectiveTime) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *CollectiveTime) GetSeconds() float64 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
+// ScalerState is checkpoint.ScalerState: the fp16 loss scaler's state.
+type ScalerState struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Scale          float64                `protobuf:"fixed64,1,opt,name=scale,proto3" json:"scale,omitempty"`
+	GrowthFactor   float64                `protobuf:"fixed64,2,opt,name=growth_factor,json=growthFactor,proto3" json:"growth_factor,omitempty"`
+	BackoffFactor  float64                `protobuf:"fixed64,3,opt,name=backoff_factor,json=backoffFactor,proto3" json:"backoff_factor,omitempty"`
+	GrowthInterval int64                  `protobuf:"varint,4,opt,name=growth_interval,json=growthInterval,proto3" json:"growth_interval,omitempty"`
+	GrowthTracker  int64                  `protobuf:"varint,5,opt,name=growth_tracker,json=growthTracker,proto3" json:"growth_tracker,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ScalerState) Reset() {
+	*x = ScalerState{}
+	mi := &file_worker_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScalerState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScalerState) ProtoMessage() {}
+
+func (x *ScalerState) ProtoReflect() protoreflect.Message {
+	mi := &file_worker_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScalerState.ProtoReflect.Descriptor instead.
+func (*ScalerState) Descriptor() ([]byte, []int) {
+	return file_worker_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ScalerState) GetScale() float64 {
+	if x != nil {
+		return x.Scale
+	}
+	return 0
+}
+
+func (x *ScalerState) GetGrowthFactor() float64 {
+	if x != nil {
+		return x.GrowthFactor
+	}
+	return 0
+}
+
+func (x *ScalerState) GetBackoffFactor() float64 {
+	if x != nil {
+		return x.BackoffFactor
+	}
+	return 0
+}
+
+func (x *ScalerState) GetGrowthInterval() int64 {
+	if x != nil {
+		return x.GrowthInterval
+	}
+	return 0
+}
+
+func (x *ScalerState) GetGrowthTracker() int64 {
+	if x != nil {
+		return x.GrowthTracker
+	}
+	return 0
+}
+
+// WorldInfo is train.WorldInfo: a world the job formed.
+type WorldInfo struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Generation uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Mesh       string                 `protobuf:"bytes,2,opt,name=mesh,proto3" json:"mesh,omitempty"`
+	Dp         int64                  `protobuf:"varint,3,opt,name=dp,proto3" json:"dp,omitempty"`
+	Pp         int64                  `protobuf:"varint,4,opt,name=pp,proto3" json:"pp,omitempty"`
+	// members are by rank; standby the members without a slot.
+	Members       []string `protobuf:"bytes,5,rep,name=members,proto3" json:"members,omitempty"`
+	Standby       []string `protobuf:"bytes,6,rep,name=standby,proto3" json:"standby,omitempty"`
+	Step          int64    `protobuf:"varint,7,opt,name=step,proto3" json:"step,omitempty"`
+	StateFrom     string   `protobuf:"bytes,8,opt,name=state_from,json=stateFrom,proto3" json:"state_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorldInfo) Reset() {
+	*x = WorldInfo{}
+	mi := &file_worker_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorldInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorldInfo) ProtoMessage() {}
+
+func (x *WorldInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_worker_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorldInfo.ProtoReflect.Descriptor instead.
+func (*WorldInfo) Descriptor() ([]byte, []int) {
+	return file_worker_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *WorldInfo) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *WorldInfo) GetMesh() string {
+	if x != nil {
+		return x.Mesh
+	}
+	return ""
+}
+
+func (x *WorldInfo) GetDp() int64 {
+	if x != nil {
+		return x.Dp
+	}
+	return 0
+}
+
+func (x *WorldInfo) GetPp() int64 {
+	if x != nil {
+		return x.Pp
+	}
+	return 0
+}
+
+func (x *WorldInfo) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *WorldInfo) GetStandby() []string {
+	if x != nil {
+		return x.Standby
+	}
+	return nil
+}
+
+func (x *WorldInfo) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *WorldInfo) GetStateFrom() string {
+	if x != nil {
+		return x.StateFrom
+	}
+	return ""
 }
 
 // PartChunk carries a piece of the model part a leaving worker hands to
@@ -1965,7 +2767,7 @@ type PartChunk struct {
 
 func (x *PartChunk) Reset() {
 	*x = PartChunk{}
-	mi := &file_worker_proto_msgTypes[19]
+	mi := &file_worker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2779,7 @@ func (x *PartChunk) String() string {
 func (*PartChunk) ProtoMessage() {}
 
 func (x *PartChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[19]
+	mi := &file_worker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2792,7 @@ func (x *PartChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartChunk.ProtoReflect.Descriptor instead.
 func (*PartChunk) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{19}
+	return file_worker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PartChunk) GetPeer() uint32 {
@@ -2083,7 +2885,7 @@ type PartTaken struct {
 
 func (x *PartTaken) Reset() {
 	*x = PartTaken{}
-	mi := &file_worker_proto_msgTypes[20]
+	mi := &file_worker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2897,7 @@ func (x *PartTaken) String() string {
 func (*PartTaken) ProtoMessage() {}
 
 func (x *PartTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[20]
+	mi := &file_worker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2910,7 @@ func (x *PartTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartTaken.ProtoReflect.Descriptor instead.
 func (*PartTaken) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{20}
+	return file_worker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PartTaken) GetPeer() uint32 {
@@ -2145,7 +2947,7 @@ type FlightRequest struct {
 
 func (x *FlightRequest) Reset() {
 	*x = FlightRequest{}
-	mi := &file_worker_proto_msgTypes[21]
+	mi := &file_worker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2157,7 +2959,7 @@ func (x *FlightRequest) String() string {
 func (*FlightRequest) ProtoMessage() {}
 
 func (x *FlightRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[21]
+	mi := &file_worker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2170,7 +2972,7 @@ func (x *FlightRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlightRequest.ProtoReflect.Descriptor instead.
 func (*FlightRequest) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{21}
+	return file_worker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *FlightRequest) GetPeer() uint32 {
@@ -2200,7 +3002,7 @@ type FlightRecord struct {
 
 func (x *FlightRecord) Reset() {
 	*x = FlightRecord{}
-	mi := &file_worker_proto_msgTypes[22]
+	mi := &file_worker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +3014,7 @@ func (x *FlightRecord) String() string {
 func (*FlightRecord) ProtoMessage() {}
 
 func (x *FlightRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[22]
+	mi := &file_worker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +3027,7 @@ func (x *FlightRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlightRecord.ProtoReflect.Descriptor instead.
 func (*FlightRecord) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{22}
+	return file_worker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FlightRecord) GetPeer() uint32 {
@@ -2260,7 +3062,7 @@ type Abort struct {
 
 func (x *Abort) Reset() {
 	*x = Abort{}
-	mi := &file_worker_proto_msgTypes[23]
+	mi := &file_worker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +3074,7 @@ func (x *Abort) String() string {
 func (*Abort) ProtoMessage() {}
 
 func (x *Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_proto_msgTypes[23]
+	mi := &file_worker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +3087,7 @@ func (x *Abort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abort.ProtoReflect.Descriptor instead.
 func (*Abort) Descriptor() ([]byte, []int) {
-	return file_worker_proto_rawDescGZIP(), []int{23}
+	return file_worker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Abort) GetReason() string {
@@ -2479,11 +3281,103 @@ const file_worker_proto_rawDesc = "" +
 	"\bFinished\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x123\n" +
 	"\afailure\x18\x02 \x01(\v2\x19.troupe.worker.v1.FailureR\afailure\x12\x1a\n" +
-	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\"N\n" +
-	"\bProgress\x12\x18\n" +
-	"\ametrics\x18\x01 \x01(\fR\ametrics\x12\x14\n" +
-	"\x05world\x18\x02 \x01(\fR\x05world\x12\x12\n" +
-	"\x04step\x18\x03 \x01(\x04R\x04step\"\x8a\x02\n" +
+	"\bchecksum\x18\x03 \x01(\x04R\bchecksum\"\xb8\x01\n" +
+	"\bProgress\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\x04R\x04step\x129\n" +
+	"\ametrics\x18\x04 \x01(\v2\x1d.troupe.worker.v1.StepMetricsH\x00R\ametrics\x123\n" +
+	"\x05world\x18\x05 \x01(\v2\x1b.troupe.worker.v1.WorldInfoH\x00R\x05world\x12\x12\n" +
+	"\x04from\x18\x06 \x01(\tR\x04fromB\b\n" +
+	"\x06reportJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03\"\x9a\x0e\n" +
+	"\vStepMetrics\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x12\n" +
+	"\x04loss\x18\x02 \x01(\x01R\x04loss\x12\x0e\n" +
+	"\x02lr\x18\x03 \x01(\x01R\x02lr\x12\"\n" +
+	"\rsamples_per_s\x18\x04 \x01(\x01R\vsamplesPerS\x12 \n" +
+	"\ftokens_per_s\x18\x05 \x01(\x01R\n" +
+	"tokensPerS\x12\x17\n" +
+	"\astep_ms\x18\x06 \x01(\x01R\x06stepMs\x12\x1d\n" +
+	"\n" +
+	"compute_ms\x18\a \x01(\x01R\tcomputeMs\x12\x17\n" +
+	"\acomm_ms\x18\b \x01(\x01R\x06commMs\x12\x1b\n" +
+	"\tbubble_ms\x18\t \x01(\x01R\bbubbleMs\x12\x14\n" +
+	"\x05world\x18\n" +
+	" \x01(\x03R\x05world\x12\x1e\n" +
+	"\n" +
+	"generation\x18\v \x01(\x04R\n" +
+	"generation\x12\x14\n" +
+	"\x05epoch\x18\f \x01(\x01R\x05epoch\x12\x18\n" +
+	"\asamples\x18\r \x01(\x03R\asamples\x12\x1b\n" +
+	"\tgrad_norm\x18\x0e \x01(\x01R\bgradNorm\x12\x1a\n" +
+	"\baccuracy\x18\x0f \x01(\x01R\baccuracy\x12\x1b\n" +
+	"\teval_loss\x18\x10 \x01(\x01R\bevalLoss\x12#\n" +
+	"\reval_accuracy\x18\x11 \x01(\x01R\fevalAccuracy\x12\x0e\n" +
+	"\x02dp\x18\x12 \x01(\x03R\x02dp\x12\x0e\n" +
+	"\x02pp\x18\x13 \x01(\x03R\x02pp\x12\x0e\n" +
+	"\x02tp\x18\x14 \x01(\x03R\x02tp\x12#\n" +
+	"\rmicro_batches\x18\x15 \x01(\x03R\fmicroBatches\x12\x14\n" +
+	"\x05accum\x18\x16 \x01(\x03R\x05accum\x12\x1d\n" +
+	"\n" +
+	"grad_bytes\x18\x17 \x01(\x03R\tgradBytes\x12)\n" +
+	"\x10overlap_fraction\x18\x18 \x01(\x01R\x0foverlapFraction\x12\"\n" +
+	"\rckpt_pause_ms\x18\x19 \x01(\x01R\vckptPauseMs\x122\n" +
+	"\x15peak_activation_bytes\x18\x1a \x01(\x03R\x13peakActivationBytes\x12\x1f\n" +
+	"\vparam_bytes\x18\x1b \x01(\x03R\n" +
+	"paramBytes\x12&\n" +
+	"\x0fgrad_held_bytes\x18\x1c \x01(\x03R\rgradHeldBytes\x12'\n" +
+	"\x0foptimizer_bytes\x18\x1d \x01(\x03R\x0eoptimizerBytes\x12(\n" +
+	"\x10peak_param_bytes\x18\x1e \x01(\x03R\x0epeakParamBytes\x12&\n" +
+	"\x0fpeak_grad_bytes\x18\x1f \x01(\x03R\rpeakGradBytes\x121\n" +
+	"\x15sent_all_reduce_bytes\x18  \x01(\x03R\x12sentAllReduceBytes\x129\n" +
+	"\x19sent_reduce_scatter_bytes\x18! \x01(\x03R\x16sentReduceScatterBytes\x121\n" +
+	"\x15sent_all_gather_bytes\x18\" \x01(\x03R\x12sentAllGatherBytes\x120\n" +
+	"\x14sent_broadcast_bytes\x18# \x01(\x03R\x12sentBroadcastBytes\x12\x1d\n" +
+	"\n" +
+	"sync_bytes\x18$ \x01(\x03R\tsyncBytes\x12\x1d\n" +
+	"\n" +
+	"sync_round\x18% \x01(\bR\tsyncRound\x12\x1f\n" +
+	"\vsync_rounds\x18& \x01(\x03R\n" +
+	"syncRounds\x124\n" +
+	"\x05async\x18' \x01(\v2\x1e.troupe.worker.v1.AsyncMetricsR\x05async\x12%\n" +
+	"\x0estraggler_rank\x18( \x01(\x12R\rstragglerRank\x12(\n" +
+	"\x10straggler_lag_ms\x18) \x01(\x01R\x0estragglerLagMs\x12&\n" +
+	"\x0frank_compute_ms\x18* \x03(\x01R\rrankComputeMs\x12B\n" +
+	"\vcollectives\x18+ \x03(\v2 .troupe.worker.v1.CollectiveTimeR\vcollectives\x12\x1d\n" +
+	"\n" +
+	"loss_scale\x18, \x01(\x01R\tlossScale\x12\x18\n" +
+	"\askipped\x18- \x01(\bR\askipped\x125\n" +
+	"\x06scaler\x18. \x01(\v2\x1d.troupe.worker.v1.ScalerStateR\x06scaler\x12\x16\n" +
+	"\x06cursor\x18/ \x01(\x04R\x06cursor\x12\x14\n" +
+	"\x05batch\x180 \x01(\x03R\x05batch\x12\x1b\n" +
+	"\tresume_ms\x181 \x01(\x01R\bresumeMs\x12,\n" +
+	"\x12peak_micro_batches\x182 \x01(\x03R\x10peakMicroBatches\x12'\n" +
+	"\x0fbubble_fraction\x183 \x01(\x01R\x0ebubbleFraction\x126\n" +
+	"\x17formula_bubble_fraction\x184 \x01(\x01R\x15formulaBubbleFraction\"b\n" +
+	"\fAsyncMetrics\x12\x1c\n" +
+	"\tstaleness\x18\x01 \x01(\x03R\tstaleness\x12\x1a\n" +
+	"\brejected\x18\x02 \x01(\x03R\brejected\x12\x18\n" +
+	"\areplica\x18\x03 \x01(\x03R\areplica\"R\n" +
+	"\x0eCollectiveTime\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\x03R\x04rank\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
+	"\aseconds\x18\x03 \x01(\x01R\aseconds\"\xbf\x01\n" +
+	"\vScalerState\x12\x14\n" +
+	"\x05scale\x18\x01 \x01(\x01R\x05scale\x12#\n" +
+	"\rgrowth_factor\x18\x02 \x01(\x01R\fgrowthFactor\x12%\n" +
+	"\x0ebackoff_factor\x18\x03 \x01(\x01R\rbackoffFactor\x12'\n" +
+	"\x0fgrowth_interval\x18\x04 \x01(\x03R\x0egrowthInterval\x12%\n" +
+	"\x0egrowth_tracker\x18\x05 \x01(\x03R\rgrowthTracker\"\xc6\x01\n" +
+	"\tWorldInfo\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12\x12\n" +
+	"\x04mesh\x18\x02 \x01(\tR\x04mesh\x12\x0e\n" +
+	"\x02dp\x18\x03 \x01(\x03R\x02dp\x12\x0e\n" +
+	"\x02pp\x18\x04 \x01(\x03R\x02pp\x12\x18\n" +
+	"\amembers\x18\x05 \x03(\tR\amembers\x12\x18\n" +
+	"\astandby\x18\x06 \x03(\tR\astandby\x12\x12\n" +
+	"\x04step\x18\a \x01(\x03R\x04step\x12\x1d\n" +
+	"\n" +
+	"state_from\x18\b \x01(\tR\tstateFrom\"\x8a\x02\n" +
 	"\tPartChunk\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\rR\x04peer\x12\x12\n" +
 	"\x04part\x18\x02 \x01(\x05R\x04part\x12\x18\n" +
@@ -2523,7 +3417,7 @@ func file_worker_proto_rawDescGZIP() []byte {
 	return file_worker_proto_rawDescData
 }
 
-var file_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_worker_proto_goTypes = []any{
 	(*Failure)(nil),        // 0: troupe.worker.v1.Failure
 	(*StatusRequest)(nil),  // 1: troupe.worker.v1.StatusRequest
@@ -2544,11 +3438,16 @@ var file_worker_proto_goTypes = []any{
 	(*Finish)(nil),         // 16: troupe.worker.v1.Finish
 	(*Finished)(nil),       // 17: troupe.worker.v1.Finished
 	(*Progress)(nil),       // 18: troupe.worker.v1.Progress
-	(*PartChunk)(nil),      // 19: troupe.worker.v1.PartChunk
-	(*PartTaken)(nil),      // 20: troupe.worker.v1.PartTaken
-	(*FlightRequest)(nil),  // 21: troupe.worker.v1.FlightRequest
-	(*FlightRecord)(nil),   // 22: troupe.worker.v1.FlightRecord
-	(*Abort)(nil),          // 23: troupe.worker.v1.Abort
+	(*StepMetrics)(nil),    // 19: troupe.worker.v1.StepMetrics
+	(*AsyncMetrics)(nil),   // 20: troupe.worker.v1.AsyncMetrics
+	(*CollectiveTime)(nil), // 21: troupe.worker.v1.CollectiveTime
+	(*ScalerState)(nil),    // 22: troupe.worker.v1.ScalerState
+	(*WorldInfo)(nil),      // 23: troupe.worker.v1.WorldInfo
+	(*PartChunk)(nil),      // 24: troupe.worker.v1.PartChunk
+	(*PartTaken)(nil),      // 25: troupe.worker.v1.PartTaken
+	(*FlightRequest)(nil),  // 26: troupe.worker.v1.FlightRequest
+	(*FlightRecord)(nil),   // 27: troupe.worker.v1.FlightRecord
+	(*Abort)(nil),          // 28: troupe.worker.v1.Abort
 }
 var file_worker_proto_depIdxs = []int32{
 	0,  // 0: troupe.worker.v1.Status.failure:type_name -> troupe.worker.v1.Failure
@@ -2562,13 +3461,18 @@ var file_worker_proto_depIdxs = []int32{
 	0,  // 8: troupe.worker.v1.ShardSaved.failure:type_name -> troupe.worker.v1.Failure
 	0,  // 9: troupe.worker.v1.Finish.failure:type_name -> troupe.worker.v1.Failure
 	0,  // 10: troupe.worker.v1.Finished.failure:type_name -> troupe.worker.v1.Failure
-	0,  // 11: troupe.worker.v1.PartTaken.failure:type_name -> troupe.worker.v1.Failure
-	0,  // 12: troupe.worker.v1.FlightRecord.failure:type_name -> troupe.worker.v1.Failure
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	19, // 11: troupe.worker.v1.Progress.metrics:type_name -> troupe.worker.v1.StepMetrics
+	23, // 12: troupe.worker.v1.Progress.world:type_name -> troupe.worker.v1.WorldInfo
+	20, // 13: troupe.worker.v1.StepMetrics.async:type_name -> troupe.worker.v1.AsyncMetrics
+	21, // 14: troupe.worker.v1.StepMetrics.collectives:type_name -> troupe.worker.v1.CollectiveTime
+	22, // 15: troupe.worker.v1.StepMetrics.scaler:type_name -> troupe.worker.v1.ScalerState
+	0,  // 16: troupe.worker.v1.PartTaken.failure:type_name -> troupe.worker.v1.Failure
+	0,  // 17: troupe.worker.v1.FlightRecord.failure:type_name -> troupe.worker.v1.Failure
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_worker_proto_init() }
@@ -2576,13 +3480,17 @@ func file_worker_proto_init() {
 	if File_worker_proto != nil {
 		return
 	}
+	file_worker_proto_msgTypes[18].OneofWrappers = []any{
+		(*Progress_Metrics)(nil),
+		(*Progress_World)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_worker_proto_rawDesc), len(file_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
