@@ -115,7 +115,7 @@ func TestSimParts(t *testing.T) {
 func TestSimReplayNamesTheJob(t *testing.T) {
 	fresh := func() *pflag.FlagSet {
 		fs := pflag.NewFlagSet("sim", pflag.ContinueOnError)
-		simCmd.Flags().VisitAll(func(f *pflag.Flag) {
+		simCmd.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
 			fs.String(f.Name, f.DefValue, f.Usage)
 			fs.Lookup(f.Name).NoOptDefVal = f.NoOptDefVal // --json takes no value
 		})
@@ -141,7 +141,9 @@ func TestSimReplayNamesTheJob(t *testing.T) {
 		}
 	}
 	notJob := map[string]bool{"seeds": true, "from": true, "seed": true, "trace": true, "json": true, "help": true}
-	simCmd.Flags().VisitAll(func(f *pflag.Flag) {
+	// (The root command's persistent flags, logging and profiling, shape
+	// no job.)
+	simCmd.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
 		if !notJob[f.Name] && !slices.Contains(simJobFlags, f.Name) {
 			t.Errorf("flag --%s is not in simJobFlags: a replay would run another job", f.Name)
 		}
@@ -159,7 +161,7 @@ func TestSimViolationPrintsItsJob(t *testing.T) {
 		simbug.AnyRoot = false
 		simFlags.zero, simFlags.nodes, simFlags.seed, simFlags.trace = 0, 3, 0, ""
 	})
-	out, err := runRoot(t, "sim", "--zero", "1", "--nodes", "4", "--seeds", "1", "--from", "1", "--seed", "0", "--trace", "")
+	out, err := runRoot(t, "sim", "--zero", "1", "--nodes", "4", "--seeds", "1", "--from", "1", "--seed", "0", "--trace", "", "--json=false")
 	if !errors.Is(err, errViolations) {
 		t.Fatalf("error %v, want violations: %s", err, out)
 	}
