@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/troupe-ml/troupe/sim"
 )
@@ -184,7 +185,7 @@ func runSim(cmd *cobra.Command, _ []string) error {
 			sum.Violations++
 			sum.Failures = append(sum.Failures, r)
 			if !simFlags.json {
-				fmt.Fprintf(out, "seed %d: %s: %s (replay: troupe sim --seed %d --trace seed%d.txt)\n", seed, r.Violation.Invariant, r.Violation.Detail, seed, seed)
+				fmt.Fprintf(out, "seed %d: %s: %s (replay: %s)\n", seed, r.Violation.Invariant, r.Violation.Detail, simReplay(cmd.Flags(), seed))
 			}
 		}
 		if (i+1)%1000 == 0 && !simFlags.json {
@@ -214,4 +215,23 @@ func runSim(cmd *cobra.Command, _ []string) error {
 		return fmt.Errorf("%w: %d of %d seeds", errViolations, sum.Violations, sum.Seeds)
 	}
 	return nil
+}
+
+// simJobFlags are the flags that shape the simulated job (not which seeds
+// run or how they are reported): a replay of a seed needs each of them
+// that the sweep set, or it replays another job.
+var simJobFlags = []string{"nodes", "pp", "tp", "zero", "zero-group", "faults", "steps", "ckpt-every"}
+
+// simReplay is the command that replays seed of the sweep run with flags
+// fs: every job flag whose value is not its default, then the seed and a
+// trace file.
+func simReplay(fs *pflag.FlagSet, seed uint64) string {
+	args := []string{"troupe", "sim"}
+	for _, name := range simJobFlags {
+		if f := fs.Lookup(name); f != nil && f.Value.String() != f.DefValue {
+			args = append(args, "--"+name, f.Value.String())
+		}
+	}
+	args = append(args, "--seed", fmt.Sprint(seed), "--trace", fmt.Sprintf("seed%d.txt", seed))
+	return strings.Join(args, " ")
 }

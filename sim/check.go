@@ -403,12 +403,20 @@ func (c *checker) final(ref *reference) {
 	if ref == nil {
 		return
 	}
-	same := true
-	for step, a := range h {
-		same = same && a.ranks == ref.history[step].ranks
-	}
 	// Each part that a finishing node held is the fault-free run's same
-	// part.
+	// part, when every step of every slot's history ran in a world of the
+	// fault-free run's size. Every slot's, not one replica's: the slots of
+	// a part may hold steps of two histories of one step (a member cut off
+	// kept a step the job trained again in a world of another size, with
+	// bit-equal parameters but another optimizer shard, which the leader's
+	// lineage check cannot tell apart), and under ZeRO a slot's parameters
+	// are gathered from the other slots' updates.
+	same := sameSizes(h, ref.history)
+	for p := range s.cfg.slots() {
+		if ph, ok := c.parts[p]; ok {
+			same = same && sameSizes(ph, ref.parts[p])
+		}
+	}
 	for p := range s.cfg.slots() {
 		ph, ok := c.parts[p]
 		if !ok {
@@ -435,6 +443,17 @@ func (c *checker) final(ref *reference) {
 			return
 		}
 	}
+}
+
+// sameSizes reports whether every step of history h ran in a world of the
+// size of the same step of ref.
+func sameSizes(h, ref []applied) bool {
+	for step, a := range h {
+		if step >= len(ref) || a.ranks != ref[step].ranks {
+			return false
+		}
+	}
+	return true
 }
 
 // reference is the fault-free run of a configuration: its steps, and
