@@ -69,22 +69,21 @@ func (e *asyncExecutor) startLocalReplicas(ctx context.Context, sys *actors.Syst
 }
 
 // replicaGroup drives one replica's worker at pid (a world of one, of
-// generation gen), named name; local: an actor of this process.
-func replicaGroup(sys *actors.System, j *job, group, name string, gen uint64, pid *actor.PID, local bool, log *zap.Logger) (*groupExecutor, error) {
+// generation gen), named name; inProcess: an actor of this process, which
+// hands its weights over in memory. A replica is never checkpointed (the
+// servers are) and a step of it that fails is lost (the servers apply
+// only gradients that came).
+func replicaGroup(sys *actors.System, j *job, group, name string, gen uint64, pid *actor.PID, inProcess bool, log *zap.Logger) (*groupExecutor, error) {
 	one, _ := mesh.New(1, 1, 1)
-	g, err := newGroupExecutor(sys, group, []*actor.PID{pid}, func(int) string { return name }, one, gen, []int{0}, &j.cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	g.local, g.parts = local, j.partsLayout()
-	g.learnControls([]*actor.PID{pid})
-	return g, nil
+	return startGroupExecutor(sys, group, execWorld{mesh: one, gen: gen, peers: []int{0}, pids: []*actor.PID{pid}, peerName: func(int) string { return name }},
+		execSetup{weightsInMemory: inProcess, parts: j.partsLayout()}, &j.cfg, log)
 }
 
 // startServers starts j's parameter servers as actors of sys (the kernel
 // threads split as among share workers), connected in this process when
-// several, and forms them at step from. The group's Close stops them.
-func startServers(ctx context.Context, sys *actors.System, j *job, share, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
+// several, and forms them at step from; they checkpoint to ck (nil: none).
+// The group's Close stops them.
+func startServers(ctx context.Context, sys *actors.System, j *job, ck *checkpointer, share, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
 	sj := j.serverJob()
 	m, err := mesh.New(sj.cfg.DP, 1, 1)
 	if err != nil {
@@ -92,8 +91,9 @@ func startServers(ctx context.Context, sys *actors.System, j *job, share, from i
 	}
 	var stops []func() error
 	stop := stopAll(&stops, nil)
+	handed := false // once the group owns stop, its Close runs it
 	defer func() {
-		if err != nil {
+		if err != nil && !handed {
 			stop()
 		}
 	}()
@@ -120,14 +120,13 @@ func startServers(ctx context.Context, sys *actors.System, j *job, share, from i
 	}
 	// One server, or ZeRO-3's shards of the model, which evaluate, gather
 	// the weights and save checkpoints together.
-	g, err := newGroupExecutor(sys, "async parameter servers", pids, name, m, 0, identity(m.Size()), &sj.cfg, log)
+	g, err := startGroupExecutor(sys, "async parameter servers", execWorld{mesh: m, peers: identity(m.Size()), pids: pids, peerName: name},
+		execSetup{saver: capturing(ck), weightsInMemory: true, parts: sj.partsLayout(), zeroShards: sj.zeroShards(), stop: stop}, &sj.cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	g.local, g.parts, g.zeroShards, g.stop = true, sj.partsLayout(), sj.zeroShards(), stop
-	g.learnControls(pids)
+	handed = true
 	if err := formAll(ctx, g, sj, from, cursor, nil); err != nil {
-		g.stop = nil
 		g.Close()
 		return nil, err
 	}

@@ -69,8 +69,9 @@ type child struct {
 }
 
 // startProcs starts cfg.Procs worker processes on loopback (one rank each,
-// as wp says) and forms them at step from.
-func startProcs(ctx context.Context, j *job, wp workerProcs, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
+// as wp says) and forms them at step from; every rank writes its shard of
+// a checkpoint to ck (nil: none).
+func startProcs(ctx context.Context, j *job, wp workerProcs, ck *checkpointer, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
 	cfg := j.cfg
 	if len(wp.argv) == 0 {
 		return nil, fieldErr("Procs", "needs Options.WorkerCommand: the command that runs one worker process (a program calling RunWorkerProcess; troupe's own is troupe __worker)")
@@ -88,60 +89,76 @@ func startProcs(ctx context.Context, j *job, wp workerProcs, from int, cursor da
 	if err != nil {
 		return nil, err
 	}
-	ex, err := newGroupExecutor(sys, "trainer", make([]*actor.PID, m.Size()), rankName, m, 0, identity(m.Size()), &cfg, log)
-	if err != nil {
-		sys.Close()
-		return nil, err
-	}
-	ex.parts, ex.zeroShards = j.partsLayout(), j.zeroShards()
 	var children []*child
 	var wg sync.WaitGroup
-	ex.stop = func() error {
+	stop := func() error {
 		stopChildren(children, &wg)
 		return sys.Close()
 	}
-	defer func() {
-		if err != nil {
-			ex.Close()
-		}
-	}()
+	// The processes say hello to the group: its peers are known then.
+	g, err := workerGroup(sys, "trainer", make([]*actor.PID, m.Size()), rankName, &cfg)
+	if err != nil {
+		stop()
+		return nil, err
+	}
 	addrs, err := freeAddrs(m.Size())
+	var env []string
+	var tr *tracer
+	if err == nil {
+		env, tr, err = procsEnv(&cfg, m, addrs, g.PID())
+	}
 	if err != nil {
+		g.Close()
+		stop()
 		return nil, err
-	}
-	conf, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("train: encoding the worker config: %w", err)
-	}
-	env := append(withThreads(os.Environ(), &cfg, m.Size()), envWorkerConfig+"="+string(conf), envWorkerAddrs+"="+strings.Join(addrs, ","),
-		envTrainer+"="+ex.group.PID().Address+"/"+ex.group.PID().Id)
-	if cfg.Trace != "" {
-		// The stages record against this process's clock origin (one host,
-		// one wall clock) and send their spans with each step's answer.
-		origin := time.Now()
-		if ex.trace, err = newTracer(m, cfg.Trace, origin, false); err != nil {
-			return nil, err
-		}
-		env = append(env, envTraceOrigin+"="+strconv.FormatInt(origin.UnixNano(), 10))
-	}
-	if children, err = launch(wp, env, m.Size(), ex.group.Lost, &wg); err != nil {
-		return nil, err
-	}
-	log.Info("started worker processes", zap.Int("procs", m.Size()), zap.Strings("addresses", addrs))
-	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	if err := ex.group.Ready(rctx); err != nil {
-		return nil, fmt.Errorf("train: waiting for %d worker processes: %w", m.Size(), err)
 	}
 	pids := make([]*actor.PID, len(addrs))
 	for r, a := range addrs {
 		pids[r] = actor.NewPID(a, worker.ActorName)
 	}
-	ex.learnControls(pids)
+	ex := newGroupExecutor(sys, g, execWorld{mesh: m, peers: identity(m.Size()), pids: pids, peerName: rankName},
+		execSetup{saver: sharding(ck), trace: tr, parts: j.partsLayout(), zeroShards: j.zeroShards(), stop: stop}, &cfg, log)
+	defer func() {
+		if err != nil {
+			ex.Close()
+		}
+	}()
+	if children, err = launch(wp, env, m.Size(), g.Lost, &wg); err != nil {
+		return nil, err
+	}
+	log.Info("started worker processes", zap.Int("procs", m.Size()), zap.Strings("addresses", addrs))
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	if err := g.Ready(rctx); err != nil {
+		return nil, fmt.Errorf("train: waiting for %d worker processes: %w", m.Size(), err)
+	}
 	if err := ex.Form(ctx, firstForm(j, m, from, cursor, addrs)); err != nil {
 		return nil, fmt.Errorf("train: forming the worker processes: %w", err)
 	}
 	return ex, nil
+}
+
+// procsEnv is the environment of the worker processes of cfg's world m at
+// addrs, whose trainer is the group at trainer, and the tracer of
+// Config.Trace (nil without): the stages record against this process's
+// clock origin (one host, one wall clock) and send their spans with each
+// step's answer.
+func procsEnv(cfg *Config, m mesh.Mesh, addrs []string, trainer *actor.PID) ([]string, *tracer, error) {
+	conf, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("train: encoding the worker config: %w", err)
+	}
+	env := append(withThreads(os.Environ(), cfg, m.Size()), envWorkerConfig+"="+string(conf), envWorkerAddrs+"="+strings.Join(addrs, ","),
+		envTrainer+"="+trainer.Address+"/"+trainer.Id)
+	if cfg.Trace == "" {
+		return env, nil, nil
+	}
+	origin := time.Now()
+	tr, err := newTracer(m, cfg.Trace, origin, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(env, envTraceOrigin+"="+strconv.FormatInt(origin.UnixNano(), 10)), tr, nil
 }
 
 // procThreads is how many threads each of procs worker processes on one
