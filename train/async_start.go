@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
@@ -27,7 +26,7 @@ func (e *asyncExecutor) startReplicaProcs(ctx context.Context, sys *actors.Syste
 	if err != nil {
 		return fmt.Errorf("train: encoding the worker config: %w", err)
 	}
-	e.procs = &replicaProcs{sys: sys, j: j, wp: wp, conf: conf, log: log, from: from, cursor: cursor, group: group}
+	e.procs = &replicaProcs{sys: sys, j: j, conf: conf, log: log, from: from, cursor: cursor, group: group, procs: &rankProcs{wp: wp}}
 	// Stopped first (stops run last to first): the processes end before
 	// the actor system that talks to them.
 	*stops = append(*stops, e.procs.stop)
@@ -150,7 +149,6 @@ func formAll(ctx context.Context, g *groupExecutor, j *job, from int, cursor dat
 type replicaProcs struct {
 	sys  *actors.System
 	j    *job
-	wp   workerProcs
 	conf []byte
 	log  *zap.Logger
 	// from and cursor form a started replica (it computes on whatever
@@ -159,10 +157,8 @@ type replicaProcs struct {
 	cursor data.Cursor
 	// group makes a replica's group for its worker at pid.
 	group func(name string, inc int, pid *actor.PID) (*groupExecutor, error)
-
-	mu       sync.Mutex
-	children []*child
-	wg       sync.WaitGroup // the processes' waiters
+	// procs are every replica process started, incarnations included.
+	procs *rankProcs
 }
 
 // start launches replica r's process (incarnation inc), waits for its
@@ -170,8 +166,7 @@ type replicaProcs struct {
 func (p *replicaProcs) start(ctx context.Context, r, inc int, lost func(r, inc int, cause string)) (*groupExecutor, error) {
 	cfg := &p.j.cfg
 	name := fmt.Sprintf("replica %d", r)
-	hello, err := actors.NewGroup(p.sys, actors.GroupConfig{Name: fmt.Sprintf("async-hello-%d-%d", r, inc), Peers: make([]*actor.PID, 1),
-		Protocol: worker.Protocol, PeerName: func(int) string { return name }, CallTimeout: cfg.StepTimeout})
+	hello, err := workerGroup(p.sys, fmt.Sprintf("async-hello-%d-%d", r, inc), make([]*actor.PID, 1), func(int) string { return name }, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -183,14 +178,10 @@ func (p *replicaProcs) start(ctx context.Context, r, inc int, lost func(r, inc i
 	}
 	env := append(withThreads(os.Environ(), cfg, cfg.DP), envWorkerConfig+"="+string(p.conf), envWorkerAddrs+"="+addrs[0],
 		envTrainer+"="+hello.PID().Address+"/"+hello.PID().Id, envReplica+"="+strconv.Itoa(r))
-	p.mu.Lock()
-	children, err := launch(p.wp, env, 1, func(_ int, cause string) {
+	if err := p.procs.launch(env, 1, func(_ int, cause string) {
 		hello.Lost(0, cause)
 		lost(r, inc, cause)
-	}, &p.wg)
-	p.children = append(p.children, children...)
-	p.mu.Unlock()
-	if err != nil {
+	}); err != nil {
 		return nil, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
@@ -210,11 +201,8 @@ func (p *replicaProcs) start(ctx context.Context, r, inc int, lost func(r, inc i
 	return g, nil
 }
 
-// stop ends every process started (see stopChildren).
+// stop ends every process started (see rankProcs.stop).
 func (p *replicaProcs) stop() error {
-	p.mu.Lock()
-	children := p.children
-	p.mu.Unlock()
-	stopChildren(children, &p.wg)
+	p.procs.stop()
 	return nil
 }

@@ -89,10 +89,9 @@ func startProcs(ctx context.Context, j *job, wp workerProcs, ck *checkpointer, f
 	if err != nil {
 		return nil, err
 	}
-	var children []*child
-	var wg sync.WaitGroup
+	procs := &rankProcs{wp: wp}
 	stop := func() error {
-		stopChildren(children, &wg)
+		procs.stop()
 		return sys.Close()
 	}
 	// The processes say hello to the group: its peers are known then.
@@ -123,7 +122,7 @@ func startProcs(ctx context.Context, j *job, wp workerProcs, ck *checkpointer, f
 			ex.Close()
 		}
 	}()
-	if children, err = launch(wp, env, m.Size(), g.Lost, &wg); err != nil {
+	if err = procs.launch(env, m.Size(), g.Lost); err != nil {
 		return nil, err
 	}
 	log.Info("started worker processes", zap.Int("procs", m.Size()), zap.Strings("addresses", addrs))
@@ -201,27 +200,41 @@ func workerProcsOf(o Options) workerProcs {
 	return wp
 }
 
-// launch starts n worker processes (rank r gets envWorkerRank r), and a
-// goroutine per process that calls lost when it exits.
-func launch(wp workerProcs, env []string, n int, lost func(rank int, cause string), wg *sync.WaitGroup) ([]*child, error) {
-	argv := wp.argv
-	var children []*child
+// rankProcs are the worker processes a trainer starts: the ranks of a
+// Config.Procs world, or the replicas of asynchronous training (each
+// started again when it exits). stop ends and reaps every process
+// launched, on whatever path the trainer ends.
+type rankProcs struct {
+	wp workerProcs
+	// mu is held while launching: a stop waits for a launch under way, so
+	// that it stops what that launch started.
+	mu       sync.Mutex
+	children []*child
+	wg       sync.WaitGroup // the processes' waiters
+}
+
+// launch starts n worker processes with env (rank r gets envWorkerRank
+// r), and a goroutine per process that calls lost when it exits.
+func (p *rankProcs) launch(env []string, n int, lost func(rank int, cause string)) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	argv := p.wp.argv
 	for r := range n {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = append(env, envWorkerRank+"="+strconv.Itoa(r))
-		cmd.Stdout, cmd.Stderr = wp.out, wp.out
+		cmd.Stdout, cmd.Stderr = p.wp.out, p.wp.out
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
-			return children, fmt.Errorf("train: worker %d: %w", r, err)
+			return fmt.Errorf("train: worker %d: %w", r, err)
 		}
 		if err := cmd.Start(); err != nil {
-			return children, fmt.Errorf("train: starting worker %d (%s): %w", r, argv[0], err)
+			return fmt.Errorf("train: starting worker %d (%s): %w", r, argv[0], err)
 		}
 		ch := &child{rank: r, cmd: cmd, stdin: stdin, done: make(chan struct{})}
-		children = append(children, ch)
-		wg.Add(1)
+		p.children = append(p.children, ch)
+		p.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer p.wg.Done()
 			defer close(ch.done)
 			cause := "exited"
 			if err := cmd.Wait(); err != nil {
@@ -230,7 +243,7 @@ func launch(wp workerProcs, env []string, n int, lost func(rank int, cause strin
 			lost(ch.rank, "worker process "+cause)
 		}()
 	}
-	return children, nil
+	return nil
 }
 
 // stopGrace is how long the workers have to exit once their stdin
@@ -238,9 +251,12 @@ func launch(wp workerProcs, env []string, n int, lost func(rank int, cause strin
 // the run ended); one that does not is hung or stopped, and is killed.
 const stopGrace = 3 * time.Second
 
-// stopChildren closes the workers' stdin (they exit on EOF), waits up to
+// stop closes the workers' stdin (they exit on EOF), waits up to
 // stopGrace, kills what is left and waits for every waiter goroutine.
-func stopChildren(children []*child, wg *sync.WaitGroup) {
+func (p *rankProcs) stop() {
+	p.mu.Lock()
+	children := p.children
+	p.mu.Unlock()
 	for _, c := range children {
 		c.stdin.Close()
 	}
@@ -259,7 +275,7 @@ func stopChildren(children []*child, wg *sync.WaitGroup) {
 			c.cmd.Process.Kill()
 		}
 	}
-	wg.Wait()
+	p.wg.Wait()
 }
 
 // RunWorkerProcess is the body of a worker process of a Config.Procs world
