@@ -19,7 +19,6 @@ import (
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/elastic"
 	"github.com/troupe-ml/troupe/kernels"
-	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/worker"
 	"github.com/troupe-ml/troupe/worker/workerpb"
 )
@@ -124,9 +123,15 @@ type agent struct {
 // members, the context of its calls, and the contexts of its step loop: a
 // soft one (stop before the next step) and a hard one (abort).
 type generation struct {
-	world     elastic.World
+	world elastic.World
+	// group calls the members' workers, pids by member: the core's calls
+	// (status, sync) first, then the step loop's through ex.
+	group *actors.Group
+	pids  []*actor.PID
+	// ex drives the generation's mesh once the core planned it (train):
+	// until then no one knows which member holds which rank, so it is nil.
+	// It owns group from then on.
 	ex        *groupExecutor
-	pids      []*actor.PID
 	ctx       context.Context
 	cancel    context.CancelFunc
 	soft      context.Context
@@ -143,8 +148,8 @@ type generation struct {
 	proof []byte
 }
 
-func newGeneration(w elastic.World, ex *groupExecutor, pids []*actor.PID) *generation {
-	g := &generation{world: w, ex: ex, pids: pids, committed: time.Now()}
+func newGeneration(w elastic.World, group *actors.Group, pids []*actor.PID) *generation {
+	g := &generation{world: w, group: group, pids: pids, committed: time.Now()}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.soft, g.stopLoop = context.WithCancel(context.Background())
 	g.loopCtx, g.abortLoop = context.WithCancel(context.Background())
@@ -362,7 +367,7 @@ func (a *agent) onEvent(ev elastic.Event) {
 			// and under async its batch goes to another replica.
 			// A member that left answers until it is gone.
 			if i := g.world.Rank(ev.Member.ID); i >= 0 {
-				g.ex.group.Lost(i, "member "+ev.Member.Name+" failed")
+				g.group.Lost(i, "member "+ev.Member.Name+" failed")
 				if e := g.async.Load(); e != nil {
 					e.loseMember(i, "member "+ev.Member.Name+" failed")
 				}
@@ -410,15 +415,12 @@ func (a *agent) commit(w elastic.World) {
 		for i, m := range w.Members {
 			pids[i] = actor.NewPID(m.ActorAddr, worker.ActorName)
 		}
-		names := memberNames(w)
-		ex, err := newGroupExecutor(a.sys, fmt.Sprintf("lead-gen%d", w.Gen), pids, func(p int) string { return "member " + names[p] }, mesh.Mesh{}, w.Gen, nil, &a.j.cfg, a.log)
+		group, err := workerGroup(a.sys, fmt.Sprintf("lead-gen%d", w.Gen), pids, memberName(w), &a.j.cfg)
 		if err != nil {
 			a.log.Error("leading a generation", zap.Uint64("generation", w.Gen), zap.Error(err))
 			lead = false
 		} else {
-			ex.ckpt, ex.parts, ex.zeroShards, ex.adopt = a.ckpt, a.j.partsLayout(), a.j.zeroShards(), true
-			ex.learnControls(pids)
-			a.gen = newGeneration(w, ex, pids)
+			a.gen = newGeneration(w, group, pids)
 			if a.gen.proof, err = a.node.CommitProof(w); err != nil {
 				a.log.Warn("sealing the commit proof", zap.Uint64("generation", w.Gen), zap.Error(err))
 			}
@@ -464,8 +466,29 @@ func (a *agent) stopLeading() {
 			}
 		}
 	}
-	a.gen.ex.Close()
+	if a.gen.ex != nil {
+		a.gen.ex.Close()
+	} else {
+		a.gen.group.Close()
+	}
 	a.gen = nil
+}
+
+// memberName names the members of world w by group peer.
+func memberName(w elastic.World) func(int) string {
+	names := memberNames(w)
+	return func(p int) string { return "member " + names[p] }
+}
+
+// leaderExecutor drives generation g's mesh as layout l places it on the
+// members: built only once the core planned the layout (a member's rank
+// depends on what it holds, which the generation's first calls ask). Every
+// rank writes its shard of a checkpoint, and a failed step may count for
+// the next generation (elasticSalvage).
+func (a *agent) leaderExecutor(g *generation, l Layout) *groupExecutor {
+	w := execWorld{mesh: l.Mesh, gen: g.world.Gen, peers: l.Members, pids: g.pids, peerName: memberName(g.world)}
+	return newGroupExecutor(a.sys, g.group, w, execSetup{saver: sharding(a.ckpt), salvager: elasticSalvage{},
+		parts: a.j.partsLayout(), zeroShards: a.j.zeroShards()}, &a.j.cfg, a.log)
 }
 
 // latestCheckpoint is what the leader core needs of the latest checkpoint.

@@ -24,11 +24,10 @@ func (a *agent) asyncGeneration(g *generation, o *TrainOrder) (*asyncExecutor, e
 	}
 	if l.Source.Kind != worker.FromReplica {
 		a.dropServers()
-		s, err := startServers(g.ctx, a.sys, a.j, 1, l.Step, l.Cursor, a.log)
+		s, err := startServers(g.ctx, a.sys, a.j, a.ckpt, 1, l.Step, l.Cursor, a.log)
 		if err != nil {
 			return nil, err
 		}
-		s.ckpt = a.ckpt
 		a.servers = s
 	}
 	a.kept = nil

@@ -30,7 +30,7 @@ func (a *agent) call(c *LeaderCall) {
 			a.tellStandbys(g, c.Msgs)
 		} else {
 			proveCommit(c.Msgs, g.proof)
-			replies, err = g.ex.group.Call(g.ctx, c.Msgs)
+			replies, err = g.group.Call(g.ctx, c.Msgs)
 		}
 		select {
 		case a.callDone <- callResult{gen: c.Gen, phase: c.Phase, replies: replies, err: err}:
@@ -143,7 +143,7 @@ func (a *agent) tellStandbys(g *generation, msgs []any) {
 func (a *agent) train(o *TrainOrder) {
 	g := a.gen
 	l := o.Layout
-	g.ex.mesh, g.ex.peers = l.Mesh, l.Members
+	g.ex = a.leaderExecutor(g, l)
 	a.log.Info("generation formed", zap.Uint64("generation", o.Gen), zap.Strings("members", o.World.Members),
 		zap.String("reason", g.world.Reason), zap.Stringer("world", l.Mesh), zap.Strings("standby", o.World.Standby),
 		zap.Int("step", l.Step), zap.String("state_from", o.World.StateFrom), zap.Duration("sync", time.Since(g.committed)))

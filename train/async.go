@@ -96,8 +96,8 @@ type asyncExecutor struct {
 // startAsync starts the servers and j's DP replicas, formed at step from
 // (the servers' version): all as actors of this process, or with
 // Config.Procs the replicas as worker processes (command argv), one each,
-// and the servers here.
-func startAsync(ctx context.Context, j *job, wp workerProcs, from int, cursor data.Cursor, log *zap.Logger) (_ *asyncExecutor, err error) {
+// and the servers here, which checkpoint to ck (nil: none).
+func startAsync(ctx context.Context, j *job, wp workerProcs, ck *checkpointer, from int, cursor data.Cursor, log *zap.Logger) (_ *asyncExecutor, err error) {
 	cfg := &j.cfg
 	procs := cfg.Procs > 0
 	if procs && len(wp.argv) == 0 {
@@ -122,7 +122,7 @@ func startAsync(ctx context.Context, j *job, wp workerProcs, from int, cursor da
 	if !procs {
 		share = cfg.DP
 	}
-	servers, err := startServers(ctx, sys, j, share, from, cursor, log)
+	servers, err := startServers(ctx, sys, j, ck, share, from, cursor, log)
 	if err != nil {
 		return nil, err
 	}

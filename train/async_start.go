@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
@@ -27,7 +26,7 @@ func (e *asyncExecutor) startReplicaProcs(ctx context.Context, sys *actors.Syste
 	if err != nil {
 		return fmt.Errorf("train: encoding the worker config: %w", err)
 	}
-	e.procs = &replicaProcs{sys: sys, j: j, wp: wp, conf: conf, log: log, from: from, cursor: cursor, group: group}
+	e.procs = &replicaProcs{sys: sys, j: j, conf: conf, log: log, from: from, cursor: cursor, group: group, procs: &rankProcs{wp: wp}}
 	// Stopped first (stops run last to first): the processes end before
 	// the actor system that talks to them.
 	*stops = append(*stops, e.procs.stop)
@@ -69,22 +68,21 @@ func (e *asyncExecutor) startLocalReplicas(ctx context.Context, sys *actors.Syst
 }
 
 // replicaGroup drives one replica's worker at pid (a world of one, of
-// generation gen), named name; local: an actor of this process.
-func replicaGroup(sys *actors.System, j *job, group, name string, gen uint64, pid *actor.PID, local bool, log *zap.Logger) (*groupExecutor, error) {
+// generation gen), named name; inProcess: an actor of this process, which
+// hands its weights over in memory. A replica is never checkpointed (the
+// servers are) and a step of it that fails is lost (the servers apply
+// only gradients that came).
+func replicaGroup(sys *actors.System, j *job, group, name string, gen uint64, pid *actor.PID, inProcess bool, log *zap.Logger) (*groupExecutor, error) {
 	one, _ := mesh.New(1, 1, 1)
-	g, err := newGroupExecutor(sys, group, []*actor.PID{pid}, func(int) string { return name }, one, gen, []int{0}, &j.cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	g.local, g.parts = local, j.partsLayout()
-	g.learnControls([]*actor.PID{pid})
-	return g, nil
+	return startGroupExecutor(sys, group, execWorld{mesh: one, gen: gen, peers: []int{0}, pids: []*actor.PID{pid}, peerName: func(int) string { return name }},
+		execSetup{weightsInMemory: inProcess, parts: j.partsLayout()}, &j.cfg, log)
 }
 
 // startServers starts j's parameter servers as actors of sys (the kernel
 // threads split as among share workers), connected in this process when
-// several, and forms them at step from. The group's Close stops them.
-func startServers(ctx context.Context, sys *actors.System, j *job, share, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
+// several, and forms them at step from; they checkpoint to ck (nil: none).
+// The group's Close stops them.
+func startServers(ctx context.Context, sys *actors.System, j *job, ck *checkpointer, share, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
 	sj := j.serverJob()
 	m, err := mesh.New(sj.cfg.DP, 1, 1)
 	if err != nil {
@@ -92,8 +90,9 @@ func startServers(ctx context.Context, sys *actors.System, j *job, share, from i
 	}
 	var stops []func() error
 	stop := stopAll(&stops, nil)
+	handed := false // once the group owns stop, its Close runs it
 	defer func() {
-		if err != nil {
+		if err != nil && !handed {
 			stop()
 		}
 	}()
@@ -120,14 +119,13 @@ func startServers(ctx context.Context, sys *actors.System, j *job, share, from i
 	}
 	// One server, or ZeRO-3's shards of the model, which evaluate, gather
 	// the weights and save checkpoints together.
-	g, err := newGroupExecutor(sys, "async parameter servers", pids, name, m, 0, identity(m.Size()), &sj.cfg, log)
+	g, err := startGroupExecutor(sys, "async parameter servers", execWorld{mesh: m, peers: identity(m.Size()), pids: pids, peerName: name},
+		execSetup{saver: capturing(ck), weightsInMemory: true, parts: sj.partsLayout(), zeroShards: sj.zeroShards(), stop: stop}, &sj.cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	g.local, g.parts, g.zeroShards, g.stop = true, sj.partsLayout(), sj.zeroShards(), stop
-	g.learnControls(pids)
+	handed = true
 	if err := formAll(ctx, g, sj, from, cursor, nil); err != nil {
-		g.stop = nil
 		g.Close()
 		return nil, err
 	}
@@ -151,7 +149,6 @@ func formAll(ctx context.Context, g *groupExecutor, j *job, from int, cursor dat
 type replicaProcs struct {
 	sys  *actors.System
 	j    *job
-	wp   workerProcs
 	conf []byte
 	log  *zap.Logger
 	// from and cursor form a started replica (it computes on whatever
@@ -160,10 +157,8 @@ type replicaProcs struct {
 	cursor data.Cursor
 	// group makes a replica's group for its worker at pid.
 	group func(name string, inc int, pid *actor.PID) (*groupExecutor, error)
-
-	mu       sync.Mutex
-	children []*child
-	wg       sync.WaitGroup // the processes' waiters
+	// procs are every replica process started, incarnations included.
+	procs *rankProcs
 }
 
 // start launches replica r's process (incarnation inc), waits for its
@@ -171,8 +166,7 @@ type replicaProcs struct {
 func (p *replicaProcs) start(ctx context.Context, r, inc int, lost func(r, inc int, cause string)) (*groupExecutor, error) {
 	cfg := &p.j.cfg
 	name := fmt.Sprintf("replica %d", r)
-	hello, err := actors.NewGroup(p.sys, actors.GroupConfig{Name: fmt.Sprintf("async-hello-%d-%d", r, inc), Peers: make([]*actor.PID, 1),
-		Protocol: worker.Protocol, PeerName: func(int) string { return name }, CallTimeout: cfg.StepTimeout})
+	hello, err := workerGroup(p.sys, fmt.Sprintf("async-hello-%d-%d", r, inc), make([]*actor.PID, 1), func(int) string { return name }, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -184,14 +178,10 @@ func (p *replicaProcs) start(ctx context.Context, r, inc int, lost func(r, inc i
 	}
 	env := append(withThreads(os.Environ(), cfg, cfg.DP), envWorkerConfig+"="+string(p.conf), envWorkerAddrs+"="+addrs[0],
 		envTrainer+"="+hello.PID().Address+"/"+hello.PID().Id, envReplica+"="+strconv.Itoa(r))
-	p.mu.Lock()
-	children, err := launch(p.wp, env, 1, func(_ int, cause string) {
+	if err := p.procs.launch(env, 1, func(_ int, cause string) {
 		hello.Lost(0, cause)
 		lost(r, inc, cause)
-	}, &p.wg)
-	p.children = append(p.children, children...)
-	p.mu.Unlock()
-	if err != nil {
+	}); err != nil {
 		return nil, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
@@ -211,11 +201,8 @@ func (p *replicaProcs) start(ctx context.Context, r, inc int, lost func(r, inc i
 	return g, nil
 }
 
-// stop ends every process started (see stopChildren).
+// stop ends every process started (see rankProcs.stop).
 func (p *replicaProcs) stop() error {
-	p.mu.Lock()
-	children := p.children
-	p.mu.Unlock()
-	stopChildren(children, &p.wg)
+	p.procs.stop()
 	return nil
 }

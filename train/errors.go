@@ -1,6 +1,7 @@
 package train
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -40,6 +41,10 @@ var (
 	// ErrLoss: the loss became NaN or infinite.
 	ErrLoss = failure.New(failure.Diverged, "train: the loss is not finite")
 )
+
+// errNoCheckpointDir: a checkpoint asked of a run that has no checkpoint
+// directory (the step loop asks only when it has one: a caller's bug).
+var errNoCheckpointDir = errors.New("train: this run has no checkpoint directory")
 
 // FieldError is a configuration field whose value cannot work, or an
 // output path set by one that cannot be written. Msg may name other

@@ -60,8 +60,9 @@ type stepStats struct {
 // groupExecutor drives the worker actors of one world (a generation)
 // through a group call: a request to every rank, every answer back. Where
 // the workers live (this process, worker processes, the members of an
-// elastic generation) is its launcher's business; nothing here depends on
-// it.
+// elastic generation) is its launcher's business: the launcher builds it
+// whole, with the strategies that depend on it (execSetup), and nothing
+// here branches on it.
 type groupExecutor struct {
 	sys   *actors.System
 	group *actors.Group
@@ -76,10 +77,42 @@ type groupExecutor struct {
 	size  int
 	// controls are the workers' control actors by peer (aborts).
 	controls []*actor.PID
-	// local: the workers are actors of this process (checkpoints capture
-	// their state and write it in the background).
-	local bool
-	ckpt  *checkpointer
+	// stepLag bounds how much later than the first rank the last one
+	// answers a step (the collective timeout: the ranks of a synchronous
+	// step finish together, and one that does not is hung).
+	stepLag time.Duration
+	// dumpDir receives the flight-recorder dumps of a hung step
+	// (Config.DumpDir).
+	dumpDir string
+	execSetup
+}
+
+// execWorld is the world an executor drives: mesh rank r of generation
+// gen is group peer peers[r], whose worker is pids[peers[r]] (a worker
+// process's group learns its PIDs from its hello, but its address is
+// known before), named by peerName.
+type execWorld struct {
+	mesh     mesh.Mesh
+	gen      uint64
+	peers    []int
+	pids     []*actor.PID
+	peerName func(int) string
+}
+
+// execSetup is what a groupExecutor does that depends on where its
+// workers live and what job it serves: chosen once by the launcher that
+// builds it.
+type execSetup struct {
+	// saver writes Save's checkpoints (noSaver without a checkpoint
+	// directory).
+	saver saver
+	// salvager looks at a failed step (noSalvage: the failure ends the
+	// run).
+	salvager salvager
+	// weightsInMemory: the workers are actors of this process, which hand
+	// their weights over as they are instead of encoding them.
+	weightsInMemory bool
+	// trace records the pipeline's spans (nil: no trace).
 	trace *tracer
 	// parts says how a replica's parts make the whole model (Weights).
 	parts partsLayout
@@ -87,32 +120,44 @@ type groupExecutor struct {
 	// ranks hold a shard of the weights each, so they evaluate and gather
 	// the weights together, and replicas compare shard by shard.
 	zeroShards int
-	// stepLag bounds how much later than the first rank the last one
-	// answers a step (the collective timeout: the ranks of a synchronous
-	// step finish together, and one that does not is hung).
-	stepLag time.Duration
-	// adopt: a failed step may still count, for a next generation that
-	// continues from a replica that applied it (elastic jobs: salvage).
-	adopt bool
-	// stop ends what the launcher started, after the group.
+	// stop ends what the launcher started, after the group (nil: nothing).
 	stop func() error
-	// dumpDir receives the flight-recorder dumps of a hung step
-	// (Config.DumpDir).
-	dumpDir string
 }
 
-// newGroupExecutor calls the workers at pids (by group peer, named by
-// peerName), of which peers[r] holds mesh rank r of generation gen.
-// newGroupExecutor drives the workers at pids for cfg's job: a call waits
-// up to its StepTimeout, and a step's ranks answer within its
-// CollectiveTimeout of each other (stepLag).
-func newGroupExecutor(sys *actors.System, name string, pids []*actor.PID, peerName func(int) string, m mesh.Mesh, gen uint64, peers []int, cfg *Config, log *zap.Logger) (*groupExecutor, error) {
-	g, err := actors.NewGroup(sys, actors.GroupConfig{Name: name, Peers: pids, PeerName: peerName, Protocol: worker.Protocol, CallTimeout: cfg.StepTimeout})
+// workerGroup is the group that calls the workers at pids (by peer, nil
+// for a worker process that says hello), named name in sys: a call waits
+// up to cfg's StepTimeout.
+func workerGroup(sys *actors.System, name string, pids []*actor.PID, peerName func(int) string, cfg *Config) (*actors.Group, error) {
+	return actors.NewGroup(sys, actors.GroupConfig{Name: name, Peers: pids, PeerName: peerName, Protocol: worker.Protocol, CallTimeout: cfg.StepTimeout})
+}
+
+// newGroupExecutor drives world w's workers through g, which it then owns
+// (Close closes it), doing what s says: a step's ranks answer within
+// cfg's CollectiveTimeout of each other (stepLag). A zero saver or
+// salvager is noSaver or noSalvage.
+func newGroupExecutor(sys *actors.System, g *actors.Group, w execWorld, s execSetup, cfg *Config, log *zap.Logger) *groupExecutor {
+	if s.saver == nil {
+		s.saver = noSaver{}
+	}
+	if s.salvager == nil {
+		s.salvager = noSalvage{}
+	}
+	controls := make([]*actor.PID, len(w.pids))
+	for p, pid := range w.pids {
+		controls[p] = actor.NewPID(pid.Address, worker.ControlName(pid.Id))
+	}
+	return &groupExecutor{sys: sys, group: g, log: log, mesh: w.mesh, gen: w.gen, peers: w.peers, size: len(w.pids), peerName: w.peerName,
+		controls: controls, stepLag: cfg.CollectiveTimeout, dumpDir: cfg.DumpDir, execSetup: s}
+}
+
+// startGroupExecutor is newGroupExecutor over a new group of w's workers,
+// named name.
+func startGroupExecutor(sys *actors.System, name string, w execWorld, s execSetup, cfg *Config, log *zap.Logger) (*groupExecutor, error) {
+	g, err := workerGroup(sys, name, w.pids, w.peerName, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &groupExecutor{sys: sys, group: g, log: log, mesh: m, gen: gen, peers: peers, size: len(pids), peerName: peerName,
-		stepLag: cfg.CollectiveTimeout, dumpDir: cfg.DumpDir}, nil
+	return newGroupExecutor(sys, g, w, s, cfg, log), nil
 }
 
 // RankName names mesh rank r's worker: "rank r", or its member and rank
@@ -132,15 +177,6 @@ func rankName(p int) string { return fmt.Sprintf("rank %d", p) }
 
 func (e *groupExecutor) Mesh() mesh.Mesh    { return e.mesh }
 func (e *groupExecutor) Generation() uint64 { return e.gen }
-
-// learnControls derives the workers' control actors from their PIDs (a
-// worker process's PIDs are known only after its hello).
-func (e *groupExecutor) learnControls(pids []*actor.PID) {
-	e.controls = make([]*actor.PID, len(pids))
-	for p, pid := range pids {
-		e.controls[p] = actor.NewPID(pid.Address, worker.ControlName(pid.Id))
-	}
-}
 
 // call sends one request per peer (by mesh rank when byRank) and returns
 // the replies. When ctx ends first, every worker is told to abort what it
@@ -232,7 +268,7 @@ func (e *groupExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 		// then the abort), and aligned after it.
 		var q *flightAsk
 		reason := fmt.Sprintf("step %d hung", req.Step+1)
-		if hangLike(err, e.adopt) {
+		if hangLike(err, e.salvager.continues()) {
 			q = e.askFlights(reason)
 		}
 		// The others must not wait in a collective for a rank that left
@@ -241,7 +277,7 @@ func (e *groupExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 		if q != nil {
 			err = e.hang(q, err, e.dumpDir, reason)
 		}
-		return e.salvage(ctx, req, err)
+		return e.salvager.salvage(ctx, e, req, err)
 	}
 	dones := make([]*workerpb.StepDone, e.mesh.Size())
 	for r, p := range e.peers {
@@ -257,66 +293,6 @@ func (e *groupExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 		}
 	}
 	return st, nil
-}
-
-// adoptedError is a step that failed on some ranks but completed on
-// another replica: when the next generation continues from that replica
-// (it continues after the step), the step counts. Stats aggregates every
-// rank's passes, and Metrics (the step loop fills it) is the step's line;
-// the error is why the generation cannot go on.
-type adoptedError struct {
-	Stats   stepStats
-	Metrics StepMetrics
-	Err     error
-}
-
-func (e *adoptedError) Error() string { return e.Err.Error() }
-func (e *adoptedError) Unwrap() error { return e.Err }
-
-// salvageTimeout bounds salvage's question: a live worker answers it
-// within milliseconds of the abort, and a silent one (a hung host, a
-// stopped process) must not hold the job that already knows the step
-// failed.
-const salvageTimeout = 2 * time.Second
-
-// salvage looks at a failed step of an elastic job (adopt; a run without
-// a next generation ends with the failure). When a replica is one part (no
-// pipeline, no tensor parallelism) a replica that completed the gradient
-// all-reduce applied the step, and the next generation takes every
-// replica's state from the most advanced: when one did and every rank ran
-// its passes, the step counts, and its metrics are known (an
-// *adoptedError). A step torn between parts is undone instead, so it
-// never counts.
-func (e *groupExecutor) salvage(ctx context.Context, req worker.StepRequest, cause error) (stepStats, error) {
-	if !e.adopt || e.mesh.Parts() != 1 {
-		return stepStats{}, cause
-	}
-	// Not cancelled with the step: a superseded generation's step is
-	// salvaged too, for the next one to report.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), salvageTimeout)
-	defer cancel()
-	replies, err := e.group.Call(ctx, e.byRank(func(_ int, p uint32) any { return &workerpb.StatusRequest{Peer: p} }))
-	if err != nil {
-		return stepStats{}, cause
-	}
-	var st stepStats
-	applied := false
-	for _, p := range e.peers {
-		s := replies[p].(*workerpb.Status)
-		if s.LastStep != int64(req.Step) || !s.LastComputed {
-			return stepStats{}, cause
-		}
-		applied = applied || s.Applied == uint64(req.Step+1)
-		st.LossSum += s.LastLossSum
-		st.Targets += int(s.LastTargets)
-		st.Correct += int(s.LastCorrect)
-	}
-	if !applied {
-		return stepStats{}, cause
-	}
-	e.log.Info("a failed step completed on another replica; the next generation continues from it",
-		zap.Int("step", req.Step+1), zap.Error(cause))
-	return stepStats{}, &adoptedError{Stats: st, Err: cause}
 }
 
 // Evaluate runs held-out samples [lo, hi) through one replica.
@@ -341,9 +317,8 @@ func (e *groupExecutor) Evaluate(ctx context.Context, lo, hi int) (worker.Result
 // Weights returns the whole model's weights: replica 0's parts' put
 // together.
 func (e *groupExecutor) Weights(ctx context.Context) ([]float32, error) {
-	// Workers of this process hand their copy over as it is.
 	replies, err := e.call(ctx, e.onEvalRanks(func(p uint32) any {
-		return &workerpb.WeightsRequest{Peer: p, Generation: e.gen, Floats: e.local}
+		return &workerpb.WeightsRequest{Peer: p, Generation: e.gen, Floats: e.weightsInMemory}
 	}))
 	if err != nil {
 		return nil, err
@@ -377,41 +352,10 @@ func (e *groupExecutor) Applied(ctx context.Context) ([]int, error) {
 }
 
 // Save writes a checkpoint of the state after meta.Step and returns how
-// long training paused for it: workers of this process are captured at
-// the step boundary and written in the background; elsewhere every rank
-// writes its shard and this process commits.
+// long training paused for it, as the executor's saver does.
 func (e *groupExecutor) Save(ctx context.Context, meta checkpoint.Meta) (time.Duration, error) {
-	if e.ckpt == nil {
-		return 0, errors.New("train: this run has no checkpoint directory")
-	}
 	meta.World = checkpoint.World{DP: e.mesh.DP, PP: e.mesh.PP, TP: e.mesh.TP}
-	if e.local {
-		return e.ckpt.saveAsync(meta, func(s *checkpoint.Snapshot) error {
-			// Every rank is asked; each adds what it writes (replica 0 the
-			// weights, ZeRO shards their optimizer state).
-			for r := range e.mesh.Size() {
-				p := e.peers[r]
-				msgs := make([]any, e.size)
-				msgs[p] = &worker.CaptureRequest{Peer: uint32(p), Snap: s}
-				if _, err := e.call(ctx, msgs); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	return e.ckpt.saveShards(meta, func(meta []byte, tmp string) (int64, error) {
-		replies, err := e.call(ctx, e.byRank(func(_ int, p uint32) any {
-			return &workerpb.SaveShard{Peer: p, Generation: e.gen, Dir: e.ckpt.dir, Tmp: tmp, Meta: meta}
-		}))
-		var n int64
-		for _, r := range replies {
-			if s, ok := r.(*workerpb.ShardSaved); ok {
-				n += int64(s.Bytes)
-			}
-		}
-		return n, err
-	})
+	return e.saver.save(ctx, e, meta)
 }
 
 // Close stops the group, then what the launcher started, and writes the

@@ -21,8 +21,9 @@ import (
 )
 
 // startLocal starts every worker of j's world as an actor of this process
-// (chunks passed by pointer) and forms them at step from.
-func startLocal(ctx context.Context, j *job, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
+// (chunks passed by pointer) and forms them at step from; checkpoints go
+// to ck (nil: none).
+func startLocal(ctx context.Context, j *job, ck *checkpointer, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
 	cfg := &j.cfg
 	m, err := mesh.New(cfg.DP, cfg.PP, cfg.TP)
 	if err != nil {
@@ -61,12 +62,12 @@ func startLocal(ctx context.Context, j *job, from int, cursor data.Cursor, log *
 	if err != nil {
 		return nil, err
 	}
-	ex, err := newGroupExecutor(sys, "trainer", pids, rankName, m, 0, identity(m.Size()), cfg, log)
+	ex, err := startGroupExecutor(sys, "trainer", execWorld{mesh: m, peers: identity(m.Size()), pids: pids, peerName: rankName},
+		execSetup{saver: capturing(ck), weightsInMemory: true, trace: tr, parts: j.partsLayout(), zeroShards: j.zeroShards(), stop: stop}, cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	ex.local, ex.trace, ex.stop, ex.parts, ex.zeroShards, handed = true, tr, stop, j.partsLayout(), j.zeroShards(), true
-	ex.learnControls(pids)
+	handed = true
 	if err = ex.Form(ctx, firstForm(j, m, from, cursor, nil)); err != nil {
 		return nil, errors.Join(fmt.Errorf("train: forming the workers: %w", err), ex.Close())
 	}

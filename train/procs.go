@@ -69,8 +69,9 @@ type child struct {
 }
 
 // startProcs starts cfg.Procs worker processes on loopback (one rank each,
-// as wp says) and forms them at step from.
-func startProcs(ctx context.Context, j *job, wp workerProcs, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
+// as wp says) and forms them at step from; every rank writes its shard of
+// a checkpoint to ck (nil: none).
+func startProcs(ctx context.Context, j *job, wp workerProcs, ck *checkpointer, from int, cursor data.Cursor, log *zap.Logger) (_ *groupExecutor, err error) {
 	cfg := j.cfg
 	if len(wp.argv) == 0 {
 		return nil, fieldErr("Procs", "needs Options.WorkerCommand: the command that runs one worker process (a program calling RunWorkerProcess; troupe's own is troupe __worker)")
@@ -88,60 +89,75 @@ func startProcs(ctx context.Context, j *job, wp workerProcs, from int, cursor da
 	if err != nil {
 		return nil, err
 	}
-	ex, err := newGroupExecutor(sys, "trainer", make([]*actor.PID, m.Size()), rankName, m, 0, identity(m.Size()), &cfg, log)
-	if err != nil {
-		sys.Close()
-		return nil, err
-	}
-	ex.parts, ex.zeroShards = j.partsLayout(), j.zeroShards()
-	var children []*child
-	var wg sync.WaitGroup
-	ex.stop = func() error {
-		stopChildren(children, &wg)
+	procs := &rankProcs{wp: wp}
+	stop := func() error {
+		procs.stop()
 		return sys.Close()
 	}
-	defer func() {
-		if err != nil {
-			ex.Close()
-		}
-	}()
+	// The processes say hello to the group: its peers are known then.
+	g, err := workerGroup(sys, "trainer", make([]*actor.PID, m.Size()), rankName, &cfg)
+	if err != nil {
+		stop()
+		return nil, err
+	}
 	addrs, err := freeAddrs(m.Size())
+	var env []string
+	var tr *tracer
+	if err == nil {
+		env, tr, err = procsEnv(&cfg, m, addrs, g.PID())
+	}
 	if err != nil {
+		g.Close()
+		stop()
 		return nil, err
-	}
-	conf, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("train: encoding the worker config: %w", err)
-	}
-	env := append(withThreads(os.Environ(), &cfg, m.Size()), envWorkerConfig+"="+string(conf), envWorkerAddrs+"="+strings.Join(addrs, ","),
-		envTrainer+"="+ex.group.PID().Address+"/"+ex.group.PID().Id)
-	if cfg.Trace != "" {
-		// The stages record against this process's clock origin (one host,
-		// one wall clock) and send their spans with each step's answer.
-		origin := time.Now()
-		if ex.trace, err = newTracer(m, cfg.Trace, origin, false); err != nil {
-			return nil, err
-		}
-		env = append(env, envTraceOrigin+"="+strconv.FormatInt(origin.UnixNano(), 10))
-	}
-	if children, err = launch(wp, env, m.Size(), ex.group.Lost, &wg); err != nil {
-		return nil, err
-	}
-	log.Info("started worker processes", zap.Int("procs", m.Size()), zap.Strings("addresses", addrs))
-	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	if err := ex.group.Ready(rctx); err != nil {
-		return nil, fmt.Errorf("train: waiting for %d worker processes: %w", m.Size(), err)
 	}
 	pids := make([]*actor.PID, len(addrs))
 	for r, a := range addrs {
 		pids[r] = actor.NewPID(a, worker.ActorName)
 	}
-	ex.learnControls(pids)
+	ex := newGroupExecutor(sys, g, execWorld{mesh: m, peers: identity(m.Size()), pids: pids, peerName: rankName},
+		execSetup{saver: sharding(ck), trace: tr, parts: j.partsLayout(), zeroShards: j.zeroShards(), stop: stop}, &cfg, log)
+	defer func() {
+		if err != nil {
+			ex.Close()
+		}
+	}()
+	if err = procs.launch(env, m.Size(), g.Lost); err != nil {
+		return nil, err
+	}
+	log.Info("started worker processes", zap.Int("procs", m.Size()), zap.Strings("addresses", addrs))
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	if err := g.Ready(rctx); err != nil {
+		return nil, fmt.Errorf("train: waiting for %d worker processes: %w", m.Size(), err)
+	}
 	if err := ex.Form(ctx, firstForm(j, m, from, cursor, addrs)); err != nil {
 		return nil, fmt.Errorf("train: forming the worker processes: %w", err)
 	}
 	return ex, nil
+}
+
+// procsEnv is the environment of the worker processes of cfg's world m at
+// addrs, whose trainer is the group at trainer, and the tracer of
+// Config.Trace (nil without): the stages record against this process's
+// clock origin (one host, one wall clock) and send their spans with each
+// step's answer.
+func procsEnv(cfg *Config, m mesh.Mesh, addrs []string, trainer *actor.PID) ([]string, *tracer, error) {
+	conf, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("train: encoding the worker config: %w", err)
+	}
+	env := append(withThreads(os.Environ(), cfg, m.Size()), envWorkerConfig+"="+string(conf), envWorkerAddrs+"="+strings.Join(addrs, ","),
+		envTrainer+"="+trainer.Address+"/"+trainer.Id)
+	if cfg.Trace == "" {
+		return env, nil, nil
+	}
+	origin := time.Now()
+	tr, err := newTracer(m, cfg.Trace, origin, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(env, envTraceOrigin+"="+strconv.FormatInt(origin.UnixNano(), 10)), tr, nil
 }
 
 // procThreads is how many threads each of procs worker processes on one
@@ -184,27 +200,41 @@ func workerProcsOf(o Options) workerProcs {
 	return wp
 }
 
-// launch starts n worker processes (rank r gets envWorkerRank r), and a
-// goroutine per process that calls lost when it exits.
-func launch(wp workerProcs, env []string, n int, lost func(rank int, cause string), wg *sync.WaitGroup) ([]*child, error) {
-	argv := wp.argv
-	var children []*child
+// rankProcs are the worker processes a trainer starts: the ranks of a
+// Config.Procs world, or the replicas of asynchronous training (each
+// started again when it exits). stop ends and reaps every process
+// launched, on whatever path the trainer ends.
+type rankProcs struct {
+	wp workerProcs
+	// mu is held while launching: a stop waits for a launch under way, so
+	// that it stops what that launch started.
+	mu       sync.Mutex
+	children []*child
+	wg       sync.WaitGroup // the processes' waiters
+}
+
+// launch starts n worker processes with env (rank r gets envWorkerRank
+// r), and a goroutine per process that calls lost when it exits.
+func (p *rankProcs) launch(env []string, n int, lost func(rank int, cause string)) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	argv := p.wp.argv
 	for r := range n {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = append(env, envWorkerRank+"="+strconv.Itoa(r))
-		cmd.Stdout, cmd.Stderr = wp.out, wp.out
+		cmd.Stdout, cmd.Stderr = p.wp.out, p.wp.out
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
-			return children, fmt.Errorf("train: worker %d: %w", r, err)
+			return fmt.Errorf("train: worker %d: %w", r, err)
 		}
 		if err := cmd.Start(); err != nil {
-			return children, fmt.Errorf("train: starting worker %d (%s): %w", r, argv[0], err)
+			return fmt.Errorf("train: starting worker %d (%s): %w", r, argv[0], err)
 		}
 		ch := &child{rank: r, cmd: cmd, stdin: stdin, done: make(chan struct{})}
-		children = append(children, ch)
-		wg.Add(1)
+		p.children = append(p.children, ch)
+		p.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer p.wg.Done()
 			defer close(ch.done)
 			cause := "exited"
 			if err := cmd.Wait(); err != nil {
@@ -213,7 +243,7 @@ func launch(wp workerProcs, env []string, n int, lost func(rank int, cause strin
 			lost(ch.rank, "worker process "+cause)
 		}()
 	}
-	return children, nil
+	return nil
 }
 
 // stopGrace is how long the workers have to exit once their stdin
@@ -221,9 +251,12 @@ func launch(wp workerProcs, env []string, n int, lost func(rank int, cause strin
 // the run ended); one that does not is hung or stopped, and is killed.
 const stopGrace = 3 * time.Second
 
-// stopChildren closes the workers' stdin (they exit on EOF), waits up to
+// stop closes the workers' stdin (they exit on EOF), waits up to
 // stopGrace, kills what is left and waits for every waiter goroutine.
-func stopChildren(children []*child, wg *sync.WaitGroup) {
+func (p *rankProcs) stop() {
+	p.mu.Lock()
+	children := p.children
+	p.mu.Unlock()
 	for _, c := range children {
 		c.stdin.Close()
 	}
@@ -242,7 +275,7 @@ func stopChildren(children []*child, wg *sync.WaitGroup) {
 			c.cmd.Process.Kill()
 		}
 	}
-	wg.Wait()
+	p.wg.Wait()
 }
 
 // RunWorkerProcess is the body of a worker process of a Config.Procs world

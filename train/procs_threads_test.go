@@ -41,17 +41,13 @@ func TestWorkerProcessGetsItsThreads(t *testing.T) {
 	} {
 		out := &lockedBuffer{}
 		wp := workerProcs{argv: []string{"sh", "-c", `echo "$GOMAXPROCS"`}, out: out}
-		var wg sync.WaitGroup
+		procs := &rankProcs{wp: wp}
 		lost := make(chan string, 1)
-		children, err := launch(wp, withThreads(os.Environ(), &c.cfg, c.procs), 1, func(_ int, cause string) { lost <- cause }, &wg)
-		if err != nil {
+		if err := procs.launch(withThreads(os.Environ(), &c.cfg, c.procs), 1, func(_ int, cause string) { lost <- cause }); err != nil {
 			t.Fatal(err)
 		}
 		<-lost
-		wg.Wait()
-		for _, ch := range children {
-			ch.stdin.Close()
-		}
+		procs.stop()
 		got, err := strconv.Atoi(strings.TrimSpace(out.String()))
 		if err != nil || got != c.want {
 			t.Errorf("threads %d, %d procs: the worker process has GOMAXPROCS %q, want %d", c.cfg.Threads, c.procs, out.String(), c.want)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -104,18 +103,13 @@ func TestWorkerOutputGoesAboveTheBar(t *testing.T) {
 	var buf bytes.Buffer
 	term := NewTerminal(&buf)
 	term.draw("[bar 3/30]")
-	var wg sync.WaitGroup
 	lost := make(chan string, 1)
-	wp := workerProcsOf(Options{WorkerCommand: []string{"sh", "-c", "echo a worker log line >&2"}, Progress: term})
-	children, err := launch(wp, os.Environ(), 1, func(_ int, cause string) { lost <- cause }, &wg)
-	if err != nil {
+	procs := &rankProcs{wp: workerProcsOf(Options{WorkerCommand: []string{"sh", "-c", "echo a worker log line >&2"}, Progress: term})}
+	if err := procs.launch(os.Environ(), 1, func(_ int, cause string) { lost <- cause }); err != nil {
 		t.Fatal(err)
 	}
 	<-lost
-	wg.Wait()
-	for _, c := range children {
-		c.stdin.Close()
-	}
+	procs.stop()
 	want := clearLine + "[bar 3/30]" + clearLine + "a worker log line\n" + "[bar 3/30]"
 	if got := buf.String(); got != want {
 		t.Fatalf("the terminal got %q, want %q", got, want)

@@ -209,11 +209,10 @@ func Run(ctx context.Context, cfg Config, o Options) (*Summary, error) {
 		return nil, err
 	}
 	defer ckpt.close()
-	ex, group, err := startExecutor(ctx, j, o, from, cursor, log)
+	ex, group, err := startExecutor(ctx, j, o, ckpt, from, cursor, log)
 	if err != nil {
 		return nil, err
 	}
-	group.ckpt = ckpt
 	defer func() {
 		if err := ex.Close(); err != nil {
 			log.Warn("shutting down the workers", zap.Error(err))
@@ -299,23 +298,23 @@ type runExecutor interface {
 
 // startExecutor starts the workers of Run's world from step from at
 // cursor: the replicas of the asynchronous parameter server, worker
-// processes (Config.Procs), or worker actors in this process. group is
-// the executor's workers' group (under asynchronous training the
-// parameter server's).
-func startExecutor(ctx context.Context, j *job, o Options, from int, cursor data.Cursor, log *zap.Logger) (runExecutor, *groupExecutor, error) {
+// processes (Config.Procs), or worker actors in this process, which
+// checkpoint to ck (nil: none). group is the executor's workers' group
+// (under asynchronous training the parameter server's).
+func startExecutor(ctx context.Context, j *job, o Options, ck *checkpointer, from int, cursor data.Cursor, log *zap.Logger) (runExecutor, *groupExecutor, error) {
 	switch {
 	case j.cfg.sync().Async():
-		a, err := startAsync(ctx, j, workerProcsOf(o), from, cursor, log)
+		a, err := startAsync(ctx, j, workerProcsOf(o), ck, from, cursor, log)
 		if err != nil {
 			return nil, nil, err
 		}
 		a.beforeCompute = o.beforeCompute
 		return a, a.groupExecutor, nil
 	case j.cfg.Procs > 0:
-		group, err := startProcs(ctx, j, workerProcsOf(o), from, cursor, log)
+		group, err := startProcs(ctx, j, workerProcsOf(o), ck, from, cursor, log)
 		return group, group, err
 	default:
-		group, err := startLocal(ctx, j, from, cursor, log)
+		group, err := startLocal(ctx, j, ck, from, cursor, log)
 		return group, group, err
 	}
 }
