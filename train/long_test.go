@@ -26,7 +26,7 @@ func TestDefaultGPTLossFalls(t *testing.T) {
 		t.Skip("trains the default GPT for 300 steps per precision")
 	}
 	var ref, refAct float64
-	for _, p := range []string{"fp32", "bf16", "fp16"} {
+	for _, p := range []DType{FP32, BF16, FP16} {
 		cfg := DefaultConfig()
 		cfg.Precision = p
 		cfg.MetricsOut = filepath.Join(t.TempDir(), "m.jsonl")
