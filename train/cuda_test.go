@@ -18,7 +18,7 @@ import (
 // a precision whose own rounding is 2⁻⁸ (bf16) and 2⁻¹¹ (fp16).
 // (go test -tags cuda,cudaemu ./train -run CUDA; .ci/run does.)
 func TestMixedPrecisionOnCUDA(t *testing.T) {
-	for _, p := range []string{"bf16", "fp16"} {
+	for _, p := range []DType{BF16, FP16} {
 		cfg := tinyGPT()
 		cfg.Steps, cfg.Batch, cfg.Precision, cfg.Threads = 3, 2, p, 1
 		ref := losses(t, cfg)
