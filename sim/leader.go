@@ -8,6 +8,7 @@ import (
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/failure"
 	"github.com/troupe-ml/troupe/train"
+	"github.com/troupe-ml/troupe/train/cadence"
 	"github.com/troupe-ml/troupe/worker/workerpb"
 )
 
@@ -36,7 +37,7 @@ type stepLoop struct {
 	gen   uint64
 	order train.TrainOrder
 	// cad is the trainer's cadence: which step to run, when to save.
-	cad      *train.Cadence
+	cad      *cadence.Cadence
 	step     int
 	cursor   uint64
 	ranks    []string // node ID of each rank
@@ -153,7 +154,7 @@ func (l *leaderShell) startLoop(o *train.TrainOrder) {
 	// The simulated members report no loss (the check compares their
 	// weights with the fault-free run's instead), and there is no
 	// held-out data.
-	cad := train.NewCadence(train.CadenceConfig{From: lay.Step, Steps: cfg.Steps, Window: 1, CkptEvery: cfg.CkptEvery, Save: cfg.CkptEvery > 0})
+	cad := cadence.New(cadence.Config{From: lay.Step, Steps: cfg.Steps, Window: 1, CkptEvery: cfg.CkptEvery, Save: cfg.CkptEvery > 0})
 	lp := &stepLoop{gen: o.Gen, order: *o, cad: cad, step: lay.Step, cursor: uint64(lay.Cursor), ranks: make([]string, lay.Mesh.Size())}
 	for r, i := range lay.Members {
 		lp.ranks[r] = n.world.Members[i].ID

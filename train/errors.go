@@ -7,6 +7,7 @@ import (
 
 	"github.com/troupe-ml/troupe/failure"
 	"github.com/troupe-ml/troupe/nn"
+	"github.com/troupe-ml/troupe/train/cadence"
 )
 
 var (
@@ -38,7 +39,7 @@ var (
 	// the leader's with values out of range, or with nothing in it).
 	ErrWire = failure.New(failure.Internal, "train: bad wire message")
 	// ErrLoss: the loss became NaN or infinite.
-	ErrLoss = failure.New(failure.Diverged, "train: the loss is not finite")
+	ErrLoss = cadence.ErrLoss
 )
 
 // FieldError is a configuration field whose value cannot work, or an
