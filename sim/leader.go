@@ -7,8 +7,8 @@ import (
 
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/failure"
-	"github.com/troupe-ml/troupe/train"
 	"github.com/troupe-ml/troupe/train/cadence"
+	"github.com/troupe-ml/troupe/train/leader"
 	"github.com/troupe-ml/troupe/worker/workerpb"
 )
 
@@ -25,7 +25,7 @@ type leaderShell struct {
 type pendingCall struct {
 	id       uint64
 	gen      uint64
-	phase    train.LeaderPhase
+	phase    leader.Phase
 	replies  []any
 	got      int
 	deadline time.Duration // virtual time
@@ -35,7 +35,7 @@ type pendingCall struct {
 // stepLoop is the generation's step loop on its leader (the Trainer's).
 type stepLoop struct {
 	gen   uint64
-	order train.TrainOrder
+	order leader.TrainOrder
 	// cad is the trainer's cadence: which step to run, when to save.
 	cad      *cadence.Cadence
 	step     int
@@ -80,7 +80,7 @@ func (l *leaderShell) apply() {
 
 func (l *leaderShell) stop() { l.call, l.loop = nil, nil }
 
-func (l *leaderShell) startCall(c *train.LeaderCall) {
+func (l *leaderShell) startCall(c *leader.Call) {
 	n := l.n
 	l.calls++
 	p := &pendingCall{id: l.calls, gen: c.Gen, phase: c.Phase, replies: make([]any, len(c.Msgs)),
@@ -147,7 +147,7 @@ func (l *leaderShell) tick() {
 	}
 }
 
-func (l *leaderShell) startLoop(o *train.TrainOrder) {
+func (l *leaderShell) startLoop(o *leader.TrainOrder) {
 	n := l.n
 	lay := o.Layout
 	cfg := n.s.cfg

@@ -20,6 +20,7 @@ import (
 	"github.com/troupe-ml/troupe/elastic"
 	"github.com/troupe-ml/troupe/kernels"
 	"github.com/troupe-ml/troupe/mesh"
+	"github.com/troupe-ml/troupe/train/leader"
 	"github.com/troupe-ml/troupe/worker"
 	"github.com/troupe-ml/troupe/worker/workerpb"
 )
@@ -92,7 +93,7 @@ type agent struct {
 	notes     *mailbox
 	prom      *promRun
 
-	core *LeaderCore
+	core *leader.Core
 	gen  *generation // the generation this node leads (nil: none)
 	led  int
 	// pending is the line of a step that failed on some ranks but
@@ -108,7 +109,7 @@ type agent struct {
 	// it began applied (nil: the next generation does not continue from
 	// them).
 	servers *groupExecutor
-	kept    *ServerState
+	kept    *leader.ServerState
 	keptGen uint64 // the generation that ended with them
 	ckpt    *checkpointer
 	bar     *progress
@@ -153,7 +154,7 @@ func newGeneration(w elastic.World, ex *groupExecutor, pids []*actor.PID) *gener
 
 type callResult struct {
 	gen     uint64
-	phase   LeaderPhase
+	phase   leader.Phase
 	replies []any
 	err     error
 }
@@ -223,7 +224,7 @@ func (a *agent) start(ctx context.Context) error {
 	a.ckpt.setObserver(a.prom.m())
 	quorum := ac.Quorum
 	timings, _ := elastic.ParseTimings(ac.Timings)
-	a.core = NewLeaderCore(LeaderConfig{PP: cfg.PP, TP: cfg.TP, ZeroGroup: a.j.zeroGroup(cfg.DP), ZeroShards: a.j.zeroShards(), MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR, Rounds: cfg.sync().Local(), Async: a.async(),
+	a.core = leader.New(leader.Config{PP: cfg.PP, TP: cfg.TP, ZeroGroup: a.j.zeroGroup(cfg.DP), ZeroShards: a.j.zeroShards(), MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR, Rounds: cfg.sync().Local(), Async: a.async(),
 		Resume: cfg.Resume, ResumeRequired: cfg.ResumeRequired, Target: a.j.steps, LostStageTimeout: ac.LostStageTimeout, RetryDelay: 3 * time.Second,
 		MaxRestarts: ac.MaxRestarts, RdzvTimeout: ac.RdzvTimeout}, time.Now())
 	if a.o.Progress != nil {
@@ -469,20 +470,20 @@ func (a *agent) stopLeading() {
 }
 
 // latestCheckpoint is what the leader core needs of the latest checkpoint.
-func (a *agent) latestCheckpoint() CheckpointInfo {
+func (a *agent) latestCheckpoint() leader.Checkpoint {
 	if a.j.cfg.CkptDir == "" {
-		return CheckpointInfo{Err: fmt.Errorf("%w: the job has no checkpoint directory", checkpoint.ErrNoCheckpoint)}
+		return leader.Checkpoint{Err: fmt.Errorf("%w: the job has no checkpoint directory", checkpoint.ErrNoCheckpoint)}
 	}
 	ck, err := checkpoint.OpenLatest(checkpoint.OSFS{}, a.j.cfg.CkptDir)
 	if err != nil {
-		return CheckpointInfo{Err: err}
+		return leader.Checkpoint{Err: err}
 	}
 	defer ck.Close()
 	m := ck.Manifest
 	if m.Sampler == nil {
-		return CheckpointInfo{Err: fmt.Errorf("%w: checkpoint step %d has no sampler state", checkpoint.ErrManifest, m.Step)}
+		return leader.Checkpoint{Err: fmt.Errorf("%w: checkpoint step %d has no sampler state", checkpoint.ErrManifest, m.Step)}
 	}
-	return CheckpointInfo{Step: int(m.Step), Cursor: m.Sampler.Cursor}
+	return leader.Checkpoint{Step: int(m.Step), Cursor: m.Sampler.Cursor}
 }
 
 // apply does what the core asked. It reports done when the job ended on
