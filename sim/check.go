@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/train/leader"
 
 	"github.com/troupe-ml/troupe/elastic"
-	"github.com/troupe-ml/troupe/train"
 )
 
 // Violation is the first broken invariant of a run.
@@ -334,7 +334,7 @@ func (c *checker) quorumAlive(w elastic.World) bool {
 // worker's own state-lost error (worker.ErrNoState: asked to serve a state
 // it does not hold) is a defect.
 func expectedFailure(err error) bool {
-	return errors.Is(err, train.ErrStageLost) && strings.Contains(err.Error(), train.ErrStageLost.Error())
+	return errors.Is(err, leader.ErrStageLost) && strings.Contains(err.Error(), leader.ErrStageLost.Error())
 }
 
 // final checks the end of a run against the fault-free reference.

@@ -13,7 +13,7 @@ import (
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/failure"
 	"github.com/troupe-ml/troupe/safetensors"
-	"github.com/troupe-ml/troupe/train"
+	"github.com/troupe-ml/troupe/train/leader"
 )
 
 // Checkpoints: the job's rank 0 saves the replica every Config.CkptEvery
@@ -52,20 +52,20 @@ type (
 	}
 )
 
-func (s *sim) latestCheckpoint() train.CheckpointInfo {
+func (s *sim) latestCheckpoint() leader.Checkpoint {
 	if s.cfg.CkptEvery == 0 {
-		return train.CheckpointInfo{Err: fmt.Errorf("%w: the job keeps none", checkpoint.ErrNoCheckpoint)}
+		return leader.Checkpoint{Err: fmt.Errorf("%w: the job keeps none", checkpoint.ErrNoCheckpoint)}
 	}
 	ck, err := checkpoint.OpenLatest(s.fs, ckptDir)
 	if err != nil {
 		if !errors.Is(err, checkpoint.ErrNoCheckpoint) {
 			s.check.fail(InvCheckpoint, "the latest checkpoint does not open: %v", err)
 		}
-		return train.CheckpointInfo{Err: err}
+		return leader.Checkpoint{Err: err}
 	}
 	defer ck.Close()
 	m := ck.Manifest
-	return train.CheckpointInfo{Step: int(m.Step), Cursor: m.Sampler.Cursor}
+	return leader.Checkpoint{Step: int(m.Step), Cursor: m.Sampler.Cursor}
 }
 
 // save writes the replica as the checkpoint of its step (the worker's

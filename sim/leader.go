@@ -7,7 +7,8 @@ import (
 
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/failure"
-	"github.com/troupe-ml/troupe/train"
+	"github.com/troupe-ml/troupe/train/cadence"
+	"github.com/troupe-ml/troupe/train/leader"
 	"github.com/troupe-ml/troupe/worker/workerpb"
 )
 
@@ -24,7 +25,7 @@ type leaderShell struct {
 type pendingCall struct {
 	id       uint64
 	gen      uint64
-	phase    train.LeaderPhase
+	phase    leader.Phase
 	replies  []any
 	got      int
 	deadline time.Duration // virtual time
@@ -34,9 +35,9 @@ type pendingCall struct {
 // stepLoop is the generation's step loop on its leader (the Trainer's).
 type stepLoop struct {
 	gen   uint64
-	order train.TrainOrder
+	order leader.TrainOrder
 	// cad is the trainer's cadence: which step to run, when to save.
-	cad      *train.Cadence
+	cad      *cadence.Cadence
 	step     int
 	cursor   uint64
 	ranks    []string // node ID of each rank
@@ -79,7 +80,7 @@ func (l *leaderShell) apply() {
 
 func (l *leaderShell) stop() { l.call, l.loop = nil, nil }
 
-func (l *leaderShell) startCall(c *train.LeaderCall) {
+func (l *leaderShell) startCall(c *leader.Call) {
 	n := l.n
 	l.calls++
 	p := &pendingCall{id: l.calls, gen: c.Gen, phase: c.Phase, replies: make([]any, len(c.Msgs)),
@@ -146,14 +147,14 @@ func (l *leaderShell) tick() {
 	}
 }
 
-func (l *leaderShell) startLoop(o *train.TrainOrder) {
+func (l *leaderShell) startLoop(o *leader.TrainOrder) {
 	n := l.n
 	lay := o.Layout
 	cfg := n.s.cfg
 	// The simulated members report no loss (the check compares their
 	// weights with the fault-free run's instead), and there is no
 	// held-out data.
-	cad := train.NewCadence(train.CadenceConfig{From: lay.Step, Steps: cfg.Steps, Window: 1, CkptEvery: cfg.CkptEvery, Save: cfg.CkptEvery > 0})
+	cad := cadence.New(cadence.Config{From: lay.Step, Steps: cfg.Steps, Window: 1, CkptEvery: cfg.CkptEvery, Save: cfg.CkptEvery > 0})
 	lp := &stepLoop{gen: o.Gen, order: *o, cad: cad, step: lay.Step, cursor: uint64(lay.Cursor), ranks: make([]string, lay.Mesh.Size())}
 	for r, i := range lay.Members {
 		lp.ranks[r] = n.world.Members[i].ID

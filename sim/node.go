@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/troupe-ml/troupe/elastic"
-	"github.com/troupe-ml/troupe/train"
+	"github.com/troupe-ml/troupe/train/leader"
 )
 
 // Timings of the simulated job (virtual time).
@@ -50,7 +50,7 @@ type node struct {
 	silent map[string]time.Duration
 
 	world elastic.World
-	lead  *train.LeaderCore
+	lead  *leader.Core
 	shell leaderShell
 	w     member
 }
@@ -77,7 +77,7 @@ func (s *sim) startNode(name string, inc int) bool {
 		panic(err) // the configuration is the simulator's own
 	}
 	n := &node{s: s, id: id, name: name, inc: inc, up: true, core: c, seen: map[string]bool{}, silent: map[string]time.Duration{}, toldLeaving: map[string]bool{}}
-	n.lead = train.NewLeaderCore(s.leaderConfig(), s.clk.time())
+	n.lead = leader.New(s.leaderConfig(), s.clk.time())
 	n.shell.n = n
 	n.w = newMember(n)
 	s.nodes[id] = n

@@ -10,7 +10,7 @@ import (
 	"github.com/troupe-ml/troupe/checkpoint"
 	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/elastic"
-	"github.com/troupe-ml/troupe/train"
+	"github.com/troupe-ml/troupe/train/leader"
 )
 
 // Config is a simulated job and its faults.
@@ -185,8 +185,8 @@ func (s *sim) tracef(format string, args ...any) {
 	}
 }
 
-func (s *sim) leaderConfig() train.LeaderConfig {
-	return train.LeaderConfig{PP: max(1, s.cfg.PP), TP: max(1, s.cfg.TP), ZeroGroup: s.cfg.zeroGroup(), ZeroShards: s.zeroShards(), MicroBatches: 1, Batch: s.cfg.Batch, Target: s.cfg.Steps,
+func (s *sim) leaderConfig() leader.Config {
+	return leader.Config{PP: max(1, s.cfg.PP), TP: max(1, s.cfg.TP), ZeroGroup: s.cfg.zeroGroup(), ZeroShards: s.zeroShards(), MicroBatches: 1, Batch: s.cfg.Batch, Target: s.cfg.Steps,
 		LostStageTimeout: 20 * time.Second, RetryDelay: time.Second, Resume: s.cfg.CkptEvery > 0}
 }
 

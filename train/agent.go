@@ -19,6 +19,7 @@ import (
 	"github.com/troupe-ml/troupe/collective"
 	"github.com/troupe-ml/troupe/elastic"
 	"github.com/troupe-ml/troupe/kernels"
+	"github.com/troupe-ml/troupe/train/leader"
 	"github.com/troupe-ml/troupe/worker"
 	"github.com/troupe-ml/troupe/worker/workerpb"
 )
@@ -91,7 +92,7 @@ type agent struct {
 	notes     *mailbox
 	prom      *promRun
 
-	core *LeaderCore
+	core *leader.Core
 	gen  *generation // the generation this node leads (nil: none)
 	led  int
 	// pending is the line of a step that failed on some ranks but
@@ -107,7 +108,7 @@ type agent struct {
 	// it began applied (nil: the next generation does not continue from
 	// them).
 	servers *groupExecutor
-	kept    *ServerState
+	kept    *leader.ServerState
 	keptGen uint64 // the generation that ended with them
 	ckpt    *checkpointer
 	bar     *progress
@@ -158,7 +159,7 @@ func newGeneration(w elastic.World, group *actors.Group, pids []*actor.PID) *gen
 
 type callResult struct {
 	gen     uint64
-	phase   LeaderPhase
+	phase   leader.Phase
 	replies []any
 	err     error
 }
@@ -228,7 +229,7 @@ func (a *agent) start(ctx context.Context) error {
 	a.ckpt.setObserver(a.prom.m())
 	quorum := ac.Quorum
 	timings, _ := elastic.ParseTimings(ac.Timings)
-	a.core = NewLeaderCore(LeaderConfig{PP: cfg.PP, TP: cfg.TP, ZeroGroup: a.j.zeroGroup(cfg.DP), ZeroShards: a.j.zeroShards(), MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR, Rounds: cfg.sync().Local(), Async: a.async(),
+	a.core = leader.New(leader.Config{PP: cfg.PP, TP: cfg.TP, ZeroGroup: a.j.zeroGroup(cfg.DP), ZeroShards: a.j.zeroShards(), MicroBatches: cfg.microBatches(), Batch: cfg.Batch, LinearLR: ac.Rescale == LinearLR, Rounds: cfg.sync().Local(), Async: a.async(),
 		Resume: cfg.Resume, ResumeRequired: cfg.ResumeRequired, Target: a.j.steps, LostStageTimeout: ac.LostStageTimeout, RetryDelay: 3 * time.Second,
 		MaxRestarts: ac.MaxRestarts, RdzvTimeout: ac.RdzvTimeout}, time.Now())
 	if a.o.Progress != nil {
@@ -485,27 +486,27 @@ func memberName(w elastic.World) func(int) string {
 // depends on what it holds, which the generation's first calls ask). Every
 // rank writes its shard of a checkpoint, and a failed step may count for
 // the next generation (elasticSalvage).
-func (a *agent) leaderExecutor(g *generation, l Layout) *groupExecutor {
+func (a *agent) leaderExecutor(g *generation, l leader.Layout) *groupExecutor {
 	w := execWorld{mesh: l.Mesh, gen: g.world.Gen, peers: l.Members, pids: g.pids, peerName: memberName(g.world)}
 	return newGroupExecutor(a.sys, g.group, w, execSetup{saver: sharding(a.ckpt), salvager: elasticSalvage{},
 		parts: a.j.partsLayout(), zeroShards: a.j.zeroShards()}, &a.j.cfg, a.log)
 }
 
 // latestCheckpoint is what the leader core needs of the latest checkpoint.
-func (a *agent) latestCheckpoint() CheckpointInfo {
+func (a *agent) latestCheckpoint() leader.Checkpoint {
 	if a.j.cfg.CkptDir == "" {
-		return CheckpointInfo{Err: fmt.Errorf("%w: the job has no checkpoint directory", checkpoint.ErrNoCheckpoint)}
+		return leader.Checkpoint{Err: fmt.Errorf("%w: the job has no checkpoint directory", checkpoint.ErrNoCheckpoint)}
 	}
 	ck, err := checkpoint.OpenLatest(checkpoint.OSFS{}, a.j.cfg.CkptDir)
 	if err != nil {
-		return CheckpointInfo{Err: err}
+		return leader.Checkpoint{Err: err}
 	}
 	defer ck.Close()
 	m := ck.Manifest
 	if m.Sampler == nil {
-		return CheckpointInfo{Err: fmt.Errorf("%w: checkpoint step %d has no sampler state", checkpoint.ErrManifest, m.Step)}
+		return leader.Checkpoint{Err: fmt.Errorf("%w: checkpoint step %d has no sampler state", checkpoint.ErrManifest, m.Step)}
 	}
-	return CheckpointInfo{Step: int(m.Step), Cursor: m.Sampler.Cursor}
+	return leader.Checkpoint{Step: int(m.Step), Cursor: m.Sampler.Cursor}
 }
 
 // apply does what the core asked. It reports done when the job ended on

@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/troupe-ml/troupe/data"
+	"github.com/troupe-ml/troupe/train/leader"
 	"github.com/troupe-ml/troupe/worker"
 )
 
@@ -17,7 +18,7 @@ func (a *agent) async() bool { return a.j.cfg.sync().Async() }
 // parameter servers (those it kept, or new ones formed from the order's
 // checkpoint or the seed) and a replica for each member, formed by the
 // core as a world of one.
-func (a *agent) asyncGeneration(g *generation, o *TrainOrder) (*asyncExecutor, error) {
+func (a *agent) asyncGeneration(g *generation, o *leader.TrainOrder) (*asyncExecutor, error) {
 	l := o.Layout
 	if l.Source.Kind == worker.FromReplica && a.servers == nil {
 		return nil, fmt.Errorf("train: generation %d continues from parameter servers this node does not hold", o.Gen)
@@ -53,7 +54,7 @@ func (a *agent) asyncGeneration(g *generation, o *TrainOrder) (*asyncExecutor, e
 // the next generation this node leads when every step e began was applied
 // (the sampler's cursor continues exactly after them), else dropped (the
 // next generation continues from the latest checkpoint).
-func (a *agent) settleAsync(e *asyncExecutor, o *TrainOrder) {
+func (a *agent) settleAsync(e *asyncExecutor, o *leader.TrainOrder) {
 	v, ok := e.settled()
 	if err := e.Close(); err != nil {
 		a.log.Warn("closing the replicas' groups", zap.Error(err))
@@ -65,7 +66,7 @@ func (a *agent) settleAsync(e *asyncExecutor, o *TrainOrder) {
 		return
 	}
 	l := o.Layout
-	a.kept, a.keptGen = &ServerState{Step: int(v), Cursor: l.Cursor + data.Cursor((int(v)-l.Step)*o.Batch)}, o.Gen
+	a.kept, a.keptGen = &leader.ServerState{Step: int(v), Cursor: l.Cursor + data.Cursor((int(v)-l.Step)*o.Batch)}, o.Gen
 }
 
 // dropServers stops this node's parameter servers, if any.

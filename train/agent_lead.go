@@ -10,19 +10,20 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/train/leader"
 	"github.com/troupe-ml/troupe/worker"
 	"github.com/troupe-ml/troupe/worker/workerpb"
 )
 
 // call runs one of the core's calls beside the loop.
-func (a *agent) call(c *LeaderCall) {
+func (a *agent) call(c *leader.Call) {
 	g := a.gen
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
 		var replies []any
 		var err error
-		if c.Phase == phaseFinish {
+		if c.Phase == leader.PhaseFinish {
 			// Told to every member that can hear it: a member lost in the
 			// last generation (asynchronous training completes without
 			// it) must not keep the others from hearing the job ended.
@@ -140,14 +141,14 @@ func (a *agent) tellStandbys(g *generation, msgs []any) {
 // train runs the generation's step loop beside the loop: the trainer
 // drives the members' workers, appends the steps to this node's metrics
 // file and tells every member of each step.
-func (a *agent) train(o *TrainOrder) {
+func (a *agent) train(o *leader.TrainOrder) {
 	g := a.gen
 	l := o.Layout
 	g.ex = a.leaderExecutor(g, l)
-	a.log.Info("generation formed", zap.Uint64("generation", o.Gen), zap.Strings("members", o.World.Members),
-		zap.String("reason", g.world.Reason), zap.Stringer("world", l.Mesh), zap.Strings("standby", o.World.Standby),
-		zap.Int("step", l.Step), zap.String("state_from", o.World.StateFrom), zap.Duration("sync", time.Since(g.committed)))
-	a.broadcast(g, &workerpb.Progress{Report: &workerpb.Progress_World{World: worldInfoMsg(o.World)}})
+	a.log.Info("generation formed", zap.Uint64("generation", o.Gen), zap.Strings("members", o.Members),
+		zap.String("reason", g.world.Reason), zap.Stringer("world", l.Mesh), zap.Strings("standby", o.Standby),
+		zap.Int("step", l.Step), zap.String("state_from", o.StateFrom), zap.Duration("sync", time.Since(g.committed)))
+	a.broadcast(g, &workerpb.Progress{Report: &workerpb.Progress_World{World: worldInfoMsg(worldInfo(o))}})
 	t := newTrainer(a.j, a.log, a.ckpt)
 	a.continueScaler(t, l)
 	pending := a.pending
@@ -169,6 +170,13 @@ func (a *agent) train(o *TrainOrder) {
 	}()
 }
 
+// worldInfo describes the generation o trains (Options.OnWorld).
+func worldInfo(o *leader.TrainOrder) WorldInfo {
+	l := o.Layout
+	return WorldInfo{Generation: o.Gen, Mesh: l.Mesh.String(), DP: l.Mesh.DP, PP: l.Mesh.PP, Members: o.Members, Standby: o.Standby,
+		Step: l.Step, StateFrom: o.StateFrom}
+}
+
 // continueScaler gives t the loss scaler's state after the step layout l
 // continues from: the one the job reported for that step, or else the one
 // a worker that ran it ran with, updated by its outcome (this node's, or
@@ -176,7 +184,7 @@ func (a *agent) train(o *TrainOrder) {
 // travels with the training state), or the checkpoint's the state comes
 // from; without any the scaler starts again from its initial scale, and
 // says so.
-func (a *agent) continueScaler(t *trainer, l Layout) {
+func (a *agent) continueScaler(t *trainer, l leader.Layout) {
 	if t.scaler == nil || l.Step == 0 {
 		return
 	}
@@ -203,7 +211,7 @@ func (a *agent) continueScaler(t *trainer, l Layout) {
 // lastRunAt is what a worker that ran the last step before layout l's says
 // of it: this node's, or else that of the member whose state the
 // generation takes (the first part's root).
-func (a *agent) lastRunAt(l Layout) lastRun {
+func (a *agent) lastRunAt(l leader.Layout) lastRun {
 	of := func(st *workerpb.Status) lastRun {
 		return lastRun{Step: int(st.LastStep), Applied: int(st.Applied), LossScale: st.LastLossScale,
 			Tracker: int(st.LastLossScaleTracker), Skipped: st.LastSkipped}
@@ -222,7 +230,7 @@ func (a *agent) lastRunAt(l Layout) lastRun {
 
 // sourceMember is the member whose worker's state layout l's first model
 // part takes from (−1: none, the state comes from elsewhere).
-func sourceMember(l Layout) int {
+func sourceMember(l leader.Layout) int {
 	if l.Source.Kind != worker.FromReplica || len(l.Source.Roots) == 0 {
 		return -1
 	}
@@ -232,7 +240,7 @@ func sourceMember(l Layout) int {
 // lead runs generation g's step loop to the job's last step and saves the
 // weights; pending, when set, is a step the previous generation trained
 // but could not report, which this one continues after.
-func (a *agent) lead(g *generation, t *trainer, o *TrainOrder, pending *StepMetrics) error {
+func (a *agent) lead(g *generation, t *trainer, o *leader.TrainOrder, pending *StepMetrics) error {
 	var mw *metricsWriter
 	if path := a.j.cfg.MetricsOut; path != "" {
 		var err error

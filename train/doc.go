@@ -2,20 +2,22 @@
 // checked by Validate, which changes nothing), the one step loop of every
 // world (the learning-rate schedule, the sampler cursor, the evaluation,
 // checkpoint and metrics cadence, the NaN check, the step metrics; its
-// decisions are the pure core Cadence, which the simulator's leader
-// follows too), and its executors, which differ only in where the workers (package worker)
-// live: actors of this process, worker processes (Config.Procs), or the
-// members of an elastic generation.
+// decisions are the pure core of package train/cadence, which the
+// simulator's leader follows too), and its executors, which differ only in
+// where the workers (package worker) live: actors of this process, worker
+// processes (Config.Procs), or the members of an elastic generation.
 //
 // Run trains in this process or in worker processes; RunAgent runs one
 // node of an elastic job (troupe agent), whose leader drives the pure
-// protocol of leader.go (status, form, train, verify, finish) over the
-// generation's members. Failures carry their class (package failure):
-// transient ones start a new generation, permanent ones end the job on
-// every node.
+// protocol of package train/leader (status, form, train, verify, finish)
+// over the generation's members. Failures carry their class (package
+// failure): transient ones start a new generation, permanent ones end the
+// job on every node. Its API is what a program that embeds training uses;
+// the cores are packages of their own, for train and the simulator (package
+// sim) to drive.
 //
-// train sits above worker, actors and elastic: it starts them, they never
-// import it.
+// train sits above worker, actors and elastic, and above its two cores
+// (train/leader, train/cadence): it starts them, they never import it.
 //
 // # Words
 //

@@ -8,27 +8,29 @@ import (
 
 	"github.com/troupe-ml/troupe/failure"
 	"github.com/troupe-ml/troupe/nn"
+	"github.com/troupe-ml/troupe/train/cadence"
+	"github.com/troupe-ml/troupe/train/leader"
 )
 
 var (
 	// ErrConfig: a configuration that cannot work; every such error is a
 	// *FieldError naming the field.
-	ErrConfig = failure.New(failure.Config, "train: invalid config")
+	ErrConfig = leader.ErrConfig
 	// ErrDiverged: replicas of a stage hold different parameters.
-	ErrDiverged = failure.New(failure.Diverged, "train: replicas diverged")
+	ErrDiverged = leader.ErrDiverged
 	// ErrStageLost: a pipeline stage that no member holds and no checkpoint
 	// can restore (an elastic job, after AgentConfig.LostStageTimeout), or
 	// every stage, when no member holds anything of a job that trained.
-	ErrStageLost = failure.New(failure.StateLost, "train: a pipeline stage is lost")
+	ErrStageLost = leader.ErrStageLost
 	// ErrRendezvousTimeout: an elastic node could not train in a world for
 	// AgentConfig.RdzvTimeout (too few nodes, or no quorum).
-	ErrRendezvousTimeout = failure.New(failure.Exhausted, "train: no world to train in within the rendezvous timeout")
+	ErrRendezvousTimeout = leader.ErrRendezvousTimeout
 	// ErrRestarts: more generations failed transiently than
 	// AgentConfig.MaxRestarts allows.
-	ErrRestarts = failure.New(failure.Exhausted, "train: too many restarts")
+	ErrRestarts = leader.ErrRestarts
 	// ErrWorldTooSmall: an elastic job's world shrank below what its
 	// pipeline needs: fewer members than stages.
-	ErrWorldTooSmall = failure.New(failure.Config, "train: the world is too small for the job")
+	ErrWorldTooSmall = leader.ErrWorldTooSmall
 	// ErrOutput: an output of the run (weights, metrics, trace) cannot be
 	// written.
 	ErrOutput = failure.New(failure.Output, "train: cannot write an output")
@@ -39,7 +41,7 @@ var (
 	// the leader's with values out of range, or with nothing in it).
 	ErrWire = failure.New(failure.Internal, "train: bad wire message")
 	// ErrLoss: the loss became NaN or infinite.
-	ErrLoss = failure.New(failure.Diverged, "train: the loss is not finite")
+	ErrLoss = cadence.ErrLoss
 )
 
 // errNoCheckpointDir: a checkpoint asked of a run that has no checkpoint
@@ -97,6 +99,10 @@ func (e *FieldError) Unwrap() error {
 	}
 	return ErrConfig
 }
+
+// DivergedError names a rank whose parameters differ from the other
+// replicas of its model part (errors.Is(err, ErrDiverged) holds).
+type DivergedError = leader.DivergedError
 
 // modelErr is field's error from the model API, without nn's prefix (the
 // field error says it is a configuration error already).

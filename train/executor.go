@@ -372,21 +372,5 @@ func (e *groupExecutor) Close() error {
 	return errors.Join(errs...)
 }
 
-// DivergedError names a rank whose parameters differ from the other
-// replicas of its model part (errors.Is(err, ErrDiverged) holds).
-type DivergedError struct {
-	// Step is the number of steps applied when they were compared.
-	Step int
-	// Rank is the odd one out (with two replicas, the second); Like holds
-	// what the majority (or the first) holds.
-	Rank, Like int
-}
-
-func (e *DivergedError) Error() string {
-	return fmt.Sprintf("%v: after step %d rank %d's parameters differ from rank %d's, the same model part", ErrDiverged, e.Step, e.Rank, e.Like)
-}
-
-func (e *DivergedError) Unwrap() error { return ErrDiverged }
-
 // Window is 1: a step involves every rank.
 func (e *groupExecutor) Window() int { return 1 }

@@ -10,6 +10,7 @@ import (
 	"github.com/troupe-ml/troupe/mesh"
 	"github.com/troupe-ml/troupe/pipeline"
 	"github.com/troupe-ml/troupe/trace"
+	"github.com/troupe-ml/troupe/train/leader"
 	"github.com/troupe-ml/troupe/worker"
 	"github.com/troupe-ml/troupe/worker/workerpb"
 )
@@ -68,7 +69,7 @@ func aggregateStep(m mesh.Mesh, zeroShards int, dones []*workerpb.StepDone, step
 		}
 	}
 	if checksum {
-		if err := checkReplicas(m, zeroShards, step+1, func(r int) uint64 { return dones[r].Checksum }); err != nil {
+		if err := leader.CheckReplicas(m, zeroShards, step+1, func(r int) uint64 { return dones[r].Checksum }); err != nil {
 			return st, err
 		}
 	}
@@ -100,40 +101,6 @@ func straggler(m mesh.Mesh, compute func(rank int) float64) (rank int, lagMs flo
 		}
 	}
 	return rank, lagMs
-}
-
-// checkReplicas compares the checksum of every model part's replicas (a
-// stage's, or a stage's shard's; with ZeRO-3 shard groups of zeroShards
-// replicas, those holding the same shard) and names the first rank that
-// differs from the most common value.
-func checkReplicas(m mesh.Mesh, zeroShards, step int, sum func(rank int) uint64) error {
-	S := max(1, zeroShards)
-	for g := range m.Parts() * S {
-		part, z := g/S, g%S
-		var ranks []int
-		for d := z; d < m.DP; d += S {
-			ranks = append(ranks, m.PartRank(part, d))
-		}
-		count := map[uint64]int{}
-		for _, r := range ranks {
-			count[sum(r)]++
-		}
-		if len(count) == 1 {
-			continue
-		}
-		like := ranks[0]
-		for _, r := range ranks {
-			if count[sum(r)] > count[sum(like)] {
-				like = r
-			}
-		}
-		for _, r := range ranks {
-			if sum(r) != sum(like) {
-				return &DivergedError{Step: step, Rank: r, Like: like}
-			}
-		}
-	}
-	return nil
 }
 
 // measuredBubble is the idle share of the pipeline schedule, averaged over

@@ -255,9 +255,9 @@ func (f *flightSource) take(reason string) ([]collective.FlightDump, []int) {
 	return src(reason)
 }
 
-// FlightResponse is what /debug/flight serves: the dumps of the ranks
+// flightResponse is what /debug/flight serves: the dumps of the ranks
 // this process reaches (all of a world it drives, else its own).
-type FlightResponse struct {
+type flightResponse struct {
 	Dumps []collective.FlightDump `json:"dumps"`
 }
 
@@ -265,7 +265,7 @@ type FlightResponse struct {
 func (f *flightSource) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	dumps, _ := f.take("requested over HTTP")
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(FlightResponse{Dumps: dumps})
+	_ = json.NewEncoder(w).Encode(flightResponse{Dumps: dumps})
 }
 
 // dump writes the source's dumps under dir and logs the alignment.

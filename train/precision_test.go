@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/troupe-ml/troupe/checkpoint"
+	"github.com/troupe-ml/troupe/train/leader"
 	"github.com/troupe-ml/troupe/worker"
 )
 
@@ -289,7 +290,7 @@ func TestLossScalerAtAHandOver(t *testing.T) {
 // The member whose state a generation takes: the first part's root, by
 // mesh rank; none when the state comes from a checkpoint or the seed.
 func TestSourceMember(t *testing.T) {
-	l := Layout{Rank: []int{-1, 1, 0, 2}, Source: worker.Source{Kind: worker.FromReplica, Roots: []int{0, 1}}}
+	l := leader.Layout{Rank: []int{-1, 1, 0, 2}, Source: worker.Source{Kind: worker.FromReplica, Roots: []int{0, 1}}}
 	if i := sourceMember(l); i != 2 {
 		t.Errorf("member %d, want 2 (mesh rank 0)", i)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/troupe-ml/troupe/nn"
 	"github.com/troupe-ml/troupe/nn/optim"
 	"github.com/troupe-ml/troupe/pipeline"
+	"github.com/troupe-ml/troupe/train/cadence"
 	"github.com/troupe-ml/troupe/worker"
 )
 
@@ -130,10 +131,18 @@ func (t *trainer) run(ctx context.Context, seg segment) (sum *Summary, err error
 }
 
 // cadence is the run's policy for seg, from the job's configuration.
-func (t *trainer) cadence(seg segment, window int) *Cadence {
+func (t *trainer) cadence(seg segment, window int) *cadence.Cadence {
 	cfg := &t.job.cfg
-	return NewCadence(CadenceConfig{From: seg.from, Steps: t.job.steps, StopAfter: t.stopAfter, Window: window,
-		Eval: t.job.test != nil, EvalEvery: cfg.EvalEvery, CkptEvery: cfg.CkptEvery, Save: t.ckpt != nil, SaveLast: true})
+	return cadence.New(cadence.Config{From: seg.from, Steps: t.job.steps, StopAfter: t.stopAfter, Window: window,
+		Eval: t.job.test != nil, EvalEvery: cfg.EvalEvery, CkptEvery: cfg.CkptEvery, Save: t.ckpt != nil, SaveLast: true,
+		Salvaged: isAdopted})
+}
+
+// isAdopted reports whether a failed step completed on another replica
+// (an *adoptedError).
+func isAdopted(err error) bool {
+	var adopted *adoptedError
+	return errors.As(err, &adopted)
 }
 
 // runState is what trainer.run carries from step to step: the sampler and
@@ -154,7 +163,7 @@ type runState struct {
 // one, a step at a time). Steps complete, and are reported, in the order
 // they complete. It returns the run's cancellation as an error; a
 // superseded generation (seg.stop) only stops the starts.
-func (t *trainer) startSteps(ctx context.Context, seg segment, fl *inflight, r *runState, cad *Cadence) error {
+func (t *trainer) startSteps(ctx context.Context, seg segment, fl *inflight, r *runState, cad *cadence.Cadence) error {
 	j, cfg := t.job, &t.job.cfg
 	for {
 		step, ok := cad.Next()
@@ -182,7 +191,7 @@ func (t *trainer) startSteps(ctx context.Context, seg segment, fl *inflight, r *
 // outcome; complete updates the loss scaler, the figures and the summary,
 // runs what the cadence says follows it (evaluation, checkpoint) and
 // reports and logs it. done: the run stops after it (Options.StopAfter).
-func (t *trainer) complete(ctx context.Context, seg segment, fl *inflight, r *runState, cad *Cadence) (done bool, err error) {
+func (t *trainer) complete(ctx context.Context, seg segment, fl *inflight, r *runState, cad *cadence.Cadence) (done bool, err error) {
 	j, cfg, sum := t.job, &t.job.cfg, r.sum
 	step := cad.Completed()
 	o := fl.next()
@@ -337,7 +346,7 @@ func (t *trainer) total() int {
 
 // afterStep does what the cadence asks after step m.Step (its metrics,
 // completed with what it does): evaluate, checkpoint; then observe.
-func (t *trainer) afterStep(ctx context.Context, seg segment, a After, m *StepMetrics, sampler *data.Sampler, cursor data.Cursor, sum *Summary) error {
+func (t *trainer) afterStep(ctx context.Context, seg segment, a cadence.After, m *StepMetrics, sampler *data.Sampler, cursor data.Cursor, sum *Summary) error {
 	if a.Evaluate {
 		var err error
 		if m.EvalLoss, m.EvalAcc, err = t.evaluate(ctx, seg.ex, m.Step); err != nil {

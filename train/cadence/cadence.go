@@ -1,15 +1,14 @@
-package train
+package cadence
 
 import (
-	"errors"
 	"fmt"
 	"math"
 
 	"github.com/troupe-ml/troupe/failure"
 )
 
-// CadenceConfig is the policy a Cadence follows.
-type CadenceConfig struct {
+// Config is the policy a Cadence follows.
+type Config struct {
 	// From is the first step to run (0-based): 0, or where a checkpoint or
 	// an elastic generation resumes.
 	From int
@@ -36,17 +35,21 @@ type CadenceConfig struct {
 	// event schedules, and so the seeds that replay a failure, stay those
 	// of earlier builds.
 	SaveLast bool
+	// Salvaged reports whether a failed step completed on another replica
+	// (train's adopted step), so that its metrics may count (After.Salvaged);
+	// nil: no failed step is.
+	Salvaged func(err error) bool
 }
 
 // Cadence is the step loop's policy as a pure core: which step to start
 // while others are in flight, what follows a completed step (evaluate,
 // checkpoint, stop) and what ends a run (a failed or diverged step, a
 // cancellation, a superseded generation, the last step). It holds no
-// executor, clock or I/O: trainer.run and the simulator's leader
+// executor, clock or I/O: train's step loop and the simulator's leader
 // (sim/leader.go) feed it events and do what it answers. Not safe for
 // concurrent use; its shell calls it from one goroutine.
 type Cadence struct {
-	cfg CadenceConfig
+	cfg Config
 	// next is the next step to start and done the count of completed
 	// ones (both 0-based step indices); running the steps in between.
 	next, done, running int
@@ -54,8 +57,8 @@ type Cadence struct {
 	stopped error
 }
 
-// NewCadence starts a run's cadence at cfg.From.
-func NewCadence(cfg CadenceConfig) *Cadence {
+// New starts a run's cadence at cfg.From.
+func New(cfg Config) *Cadence {
 	cfg.Window = max(1, cfg.Window)
 	return &Cadence{cfg: cfg, next: cfg.From, done: cfg.From}
 }
@@ -63,13 +66,13 @@ func NewCadence(cfg CadenceConfig) *Cadence {
 // After is what follows a completed step, in order: evaluate, save,
 // stop. Err set means none of them: the run ends with Err.
 type After struct {
-	// Step is the completed step, counted from 1 (StepMetrics.Step).
+	// Step is the completed step, counted from 1 (train.StepMetrics.Step).
 	Step int
 	// Evaluate and Save ask for the held-out loss and a checkpoint after
 	// Step; Stop ends the run (without an error) once they are done.
 	Evaluate, Save, Stop bool
 	// Err ends the run. Salvaged: the step failed on some ranks but
-	// completed on another replica (an *adoptedError); its metrics go with
+	// completed on another replica (Config.Salvaged); its metrics go with
 	// Err, for the next generation to report if it continues after it.
 	Err      error
 	Salvaged bool
@@ -115,8 +118,7 @@ func (c *Cadence) Done(loss float64, err error) After {
 	c.done = n
 	a := After{Step: n}
 	if err != nil {
-		var adopted *adoptedError
-		a.Salvaged = errors.As(err, &adopted)
+		a.Salvaged = c.cfg.Salvaged != nil && c.cfg.Salvaged(err)
 		a.Err = fmt.Errorf("train: step %d: %w", n, err)
 		return a
 	}

@@ -1,4 +1,4 @@
-package train
+package leader
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ import (
 
 // plan lays the generation out from the members' states and tells every
 // member its place.
-func (c *LeaderCore) plan() {
+func (c *Core) plan() {
 	if c.cfg.Async {
 		c.planAsync()
 		return
@@ -64,7 +64,7 @@ func (c *LeaderCore) plan() {
 		c.world0 = l.Mesh.DP // the job's first world
 	}
 	c.lay, c.lostSince = l, time.Time{}
-	c.phase = phaseForm
+	c.phase = PhaseForm
 	addrs := make([]string, l.Mesh.Size())
 	for r, i := range l.Members {
 		addrs[r] = c.world.Members[i].ActorAddr
@@ -88,7 +88,7 @@ func (c *LeaderCore) plan() {
 // and the servers continuing from those this node kept, else from the
 // latest checkpoint, else from the seed when the job has not trained.
 // Trained but with neither, the servers' state is lost: the job ends.
-func (c *LeaderCore) planAsync() {
+func (c *Core) planAsync() {
 	n := c.world.Size()
 	m, err := mesh.New(n, 1, 1)
 	if err != nil {
@@ -122,7 +122,7 @@ func (c *LeaderCore) planAsync() {
 		c.world0 = n
 	}
 	c.lay, c.lostSince = l, time.Time{}
-	c.phase = phaseForm
+	c.phase = PhaseForm
 	c.call(func(i int) any {
 		return &workerpb.Form{Peer: uint32(i), Generation: c.world.Gen, Dp: 1, Pp: 1, Tp: 1, Rank: 0,
 			Addrs: []string{c.world.Members[i].ActorAddr}, Step: uint64(l.Step), Cursor: uint64(l.Cursor), World0: 1}
@@ -132,11 +132,11 @@ func (c *LeaderCore) planAsync() {
 // rowPerMicro reports whether every replica needs a row for each of its
 // micro-batches: a pipeline's stages pass each one on, and ZeRO-3's
 // replicas gather every layer together for each.
-func (c *LeaderCore) rowPerMicro() bool { return c.cfg.PP > 1 || c.cfg.ZeroShards > 0 }
+func (c *Core) rowPerMicro() bool { return c.cfg.PP > 1 || c.cfg.ZeroShards > 0 }
 
 // nothingTrained reports whether the job has not trained: no member holds
 // any state yet, nor heard of a step trained.
-func (c *LeaderCore) nothingTrained() bool {
+func (c *Core) nothingTrained() bool {
 	if c.jobStep > 0 {
 		return false
 	}
@@ -150,7 +150,7 @@ func (c *LeaderCore) nothingTrained() bool {
 
 // fromCheckpoint makes every stage of l take its state from the latest
 // checkpoint, where training continues.
-func (c *LeaderCore) fromCheckpoint(l *Layout) {
+func (c *Core) fromCheckpoint(l *Layout) {
 	l.Source = worker.Source{Kind: worker.FromCheckpoint, Step: c.ckpt.Step}
 	l.Step, l.Cursor, l.Lost = c.ckpt.Step, c.ckpt.Cursor, nil
 	for i := range l.RollBack {
@@ -162,7 +162,7 @@ func (c *LeaderCore) fromCheckpoint(l *Layout) {
 // checkpoint can restore it (cause): the job waits for a holder to come
 // back (a hung or partitioned node keeps its state) up to
 // LostStageTimeout, then ends.
-func (c *LeaderCore) stageLost(l Layout, cause error) {
+func (c *Core) stageLost(l Layout, cause error) {
 	if c.lostSince.IsZero() {
 		c.lostSince = c.now
 	}
@@ -216,7 +216,7 @@ func stateFrom(l Layout, async bool) string {
 // parameters (ZeRO-1 and 2: each holds its shard of the optimizer state,
 // the weights are all-gathered after every update), which the form
 // compares across the shards of a part.
-func (c *LeaderCore) replicatedShards() bool { return c.cfg.ZeroGroup > 0 && c.cfg.ZeroShards == 0 }
+func (c *Core) replicatedShards() bool { return c.cfg.ZeroGroup > 0 && c.cfg.ZeroShards == 0 }
 
 // oneLineage keeps, of the members holding the same part at the same
 // step under ZeRO-1 or 2, those of one history: the states whose

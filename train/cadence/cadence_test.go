@@ -1,4 +1,4 @@
-package train
+package cadence
 
 import (
 	"context"
@@ -45,20 +45,20 @@ func drive(t *testing.T, c *Cadence) (evals, saves []int) {
 func TestCadenceEvalAndCheckpointSteps(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
-		cfg          CadenceConfig
+		cfg          Config
 		evals, saves []int
 	}{
-		{"every", CadenceConfig{Steps: 10, Eval: true, EvalEvery: 3, CkptEvery: 4, Save: true, SaveLast: true}, []int{3, 6, 9, 10}, []int{4, 8}},
-		{"last step saved", CadenceConfig{Steps: 8, Eval: true, CkptEvery: 4, Save: true, SaveLast: true}, []int{8}, []int{4, 8}},
-		{"simulator: last step not saved", CadenceConfig{Steps: 8, CkptEvery: 4, Save: true}, nil, []int{4}},
-		{"no held-out data", CadenceConfig{Steps: 6, EvalEvery: 2}, nil, nil},
-		{"no checkpointer", CadenceConfig{Steps: 6, CkptEvery: 2}, nil, nil},
-		{"resumed", CadenceConfig{From: 5, Steps: 10, Eval: true, EvalEvery: 3, CkptEvery: 4, Save: true, SaveLast: true}, []int{6, 9, 10}, []int{8}},
-		{"stop after", CadenceConfig{Steps: 10, StopAfter: 5, Eval: true, EvalEvery: 3, CkptEvery: 4, Save: true, SaveLast: true}, []int{3}, []int{4}},
-		{"window", CadenceConfig{Steps: 10, Window: 3, Eval: true, EvalEvery: 3, CkptEvery: 4, Save: true, SaveLast: true}, []int{3, 6, 9, 10}, []int{4, 8}},
+		{"every", Config{Steps: 10, Eval: true, EvalEvery: 3, CkptEvery: 4, Save: true, SaveLast: true}, []int{3, 6, 9, 10}, []int{4, 8}},
+		{"last step saved", Config{Steps: 8, Eval: true, CkptEvery: 4, Save: true, SaveLast: true}, []int{8}, []int{4, 8}},
+		{"simulator: last step not saved", Config{Steps: 8, CkptEvery: 4, Save: true}, nil, []int{4}},
+		{"no held-out data", Config{Steps: 6, EvalEvery: 2}, nil, nil},
+		{"no checkpointer", Config{Steps: 6, CkptEvery: 2}, nil, nil},
+		{"resumed", Config{From: 5, Steps: 10, Eval: true, EvalEvery: 3, CkptEvery: 4, Save: true, SaveLast: true}, []int{6, 9, 10}, []int{8}},
+		{"stop after", Config{Steps: 10, StopAfter: 5, Eval: true, EvalEvery: 3, CkptEvery: 4, Save: true, SaveLast: true}, []int{3}, []int{4}},
+		{"window", Config{Steps: 10, Window: 3, Eval: true, EvalEvery: 3, CkptEvery: 4, Save: true, SaveLast: true}, []int{3, 6, 9, 10}, []int{4, 8}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			evals, saves := drive(t, NewCadence(tc.cfg))
+			evals, saves := drive(t, New(tc.cfg))
 			if !slices.Equal(evals, tc.evals) || !slices.Equal(saves, tc.saves) {
 				t.Errorf("evaluations after %v and checkpoints after %v, want %v and %v", evals, saves, tc.evals, tc.saves)
 			}
@@ -69,7 +69,7 @@ func TestCadenceEvalAndCheckpointSteps(t *testing.T) {
 // A step followed by an evaluation, a checkpoint or the run's end
 // completes with no later step in flight beside it.
 func TestCadenceWindowQuietsBeforeEvalAndCheckpoint(t *testing.T) {
-	c := NewCadence(CadenceConfig{Steps: 7, Window: 4, Eval: true, EvalEvery: 5, CkptEvery: 3, Save: true, SaveLast: true})
+	c := New(Config{Steps: 7, Window: 4, Eval: true, EvalEvery: 5, CkptEvery: 3, Save: true, SaveLast: true})
 	var starts [][]int // the steps started at each turn
 	for !c.Finished() {
 		var turn []int
@@ -100,7 +100,7 @@ func TestCadenceWindowQuietsBeforeEvalAndCheckpoint(t *testing.T) {
 
 func TestCadenceNonFiniteLossDiverges(t *testing.T) {
 	for _, loss := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
-		c := NewCadence(CadenceConfig{Steps: 4, CkptEvery: 1, Save: true, SaveLast: true})
+		c := New(Config{Steps: 4, CkptEvery: 1, Save: true, SaveLast: true})
 		c.Started()
 		a := c.Done(loss, nil)
 		if !errors.Is(a.Err, ErrLoss) || failure.CodeOf(a.Err) != failure.Diverged || failure.Transient(a.Err) {
@@ -112,6 +112,12 @@ func TestCadenceNonFiniteLossDiverges(t *testing.T) {
 	}
 }
 
+// salvagedError stands for train's adopted step: failed on some ranks,
+// completed on another replica.
+type salvagedError struct{ error }
+
+func (e salvagedError) Unwrap() error { return e.error }
+
 func TestCadenceFailedAndSalvagedSteps(t *testing.T) {
 	lost := failure.Wrapf(failure.PeerLost, "member n2 failed")
 	for _, tc := range []struct {
@@ -120,9 +126,9 @@ func TestCadenceFailedAndSalvagedSteps(t *testing.T) {
 		salvaged bool
 	}{
 		{"failed", lost, false},
-		{"salvaged", &adoptedError{Err: lost}, true},
+		{"salvaged", salvagedError{lost}, true},
 	} {
-		c := NewCadence(CadenceConfig{Steps: 4})
+		c := New(Config{Steps: 4, Salvaged: func(err error) bool { return errors.As(err, new(salvagedError)) }})
 		c.Started()
 		c.Done(1, nil)
 		c.Started()
@@ -134,7 +140,7 @@ func TestCadenceFailedAndSalvagedSteps(t *testing.T) {
 }
 
 func TestCadenceSupersedeStopsStarts(t *testing.T) {
-	c := NewCadence(CadenceConfig{Steps: 4, Window: 2})
+	c := New(Config{Steps: 4, Window: 2})
 	c.Started()
 	cause := errors.New("generation 3 committed")
 	err := c.Supersede(cause)

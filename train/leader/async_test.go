@@ -1,4 +1,4 @@
-package train
+package leader
 
 import (
 	"errors"
@@ -17,21 +17,21 @@ import (
 // members answer its calls at once.
 type asyncCore struct {
 	t    *testing.T
-	c    *LeaderCore
+	c    *Core
 	gen  uint64
 	size int
 }
 
 func newAsyncCore(t *testing.T, resume bool) *asyncCore {
-	cfg := LeaderConfig{PP: 1, MicroBatches: 1, Batch: 8, Target: 100, Async: true, Resume: resume,
+	cfg := Config{PP: 1, MicroBatches: 1, Batch: 8, Target: 100, Async: true, Resume: resume,
 		LostStageTimeout: 10 * time.Second, RetryDelay: 3 * time.Second}
-	return &asyncCore{t: t, c: NewLeaderCore(cfg, time.Unix(1000, 0))}
+	return &asyncCore{t: t, c: New(cfg, time.Unix(1000, 0))}
 }
 
 // commit commits a world of n members led by this node, with ck the latest
 // checkpoint, and answers the status call with applied (each member's
 // Applied: a replica's is the latest step it computed).
-func (a *asyncCore) commit(ck CheckpointInfo, applied ...int) []LeaderOut {
+func (a *asyncCore) commit(ck Checkpoint, applied ...int) []Out {
 	a.t.Helper()
 	a.gen++
 	a.size = len(applied)
@@ -51,7 +51,7 @@ func (a *asyncCore) commit(ck CheckpointInfo, applied ...int) []LeaderOut {
 
 // onlyCall takes the core's call (after the stop of a generation still
 // training), of messages like want.
-func (a *asyncCore) onlyCall(want any) *LeaderCall {
+func (a *asyncCore) onlyCall(want any) *Call {
 	a.t.Helper()
 	out := a.c.Ready()
 	if len(out) == 2 && out[0].Stop == a.gen-1 {
@@ -65,7 +65,7 @@ func (a *asyncCore) onlyCall(want any) *LeaderCall {
 
 // form answers the form call in outs (every member formed, each replica's
 // checksum its own) and returns the train order.
-func (a *asyncCore) form(outs []LeaderOut) *TrainOrder {
+func (a *asyncCore) form(outs []Out) *TrainOrder {
 	a.t.Helper()
 	if len(outs) != 1 || outs[0].Call == nil {
 		a.t.Fatalf("want the form call, got %+v", outs)
@@ -92,7 +92,7 @@ func (a *asyncCore) form(outs []LeaderOut) *TrainOrder {
 	return o
 }
 
-var noCheckpoint = CheckpointInfo{Err: fmt.Errorf("%w: none written", checkpoint.ErrNoCheckpoint)}
+var noCheckpoint = Checkpoint{Err: fmt.Errorf("%w: none written", checkpoint.ErrNoCheckpoint)}
 
 // The leader core of asynchronous training: a fresh job starts from the
 // seed; a generation this node leads next continues from the servers it
@@ -102,27 +102,27 @@ var noCheckpoint = CheckpointInfo{Err: fmt.Errorf("%w: none written", checkpoint
 // replicas (they differ by design).
 func TestLeaderAsync(t *testing.T) {
 	a := newAsyncCore(t, false)
-	o := a.form(a.commit(CheckpointInfo{Step: 40, Cursor: 320}, 0, 0, 0)) // a checkpoint of another job: not resumed
-	if o.Layout.Source.Kind != worker.FromSeed || o.Layout.Step != 0 || o.World.StateFrom != "seed" {
-		t.Fatalf("fresh job: %+v from %q, want the seed at step 0", o.Layout.Source, o.World.StateFrom)
+	o := a.form(a.commit(Checkpoint{Step: 40, Cursor: 320}, 0, 0, 0)) // a checkpoint of another job: not resumed
+	if o.Layout.Source.Kind != worker.FromSeed || o.Layout.Step != 0 || o.StateFrom != "seed" {
+		t.Fatalf("fresh job: %+v from %q, want the seed at step 0", o.Layout.Source, o.StateFrom)
 	}
 
 	a.c.KeepServers(&ServerState{Step: 57, Cursor: data.Cursor(57 * 8)})
-	o = a.form(a.commit(CheckpointInfo{Step: 50, Cursor: 400}, 57, 55))
-	if o.Layout.Source.Kind != worker.FromReplica || o.Layout.Step != 57 || o.Layout.Cursor != 57*8 || o.World.StateFrom != "the parameter servers" {
-		t.Fatalf("kept servers: %+v at step %d, from %q; want the servers at step 57", o.Layout.Source, o.Layout.Step, o.World.StateFrom)
+	o = a.form(a.commit(Checkpoint{Step: 50, Cursor: 400}, 57, 55))
+	if o.Layout.Source.Kind != worker.FromReplica || o.Layout.Step != 57 || o.Layout.Cursor != 57*8 || o.StateFrom != "the parameter servers" {
+		t.Fatalf("kept servers: %+v at step %d, from %q; want the servers at step 57", o.Layout.Source, o.Layout.Step, o.StateFrom)
 	}
 
 	// Kept servers behind a member's latest step (another leader trained
 	// in a generation this node did not see) are not continued from.
 	a.c.KeepServers(&ServerState{Step: 57, Cursor: data.Cursor(57 * 8)})
-	o = a.form(a.commit(CheckpointInfo{Step: 60, Cursor: 480}, 0, 64))
+	o = a.form(a.commit(Checkpoint{Step: 60, Cursor: 480}, 0, 64))
 	if o.Layout.Source.Kind != worker.FromCheckpoint || o.Layout.Step != 60 {
 		t.Fatalf("servers behind: %+v at step %d, want checkpoint step 60", o.Layout.Source, o.Layout.Step)
 	}
 
 	a.c.KeepServers(nil)
-	o = a.form(a.commit(CheckpointInfo{Step: 50, Cursor: 400}, 61, 0))
+	o = a.form(a.commit(Checkpoint{Step: 50, Cursor: 400}, 61, 0))
 	if o.Layout.Source.Kind != worker.FromCheckpoint || o.Layout.Source.Step != 50 || o.Layout.Step != 50 || o.Layout.Cursor != 400 {
 		t.Fatalf("new leader: %+v at step %d, want checkpoint step 50", o.Layout.Source, o.Layout.Step)
 	}
@@ -150,7 +150,7 @@ func TestLeaderAsync(t *testing.T) {
 
 	// Resume: a fresh job takes the latest checkpoint.
 	c := newAsyncCore(t, true)
-	o = c.form(c.commit(CheckpointInfo{Step: 40, Cursor: 320}, 0))
+	o = c.form(c.commit(Checkpoint{Step: 40, Cursor: 320}, 0))
 	if o.Layout.Source.Kind != worker.FromCheckpoint || o.Layout.Step != 40 {
 		t.Fatalf("resume: %+v at step %d, want checkpoint step 40", o.Layout.Source, o.Layout.Step)
 	}

@@ -1,4 +1,4 @@
-package train
+package leader
 
 import (
 	"errors"
@@ -15,36 +15,36 @@ import (
 	"github.com/troupe-ml/troupe/worker/workerpb"
 )
 
-// LeaderPhase is where the leader of a generation stands.
-type LeaderPhase uint8
+// Phase is where the leader of a generation stands.
+type Phase uint8
 
 const (
-	// phaseIdle: not leading, or waiting for the next world.
-	phaseIdle LeaderPhase = iota
-	// phaseStatus: every member was asked what it holds.
-	phaseStatus
-	// phaseForm: every member was told its place and where its state comes
+	// PhaseIdle: not leading, or waiting for the next world.
+	PhaseIdle Phase = iota
+	// PhaseStatus: every member was asked what it holds.
+	PhaseStatus
+	// PhaseForm: every member was told its place and where its state comes
 	// from.
-	phaseForm
-	// phaseTrain: the step loop runs.
-	phaseTrain
-	// phaseVerify: every member was asked for its checksum at the end.
-	phaseVerify
-	// phaseFinish: every member was told that the job ended (or failed).
-	phaseFinish
-	// phaseDone: the job ended; the core takes nothing more.
-	phaseDone
+	PhaseForm
+	// PhaseTrain: the step loop runs.
+	PhaseTrain
+	// PhaseVerify: every member was asked for its checksum at the end.
+	PhaseVerify
+	// PhaseFinish: every member was told that the job ended (or failed).
+	PhaseFinish
+	// PhaseDone: the job ended; the core takes nothing more.
+	PhaseDone
 )
 
-func (p LeaderPhase) String() string {
+func (p Phase) String() string {
 	return [...]string{"idle", "status", "form", "train", "verify", "finish", "done"}[p]
 }
 
-// LeaderConfig is what the leader core needs of the job.
-type LeaderConfig struct {
-	// PP is the pipeline depth (Config.PP), TP the tensor-parallel shards
-	// of each stage (Config.TP; 0: 1); MicroBatches each replica's
-	// micro-batches (pipelines and ZeRO-3 need a row per micro-batch).
+// Config is what the leader core needs of the job.
+type Config struct {
+	// PP is the pipeline depth (train.Config.PP), TP the tensor-parallel
+	// shards of each stage (train.Config.TP; 0: 1); MicroBatches each
+	// replica's micro-batches (pipelines and ZeRO-3 need a row per micro-batch).
 	PP, TP, MicroBatches int
 	// ZeroGroup is the ZeRO shard group size (0: no ZeRO), ZeroShards the
 	// same at stage 3 (0 below): replicas of a ZeRO-3 shard group hold
@@ -86,20 +86,20 @@ type LeaderConfig struct {
 	RdzvTimeout time.Duration
 }
 
-// CheckpointInfo is the latest checkpoint as the leader found it: its step and
+// Checkpoint is the latest checkpoint as the leader found it: its step and
 // sampler cursor, or why there is none (Err wraps checkpoint.
 // ErrNoCheckpoint when the directory holds none).
-type CheckpointInfo struct {
+type Checkpoint struct {
 	Step   int
 	Cursor data.Cursor
 	Err    error
 }
 
-// LeaderCall asks the shell to send Msgs[i] to member i (nil: none) of
-// generation Gen and to report the replies with LeaderCore.Replies.
-type LeaderCall struct {
+// Call asks the shell to send Msgs[i] to member i (nil: none) of
+// generation Gen and to report the replies with Core.Replies.
+type Call struct {
 	Gen   uint64
-	Phase LeaderPhase
+	Phase Phase
 	Msgs  []any
 }
 
@@ -112,7 +112,7 @@ type ServerState struct {
 }
 
 // TrainOrder asks the shell to run the step loop of generation Gen on its
-// members' workers, and to report its end with LeaderCore.Trained. Under
+// members' workers, and to report its end with Core.Trained. Under
 // Async, Layout.Source is where the parameter servers' state comes from:
 // FromReplica the servers the shell kept, else a checkpoint or the seed.
 type TrainOrder struct {
@@ -120,13 +120,18 @@ type TrainOrder struct {
 	Layout  Layout
 	Batch   int
 	LRScale float64
-	// World describes the generation (logs, Options.OnWorld).
-	World WorldInfo
+	// Members and Standby name the members with a place in the mesh (by
+	// rank) and those without; StateFrom says where the state comes from
+	// ("seed", "checkpoint step N", "surviving replicas", "the parameter
+	// servers"). With Gen and Layout they describe the generation
+	// (train.WorldInfo).
+	Members, Standby []string
+	StateFrom        string
 }
 
-// LeaderOut is one thing the shell does for the core, in order.
-type LeaderOut struct {
-	Call  *LeaderCall
+// Out is one thing the shell does for the core, in order.
+type Out struct {
+	Call  *Call
 	Train *TrainOrder
 	// Stop is the generation whose step loop stops (superseded); 0: none.
 	Stop uint64
@@ -139,7 +144,7 @@ type LeaderOut struct {
 	Err  error
 }
 
-// LeaderCore is the elastic trainer protocol of one node, a pure state
+// Core is the elastic trainer protocol of one node, a pure state
 // machine like the rendezvous core (package elastic): no goroutines, clock
 // or I/O. Every committed world goes in (commit); on the world's leader
 // (its rank 0) the core asks every member what it holds (status), lays
@@ -158,15 +163,15 @@ type LeaderOut struct {
 // replicas, bad data, a stage lost for longer than LostStageTimeout) ends
 // the job on every member, which exits naming it.
 //
-// The agent is its shell in a real job; the simulator (package sim) drives
+// train's agent (troupe agent) is its shell in a real job; the simulator (package sim) drives
 // the same core over a simulated network and clock.
-type LeaderCore struct {
-	cfg   LeaderConfig
+type Core struct {
+	cfg   Config
 	now   time.Time
-	phase LeaderPhase
+	phase Phase
 	world elastic.World
 	lead  bool
-	ckpt  CheckpointInfo
+	ckpt  Checkpoint
 	// states are the members' holdings (status), lay the generation's
 	// layout; world0 is the job's first data-parallel size.
 	states []worker.Holding
@@ -191,7 +196,7 @@ type LeaderCore struct {
 	waitingWhy   string
 	// endErr is why the job ends (finish phase; nil: it reached Target).
 	endErr error
-	out    []LeaderOut
+	out    []Out
 	// servers is what this node's parameter servers hold (Async; nil:
 	// none kept).
 	servers *ServerState
@@ -199,18 +204,18 @@ type LeaderCore struct {
 
 // KeepServers says that this node holds parameter servers at s (Async),
 // which the next generation it leads continues from; nil: none.
-func (c *LeaderCore) KeepServers(s *ServerState) { c.servers = s }
+func (c *Core) KeepServers(s *ServerState) { c.servers = s }
 
-// NewLeaderCore is a leader core for the job cfg, its clock at now.
-func NewLeaderCore(cfg LeaderConfig, now time.Time) *LeaderCore {
-	return &LeaderCore{cfg: cfg, now: now}
+// New is a leader core for the job cfg, its clock at now.
+func New(cfg Config, now time.Time) *Core {
+	return &Core{cfg: cfg, now: now}
 }
 
 // Waiting: the membership keeps this node out of any world, for reason
 // (elastic.EventWaiting: too few nodes, no quorum); "" when it no longer
 // does, as a committed world says too. After RdzvTimeout of it the job
 // ends here with ErrRendezvousTimeout.
-func (c *LeaderCore) Waiting(reason string) {
+func (c *Core) Waiting(reason string) {
 	switch {
 	case reason == "":
 		c.waitingSince, c.waitingWhy = time.Time{}, ""
@@ -223,10 +228,10 @@ func (c *LeaderCore) Waiting(reason string) {
 
 // Progress: a step of the current generation was trained; the restart
 // backoff starts again from RetryDelay.
-func (c *LeaderCore) Progress() { c.inARow = 0 }
+func (c *Core) Progress() { c.inARow = 0 }
 
 // Ready hands out what the core wants done, in order.
-func (c *LeaderCore) Ready() []LeaderOut {
+func (c *Core) Ready() []Out {
 	out := c.out
 	c.out = nil
 	return out
@@ -234,55 +239,55 @@ func (c *LeaderCore) Ready() []LeaderOut {
 
 // Commit takes world w, committed by the membership; lead says whether
 // this node is its rank 0, and ck is the latest checkpoint.
-func (c *LeaderCore) Commit(w elastic.World, lead bool, ck CheckpointInfo) {
-	if c.phase == phaseDone {
+func (c *Core) Commit(w elastic.World, lead bool, ck Checkpoint) {
+	if c.phase == PhaseDone {
 		return
 	}
-	if c.phase == phaseTrain {
-		c.out = append(c.out, LeaderOut{Stop: c.world.Gen})
+	if c.phase == PhaseTrain {
+		c.out = append(c.out, Out{Stop: c.world.Gen})
 	}
-	c.phase, c.world, c.lead, c.ckpt, c.retryAt = phaseIdle, w, lead, ck, time.Time{}
+	c.phase, c.world, c.lead, c.ckpt, c.retryAt = PhaseIdle, w, lead, ck, time.Time{}
 	c.waitingSince, c.waitingWhy = time.Time{}, ""
 	if !lead {
 		return
 	}
-	c.phase = phaseStatus
+	c.phase = PhaseStatus
 	sums := c.replicatedShards()
 	c.call(func(i int) any { return &workerpb.StatusRequest{Peer: uint32(i), Checksum: sums} })
 }
 
 // call asks the shell to send mk(i) to every member i.
-func (c *LeaderCore) call(mk func(i int) any) {
+func (c *Core) call(mk func(i int) any) {
 	msgs := make([]any, c.world.Size())
 	for i := range msgs {
 		msgs[i] = mk(i)
 	}
-	c.out = append(c.out, LeaderOut{Call: &LeaderCall{Gen: c.world.Gen, Phase: c.phase, Msgs: msgs}})
+	c.out = append(c.out, Out{Call: &Call{Gen: c.world.Gen, Phase: c.phase, Msgs: msgs}})
 }
 
 // Tick moves the core's clock.
-func (c *LeaderCore) Tick(now time.Time) {
+func (c *Core) Tick(now time.Time) {
 	c.now = now
-	if c.cfg.RdzvTimeout > 0 && !c.waitingSince.IsZero() && now.Sub(c.waitingSince) >= c.cfg.RdzvTimeout && c.phase != phaseDone {
-		c.phase = phaseDone
-		c.out = append(c.out, LeaderOut{Done: true, Err: fmt.Errorf("%w: waited %s (--rdzv-timeout): %s", ErrRendezvousTimeout, now.Sub(c.waitingSince).Round(time.Second), c.waitingWhy)})
+	if c.cfg.RdzvTimeout > 0 && !c.waitingSince.IsZero() && now.Sub(c.waitingSince) >= c.cfg.RdzvTimeout && c.phase != PhaseDone {
+		c.phase = PhaseDone
+		c.out = append(c.out, Out{Done: true, Err: fmt.Errorf("%w: waited %s (--rdzv-timeout): %s", ErrRendezvousTimeout, now.Sub(c.waitingSince).Round(time.Second), c.waitingWhy)})
 		return
 	}
-	if c.phase == phaseIdle && !c.retryAt.IsZero() && !now.Before(c.retryAt) {
+	if c.phase == PhaseIdle && !c.retryAt.IsZero() && !now.Before(c.retryAt) {
 		c.retryAt = time.Time{}
-		c.out = append(c.out, LeaderOut{Request: c.retryReason})
+		c.out = append(c.out, Out{Request: c.retryReason})
 	}
 }
 
 // Replies takes the answers to the call of generation gen in phase ph, or
 // the call's failure. Answers to a call the core has moved on from are
 // ignored.
-func (c *LeaderCore) Replies(gen uint64, ph LeaderPhase, replies []any, err error) {
+func (c *Core) Replies(gen uint64, ph Phase, replies []any, err error) {
 	if gen != c.world.Gen || ph != c.phase || !c.lead {
 		return
 	}
-	if err != nil && c.phase != phaseFinish {
-		if c.phase == phaseForm && errors.Is(err, worker.ErrNoState) {
+	if err != nil && c.phase != PhaseFinish {
+		if c.phase == PhaseForm && errors.Is(err, worker.ErrNoState) {
 			// A member no longer holds what its status reported: a step of
 			// the previous generation's loop reached it after it answered
 			// (the old leader had not yet seen the new world), and it
@@ -294,7 +299,7 @@ func (c *LeaderCore) Replies(gen uint64, ph LeaderPhase, replies []any, err erro
 		return
 	}
 	switch c.phase {
-	case phaseStatus:
+	case PhaseStatus:
 		c.states = make([]worker.Holding, len(replies))
 		sums, undoSums := make([]uint64, len(replies)), make([]uint64, len(replies))
 		for i, r := range replies {
@@ -310,7 +315,7 @@ func (c *LeaderCore) Replies(gen uint64, ph LeaderPhase, replies []any, err erro
 			c.states = oneLineage(c.states, sums, undoSums, c.cfg.ZeroGroup, slots)
 		}
 		c.plan()
-	case phaseForm:
+	case PhaseForm:
 		if c.cfg.Rounds || c.cfg.Async {
 			c.startTraining()
 			return
@@ -320,21 +325,21 @@ func (c *LeaderCore) Replies(gen uint64, ph LeaderPhase, replies []any, err erro
 			return
 		}
 		c.startTraining()
-	case phaseVerify:
+	case PhaseVerify:
 		if err := c.checkReplicas(replies, func(r any) uint64 { return r.(*workerpb.Status).Checksum }, c.cfg.Target); err != nil {
 			c.end(err)
 			return
 		}
 		c.end(nil)
-	case phaseFinish:
+	case PhaseFinish:
 		// Best effort: a member that does not answer is gone, or failing too.
-		c.phase = phaseDone
-		c.out = append(c.out, LeaderOut{Done: true, Err: c.endErr})
+		c.phase = PhaseDone
+		c.out = append(c.out, Out{Done: true, Err: c.endErr})
 	}
 }
 
 // startTraining has the shell run the generation's step loop.
-func (c *LeaderCore) startTraining() {
+func (c *Core) startTraining() {
 	l := c.lay
 	batch, scale := c.cfg.Batch, 1.0
 	if c.cfg.LinearLR {
@@ -353,22 +358,22 @@ func (c *LeaderCore) startTraining() {
 	if c.cfg.Async {
 		batch, scale = c.cfg.Batch, 1 // a step is one whole batch, on one replica
 	}
-	info := WorldInfo{Generation: c.world.Gen, Mesh: l.Mesh.String(), DP: l.Mesh.DP, PP: l.Mesh.PP, Step: l.Step, StateFrom: stateFrom(l, c.cfg.Async)}
+	o := &TrainOrder{Gen: c.world.Gen, Layout: l, Batch: batch, LRScale: scale, StateFrom: stateFrom(l, c.cfg.Async)}
 	for i, m := range c.world.Members {
 		if l.Rank[i] < 0 {
-			info.Standby = append(info.Standby, m.Name)
+			o.Standby = append(o.Standby, m.Name)
 		} else {
-			info.Members = append(info.Members, m.Name)
+			o.Members = append(o.Members, m.Name)
 		}
 	}
-	c.phase = phaseTrain
-	c.out = append(c.out, LeaderOut{Train: &TrainOrder{Gen: c.world.Gen, Layout: l, Batch: batch, LRScale: scale, World: info}})
+	c.phase = PhaseTrain
+	c.out = append(c.out, Out{Train: o})
 }
 
 // Trained takes the end of generation gen's step loop: nil when it reached
 // the target.
-func (c *LeaderCore) Trained(gen uint64, err error) {
-	if gen != c.world.Gen || c.phase != phaseTrain {
+func (c *Core) Trained(gen uint64, err error) {
+	if gen != c.world.Gen || c.phase != PhaseTrain {
 		return
 	}
 	if err != nil {
@@ -380,19 +385,19 @@ func (c *LeaderCore) Trained(gen uint64, err error) {
 
 // verify asks every member for its checksum at the end (under Async,
 // whose replicas differ by design, the job ends).
-func (c *LeaderCore) verify() {
+func (c *Core) verify() {
 	if c.cfg.Async {
 		c.end(nil)
 		return
 	}
-	c.phase = phaseVerify
+	c.phase = PhaseVerify
 	c.call(func(i int) any { return &workerpb.StatusRequest{Peer: uint32(i), Checksum: true} })
 }
 
 // fail classifies err: a transient failure waits for the next generation
 // (asking for one after RetryDelay, doubled with each failure in a row up
 // to 16 ×), and counts against MaxRestarts; a permanent one ends the job.
-func (c *LeaderCore) fail(err error) {
+func (c *Core) fail(err error) {
 	if !failure.Transient(err) {
 		c.end(err)
 		return
@@ -409,31 +414,31 @@ func (c *LeaderCore) fail(err error) {
 
 // retry waits for the next generation, asking for one after delay when
 // the membership does not change.
-func (c *LeaderCore) retry(err error, delay time.Duration) {
-	c.phase = phaseIdle
+func (c *Core) retry(err error, delay time.Duration) {
+	c.phase = PhaseIdle
 	c.retryAt, c.retryReason = c.now.Add(delay), err.Error()
-	c.out = append(c.out, LeaderOut{Wait: err.Error()})
+	c.out = append(c.out, Out{Wait: err.Error()})
 }
 
 // wait leaves the generation idle until the membership changes.
-func (c *LeaderCore) wait(reason string) {
-	c.phase = phaseIdle
-	c.out = append(c.out, LeaderOut{Wait: reason})
+func (c *Core) wait(reason string) {
+	c.phase = PhaseIdle
+	c.out = append(c.out, Out{Wait: reason})
 }
 
 // Ended reports whether this core, leading, has decided the job's end
 // (every member is being or was told), and why: nil when it reached its
 // target with identical replicas.
-func (c *LeaderCore) Ended() (bool, error) {
-	if !c.lead || (c.phase != phaseFinish && c.phase != phaseDone) {
+func (c *Core) Ended() (bool, error) {
+	if !c.lead || (c.phase != PhaseFinish && c.phase != PhaseDone) {
 		return false, nil
 	}
 	return true, c.endErr
 }
 
 // end tells every member that the job ended, with err when it failed.
-func (c *LeaderCore) end(err error) {
-	c.phase, c.endErr = phaseFinish, err
+func (c *Core) end(err error) {
+	c.phase, c.endErr = PhaseFinish, err
 	step := uint64(c.cfg.Target)
 	if err != nil {
 		step = uint64(c.lay.Step)
@@ -447,15 +452,15 @@ func (c *LeaderCore) end(err error) {
 // checkReplicas compares the checksums members report (sum of each reply)
 // within every stage of the layout; a difference is a divergence naming
 // the members.
-func (c *LeaderCore) checkReplicas(replies []any, sum func(any) uint64, step int) error {
+func (c *Core) checkReplicas(replies []any, sum func(any) uint64, step int) error {
 	l := c.lay
-	err := checkReplicas(l.Mesh, c.cfg.ZeroShards, step, func(r int) uint64 { return sum(replies[l.Members[r]]) })
+	err := CheckReplicas(l.Mesh, c.cfg.ZeroShards, step, func(r int) uint64 { return sum(replies[l.Members[r]]) })
 	return c.nameMembers(err)
 }
 
 // nameMembers rewrites a divergence between ranks as one between the
 // members that hold them.
-func (c *LeaderCore) nameMembers(err error) error {
+func (c *Core) nameMembers(err error) error {
 	var d *DivergedError
 	if !errors.As(err, &d) || len(c.lay.Members) == 0 {
 		return err
@@ -463,6 +468,14 @@ func (c *LeaderCore) nameMembers(err error) error {
 	name := func(r int) string { return c.world.Members[c.lay.Members[r]].Name }
 	return fmt.Errorf("%w: after step %d member %s (rank %d) holds other parameters than member %s (rank %d), the same model part",
 		ErrDiverged, d.Step, name(d.Rank), d.Rank, name(d.Like), d.Like)
+}
+
+func identity(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 func joinInts(v []int) string {
