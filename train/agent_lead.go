@@ -322,6 +322,7 @@ func (a *agent) progress(p *workerpb.Progress) bool {
 	}
 	a.prom.m().observeStep(*m)
 	a.core.Progress()
+	a.core.Reported(m.Step)
 	if a.o.OnStep != nil {
 		a.o.OnStep(*m)
 	}
