@@ -236,10 +236,9 @@ func (c *Core) Progress() { c.inARow = 0 }
 // Reported: this node knows the metrics line of step (counted from 1):
 // it wrote it as the leader, heard it from the leader, or keeps it from a
 // step salvaged after a failure. A generation does not continue after a
-// newer step whose line no one reported where it can go back to this
-// one instead (planLayout: the step is trained again), so that every
-// step the job counts has its line. A driver that never calls it (the
-// simulator) keeps states as they are.
+// newer step whose line no one reported where its members can go back to
+// this one instead (undoUnreported: the step is trained again). A driver
+// that never calls it (the simulator) keeps states as they are.
 func (c *Core) Reported(step int) { c.reported = max(c.reported, step) }
 
 // Ready hands out what the core wants done, in order.

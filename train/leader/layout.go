@@ -162,18 +162,19 @@ func (l Layout) Part(i int) int {
 }
 
 // undoUnreported goes back from a step that the surviving replicas
-// applied but whose metrics line no one reported: the step after
-// reported, when its leader was lost with it (a rank died after the
-// step's all-reduce, before the leader heard every rank answer, so the
-// leader could not salvage it, see adoptedError). Going on after it
-// would count a step with no line in any leader's metrics file; every
-// slot at reported + 1 whose holders can roll back goes back instead, and
-// the step is trained again. When some slot cannot (no holder at
-// reported, no undo copy) or the states are not one step past reported,
-// states come back as they are.
+// applied but whose metrics line no one reported: a rank died after the
+// step's all-reduce and before the leader heard every rank answer, so the
+// leader could not salvage the line (it needs every rank's loss, see
+// adoptedError). Going on after it would count a step with no line in any
+// metrics file; when every slot has a holder at reported or one at
+// reported + 1 that can roll back, they go back instead and the step is
+// trained again. Otherwise (no undo copies: plain data parallelism keeps
+// none), or when the states are not one step past reported, or under ZeRO
+// (whose members oneLineage matches at the step they hold, not at one
+// this would roll them back to), states come back as they are.
 func undoUnreported(states []worker.Holding, zeroGroup, ns, reported int) (_ []worker.Holding, back []bool) {
 	back = make([]bool, len(states))
-	if reported <= 0 {
+	if reported <= 0 || zeroGroup > 0 {
 		return states, back
 	}
 	newest := 0

@@ -374,6 +374,16 @@ func TestPlanUndoesAnUnreportedStep(t *testing.T) {
 		{"two steps past", []worker.Holding{at(158, true), at(158, true)}, 156, 158, []bool{false, false}},
 	} {
 		l, err := planLayout(tc.states, 1, 1, 0, 0, tc.reported)
+		if err == nil && tc.reported > 0 {
+			// Under ZeRO the rule stays out (see undoUnreported).
+			z := slices.Clone(tc.states)
+			for i := range z {
+				z[i].ZeroGroup, z[i].ZeroShard = 2, i
+			}
+			if lz, errz := planLayout(z, 1, 1, 2, 0, tc.reported); errz != nil || lz.Step != max(z[0].Applied, z[1].Applied) {
+				t.Errorf("%s under ZeRO: step %d (%v), want %d", tc.name, lz.Step, errz, max(z[0].Applied, z[1].Applied))
+			}
+		}
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
