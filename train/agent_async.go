@@ -88,6 +88,5 @@ func (a *agent) keepPending(err error) {
 	if errors.As(err, &adopted) {
 		m := adopted.Metrics
 		a.pending = &m
-		a.core.Reported(m.Step)
 	}
 }

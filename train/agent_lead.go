@@ -322,7 +322,6 @@ func (a *agent) progress(p *workerpb.Progress) bool {
 	}
 	a.prom.m().observeStep(*m)
 	a.core.Progress()
-	a.core.Reported(m.Step)
 	if a.o.OnStep != nil {
 		a.o.OnStep(*m)
 	}

@@ -103,9 +103,7 @@ func checkEpochs(t *testing.T, recs []stepRecord, n int) {
 // rank's loss), the survivors hold it applied, and without undo copies
 // (plain data parallelism keeps none) the next generation goes on after
 // it. Its samples were trained; the losses after it, which check holds to
-// a fault-free run's, show that they were trained once. Where the
-// survivors can go back (train/leader's undoUnreported) the step is
-// trained again and has its line.
+// a fault-free run's, show that they were trained once.
 func withUnlogged(t *testing.T, recs []stepRecord) []stepRecord {
 	t.Helper()
 	var out []stepRecord

@@ -200,9 +200,6 @@ type Core struct {
 	// servers is what this node's parameter servers hold (Async; nil:
 	// none kept).
 	servers *ServerState
-	// reported is the newest step whose metrics line this node knows, 0
-	// before any (Reported).
-	reported int
 }
 
 // KeepServers says that this node holds parameter servers at s (Async),
@@ -232,14 +229,6 @@ func (c *Core) Waiting(reason string) {
 // Progress: a step of the current generation was trained; the restart
 // backoff starts again from RetryDelay.
 func (c *Core) Progress() { c.inARow = 0 }
-
-// Reported: this node knows the metrics line of step (counted from 1):
-// it wrote it as the leader, heard it from the leader, or keeps it from a
-// step salvaged after a failure. A generation does not continue after a
-// newer step whose line no one reported where its members can go back to
-// this one instead (undoUnreported: the step is trained again). A driver
-// that never calls it (the simulator) keeps states as they are.
-func (c *Core) Reported(step int) { c.reported = max(c.reported, step) }
 
 // Ready hands out what the core wants done, in order.
 func (c *Core) Ready() []Out {

@@ -44,12 +44,10 @@ type Layout struct {
 // holding a slot at the newest step, then other holders of it, then
 // everyone else in member order, in rank order of the places left;
 // members beyond the mesh wait as standby.
-// A torn step is undone first (undoTornStep), else a step newer than
-// reported whose line no one reported (undoUnreported; reported 0: none
-// known, nothing undone). It fails with
+// A torn step is undone first (undoTornStep). It fails with
 // ErrWorldTooSmall when there are too few members for one replica (one
 // shard group with ZeRO).
-func planLayout(states []worker.Holding, pp, tp, zeroGroup, maxReplicas, reported int) (Layout, error) {
+func planLayout(states []worker.Holding, pp, tp, zeroGroup, maxReplicas int) (Layout, error) {
 	S, n := max(1, zeroGroup), len(states)
 	d, err := replicasFor(n, pp, tp, zeroGroup, maxReplicas)
 	if err != nil {
@@ -61,9 +59,6 @@ func planLayout(states []worker.Holding, pp, tp, zeroGroup, maxReplicas, reporte
 	}
 	ns := m.Slots(zeroGroup)
 	states, back := undoTornStep(states, zeroGroup, ns)
-	if !slices.Contains(back, true) {
-		states, back = undoUnreported(states, zeroGroup, ns, reported)
-	}
 	l := Layout{Mesh: m, ZeroGroup: zeroGroup, Rank: make([]int, n), Members: make([]int, m.Size()), RollBack: back}
 	newest := -1
 	for i, s := range states {
@@ -159,66 +154,6 @@ func (l Layout) Part(i int) int {
 		return -1
 	}
 	return l.Mesh.Part(l.Rank[i])
-}
-
-// undoUnreported goes back from a step that the surviving replicas
-// applied but whose metrics line no one reported: a rank died after the
-// step's all-reduce and before the leader heard every rank answer, so the
-// leader could not salvage the line (it needs every rank's loss, see
-// adoptedError). Going on after it would count a step with no line in any
-// metrics file; when every slot has a holder at reported or one at
-// reported + 1 that can roll back, they go back instead and the step is
-// trained again. Otherwise (no undo copies: plain data parallelism keeps
-// none), or when the states are not one step past reported, or under ZeRO
-// (whose members oneLineage matches at the step they hold, not at one
-// this would roll them back to), states come back as they are.
-func undoUnreported(states []worker.Holding, zeroGroup, ns, reported int) (_ []worker.Holding, back []bool) {
-	back = make([]bool, len(states))
-	if reported <= 0 || zeroGroup > 0 {
-		return states, back
-	}
-	newest := 0
-	for _, s := range states {
-		newest = max(newest, s.Applied)
-	}
-	if newest != reported+1 {
-		return states, back
-	}
-	ok := make([]bool, ns)
-	for _, s := range states {
-		if h := s.Slot(zeroGroup); h >= 0 && h < ns && (s.Applied == reported || s.Applied == newest && s.Undo) {
-			ok[h] = true
-		}
-	}
-	if slices.Contains(ok, false) {
-		return states, back
-	}
-	// The cursor after reported: a holder's at reported, or an undo copy's.
-	var cursor data.Cursor
-	for _, s := range states {
-		if s.Part >= 0 && (s.Applied == reported || s.Applied == newest && s.Undo) {
-			cursor = s.Cursor
-			if s.Applied == newest {
-				cursor = s.UndoCursor
-			}
-			break
-		}
-	}
-	out := slices.Clone(states)
-	for i, s := range states {
-		if s.Applied != newest {
-			continue
-		}
-		// As undoTornStep: back at reported, holding nothing without an
-		// undo copy (its slot's state comes from a root).
-		out[i].Applied, out[i].Cursor, out[i].Undo = reported, cursor, false
-		if s.Undo {
-			back[i] = true
-		} else {
-			out[i].Part = -1
-		}
-	}
-	return out, back
 }
 
 // undoTornStep undoes a torn step over ns slots (ZeRO shard groups of

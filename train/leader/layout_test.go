@@ -6,7 +6,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/troupe-ml/troupe/data"
 	"github.com/troupe-ml/troupe/worker"
 )
 
@@ -44,7 +43,7 @@ func TestPlanLayout(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := planLayout(tc.states, tc.p, max(1, tc.tp), 0, tc.maxD, 0)
+			l, err := planLayout(tc.states, tc.p, max(1, tc.tp), 0, tc.maxD)
 			if tc.err != nil {
 				if !errors.Is(err, tc.err) {
 					t.Fatalf("err %v, layout %+v; want %v", err, l, tc.err)
@@ -82,7 +81,7 @@ func TestPlanLayoutUndoesATornStep(t *testing.T) {
 	}
 	behind := worker.Holding{Applied: 304, Cursor: 304 * 48, Part: 1, Undo: true}
 
-	l, err := planLayout([]worker.Holding{ahead(true), ahead(true), behind}, 2, 1, 0, 0, 0)
+	l, err := planLayout([]worker.Holding{ahead(true), ahead(true), behind}, 2, 1, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +91,7 @@ func TestPlanLayoutUndoesATornStep(t *testing.T) {
 	}
 
 	// One stage-0 holder cannot go back: it holds nothing, the other is root.
-	l, err = planLayout([]worker.Holding{ahead(false), ahead(true), behind, {Applied: 304, Cursor: 304 * 48, Part: 1}}, 2, 1, 0, 0, 0)
+	l, err = planLayout([]worker.Holding{ahead(false), ahead(true), behind, {Applied: 304, Cursor: 304 * 48, Part: 1}}, 2, 1, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +101,7 @@ func TestPlanLayoutUndoesATornStep(t *testing.T) {
 	}
 
 	// No stage-0 holder can go back: the step stays torn.
-	l, err = planLayout([]worker.Holding{ahead(false), ahead(false), behind}, 2, 1, 0, 0, 0)
+	l, err = planLayout([]worker.Holding{ahead(false), ahead(false), behind}, 2, 1, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +110,7 @@ func TestPlanLayoutUndoesATornStep(t *testing.T) {
 	}
 
 	// Every stage at the newest step: nothing to undo, even where members could.
-	l, err = planLayout([]worker.Holding{ahead(true), behind, {Applied: 305, Part: 1, Undo: true}}, 2, 1, 0, 0, 0)
+	l, err = planLayout([]worker.Holding{ahead(true), behind, {Applied: 305, Part: 1, Undo: true}}, 2, 1, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +156,7 @@ func TestPlanLayoutZero(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := planLayout(tc.states, tc.pp, 1, tc.group, 0, 0)
+			l, err := planLayout(tc.states, tc.pp, 1, tc.group, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,7 +174,7 @@ func TestPlanLayoutZero(t *testing.T) {
 			}
 		})
 	}
-	if _, err := planLayout([]worker.Holding{z(10, 0, 0, 2)}, 1, 1, 2, 0, 0); !errors.Is(err, ErrWorldTooSmall) {
+	if _, err := planLayout([]worker.Holding{z(10, 0, 0, 2)}, 1, 1, 2, 0); !errors.Is(err, ErrWorldTooSmall) {
 		t.Fatalf("one member for shard groups of 2: %v; want ErrWorldTooSmall", err)
 	}
 }
@@ -201,7 +200,7 @@ func TestOneLineageKeepsOneHistoryOfAPart(t *testing.T) {
 	if states[0].Part != 0 {
 		t.Fatal("oneLineage modified its input")
 	}
-	l, err := planLayout(got, 1, 1, 2, 0, 0)
+	l, err := planLayout(got, 1, 1, 2, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +261,7 @@ func TestOneLineageJudgesARolledBackMemberByItsUndoCopy(t *testing.T) {
 	if got[0] != states[0] || got[1].Part != -1 || got[1].World0 != 4 || got[2] != states[2] {
 		t.Fatalf("oneLineage = %+v; want member 1 dropped, 0 and 2 kept", got)
 	}
-	l, err := planLayout(got, 1, 1, 2, 0, 0)
+	l, err := planLayout(got, 1, 1, 2, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +283,7 @@ func TestOneLineageJudgesARolledBackMemberByItsUndoCopy(t *testing.T) {
 	if got[0] != states[0] || got[1].Part != -1 || got[2] != states[2] {
 		t.Fatalf("oneLineage = %+v; want member 1 dropped, 0 and 2 kept", got)
 	}
-	l, err = planLayout(got, 1, 1, 2, 0, 0)
+	l, err = planLayout(got, 1, 1, 2, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +325,7 @@ func TestOneLineageNeverMixes(t *testing.T) {
 			}
 		}
 		got := oneLineage(states, sums, undoSums, group, pp*group)
-		l, err := planLayout(got, pp, 1, group, 0, 0)
+		l, err := planLayout(got, pp, 1, group, 0)
 		if err != nil || l.Source.Kind != worker.FromReplica {
 			continue
 		}
@@ -345,51 +344,6 @@ func TestOneLineageNeverMixes(t *testing.T) {
 					c, part, h, sum, states, sums, undoSums, got, l)
 			}
 			held[part] = sum
-		}
-	}
-}
-
-// A step the survivors applied but whose line no one reported (its
-// leader could not salvage it: a rank died after the all-reduce) is
-// trained again where every slot can go back: the layout starts after
-// the reported step, from the undo copies, at their cursor. Where a slot
-// cannot go back, or nothing is known to be reported, or the states are
-// not one step past it, the layout continues from the newest step.
-func TestPlanUndoesAnUnreportedStep(t *testing.T) {
-	at := func(applied int, undo bool) worker.Holding {
-		return worker.Holding{Part: 0, Applied: applied, Cursor: data.Cursor(12 * applied), Undo: undo, UndoCursor: data.Cursor(12 * (applied - 1))}
-	}
-	for _, tc := range []struct {
-		name     string
-		states   []worker.Holding
-		reported int
-		step     int
-		back     []bool
-	}{
-		{"both can go back", []worker.Holding{at(157, true), at(157, true)}, 156, 156, []bool{true, true}},
-		{"one holds the reported step", []worker.Holding{at(157, false), at(156, false)}, 156, 156, []bool{false, false}},
-		{"no way back", []worker.Holding{at(157, false), at(157, false)}, 156, 157, []bool{false, false}},
-		{"nothing reported", []worker.Holding{at(157, true), at(157, true)}, 0, 157, []bool{false, false}},
-		{"the step was reported", []worker.Holding{at(157, true), at(157, true)}, 157, 157, []bool{false, false}},
-		{"two steps past", []worker.Holding{at(158, true), at(158, true)}, 156, 158, []bool{false, false}},
-	} {
-		l, err := planLayout(tc.states, 1, 1, 0, 0, tc.reported)
-		if err == nil && tc.reported > 0 {
-			// Under ZeRO the rule stays out (see undoUnreported).
-			z := slices.Clone(tc.states)
-			for i := range z {
-				z[i].ZeroGroup, z[i].ZeroShard = 2, i
-			}
-			if lz, errz := planLayout(z, 1, 1, 2, 0, tc.reported); errz != nil || lz.Step != max(z[0].Applied, z[1].Applied) {
-				t.Errorf("%s under ZeRO: step %d (%v), want %d", tc.name, lz.Step, errz, max(z[0].Applied, z[1].Applied))
-			}
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		if l.Step != tc.step || l.Cursor != data.Cursor(12*tc.step) || !slices.Equal(l.RollBack, tc.back) {
-			t.Errorf("%s: step %d cursor %d roll back %v; want step %d cursor %d roll back %v",
-				tc.name, l.Step, l.Cursor, l.RollBack, tc.step, 12*tc.step, tc.back)
 		}
 	}
 }

@@ -25,7 +25,7 @@ func (c *Core) plan() {
 	if c.rowPerMicro() && (!c.cfg.LinearLR || c.world0 == 0) {
 		maxD = max(1, c.cfg.Batch/c.cfg.MicroBatches) // a row for every micro-batch of every replica
 	}
-	l, err := planLayout(c.states, c.cfg.PP, max(1, c.cfg.TP), c.cfg.ZeroGroup, maxD, c.reported)
+	l, err := planLayout(c.states, c.cfg.PP, max(1, c.cfg.TP), c.cfg.ZeroGroup, maxD)
 	if err != nil {
 		if errors.Is(err, ErrWorldTooSmall) && c.nothingTrained() {
 			c.wait(fmt.Sprintf("%v; waiting for more members", err))
