@@ -112,6 +112,12 @@ type gemmProblem struct {
 	kernels.GemmArgs
 	kern    *gemmKernel
 	A, B, C []float32
+	// B16, when set in place of B, is op(B) of the native bf16 path as
+	// the 16-bit K'×N matrix it pairs (K' = 2K even, not transposed; LDB
+	// and StrideB in 16-bit values): pair row p is rows 2p and 2p+1,
+	// paired as its panels are packed (packPairs), so that B is not
+	// rearranged in a pass of its own first. Its blocks are always packed.
+	B16 []uint16
 	// sharedFloats bounds the packed operand that cooperating threads share
 	// (0: coopSharedFloats); tests lower it to cover several shared ranges.
 	sharedFloats int
@@ -152,6 +158,7 @@ const packMinReads = 8
 // nr for B) so the kernel never reads past the matrix.
 type panels struct {
 	data      []float32
+	data16    []uint16 // gemmProblem.B16's block in place (data unset)
 	step      int
 	rs, ks    int
 	edge      []float32
@@ -179,6 +186,9 @@ func (p *gemmProblem) aPanels(bt, ic, pc int) panels {
 // (ks is meaningful only without TransB).
 func (p *gemmProblem) bPanels(bt, pc, jc int) panels {
 	o := bt * p.StrideB
+	if p.B16 != nil {
+		return panels{data16: p.B16[o+2*pc*p.LDB+jc:], step: p.kern.nr}
+	}
 	if p.TransB {
 		return panels{data: p.B[o+jc*p.LDB+pc:], step: p.kern.nr * p.LDB}
 	}
@@ -196,6 +206,12 @@ func (p *gemmProblem) packA(dst []float32, src *panels, q0, q1, mc, kc int) {
 // packB packs B micro-panels [q0, q1) of the kc×nc block src into dst.
 func (p *gemmProblem) packB(dst []float32, src *panels, q0, q1, nc, kc int) {
 	nr := p.kern.nr
+	if src.data16 != nil {
+		for q := q0; q < q1; q++ {
+			packPairs(dst[q*nr*kc:], src.data16[q*src.step:], p.LDB, min(nr, nc-q*nr), kc, nr)
+		}
+		return
+	}
 	for q := q0; q < q1; q++ {
 		p.kern.packB(dst[q*nr*kc:], src.data[q*src.step:], p.LDB, p.TransB, min(nr, nc-q*nr), kc)
 	}
@@ -225,7 +241,7 @@ func (p *gemmProblem) member(s *gemmScratch, bt int) {
 	mr, nr := kern.mr, kern.nr
 	m, n := p.M, p.N
 	packA := ceilDiv(n, nr) >= packMinReads
-	packB := p.TransB || ceilDiv(m, mr) >= packMinReads
+	packB := p.packsB(m)
 	kcMax := blockK(kern, p.K)
 	if packA {
 		s.a = grow(s.a, min(kern.mc, ceilDiv(m, mr)*mr)*kcMax)
@@ -270,8 +286,15 @@ func (p *gemmProblem) ownA(s *gemmScratch, bt, ic, pc, mc, kc int, pack bool) pa
 	return ap
 }
 
-// ownB is ownA for the kc×nc block of op(B) at (pc, jc) (a transposed B
-// is always packed).
+// packsB says whether op(B)'s blocks are packed for a product of m rows:
+// a transposed or 16-bit B always, else when its panels are read often
+// enough to pay for it.
+func (p *gemmProblem) packsB(m int) bool {
+	return p.TransB || p.B16 != nil || ceilDiv(m, p.kern.mr) >= packMinReads
+}
+
+// ownB is ownA for the kc×nc block of op(B) at (pc, jc) (a transposed or
+// 16-bit B is always packed).
 func (p *gemmProblem) ownB(s *gemmScratch, bt, pc, jc, nc, kc int, pack bool) panels {
 	nr := p.kern.nr
 	bp := p.bPanels(bt, pc, jc)

@@ -26,10 +26,30 @@ var avx512BF16Kernel = &gemmKernel{
 		_ = c[11*ldc+31]
 		bf16Kernel12x32(k, &a[0], rsa, ksa, &b[0], ksb, &c[0], ldc, alpha, beta)
 	},
-	packA: packAPanel12,
+	packA: packAPanel12T8,
 	// Pair words are 32-bit words: the fp32 kernel's assembly packing
 	// moves them as they are (the Go loop took 4 % of a bf16 GPT step).
 	packB: packBPanel32,
+}
+
+// packAPanel12T8 is packAPanel12 with the 8×8 transposes of packT8 for
+// whole steps of 8 k values: rows 0–7, then rows 4–11 (4–7 written twice,
+// the same values), the last kc mod 8 values in Go.
+func packAPanel12T8(dst, a []float32, lda int, trans bool, rows, kc int) {
+	kc8 := kc &^ 7
+	if trans || rows < 12 || kc8 == 0 {
+		packAPanel12(dst, a, lda, trans, rows, kc)
+		return
+	}
+	d := dst[:12*kc]
+	_ = a[11*lda+kc-1]
+	packT8(&d[0], &a[0], lda, kc8, 12)
+	packT8(&d[4], &a[4*lda], lda, kc8, 12)
+	for i := range 12 {
+		for p, v := range a[i*lda+kc8 : i*lda+kc] {
+			d[(kc8+p)*12+i] = v
+		}
+	}
 }
 
 // bf16PairKernel is the native bf16 kernel when the CPU (and the OS, which

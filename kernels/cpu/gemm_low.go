@@ -156,8 +156,12 @@ func gemmPairs(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b []uint16,
 		}
 		A, pg.LDA, pg.StrideA = *pa, k2, g.M*k2
 	}
+	var B16 []uint16
 	if w, ok := pairWords(b); ok && even && g.TransB && g.LDB%2 == 0 {
 		B, pg.TransB, pg.LDB, pg.StrideB = w, true, g.LDB/2, g.StrideB/2
+	} else if !g.TransB && g.K%2 == 0 {
+		// Stored K×N: paired as its panels are packed.
+		B16, pg.LDB, pg.StrideB = b, g.LDB, g.StrideB
 	} else if !g.TransB {
 		pb = getFloats(g.Batch * k2 * g.N)
 		for bt := range g.Batch {
@@ -172,7 +176,7 @@ func gemmPairs(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b []uint16,
 		}
 		B, pg.TransB, pg.LDB, pg.StrideB = *pb, true, k2, g.N*k2
 	}
-	p := gemmProblem{GemmArgs: pg, kern: kern, A: A, B: B, C: c}
+	p := gemmProblem{GemmArgs: pg, kern: kern, A: A, B: B, B16: B16, C: c}
 	// Threads by the real work: a pair step is two products.
 	p.execute(max(1, min(threads, int(2*float64(g.M)*float64(g.N)*float64(g.K)*float64(g.Batch)/minFlopsPerThread))))
 	if pa != nil {
@@ -245,6 +249,20 @@ func pairWithinRowsPar(threads int, dst []float32, src []uint16, rows, k, ld int
 func pairRowsGo(dst []float32, lo, hi []uint16) {
 	for j := range dst {
 		dst[j] = pair(lo[j], hi[j])
+	}
+}
+
+// packPairsGo packs kc pair rows and cols ≤ nr columns of a 16-bit
+// matrix stored with leading dimension ld into a B micro-panel of pair
+// words, dst[p·nr+j] = pair(src[2p·ld+j], src[(2p+1)·ld+j]), zero-padding
+// columns past cols: pairRowsOf and packing in one pass.
+func packPairsGo(dst []float32, src []uint16, ld, cols, kc, nr int) {
+	d := dst[:kc*nr]
+	if cols < nr {
+		clear(d)
+	}
+	for p := range kc {
+		pairRowsGo(d[p*nr:p*nr+cols], src[2*p*ld:2*p*ld+cols], src[(2*p+1)*ld:(2*p+1)*ld+cols])
 	}
 }
 

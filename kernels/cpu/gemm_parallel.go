@@ -276,7 +276,7 @@ func (p *gemmProblem) coop(threads, bt int) {
 				cs.finish(packStep, nPack)
 			}
 			cs.wait(packStep, nPack)
-			packOwn := p.TransB || ceilDiv(mc, mr) >= packMinReads
+			packOwn := p.packsB(mc)
 			for i, ok := computeStep.next(nChunks); ok; i, ok = computeStep.next(nChunks) {
 				jc, nc := cuts[i], cuts[i+1]-cuts[i]
 				for q := range nPC {

@@ -10,6 +10,9 @@ var vecPair = cpu.X86.HasAVX2
 //go:noescape
 func pairRowsAVX2(dst *float32, lo, hi *uint16, n int)
 
+//go:noescape
+func packPairs32(dst *float32, src *uint16, ld, kc int)
+
 // pairRows sets dst[j] to the pair word of lo[j] and hi[j] (len(dst)
 // values).
 func pairRows(dst []float32, lo, hi []uint16) {
@@ -21,4 +24,17 @@ func pairRows(dst []float32, lo, hi []uint16) {
 		n = 0
 	}
 	pairRowsGo(dst[n:], lo[n:], hi[n:])
+}
+
+// packPairs packs a B micro-panel of pair words straight from a 16-bit
+// matrix, as packPairsGo does: the AVX2 loop for a full panel of 32
+// columns.
+func packPairs(dst []float32, src []uint16, ld, cols, kc, nr int) {
+	if vecPair && nr == 32 && cols == 32 && kc > 0 {
+		_ = dst[kc*32-1]
+		_ = src[(2*kc-1)*ld+31]
+		packPairs32(&dst[0], &src[0], ld, kc)
+		return
+	}
+	packPairsGo(dst, src, ld, cols, kc, nr)
 }
