@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/troupe-ml/troupe/internal/simbug"
@@ -108,39 +107,8 @@ func TestPartsAreTheModelsSlices(t *testing.T) {
 // parts: no invariant may break, and the schedules reach torn writes,
 // restores of parts from checkpoints and lost parts.
 func TestPartsSeeds(t *testing.T) {
-	n := 200
-	if testing.Short() {
-		n = 40
-	}
 	for _, cfg := range partsConfigs() {
-		t.Run(partsName(cfg), func(t *testing.T) {
-			ref, err := NewReference(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			finished, lost, torn, restores := 0, 0, 0, 0
-			for seed := uint64(1); seed <= uint64(n); seed++ {
-				r, err := Run(cfg, seed, nil, ref)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if r.Violation != nil {
-					t.Fatalf("seed %d: %v (replay: troupe sim --nodes %d --pp %d --tp %d --seed %d --trace t.txt)", seed, r.Violation, cfg.Nodes, cfg.PP, cfg.TP, seed)
-				}
-				torn += r.TornWrites
-				restores += r.Restores
-				switch {
-				case r.Outcome == "finished":
-					finished++
-				case strings.Contains(r.Outcome, "is lost"):
-					lost++
-				}
-			}
-			t.Logf("%d seeds: %d finished, %d lost a part, %d torn writes, %d parts restored", n, finished, lost, torn, restores)
-			if finished < n/5 || torn == 0 || restores == 0 || lost == 0 {
-				t.Errorf("%d finished, %d torn writes, %d restores, %d lost a part of %d seeds: the schedules miss a path", finished, torn, restores, lost, n)
-			}
-		})
+		t.Run(partsName(cfg), func(t *testing.T) { sweep(t, cfg, sweepSeeds(), "part") })
 	}
 }
 

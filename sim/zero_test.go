@@ -132,39 +132,8 @@ func TestZeroIsTheWholeModel(t *testing.T) {
 // may break, and the schedules reach torn writes, restores of slots from
 // checkpoints and lost slots.
 func TestZeroSeeds(t *testing.T) {
-	n := 200
-	if testing.Short() {
-		n = 40
-	}
 	for _, cfg := range zeroConfigs() {
-		t.Run(zeroName(cfg), func(t *testing.T) {
-			ref, err := NewReference(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			finished, lost, torn, restores := 0, 0, 0, 0
-			for seed := uint64(1); seed <= uint64(n); seed++ {
-				r, err := Run(cfg, seed, nil, ref)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if r.Violation != nil {
-					t.Fatalf("seed %d: %v (replay: troupe sim --nodes %d --zero %d --pp %d --faults %g --seed %d --trace t.txt)", seed, r.Violation, cfg.Nodes, cfg.Zero, max(1, cfg.PP), cfg.Faults, seed)
-				}
-				torn += r.TornWrites
-				restores += r.Restores
-				switch {
-				case r.Outcome == "finished":
-					finished++
-				case strings.Contains(r.Outcome, "is lost"):
-					lost++
-				}
-			}
-			t.Logf("%d seeds: %d finished, %d lost a slot, %d torn writes, %d slots restored", n, finished, lost, torn, restores)
-			if finished < n/5 || torn == 0 || restores == 0 || lost == 0 {
-				t.Errorf("%d finished, %d torn writes, %d restores, %d lost a slot of %d seeds: the schedules miss a path", finished, torn, restores, lost, n)
-			}
-		})
+		t.Run(zeroName(cfg), func(t *testing.T) { sweep(t, cfg, sweepSeeds(), "slot") })
 	}
 }
 
