@@ -132,7 +132,8 @@ func gemmWidened(threads int, g kernels.GemmArgs, a, b Half, c []float32) {
 // Where op(A) or op(B) already holds its k pairs side by side in memory
 // (A not transposed, B transposed: a row-major x·Wᵀ) with even K, leading
 // dimensions and strides, the 16-bit data is read as pair words in place:
-// no copy.
+// no copy. A K×N B (not transposed) with even K is paired as the driver
+// packs its panels (gemmProblem.B16): no copy either.
 func gemmPairs(kern *gemmKernel, threads int, g kernels.GemmArgs, a, b []uint16, c []float32) {
 	k2 := (g.K + 1) / 2
 	even := g.K%2 == 0 && (g.Batch == 1 || g.StrideA%2 == 0 && g.StrideB%2 == 0)
