@@ -279,16 +279,9 @@ func (s *stepper) clip(ctx context.Context, res *StepResult) (float64, error) {
 	if maxNorm <= 0 {
 		return 0, nil
 	}
-	sq := s.grads.squares(true)
-	if s.pipe != nil {
-		s.norm[0] = float32(sq)
-		start := time.Now()
-		err := s.pipe.AllReduce(ctx, s.norm, collective.Sum).Wait()
-		res.addExposed(time.Since(start))
-		if err != nil {
-			return 0, fmt.Errorf("stage %d: gradient norm: %w", s.coord.PP, err)
-		}
-		sq = float64(s.norm[0])
+	sq, err := s.normSum(ctx, s.grads.squares(true), res)
+	if err != nil {
+		return 0, err
 	}
 	norm := math.Sqrt(sq)
 	if norm > maxNorm {
@@ -298,6 +291,19 @@ func (s *stepper) clip(ctx context.Context, res *StepResult) (float64, error) {
 		s.w.be.Scale(s.grads.buf(), float32(maxNorm/(norm+1e-6)))
 	}
 	return norm, nil
+}
+
+// pipeNorm is normSum over the ranks the global norm spans (pipe): the
+// replica's parts, or with ZeRO those of the shard group's replicas.
+func (s *stepper) pipeNorm(ctx context.Context, sq float64, res *StepResult) (float64, error) {
+	s.norm[0] = float32(sq)
+	start := time.Now()
+	err := s.pipe.AllReduce(ctx, s.norm, collective.Sum).Wait()
+	res.addExposed(time.Since(start))
+	if err != nil {
+		return 0, fmt.Errorf("stage %d: gradient norm: %w", s.coord.PP, err)
+	}
+	return float64(s.norm[0]), nil
 }
 
 // broadcastState gives every rank of the part's data-parallel group the

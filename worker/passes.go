@@ -64,18 +64,22 @@ func (s *stepper) unscale(ctx context.Context, res *StepResult, req StepRequest)
 	if math.IsInf(sq, 0) || math.IsNaN(sq) {
 		found = 1
 	}
-	if s.w.comm != nil && s.mesh.Size() > 1 {
-		flag := s.flag[:]
-		flag[0] = found
-		start := time.Now()
-		err := s.w.comm.AllReduce(ctx, flag, collective.Max).Wait()
-		res.addExposed(time.Since(start))
-		if err != nil {
-			return false, fmt.Errorf("the loss scaler's overflow check: %w", err)
-		}
-		found = flag[0]
+	found, err := s.overflowAny(ctx, found, res)
+	return found != 0, err
+}
+
+// worldOverflow is overflowAny in a world of several ranks: the
+// findings' maximum over the world.
+func (s *stepper) worldOverflow(ctx context.Context, found float32, res *StepResult) (float32, error) {
+	flag := s.flag[:]
+	flag[0] = found
+	start := time.Now()
+	err := s.w.comm.AllReduce(ctx, flag, collective.Max).Wait()
+	res.addExposed(time.Since(start))
+	if err != nil {
+		return 0, fmt.Errorf("the loss scaler's overflow check: %w", err)
 	}
-	return found != 0, nil
+	return flag[0], nil
 }
 
 // ctxFor is the nn context of one pass over tape t.

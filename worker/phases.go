@@ -293,7 +293,25 @@ func (s *stepper) openPhases(p phasePlan) error {
 	if p.Tied == tiedAfter {
 		s.sums = append(s.sums, s.sumTied)
 	}
+	// The sums of one number each: the squared gradient norm over the
+	// ranks it spans (openGroups and openZero opened pipe where there
+	// are several), the loss scaler's overflow over the world.
+	s.normSum, s.overflowAny = keepNorm, keepOverflow
+	if s.pipe != nil {
+		s.normSum = s.pipeNorm
+	}
+	if s.w.comm != nil && s.mesh.Size() > 1 {
+		s.overflowAny = s.worldOverflow
+	}
 	return nil
+}
+
+// keepNorm and keepOverflow are normSum and overflowAny of a rank whose
+// own value is the whole.
+func keepNorm(_ context.Context, sq float64, _ *StepResult) (float64, error) { return sq, nil }
+
+func keepOverflow(_ context.Context, found float32, _ *StepResult) (float32, error) {
+	return found, nil
 }
 
 // noReduction sums nothing: the worker is the part's only replica.

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/troupe-ml/troupe/collective"
@@ -54,6 +55,10 @@ type stepper struct {
 	// runs every micro-batch (planPhases).
 	lossFactor float32
 	everyMicro bool
+	// normSum sums the squared gradient norm over the ranks it spans;
+	// overflowAny the loss scaler's overflow findings over the world.
+	normSum     func(ctx context.Context, sq float64, res *StepResult) (float64, error)
+	overflowAny func(ctx context.Context, found float32, res *StepResult) (float32, error)
 
 	// The state behind the phases: the gradient buckets (nil without
 	// data parallelism), the tensor-parallel group (nil without), and the
