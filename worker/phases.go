@@ -255,7 +255,6 @@ type gradSum func(ctx context.Context, scheduleEnd time.Time, res *StepResult) e
 // openPhases builds the phases p names, opening ZeRO where it shards, and
 // lists the gradient sums in their order.
 func (s *stepper) openPhases(p phasePlan) error {
-	s.plan = p
 	s.reduce, s.grads, s.weights, s.tp = noReduction{}, wholeGrads{s}, replicatedWeights{s}, noTP{}
 	s.lossFactor = 1
 	s.everyMicro = p.everyMicro(s.mesh)

@@ -37,11 +37,10 @@ type stepper struct {
 	partial []float32 // sequence-parallel partial gradients, gathered
 	peak    int
 
-	// plan names the step's phases: reduce sums the gradients over the
+	// The step's phases (openPhases): reduce sums the gradients over the
 	// part's replicas, grads is what the optimizer reads of them, weights
 	// where the weights live, tp the passes' tensor-parallel group; sums
 	// completes the gradients after the schedule, in order.
-	plan    phasePlan
 	reduce  reduction
 	grads   gradMemory
 	weights weightMemory
