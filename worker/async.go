@@ -107,26 +107,15 @@ func (s *stepper) apply(ctx context.Context, req StepRequest) (StepResult, error
 	s.updated = false
 	s.meter.Take()
 	s.syncMeter.Take()
-	be, grads := s.w.be, req.Async.Grads
-	if g2 := s.zeroGrads(); g2 != nil {
-		off := 0
-		for _, r := range s.zero.sorted {
-			be.Upload(be.View(g2.owned, off, r.Len()), grads[r.Lo:r.Hi])
-			off += r.Len()
-		}
-	} else {
-		be.Upload(s.w.model.Set.Grads(), grads)
-	}
+	s.grads.load(req.Async.Grads)
 	norm, err := s.clip(ctx, &res)
 	if err != nil {
 		return res, err
 	}
 	s.w.opt.Step(float32(req.LR))
 	s.updated = true
-	if s.zero != nil && s.zero.g3 == nil {
-		if err := s.gatherWeights(ctx, &res); err != nil {
-			return res, fmt.Errorf("parameter server: ZeRO weight gather: %w", err)
-		}
+	if err := s.weights.afterUpdate(ctx, &res); err != nil {
+		return res, fmt.Errorf("parameter server: %w", err)
 	}
 	return s.finish(res, start, req, norm)
 }

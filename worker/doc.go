@@ -18,6 +18,16 @@
 // between the first and last stage, the global norm clipped, the update.
 // On an error nothing was applied.
 //
+// A step is the same sequence on every worker; how each parallel axis
+// takes part in it is chosen once, when the worker is formed, as phases
+// (phases.go): the gradients' reduction over the replicas (none, the
+// bucketed all-reduce, ZeRO's reduce-scatters, local SGD's and DiLoCo's
+// rounds), the gradient and weight memory (replicated, or sharded by
+// ZeRO-1, 2 or 3), and the tensor-parallel group. Which phases a worker
+// gets is a plain function of its mesh and spec (planPhases); an axis it
+// does not use gets a phase that does nothing, so the step does not ask
+// which are on.
+//
 // The worker actor (actor.go) is the shell: it turns wire messages
 // (workerpb) into calls, runs one at a time, stops on a panic instead of
 // going on with half-updated state, and answers every failure with its

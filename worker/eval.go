@@ -20,7 +20,7 @@ func (w *Worker) Evaluate(ctx context.Context, lo, hi int) (Result, int, error) 
 	case lo < 0 || hi > w.spec.Test.Len() || lo >= hi:
 		return Result{}, 0, fmt.Errorf("%w: held-out rows [%d, %d) outside [0, %d)", ErrData, lo, hi, w.spec.Test.Len())
 	}
-	if err := s.refreshLow(); err != nil {
+	if err := s.weights.refresh(); err != nil {
 		return Result{}, 0, err
 	}
 	m := w.model
@@ -44,10 +44,8 @@ func (w *Worker) Evaluate(ctx context.Context, lo, hi int) (Result, int, error) 
 	}
 	c := s.ctxFor(&s.scratch)
 	c.Train = false
-	if s.tp != nil {
-		s.tp.reset(ctx)
-	}
-	y, err := s.pass(ctx, func() nn.Act { return nn.ForwardWith(c, m.Layers, x, s.forwardHooks()) })
+	s.tp.reset(ctx)
+	y, err := s.pass(ctx, func() nn.Act { return nn.ForwardWith(c, m.Layers, x, s.fwdHooks) })
 	if err == nil {
 		err = s.tpErr()
 	}

@@ -22,12 +22,21 @@ import (
 // communication of the late layers' buckets overlaps the backward pass of
 // the early ones. With ZeRO it reduce-scatters them over the shard group
 // instead (ZeRO-2: after every micro-batch's backward pass, into the
-// bucket buffers zeroGrads binds).
+// bucket buffers zeroGrads binds). The reduction phases (bucketReduction,
+// microReduction) drive it; what a bucket's sum is (send) and how the
+// step waits for them (wait) are chosen when it is made.
 type reducer struct {
 	s       *stepper
 	plan    *Plan
 	tracker *Tracker
 	grads   []float32 // the host view of the gradient buffer (or staging); nil with ZeRO-2
+	// op is the collective of a bucket of the flat gradients: the
+	// data-parallel group's all-reduce, or ZeRO-1's reduce-scatter over
+	// the shard group.
+	op func(ctx context.Context, buf []float32, red collective.ReduceOp) *collective.Handle
+	// send starts bucket k's sum and wait waits for every sum started.
+	send    func(k int)
+	wait    func() error
 	handles []*collective.Handle
 	started []int
 	ctx     context.Context
@@ -39,17 +48,20 @@ type reducer struct {
 	deferred int
 }
 
-func newReducer(s *stepper) (*reducer, error) {
+// newReducer makes the reducer of phases p, all-reducing over the
+// data-parallel group (openZero changes that).
+func newReducer(s *stepper, p phasePlan) (*reducer, error) {
 	set := s.w.model.Set
 	plan, err := NewPlan(set, s.w.spec.BucketBytes)
-	if s.w.spec.Zero >= 3 {
+	if p.Weights == weightsPerLayer {
 		plan, err = NewUnitPlan(s.w.model) // ZeRO-3 gathers layer by layer
 	}
 	if err != nil {
 		return nil, err
 	}
-	r := &reducer{s: s, plan: plan, tracker: NewTracker(plan), deferred: -1}
-	if s.w.spec.Zero == 0 {
+	r := &reducer{s: s, plan: plan, tracker: NewTracker(plan), deferred: -1, op: s.dp.AllReduce}
+	r.send, r.wait = r.sendFlat, r.waitFlat
+	if p.Reduce == reduceAllReduce {
 		// Which algorithm each bucket's all-reduce runs (by its size and the
 		// replicas' hosts), for the log: "ring×2 hier×3".
 		n := map[collective.Algorithm]int{}
@@ -95,27 +107,24 @@ func (r *reducer) launch(ks []int) {
 	if r.first.IsZero() && len(ks) > 0 {
 		r.first = time.Now()
 	}
-	if z := r.s.zero; z != nil && z.g2 != nil {
-		for _, k := range ks {
-			z.g2.launch(r.ctx, k)
-		}
-		return
-	}
-	be := r.s.w.be
-	grads := r.s.w.model.Set.Grads()
 	for _, k := range ks {
-		b := r.plan.Buckets[k]
-		buf := r.grads[b.Lo:b.Hi]
-		if r.s.hostMem == nil {
-			be.Download(buf, be.View(grads, b.Lo, b.Len()))
-		}
-		if r.s.zero != nil {
-			r.handles = append(r.handles, r.s.zero.shard.ReduceScatter(r.ctx, buf, r.s.gradSum()))
-		} else {
-			r.handles = append(r.handles, r.s.dp.AllReduce(r.ctx, buf, r.s.gradSum()))
-		}
+		r.send(k)
 	}
 }
+
+// sendFlat starts bucket k's sum over the flat gradients' host view.
+func (r *reducer) sendFlat(k int) {
+	be := r.s.w.be
+	b := r.plan.Buckets[k]
+	buf := r.grads[b.Lo:b.Hi]
+	if r.s.hostMem == nil {
+		be.Download(buf, be.View(r.s.w.model.Set.Grads(), b.Lo, b.Len()))
+	}
+	r.handles = append(r.handles, r.op(r.ctx, buf, r.s.gradSum()))
+}
+
+// waitFlat waits for the sums sendFlat started.
+func (r *reducer) waitFlat() error { return collective.WaitAll(r.handles...) }
 
 // gradSum is the reduction of gradients between replicas: a sum, in the
 // spec's wire type.
@@ -149,65 +158,32 @@ func (r *reducer) finish() error {
 		r.abandon()
 		return r.err
 	}
-	if z := r.s.zero; z != nil && z.g2 != nil {
-		return z.g2.retire(true)
-	}
-	return collective.WaitAll(r.handles...)
+	return r.wait()
 }
 
 // abandon waits for the reductions already started, so that no operation
 // still owns a gradient buffer when the step returns its error.
-func (r *reducer) abandon() {
-	if z := r.s.zero; z != nil && z.g2 != nil {
-		_ = z.g2.retire(true)
-		return
-	}
-	_ = collective.WaitAll(r.handles...)
-}
+func (r *reducer) abandon() { _ = r.wait() }
 
-// sumGradients completes the gradient sums after the schedule ended: the
-// data-parallel buckets (started during the last backward pass), the
-// partial gradients of a tensor-parallel part over its group, then the
-// tied embedding's between the first and the last stage.
-// With ZeRO the tied embedding is summed first (its bucket waited for it:
-// the stages own different chunks of it), then its bucket goes, and the
-// owned chunks are completed over the replicate group.
+// sumGradients completes the gradient sums after the schedule, in the
+// order openPhases listed them: the data-parallel buckets (started during
+// the backward passes), the partial gradients of a tensor-parallel part
+// over its group, then the tied embedding's between the first and the
+// last stage. With ZeRO the tied embedding is summed first (its bucket
+// waited for it: the stages own different chunks of it), then its bucket
+// goes, and the owned chunks are completed over the replicate group.
 func (s *stepper) sumGradients(ctx context.Context, scheduleEnd time.Time, res *StepResult) error {
-	set := s.w.model.Set
-	if s.zero != nil && s.tied != nil {
-		if err := s.sumTied(ctx, res); err != nil {
+	for _, sum := range s.sums {
+		if err := sum(ctx, scheduleEnd, res); err != nil {
 			return err
 		}
-		s.reducer.release()
-	}
-	if r := s.reducer; r != nil {
-		if err := r.finish(); err != nil {
-			return fmt.Errorf("stage %d: data-parallel gradient sum: %w", s.coord.PP, err)
-		}
-		if s.zero != nil {
-			if err := s.reduceOwned(ctx, res); err != nil {
-				return fmt.Errorf("stage %d: ZeRO gradient sum over the replicas: %w", s.coord.PP, err)
-			}
-		}
-		res.Overlap = MeasureOverlap(r.first, scheduleEnd, time.Now())
-		if set.Grads() != nil {
-			s.landed(set.Grads())
-		}
-	}
-	if s.tp != nil {
-		if err := s.sumPartialGrads(ctx, res); err != nil {
-			return fmt.Errorf("stage %d: tensor-parallel partial gradient sum: %w", s.coord.PP, err)
-		}
-	}
-	if s.tied != nil && s.zero == nil {
-		return s.sumTied(ctx, res)
 	}
 	return nil
 }
 
 // sumTied sums the tied embedding's gradient between the first and the
 // last stage.
-func (s *stepper) sumTied(ctx context.Context, res *StepResult) error {
+func (s *stepper) sumTied(ctx context.Context, _ time.Time, res *StepResult) error {
 	t := s.w.model.Tied
 	buf := s.host(t.G, true)
 	start := time.Now()
@@ -217,6 +193,16 @@ func (s *stepper) sumTied(ctx context.Context, res *StepResult) error {
 		return fmt.Errorf("stage %d: tied embedding gradient sum: %w", s.coord.PP, err)
 	}
 	s.landed(t.G)
+	return nil
+}
+
+// sumTiedFirst is sumTied under ZeRO: then the tied embedding's bucket,
+// which waited for it, goes.
+func (s *stepper) sumTiedFirst(ctx context.Context, scheduleEnd time.Time, res *StepResult) error {
+	if err := s.sumTied(ctx, scheduleEnd, res); err != nil {
+		return err
+	}
+	s.reducer.release()
 	return nil
 }
 
@@ -231,20 +217,24 @@ func (s *stepper) sumTied(ctx context.Context, res *StepResult) error {
 // shard of a stage has the same layout, so all of them skip alike). With
 // ZeRO only the owned parts are summed (the shards of a stage have the
 // same layout, so they own the same elements of these parameters).
-func (s *stepper) sumPartialGrads(ctx context.Context, res *StepResult) error {
+func (s *stepper) sumPartialGrads(tp *tpGroup) gradSum {
+	return func(ctx context.Context, _ time.Time, res *StepResult) error {
+		if err := s.sumPartial(ctx, tp.comm, res); err != nil {
+			return fmt.Errorf("stage %d: tensor-parallel partial gradient sum: %w", s.coord.PP, err)
+		}
+		return nil
+	}
+}
+
+// sumPartial is sumPartialGrads over comm.
+func (s *stepper) sumPartial(ctx context.Context, comm collective.Communicator, res *StepResult) error {
 	be := s.w.be
 	var parts []kernels.Buffer
 	n := 0
 	for _, p := range s.w.model.Set.Params() {
-		if !p.PartialGrad {
-			continue
+		if p.PartialGrad {
+			s.grads.views(p, func(g kernels.Buffer) { parts = append(parts, g); n += g.Len() })
 		}
-		if s.zero != nil {
-			s.ownedViews(p, func(g kernels.Buffer) { parts = append(parts, g); n += g.Len() })
-			continue
-		}
-		parts = append(parts, p.G)
-		n += p.Size()
 	}
 	if n == 0 {
 		return nil
@@ -256,7 +246,7 @@ func (s *stepper) sumPartialGrads(ctx context.Context, res *StepResult) error {
 		off += g.Len()
 	}
 	start := time.Now()
-	err := s.tp.comm.AllReduce(ctx, s.partial, collective.Sum).Wait()
+	err := comm.AllReduce(ctx, s.partial, collective.Sum).Wait()
 	res.addExposed(time.Since(start))
 	if err != nil {
 		return err
@@ -289,45 +279,31 @@ func (s *stepper) clip(ctx context.Context, res *StepResult) (float64, error) {
 	if maxNorm <= 0 {
 		return 0, nil
 	}
-	m, be := s.w.model, s.w.be
-	var sq float64
-	if s.zero != nil {
-		sq = s.ownedSquares()
-	} else {
-		sq = be.SumSquares(m.Set.Grads())
-		if t := m.Tied; t != nil && !m.First() {
-			sq -= be.SumSquares(t.G)
-		}
-		if s.coord.TP > 0 {
-			for _, p := range m.Set.Params() {
-				if p.Split == nil {
-					sq -= be.SumSquares(p.G)
-				}
-			}
-		}
-	}
-	if s.pipe != nil {
-		s.norm[0] = float32(sq)
-		start := time.Now()
-		err := s.pipe.AllReduce(ctx, s.norm, collective.Sum).Wait()
-		res.addExposed(time.Since(start))
-		if err != nil {
-			return 0, fmt.Errorf("stage %d: gradient norm: %w", s.coord.PP, err)
-		}
-		sq = float64(s.norm[0])
+	sq, err := s.normSum(ctx, s.grads.squares(true), res)
+	if err != nil {
+		return 0, err
 	}
 	norm := math.Sqrt(sq)
 	if norm > maxNorm {
 		// With ZeRO only the owned gradients are whole, but scaling all is
 		// as cheap, and the optimizer reads only those (ZeRO-2 holds only
 		// those).
-		g := m.Set.Grads()
-		if g2 := s.zeroGrads(); g2 != nil {
-			g = g2.owned
-		}
-		be.Scale(g, float32(maxNorm/(norm+1e-6)))
+		s.w.be.Scale(s.grads.buf(), float32(maxNorm/(norm+1e-6)))
 	}
 	return norm, nil
+}
+
+// pipeNorm is normSum over the ranks the global norm spans (pipe): the
+// replica's parts, or with ZeRO those of the shard group's replicas.
+func (s *stepper) pipeNorm(ctx context.Context, sq float64, res *StepResult) (float64, error) {
+	s.norm[0] = float32(sq)
+	start := time.Now()
+	err := s.pipe.AllReduce(ctx, s.norm, collective.Sum).Wait()
+	res.addExposed(time.Since(start))
+	if err != nil {
+		return 0, fmt.Errorf("stage %d: gradient norm: %w", s.coord.PP, err)
+	}
+	return float64(s.norm[0]), nil
 }
 
 // broadcastState gives every rank of the part's data-parallel group the

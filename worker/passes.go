@@ -55,18 +55,8 @@ func (s *stepper) runSchedule(ctx context.Context, res *StepResult, scale float3
 // some rank found one that is not finite: every rank's finding is summed
 // over the world (one all-reduce of a number), so that all skip together.
 func (s *stepper) unscale(ctx context.Context, res *StepResult, req StepRequest) (bool, error) {
-	m, be := s.w.model, s.w.be
-	g := m.Set.Grads()
-	if g2 := s.zeroGrads(); g2 != nil {
-		g = g2.owned
-	}
-	be.Scale(g, float32(1/req.LossScale))
-	var sq float64
-	if s.zero != nil {
-		sq = s.ownedSquares()
-	} else {
-		sq = be.SumSquares(g)
-	}
+	s.w.be.Scale(s.grads.buf(), float32(1/req.LossScale))
+	sq := s.grads.squares(false)
 	if o := s.w.spec.Overflow; o != nil && o.Rank == s.rank && o.Step == req.Step+1 {
 		sq = math.Inf(1)
 	}
@@ -74,37 +64,27 @@ func (s *stepper) unscale(ctx context.Context, res *StepResult, req StepRequest)
 	if math.IsInf(sq, 0) || math.IsNaN(sq) {
 		found = 1
 	}
-	if s.w.comm != nil && s.mesh.Size() > 1 {
-		flag := s.flag[:]
-		flag[0] = found
-		start := time.Now()
-		err := s.w.comm.AllReduce(ctx, flag, collective.Max).Wait()
-		res.addExposed(time.Since(start))
-		if err != nil {
-			return false, fmt.Errorf("the loss scaler's overflow check: %w", err)
-		}
-		found = flag[0]
-	}
-	return found != 0, nil
+	found, err := s.overflowAny(ctx, found, res)
+	return found != 0, err
 }
 
-// refreshLow rounds the weights to their compute copies under mixed
-// precision, before a step's or an evaluation's passes read them (the
-// last update, load or gather changed them). ZeRO-3 rounds each layer's
-// gathered weights instead (zeroWeights.ready).
-func (s *stepper) refreshLow() error {
-	if s.w.spec.Precision == kernels.F32 || s.zeroWeights() != nil {
-		return nil
+// worldOverflow is overflowAny in a world of several ranks: the
+// findings' maximum over the world.
+func (s *stepper) worldOverflow(ctx context.Context, found float32, res *StepResult) (float32, error) {
+	flag := s.flag[:]
+	flag[0] = found
+	start := time.Now()
+	err := s.w.comm.AllReduce(ctx, flag, collective.Max).Wait()
+	res.addExposed(time.Since(start))
+	if err != nil {
+		return 0, fmt.Errorf("the loss scaler's overflow check: %w", err)
 	}
-	return nn.RefreshLow(s.w.be, s.w.spec.Precision, s.w.model.Set.Params())
+	return flag[0], nil
 }
 
 // ctxFor is the nn context of one pass over tape t.
 func (s *stepper) ctxFor(t *nn.Tape) *nn.Ctx {
-	c := &nn.Ctx{Be: s.w.be, Pool: s.w.pool, Tape: t, Train: true}
-	if s.tp != nil {
-		c.TP = s.tp
-	}
+	c := &nn.Ctx{Be: s.w.be, Pool: s.w.pool, Tape: t, Train: true, TP: s.tp.group()}
 	// New checked that the backend computes in the spec's precision.
 	_ = c.SetPrecision(s.w.spec.Precision)
 	return c
@@ -112,12 +92,7 @@ func (s *stepper) ctxFor(t *nn.Tape) *nn.Ctx {
 
 // tpErr is the failure of a tensor-parallel collective in the passes run
 // so far (nil without tensor parallelism): the whole step fails with it.
-func (s *stepper) tpErr() error {
-	if s.tp == nil {
-		return nil
-	}
-	return s.tp.err
-}
+func (s *stepper) tpErr() error { return s.tp.err() }
 
 // reports says whether this rank reports its passes' losses: one shard of
 // each tensor-parallel group (every shard computes the same loss).
@@ -251,7 +226,7 @@ func (s *stepper) forward(ctx context.Context, k int, res *StepResult, scale flo
 		tape = &s.scratch
 	}
 	c := s.ctxFor(tape)
-	y, err := s.pass(ctx, func() nn.Act { return nn.ForwardWith(c, m.Layers, x, s.forwardHooks()) })
+	y, err := s.pass(ctx, func() nn.Act { return nn.ForwardWith(c, m.Layers, x, s.fwdHooks) })
 	if m.Last() {
 		tgt := s.targets(k, &w.batch)
 		if m.Accuracy && s.reports() {
@@ -275,13 +250,7 @@ func (s *stepper) forward(ctx context.Context, k int, res *StepResult, scale flo
 // pass runs one forward or backward pass f; with ZeRO-3 it is a pass of
 // weight gathers too, whose failure is the pass's error.
 func (s *stepper) pass(ctx context.Context, f func() nn.Act) (nn.Act, error) {
-	g3 := s.zeroWeights()
-	if g3 == nil {
-		return f(), nil
-	}
-	g3.begin(ctx)
-	a := f()
-	return a, g3.end()
+	return s.weights.pass(ctx, f)
 }
 
 // recvGrad receives the gradient of micro-batch k's output from the next
@@ -312,15 +281,15 @@ func (s *stepper) recompute(ctx context.Context, k int) error {
 		x = s.input(k, &s.w.batch)
 	}
 	c := s.ctxFor(&mb.tape)
-	y, err := s.pass(ctx, func() nn.Act { return nn.ForwardWith(c, m.Layers, x, s.forwardHooks()) })
+	y, err := s.pass(ctx, func() nn.Act { return nn.ForwardWith(c, m.Layers, x, s.fwdHooks) })
 	s.w.pool.Put(y.X)
 	return err
 }
 
 // backward runs micro-batch k's backward pass; its input's gradient goes
-// to the previous stage. The last micro-batch's pass makes every gradient
-// final: with data parallelism its buckets are all-reduced while it goes
-// on.
+// to the previous stage. The reduction phase hooks the passes whose
+// gradients it sums while they go on (with data parallelism the last
+// micro-batch's, which makes every gradient final; ZeRO-2's every one).
 func (s *stepper) backward(ctx context.Context, k int) error {
 	mb := &s.mbs[k]
 	w, m := s.w, s.w.model
@@ -332,24 +301,14 @@ func (s *stepper) backward(ctx context.Context, k int) error {
 	}
 	mb.out, mb.grad = nn.Act{}, nn.Act{}
 	c := s.ctxFor(&mb.tape)
-	g2 := s.zeroGrads()
-	switch {
-	case g2 != nil:
-		// ZeRO-2 reduces every micro-batch's gradients, bucket by bucket.
-		s.reducer.start(ctx)
-		c.OnGradReady = s.reducer.ready
-	case s.reducer != nil && k == len(s.mbs)-1:
-		c.OnGradReady = s.reducer.ready
-	}
+	s.reduce.backward(ctx, k, c)
 	var err error
-	mb.dx, err = s.pass(ctx, func() nn.Act { return nn.BackwardWith(c, m.Layers, dy, s.backwardHooks()) })
+	mb.dx, err = s.pass(ctx, func() nn.Act { return nn.BackwardWith(c, m.Layers, dy, s.bwdHooks) })
 	if err != nil {
 		return err
 	}
-	if g2 != nil {
-		if err := g2.endMicro(); err != nil {
-			return err
-		}
+	if err := s.reduce.endBackward(); err != nil {
+		return err
 	}
 	if err := s.tpErr(); err != nil {
 		return err
@@ -364,9 +323,6 @@ func (s *stepper) backward(ctx context.Context, k int) error {
 	if m.First() && mb.dx.X != nil {
 		w.pool.Put(mb.dx.X)
 		mb.dx = nn.Act{}
-	}
-	if s.reducer != nil && s.reducer.err != nil {
-		return s.reducer.err
 	}
 	return nil
 }

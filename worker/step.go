@@ -225,7 +225,7 @@ func (s *stepper) begin(req StepRequest) (float32, error) {
 	M := s.sched.MicroBatches
 	lo, hi := data.Split(req.Batch, s.mesh.DP, s.coord.DP)
 	rows := hi - lo
-	if (s.mesh.PP > 1 || s.zeroWeights() != nil) && rows < M {
+	if s.everyMicro && rows < M {
 		// Pipelines, and ZeRO-3's gathers, need every rank to run every
 		// micro-batch.
 		return 0, fmt.Errorf("%w: %d rows for replica %d cannot make %d micro-batches", ErrConfig, rows, s.coord.DP, M)
@@ -258,13 +258,7 @@ func (s *stepper) lossScale(req StepRequest) float32 {
 		// them back before the update.
 		scale = float32(req.LossScale / float64(req.GlobalTargets))
 	}
-	if s.w.spec.Sync.Local() {
-		// Each replica steps on its own gradient: its share of the global
-		// mean's, times the replicas, so that their average is the global
-		// mean's gradient (what a round averages).
-		scale *= float32(s.mesh.DP)
-	}
-	return scale
+	return scale * s.lossFactor
 }
 
 // compute runs the schedule's passes, sends and receives (the
@@ -272,23 +266,13 @@ func (s *stepper) lossScale(req StepRequest) float32 {
 // into res from the step's start, and returns when the schedule ended. On
 // an error every operation is drained and the step's state cleared.
 func (s *stepper) compute(ctx context.Context, res *StepResult, scale float32, start time.Time) (time.Time, error) {
-	if s.reducer != nil {
-		s.reducer.start(ctx)
-	}
-	if g2 := s.zeroGrads(); g2 != nil {
-		g2.start()
-		g2.pool.ResetPeak()
-	}
-	if g3 := s.zeroWeights(); g3 != nil {
-		g3.pool.ResetPeak()
-	}
-	if s.tp != nil {
-		s.tp.reset(ctx)
-	}
+	s.reduce.start(ctx)
+	s.weights.start()
+	s.tp.reset(ctx)
 	s.meter.Take()
 	s.syncMeter.Take()
 	var busy time.Duration
-	err := s.refreshLow()
+	err := s.weights.refresh()
 	if d := s.w.spec.delayAt(s.rank); d > 0 && err == nil {
 		// A test's straggler: computing longer, its peers waiting for it
 		// in the step's collectives.
@@ -311,28 +295,24 @@ func (s *stepper) compute(ctx context.Context, res *StepResult, scale float32, s
 		err = derr
 	}
 	if err != nil {
-		if s.reducer != nil {
-			s.reducer.abandon()
-		}
+		s.reduce.abandon()
 		s.clear()
 		return time.Time{}, err
 	}
 	end := time.Now()
 	res.Computed = true
 	res.ScheduleMs = msOf(end.Sub(start))
-	res.ComputeMs = msOf(busy)
-	if s.tp != nil {
-		// The passes waited for every tensor-parallel collective.
-		res.ComputeMs = msOf(busy - s.tp.busy)
-		res.addExposed(s.tp.busy)
-	}
+	// The passes waited for every tensor-parallel collective.
+	res.ComputeMs = msOf(busy - s.tp.busy())
+	res.addExposed(s.tp.busy())
 	return end, nil
 }
 
 // update applies the summed gradients: unscaled and checked for overflow
 // under fp16 (a skipped step on every rank), clipped, the optimizer's
-// step, a synchronisation round where one ends, and ZeRO-1/2's gather of
-// the updated weights. It returns the gradient norm (0 when skipped).
+// step, then the reduction's and the weights' phases after it (a
+// synchronisation round where one ends, ZeRO-1/2's gather of the updated
+// weights). It returns the gradient norm (0 when skipped).
 func (s *stepper) update(ctx context.Context, req StepRequest, res *StepResult) (float64, error) {
 	var err error
 	if req.LossScale > 0 {
@@ -348,31 +328,28 @@ func (s *stepper) update(ctx context.Context, req StepRequest, res *StepResult) 
 		s.w.opt.Step(float32(req.LR))
 		s.updated = true
 	}
-	if req.Round && s.w.spec.Sync.Local() {
-		// Also after a skipped update: the round averages what the
-		// replicas hold.
-		if err := s.round(ctx, res); err != nil {
-			return 0, err
-		}
-		s.updated = true
+	// A synchronisation round that ends here ends also after a skipped
+	// update.
+	ended, err := s.reduce.afterUpdate(ctx, req, res)
+	if err != nil {
+		return 0, err
 	}
+	s.updated = s.updated || ended
 	if res.Skipped {
 		// The step's update is not applied (a round that ended here
 		// was): the optimizer state and its step count stay; the next
 		// step zeroes the gradients.
 		return 0, nil
 	}
-	if s.zero != nil && s.zero.g3 == nil {
-		if err := s.gatherWeights(ctx, res); err != nil {
-			return 0, fmt.Errorf("stage %d: ZeRO weight gather: %w", s.coord.PP, err)
-		}
+	if err := s.weights.afterUpdate(ctx, res); err != nil {
+		return 0, fmt.Errorf("stage %d: %w", s.coord.PP, err)
 	}
 	return norm, nil
 }
 
 // finish fills a step's result after its update (or its skip).
 func (s *stepper) finish(res StepResult, start time.Time, req StepRequest, norm float64) (StepResult, error) {
-	w, m := s.w, s.w.model
+	w := s.w
 	if err := w.be.Sync(); err != nil {
 		return res, err
 	}
@@ -382,17 +359,8 @@ func (s *stepper) finish(res StepResult, start time.Time, req StepRequest, norm 
 	}
 	res.StepMs = msOf(time.Since(start))
 	res.PeakAct = w.pool.PeakBytes()
-	res.ParamBytes, res.GradBytes = 4*int64(m.Set.Len()), 4*int64(m.Set.Len())
-	if dt := w.spec.Precision; dt != kernels.F32 {
-		res.ParamBytes += int64(dt.Size() * m.Set.Len()) // the compute copies
-	}
-	res.PeakParamBytes, res.PeakGradBytes = res.ParamBytes, res.GradBytes
-	if g2 := s.zeroGrads(); g2 != nil {
-		res.GradBytes, res.PeakGradBytes = 4*int64(g2.owned.Len()), g2.heldBytes()
-	}
-	if g3 := s.zeroWeights(); g3 != nil {
-		res.ParamBytes, res.PeakParamBytes = 4*int64(g3.owned.Len()), g3.heldBytes()
-	}
+	s.weights.held(&res)
+	s.grads.held(&res)
 	for _, st := range w.opt.States() {
 		res.OptimBytes += 4 * int64(st.Buf.Len())
 	}

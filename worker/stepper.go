@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/troupe-ml/troupe/collective"
@@ -11,7 +12,8 @@ import (
 )
 
 // stepper runs the worker's steps in one generation: its place in the
-// mesh, its collective groups, the schedule and the gradient buckets.
+// mesh, its collective groups, the schedule, and the phases of its steps
+// (phases.go), chosen when it is made.
 type stepper struct {
 	w      *Worker
 	mesh   mesh.Mesh
@@ -35,10 +37,34 @@ type stepper struct {
 	partial []float32 // sequence-parallel partial gradients, gathered
 	peak    int
 
-	reducer *reducer // nil without data parallelism
-	tp      *tpGroup // nil without tensor parallelism
-	// zero is the part's ZeRO sharding (nil without it); zeroMoved says
-	// that forming replaced the optimizer's shard.
+	// The step's phases (openPhases): reduce sums the gradients over the
+	// part's replicas, grads is what the optimizer reads of them, weights
+	// where the weights live, tp the passes' tensor-parallel group; sums
+	// completes the gradients after the schedule, in order.
+	reduce  reduction
+	grads   gradMemory
+	weights weightMemory
+	tp      tensorParallel
+	sums    []gradSum
+	// fwdHooks and bwdHooks are the passes' layer hooks (ZeRO-2's and
+	// 3's; empty without).
+	fwdHooks, bwdHooks nn.Hooks
+	// lossFactor multiplies the loss gradient's scale (the replicas, when
+	// each steps on its own gradient); everyMicro says that every rank
+	// runs every micro-batch (planPhases).
+	lossFactor float32
+	everyMicro bool
+	// normSum sums the squared gradient norm over the ranks it spans;
+	// overflowAny the loss scaler's overflow findings over the world.
+	normSum     func(ctx context.Context, sq float64, res *StepResult) (float64, error)
+	overflowAny func(ctx context.Context, found float32, res *StepResult) (float32, error)
+
+	// The state behind the phases: the gradient buckets (nil without
+	// data parallelism), the tensor-parallel group (nil without), and the
+	// part's ZeRO sharding (nil without it; zeroMoved says that forming
+	// replaced the optimizer's shard).
+	reducer   *reducer
+	tpComm    collective.Communicator
 	zero      *zero
 	zeroMoved bool
 	// updated says that the step in flight applied this worker's update.
@@ -91,18 +117,9 @@ func newStepper(w *Worker, m mesh.Mesh, rank int, comm collective.Communicator) 
 		s.release()
 		return nil, err
 	}
-	if s.dp != nil && !w.spec.Sync.Local() {
-		s.registerGrads()
-		if s.reducer, err = newReducer(s); err != nil {
-			s.release()
-			return nil, err
-		}
-		if w.spec.Zero > 0 {
-			if err := s.openZero(); err != nil {
-				s.release()
-				return nil, err
-			}
-		}
+	if err := s.openPhases(planPhases(m, w.spec, w.model.Tied != nil)); err != nil {
+		s.release()
+		return nil, err
 	}
 	return s, nil
 }
@@ -170,11 +187,9 @@ func (s *stepper) openGroups() error {
 		}
 	}
 	if m.TP > 1 {
-		g, err := group(m.Group(mesh.TP, self)...)
-		if err != nil {
+		if s.tpComm, err = group(m.Group(mesh.TP, self)...); err != nil {
 			return err
 		}
-		s.tp = newTPGroup(g, s.w.be)
 	}
 	if m.Parts() > 1 && s.w.spec.ClipNorm > 0 {
 		if s.pipe, err = group(m.Slice(mesh.DP, c.DP)...); err != nil {

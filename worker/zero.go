@@ -74,9 +74,10 @@ func ownedRanges(plan *Plan, S, z int) []optim.Range {
 }
 
 // openZero sets up ZeRO for the stepper's part: the groups, the owned
-// ranges, and a sharded optimizer in place of the whole one (zeroMoved
-// says whether that replaced it). It needs the reducer's bucket plan.
-func (s *stepper) openZero() error {
+// ranges, a sharded optimizer in place of the whole one (zeroMoved says
+// whether that replaced it), and the reduction, gradient and weight
+// phases p names. It needs the reducer's bucket plan.
+func (s *stepper) openZero(p phasePlan) error {
 	spec, m := s.w.spec, s.mesh
 	S := spec.ZeroGroupIn(m)
 	if m.DP%S != 0 {
@@ -96,7 +97,8 @@ func (s *stepper) openZero() error {
 	zr.owned = ownedRanges(s.reducer.plan, S, z)
 	zr.sorted = sortedRanges(zr.owned)
 	s.zero = zr
-	if s.tied != nil {
+	s.reducer.op = zr.shard.ReduceScatter
+	if p.Tied == tiedBefore {
 		s.reducer.deferred = s.reducer.plan.BucketOf(s.w.model.Tied)
 	}
 	if spec.ClipNorm > 0 {
@@ -115,13 +117,47 @@ func (s *stepper) openZero() error {
 	if s.zeroMoved, err = s.w.shardOptimizer(zr.sorted, spec.Zero); err != nil {
 		return err
 	}
-	if spec.Zero >= 2 {
-		s.openZeroGrads()
-	}
-	if spec.Zero >= 3 {
-		s.openZeroWeights()
-	}
+	s.openZeroPhases(p)
 	return nil
+}
+
+// openZeroPhases sets the phases of ZeRO's stage: the owned chunks
+// completed over the replicate group where there are several shard
+// groups, ZeRO-2's gradient memory, ZeRO-3's weight memory and the hooks
+// of the passes that use them.
+func (s *stepper) openZeroPhases(p phasePlan) {
+	zr := s.zero
+	owned := noOwnedSum
+	starts := make([]int, len(zr.sorted))
+	switch p.Reduce {
+	case reduceScatter:
+		if zr.replicate != nil {
+			owned = s.sumOwnedRanges
+		}
+		for i, r := range zr.sorted {
+			starts[i] = r.Lo
+		}
+		s.reduce = bucketReduction{s: s, r: s.reducer, owned: owned}
+		s.grads = rangeGrads{wholeGrads{s}, ownedSet{s, zr.sorted, starts}}
+	case reduceScatterMicro:
+		s.openZeroGrads()
+		if zr.replicate != nil {
+			owned = s.sumOwnedPacked
+		}
+		off := 0
+		for i, r := range zr.sorted {
+			starts[i] = off
+			off += r.Len()
+		}
+		s.reduce = microReduction{s: s, r: s.reducer, g2: zr.g2, owned: owned}
+		s.grads = packedGrads{zr.g2, ownedSet{s, zr.sorted, starts}}
+	}
+	s.weights = gatheredWeights{replicatedWeights{s}}
+	if p.Weights == weightsPerLayer {
+		s.openZeroWeights()
+		s.weights = layerWeights{zr.g3}
+	}
+	s.setHooks(p)
 }
 
 // sortedRanges is rs in flat order, without empty ranges.
@@ -138,76 +174,6 @@ func sortedRanges(rs []optim.Range) []optim.Range {
 		}
 	}
 	return out
-}
-
-// zeroGrads is ZeRO-2's gradient memory (nil otherwise).
-func (s *stepper) zeroGrads() *zeroGrads {
-	if s.zero == nil {
-		return nil
-	}
-	return s.zero.g2
-}
-
-// reduceOwned completes the owned chunks after the shard group's
-// reduce-scatter: with several shard groups, the owned chunk of every
-// bucket is all-reduced over the replicate group (ZeRO-2: the owned
-// gradients, one operation).
-func (s *stepper) reduceOwned(ctx context.Context, res *StepResult) error {
-	zr := s.zero
-	if zr.replicate == nil {
-		return nil
-	}
-	start := time.Now()
-	var err error
-	if g2 := zr.g2; g2 != nil {
-		v := s.host(g2.owned, true)
-		if err = zr.replicate.AllReduce(ctx, v, s.gradSum()).Wait(); err == nil {
-			s.landed(g2.owned)
-		}
-	} else {
-		var hs []*collective.Handle
-		for _, r := range zr.owned {
-			hs = append(hs, zr.replicate.AllReduce(ctx, s.reducer.grads[r.Lo:r.Hi], s.gradSum()))
-		}
-		err = collective.WaitAll(hs...)
-	}
-	res.addExposed(time.Since(start))
-	return err
-}
-
-// ownedViews calls f with the part of p's gradient this rank owns, by
-// owned range: views of the owned gradient buffer with ZeRO-2, of the set's
-// gradients at stage 1.
-func (s *stepper) ownedViews(p *nn.Param, f func(g kernels.Buffer)) {
-	be, set := s.w.be, s.w.model.Set
-	off := 0
-	for _, r := range s.zero.sorted {
-		lo, hi := max(r.Lo, p.Offset), min(r.Hi, p.Offset+p.Size())
-		if lo < hi {
-			if g2 := s.zero.g2; g2 != nil {
-				f(be.View(g2.owned, off+lo-r.Lo, hi-lo))
-			} else {
-				f(be.View(set.Grads(), lo, hi-lo))
-			}
-		}
-		off += r.Len()
-	}
-}
-
-// ownedSquares is the sum of squares of the gradients this rank owns that
-// the global norm counts: not a last stage's copy of the tied embedding
-// (the first stage counts it) and, on a tensor-parallel shard other than
-// 0, not the parameters every shard holds whole.
-func (s *stepper) ownedSquares() float64 {
-	m, be := s.w.model, s.w.be
-	var sq float64
-	for _, p := range m.Set.Params() {
-		if p == m.Tied && !m.First() || s.coord.TP > 0 && p.Split == nil {
-			continue
-		}
-		s.ownedViews(p, func(g kernels.Buffer) { sq += be.SumSquares(g) })
-	}
-	return sq
 }
 
 // gatherWeights all-gathers, over the shard group, the weights each rank
@@ -279,7 +245,10 @@ func (s *stepper) openZeroGrads() {
 		n += r.Len()
 	}
 	set.ReleaseGrads()
-	s.reducer.grads = nil
+	r := s.reducer
+	r.grads = nil
+	r.send = func(k int) { g.launch(r.ctx, k) }
+	r.wait = func() error { return g.retire(true) }
 	g.owned = s.w.zgrads
 	zr.g2 = g
 }

@@ -252,26 +252,21 @@ func (g *zeroWeights) end() error {
 	return err
 }
 
-// forwardHooks and backwardHooks are a pass's hooks with ZeRO-3 (and
-// ZeRO-2's gradient binding backward); empty without.
-func (s *stepper) forwardHooks() nn.Hooks {
-	g := s.zeroWeights()
-	if g == nil {
-		return nn.Hooks{}
-	}
-	return nn.Hooks{Before: func(i int) { g.before(i, i+1) }, After: g.after}
-}
-
-func (s *stepper) backwardHooks() nn.Hooks {
-	g2, g3 := s.zeroGrads(), s.zeroWeights()
+// setHooks sets the passes' layer hooks of phases p: ZeRO-3 gathers each
+// layer's weights around its passes (the next layer's gather started
+// before it computes), and ZeRO-2 binds each layer's gradient buckets
+// before its backward pass. They stay empty without.
+func (s *stepper) setHooks(p phasePlan) {
 	layers := s.w.model.Layers
 	switch {
-	case g3 != nil:
-		return nn.Hooks{Before: func(i int) { g3.before(i, i-1); g2.bind(layers[i]) }, After: g3.after}
-	case g2 != nil:
-		return nn.Hooks{Before: func(i int) { g2.bind(layers[i]) }}
+	case p.Weights == weightsPerLayer:
+		g2, g3 := s.zero.g2, s.zero.g3
+		s.fwdHooks = nn.Hooks{Before: func(i int) { g3.before(i, i+1) }, After: g3.after}
+		s.bwdHooks = nn.Hooks{Before: func(i int) { g3.before(i, i-1); g2.bind(layers[i]) }, After: g3.after}
+	case p.Reduce == reduceScatterMicro:
+		g2 := s.zero.g2
+		s.bwdHooks = nn.Hooks{Before: func(i int) { g2.bind(layers[i]) }}
 	}
-	return nn.Hooks{}
 }
 
 // zeroWeights is ZeRO-3's weight memory (nil otherwise).
