@@ -109,7 +109,7 @@ func TestPartsAreTheModelsSlices(t *testing.T) {
 // restores of parts from checkpoints and lost parts.
 func TestPartsSeeds(t *testing.T) {
 	n := 200
-	if testing.Short() {
+	if testing.Short() || raceDetector {
 		n = 40
 	}
 	for _, cfg := range partsConfigs() {

@@ -133,7 +133,7 @@ func TestZeroIsTheWholeModel(t *testing.T) {
 // checkpoints and lost slots.
 func TestZeroSeeds(t *testing.T) {
 	n := 200
-	if testing.Short() {
+	if testing.Short() || raceDetector {
 		n = 40
 	}
 	for _, cfg := range zeroConfigs() {
