@@ -26,9 +26,9 @@ func newExplainTPCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tp --tp T",
 		Short: "Print which tensor-parallel rank holds which rows and columns, and the collectives of one block",
-		Long: `Cuts a registered model (--model, with its own flags; the GPT by default)
-for T tensor-parallel shards with the code troupe train --tp runs, and
-prints:
+		Long: `Cuts a registered model (--model, with its own flags; by default the
+registry's default model, the GPT) for T tensor-parallel shards with the
+code troupe train --tp runs, and prints:
 
   - for every parameter of its first pipeline units (the token embedding
     and the first block of the GPT and the Llama) and of its last (the
@@ -62,7 +62,8 @@ prints:
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&f.tp, "tp", 0, "tensor-parallel shards T (required)")
-	fl.StringVar(&f.model, "model", "gpt", "the registered model to cut (a sequence model: one that reads token ids)")
+	def, _ := nn.DefaultModel() // none: --model must be given
+	fl.StringVar(&f.model, "model", def.Name, "the registered model to cut (a sequence model: one that reads token ids)")
 	registerModelFlags(fl)
 	fl.IntVar(&f.context, "context", 64, "sequence length s")
 	fl.IntVar(&f.batch, "batch", 1, "sequences b in the micro-batch")

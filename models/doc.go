@@ -1,7 +1,9 @@
 // Package models holds the models troupe ships, each an implementation of
 // the model API (nn.Spec) registered under its name, as a user's model is:
 // the MLP classifier ("mlp"), the nanoGPT-style GPT ("gpt") and the Llama
-// family ("llama"). Nothing below this package knows a model by name.
+// family ("llama"). The GPT is registered as the default model
+// (nn.DefaultModel: what troupe train trains without --model). Nothing
+// below this package knows a model by name.
 //
 // Import it (for its registrations) where models are chosen by name:
 //

@@ -41,6 +41,7 @@ func init() {
 	nn.Register(nn.ModelDef{
 		Name:    "gpt",
 		Summary: "decoder-only transformer (nanoGPT: learned positions, pre-LN, GELU, tied head)",
+		Default: true, // troupe train with no --model: ../shared/anchors/torch_gpt_tiny.py on the Go specification
 		Data:    "gospec",
 		Options: []nn.Option{
 			{Name: "d-model", Kind: nn.IntOption, Default: "128", Usage: "embedding width"},

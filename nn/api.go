@@ -196,6 +196,10 @@ type ModelDef struct {
 	Name string
 	// Summary is a one-line description for help texts.
 	Summary string
+	// Default marks the model trained when none is named (DefaultModel:
+	// `troupe train` with no --model). At most one registered model sets
+	// it; the GPT in package models does.
+	Default bool
 	// Options are the settings the model takes (its flags).
 	Options []Option
 	// Data is the dataset spec the model trains on when none is given
@@ -236,15 +240,24 @@ const (
 	NoClip   = -1
 )
 
-var registry = struct {
+// modelRegistry holds the registered models; registry is the program's.
+type modelRegistry struct {
 	sync.RWMutex
 	defs map[string]ModelDef
-}{defs: map[string]ModelDef{}}
+	// def is the name of the model registered with Default set ("": none).
+	def string
+}
+
+var registry = newModelRegistry()
+
+func newModelRegistry() *modelRegistry { return &modelRegistry{defs: map[string]ModelDef{}} }
 
 // Register adds a model under def.Name. It panics on an empty or taken
-// name, a model without New, or an option declared twice (programming
-// errors, found at init).
-func Register(def ModelDef) {
+// name, a model without New, an option declared twice, or a second model
+// with Default set (programming errors, found at init).
+func Register(def ModelDef) { registry.register(def) }
+
+func (r *modelRegistry) register(def ModelDef) {
 	def.Name = strings.ToLower(def.Name)
 	if def.Name == "" || def.New == nil {
 		panic("nn: Register needs a name and New")
@@ -259,39 +272,64 @@ func Register(def ModelDef) {
 			panic(fmt.Sprintf("nn: model %s option %s: default %q is not a %v", def.Name, o.Name, o.Default, o.Kind))
 		}
 	}
-	registry.Lock()
-	defer registry.Unlock()
-	if _, dup := registry.defs[def.Name]; dup {
+	r.Lock()
+	defer r.Unlock()
+	if _, dup := r.defs[def.Name]; dup {
 		panic("nn: model " + def.Name + " registered twice")
 	}
-	registry.defs[def.Name] = def
+	if def.Default {
+		if r.def != "" {
+			panic("nn: model " + def.Name + " registered as the default, but model " + r.def + " already is (only one model may set ModelDef.Default)")
+		}
+		r.def = def.Name
+	}
+	r.defs[def.Name] = def
 }
 
 // Lookup returns the model registered under name.
-func Lookup(name string) (ModelDef, error) {
-	registry.RLock()
-	defer registry.RUnlock()
-	d, ok := registry.defs[strings.ToLower(name)]
+func Lookup(name string) (ModelDef, error) { return registry.lookup(name) }
+
+func (r *modelRegistry) lookup(name string) (ModelDef, error) {
+	r.RLock()
+	defer r.RUnlock()
+	d, ok := r.defs[strings.ToLower(name)]
 	if !ok {
-		return ModelDef{}, fmt.Errorf("%w: %q is not a registered model (registered: %s)", ErrConfig, name, strings.Join(namesLocked(), ", "))
+		return ModelDef{}, fmt.Errorf("%w: %q is not a registered model (registered: %s)", ErrConfig, name, strings.Join(r.namesLocked(), ", "))
 	}
 	return d, nil
 }
 
+// DefaultModel returns the model registered with Default set: the one
+// trained when none is named. It is an error when no registered model
+// sets Default (a program that does not import package models and
+// registers no default of its own).
+func DefaultModel() (ModelDef, error) { return registry.defaultModel() }
+
+func (r *modelRegistry) defaultModel() (ModelDef, error) {
+	r.RLock()
+	defer r.RUnlock()
+	if r.def == "" {
+		return ModelDef{}, fmt.Errorf("%w: no registered model is the default (registered: %s); name one", ErrConfig, strings.Join(r.namesLocked(), ", "))
+	}
+	return r.defs[r.def], nil
+}
+
 // Models lists the registered models by name.
-func Models() []ModelDef {
-	registry.RLock()
-	defer registry.RUnlock()
-	out := make([]ModelDef, 0, len(registry.defs))
-	for _, n := range namesLocked() {
-		out = append(out, registry.defs[n])
+func Models() []ModelDef { return registry.models() }
+
+func (r *modelRegistry) models() []ModelDef {
+	r.RLock()
+	defer r.RUnlock()
+	out := make([]ModelDef, 0, len(r.defs))
+	for _, n := range r.namesLocked() {
+		out = append(out, r.defs[n])
 	}
 	return out
 }
 
-func namesLocked() []string {
-	names := make([]string, 0, len(registry.defs))
-	for n := range registry.defs {
+func (r *modelRegistry) namesLocked() []string {
+	names := make([]string, 0, len(r.defs))
+	for n := range r.defs {
 		names = append(names, n)
 	}
 	sort.Strings(names)

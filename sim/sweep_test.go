@@ -65,9 +65,10 @@ func sweep(t *testing.T, cfg Config, n int, unit string) {
 	}
 }
 
-// sweepSeeds is how many seeds a sweep runs: 200, or 40 with -short.
+// sweepSeeds is how many seeds a sweep runs: 200, or 40 with -short or
+// under the race detector (raceDetector).
 func sweepSeeds() int {
-	if testing.Short() {
+	if testing.Short() || raceDetector {
 		return 40
 	}
 	return 200

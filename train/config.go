@@ -292,11 +292,18 @@ type ObserveConfig struct {
 	DumpDir string
 }
 
-// DefaultConfig is `troupe train` with no flags: the GPT of
-// ../shared/anchors/torch_gpt_tiny.py on the Go specification.
+// DefaultConfig is `troupe train` with no flags: the registry's default
+// model (nn.DefaultModel; the GPT of ../shared/anchors/torch_gpt_tiny.py,
+// which package models registers as the default) on its data (the Go
+// specification). Model is empty when no registered model is the default;
+// Validate then asks for one.
 func DefaultConfig() Config {
+	var model string
+	if def, err := nn.DefaultModel(); err == nil {
+		model = def.Name
+	}
 	return Config{
-		ModelConfig: ModelConfig{Model: "gpt", Context: 64},
+		ModelConfig: ModelConfig{Model: model, Context: 64},
 		DataConfig:  DataConfig{Vocab: "char", Shuffle: true, Seed: 1, Batch: 32, Steps: 300, Accum: 1},
 		OptimConfig: OptimConfig{Optim: optim.DefaultConfig("adamw"), LR: 1e-3, Schedule: Cosine, Warmup: 20, MinLRFactor: 0.1, ClipNorm: 1},
 		MeshConfig: MeshConfig{DP: 1, PP: 1, TP: 1, MicroBatches: 1, PipelineSchedule: pipeline.Kind1F1B,

@@ -127,6 +127,12 @@ func variance(v []float32) float64 {
 // Two elastic agents embedded in this process train the user's model on
 // the data it holds: both reach the last step with identical replicas.
 func TestCustomModelOnElasticAgents(t *testing.T) {
+	if raceDetector {
+		// As train's in-process agent tests: one actor system a process, as
+		// troupe runs agents, has no such race, and this test runs without
+		// the detector in the README's test command.
+		t.Skip("two agents in one process: protoactor's remote.Start sets gRPC's global logger (grpclog.SetLoggerV2) at every start, unsynchronised with the gRPC server of the agent already serving, which the race detector reports")
+	}
 	trainSet, err := data.InMemory(rows("memory/train", 2048, 1))
 	if err != nil {
 		t.Fatal(err)

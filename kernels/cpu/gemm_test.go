@@ -341,6 +341,9 @@ func TestGemmNoAllocs(t *testing.T) {
 	g := kernels.GemmArgs{M: 70, N: 90, K: 300, Alpha: 1, TransB: true}
 	a, b, c := make(Buf, 70*300), make(Buf, 90*300), make(Buf, 70*90)
 	be.Gemm(g, a, b, c)
+	if raceDetector {
+		t.Skip("under the race detector sync.Pool drops a random quarter of the buffers put back, so the pack buffers are reallocated; the README's test command checks this without it")
+	}
 	if n := testing.AllocsPerRun(20, func() { be.Gemm(g, a, b, c) }); n != 0 {
 		t.Fatalf("Gemm allocates %v times per call", n)
 	}
