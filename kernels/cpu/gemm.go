@@ -121,6 +121,9 @@ type gemmProblem struct {
 	// sharedFloats bounds the packed operand that cooperating threads share
 	// (0: coopSharedFloats); tests lower it to cover several shared ranges.
 	sharedFloats int
+	// coopOnly makes threads cooperate on every member (coop) that they
+	// would otherwise split (split): tests cover both.
+	coopOnly bool
 }
 
 // gemmScratch is one goroutine's pack buffers. They come from scratchPool,

@@ -38,8 +38,9 @@ func (p *gemmProblem) serial() {
 // Batched products whose members are small, or that have enough members to
 // share out evenly, give each goroutine whole members, claimed one at a time
 // so that a goroutine descheduled by the OS delays at most one member. A
-// single large product (or a few) is computed cooperatively, member after
-// member (coop).
+// single large product (or a few) is computed member after member, each
+// split into one block of C per goroutine (split), or, when it is too
+// narrow for that, cooperatively (coop).
 func (p *gemmProblem) parallel(threads int) {
 	flops := 2 * float64(p.M) * float64(p.N) * float64(p.K)
 	if p.Batch >= threads && (p.Batch%threads == 0 || p.Batch >= 4*threads || flops < coopMinFlops) {
@@ -54,8 +55,83 @@ func (p *gemmProblem) parallel(threads int) {
 		return
 	}
 	for bt := range p.Batch {
-		p.coop(threads, bt)
+		if p.coopOnly || !p.split(threads, bt) {
+			p.coop(threads, bt)
+		}
 	}
+}
+
+// splitMinPanels is the fewest micro-panels of the cut extent a goroutine's
+// block of a split product holds.
+const splitMinPanels = 4
+
+// split computes batch member bt as threads blocks of C, one per
+// goroutine, each a product of its own (member) whose operands the
+// goroutine packs itself: C's columns cut when it has at least as many
+// columns as rows (each goroutine packs all of op(A) and its columns of
+// op(B)), else its rows. It returns false, having computed nothing, when
+// the cut extent has fewer than splitMinPanels panels per goroutine.
+//
+// Packing an operand once and sharing it (coop) does less packing, but on
+// a 2-vCPU AMD EPYC (Zen 5) guest two threads reading each other's packed
+// panels ran the micro-kernel a third slower than alone, while two
+// independent products ran at full speed side by side: a 1,024³ bf16
+// product at two threads went from 545–565 to 640–660 GFLOP/s, fp32 from
+// 300 to 340–365 (docs/BENCHMARKS.md §25). Each element of C is summed
+// over the same k blocks in the same order as on one goroutine: the same
+// bits.
+func (p *gemmProblem) split(threads, bt int) bool {
+	cols := p.N >= p.M
+	n, r := p.M, p.kern.mr
+	if cols {
+		n, r = p.N, p.kern.nr
+	}
+	panels := ceilDiv(n, r)
+	if panels < splitMinPanels*threads {
+		return false
+	}
+	runWorkers(threads, func(w int) {
+		q := p.block(bt, cols, w*panels/threads*r, min(n, (w+1)*panels/threads*r))
+		s := scratchPool.Get().(*gemmScratch)
+		q.member(s, 0)
+		scratchPool.Put(s)
+	})
+	return true
+}
+
+// block is batch member bt's product restricted to C's columns (cols) or
+// rows [lo, hi): a one-member problem over the same storage.
+func (p *gemmProblem) block(bt int, cols bool, lo, hi int) gemmProblem {
+	q := *p
+	q.Batch, q.StrideA, q.StrideB, q.StrideC = 1, 0, 0, 0
+	offA, offB, offC := bt*p.StrideA, bt*p.StrideB, bt*p.StrideC
+	if cols {
+		q.N = hi - lo
+		offC += lo
+		switch {
+		case p.B16 != nil:
+			offB += lo
+		case p.TransB:
+			offB += lo * p.LDB
+		default:
+			offB += lo
+		}
+	} else {
+		q.M = hi - lo
+		offC += lo * p.LDC
+		if p.TransA {
+			offA += lo
+		} else {
+			offA += lo * p.LDA
+		}
+	}
+	q.A, q.C = p.A[offA:], p.C[offC:]
+	if p.B16 != nil {
+		q.B16 = p.B16[offB:]
+	} else {
+		q.B = p.B[offB:]
+	}
+	return q
 }
 
 // runWorkers runs body(0) on the calling goroutine and body(1…n−1) on the

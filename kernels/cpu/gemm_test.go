@@ -89,6 +89,8 @@ type gemmCase struct {
 	// shared, when set, bounds the operand cooperating threads share, so
 	// that a small product spans several shared ranges.
 	shared int
+	// coop: threads cooperate on each member instead of splitting it.
+	coop bool
 }
 
 func (tc gemmCase) String() string {
@@ -153,7 +155,7 @@ func (tc gemmCase) check(t *testing.T, kern *gemmKernel, threads int, seed uint6
 	// Below its work threshold Gemm would run small products on one
 	// thread; force the requested count to exercise the parallel paths.
 	if p, ok := prepareGemm(kern, g, Buf(A), Buf(B), Buf(C)); ok {
-		p.sharedFloats = tc.shared
+		p.sharedFloats, p.coopOnly = tc.shared, tc.coop
 		p.execute(threads)
 	}
 
@@ -238,9 +240,11 @@ func TestGemmRandom(t *testing.T) {
 }
 
 // TestGemmThreads checks the parallel paths: whole batch members per
-// goroutine, and threads cooperating on one member by row blocks (shared
-// packed B) or by column ranges (shared packed A), over several k blocks
-// and shared blocks, with thread counts that do and do not divide the work.
+// goroutine; a member split into a block of C per goroutine (by columns
+// or by rows); and threads cooperating on one member by row blocks
+// (shared packed B) or by column ranges (shared packed A), over several k
+// blocks and shared blocks, with thread counts that do and do not divide
+// the work.
 func TestGemmThreads(t *testing.T) {
 	cases := []gemmCase{
 		{g: kernels.GemmArgs{M: 500, N: 100, K: 600, Alpha: 1}},                                                       // rows
@@ -253,10 +257,13 @@ func TestGemmThreads(t *testing.T) {
 	for _, kern := range kernelsToTest() {
 		for _, tc := range cases {
 			for _, threads := range []int{2, 3, 8} {
-				t.Run(fmt.Sprintf("%s/t%d/%v", kern.name, threads, tc), func(t *testing.T) {
-					t.Parallel()
-					tc.check(t, kern, threads, 3)
-				})
+				for _, coop := range []bool{false, true} {
+					tc.coop = coop
+					t.Run(fmt.Sprintf("%s/t%d/coop=%v/%v", kern.name, threads, coop, tc), func(t *testing.T) {
+						t.Parallel()
+						tc.check(t, kern, threads, 3)
+					})
+				}
 			}
 		}
 	}
