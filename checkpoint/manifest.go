@@ -120,22 +120,23 @@ type World struct {
 	TP int `json:"tp,omitempty"`
 }
 
-// Shards is the number of tensor-parallel shards of each stage.
-func (w World) Shards() int { return max(1, w.TP) }
+// TPSize is the number of tensor-parallel shards of each stage: TP, 0
+// read as 1.
+func (w World) TPSize() int { return max(1, w.TP) }
 
 // Rank returns the rank of (stage, dpRank, tpRank).
-func (w World) Rank(stage, dpRank, tpRank int) int { return (stage*w.DP+dpRank)*w.Shards() + tpRank }
+func (w World) Rank(stage, dpRank, tpRank int) int { return (stage*w.DP+dpRank)*w.TPSize() + tpRank }
 
 // String is "dp=2 pp=2" (and " tp=2" with tensor parallelism).
 func (w World) String() string {
-	if w.Shards() > 1 {
+	if w.TPSize() > 1 {
 		return fmt.Sprintf("dp=%d pp=%d tp=%d", w.DP, w.PP, w.TP)
 	}
 	return fmt.Sprintf("dp=%d pp=%d", w.DP, w.PP)
 }
 
 // size is DP·PP·TP.
-func (w World) size() int { return w.DP * w.PP * w.Shards() }
+func (w World) size() int { return w.DP * w.PP * w.TPSize() }
 
 func (w World) validate() error {
 	if w.DP < 1 || w.PP < 1 || w.DP > maxWorld || w.PP > maxWorld || w.TP < 0 || w.TP > maxWorld {
@@ -572,7 +573,7 @@ func (m *Manifest) validate() error {
 		if f.Rank != i {
 			return fmt.Errorf("file %q: rank %d at position %d (files are in rank order)", f.Name, f.Rank, i)
 		}
-		if f.Stage < 0 || f.Stage >= w.PP || f.DPRank < 0 || f.DPRank >= w.DP || f.TPRank < 0 || f.TPRank >= w.Shards() ||
+		if f.Stage < 0 || f.Stage >= w.PP || f.DPRank < 0 || f.DPRank >= w.DP || f.TPRank < 0 || f.TPRank >= w.TPSize() ||
 			w.Rank(f.Stage, f.DPRank, f.TPRank) != f.Rank {
 			return fmt.Errorf("file %q: rank %d is not stage %d, dp rank %d, tp rank %d of %v", f.Name, f.Rank, f.Stage, f.DPRank, f.TPRank, w)
 		}

@@ -292,10 +292,10 @@ func (s *Snapshot) validate() error {
 		return fmt.Errorf("%w: %v", ErrSnapshot, err)
 	}
 	for _, t := range s.Tensors {
-		if t.TPRank < 0 || t.TPRank >= m.World.Shards() {
+		if t.TPRank < 0 || t.TPRank >= m.World.TPSize() {
 			return fmt.Errorf("%w: tensor %q of tensor-parallel shard %d in world %v", ErrSnapshot, t.Name, t.TPRank, m.World)
 		}
-		if t.Split != nil && (!slices.Equal(t.Split.Full, t.Shape) || t.Split.Parts != m.World.Shards() || t.Split.Index != t.TPRank || t.Split.Validate() != nil) {
+		if t.Split != nil && (!slices.Equal(t.Split.Full, t.Shape) || t.Split.Parts != m.World.TPSize() || t.Split.Index != t.TPRank || t.Split.Validate() != nil) {
 			return fmt.Errorf("%w: tensor %q: shard %d's split %+v is not a part of %v in world %v", ErrSnapshot, t.Name, t.TPRank, *t.Split, t.Shape, m.World)
 		}
 		if t.Split != nil && t.Split.Dim > 0 && t.Split.Piece()*t.Split.Parts != t.Shape[t.Split.Dim] {
@@ -346,10 +346,10 @@ func (s *Snapshot) Shards() ([]RankShard, error) {
 		return nil, err
 	}
 	w := s.Meta.World
-	out := make([]RankShard, 0, w.DP*w.PP*w.Shards())
+	out := make([]RankShard, 0, w.DP*w.PP*w.TPSize())
 	for st := 0; st < w.PP; st++ {
 		for d := 0; d < w.DP; d++ {
-			for tp := range w.Shards() {
+			for tp := range w.TPSize() {
 				r, err := s.shard(st, d, tp)
 				if err != nil {
 					return nil, err
@@ -369,7 +369,7 @@ func (s *Snapshot) Shard(stage, dpRank, tpRank int) (RankShard, error) {
 		return RankShard{}, err
 	}
 	w := s.Meta.World
-	if stage < 0 || stage >= w.PP || dpRank < 0 || dpRank >= w.DP || tpRank < 0 || tpRank >= w.Shards() {
+	if stage < 0 || stage >= w.PP || dpRank < 0 || dpRank >= w.DP || tpRank < 0 || tpRank >= w.TPSize() {
 		return RankShard{}, fmt.Errorf("%w: stage %d, dp rank %d, tp rank %d outside world %v", ErrSnapshot, stage, dpRank, tpRank, w)
 	}
 	return s.shard(stage, dpRank, tpRank)
@@ -433,7 +433,7 @@ func (s *Snapshot) shard(stage, dpRank, tpRank int) (RankShard, error) {
 	if err := add(cut, w.DP, dpRank); err != nil {
 		return RankShard{}, err
 	}
-	if err := add(whole, w.DP*w.Shards(), dpRank*w.Shards()+tpRank); err != nil {
+	if err := add(whole, w.DP*w.TPSize(), dpRank*w.TPSize()+tpRank); err != nil {
 		return RankShard{}, err
 	}
 	slices.SortStableFunc(r.Slices, func(a, b ShardSlice) int { return a.Tensor - b.Tensor })

@@ -167,7 +167,7 @@ func writeCkptReport(w io.Writer, rep *checkpoint.DirReport, detail int64) {
 	}
 	m := c.Meta
 	fmt.Fprintf(w, "\n%s: step %d, generation %d, %d rank(s) = dp %d × pp %d × tp %d, %s in %d file(s)\n",
-		c.Name, m.Step, m.Generation, m.World.Size, m.World.DP, m.World.PP, m.World.Shards(), plan.FormatBytes(float64(c.Bytes)), len(c.Files))
+		c.Name, m.Step, m.Generation, m.World.Size, m.World.DP, m.World.PP, m.World.TPSize(), plan.FormatBytes(float64(c.Bytes)), len(c.Files))
 	if s := m.Sampler; s != nil {
 		fmt.Fprintf(w, "  sampler:   cursor %d (epoch %.2f of %d samples), seed %d, shuffle %v\n",
 			s.Cursor, float64(s.Cursor)/float64(s.N), s.N, s.Seed, s.Shuffle)
@@ -206,7 +206,7 @@ func writeCkptReport(w io.Writer, rep *checkpoint.DirReport, detail int64) {
 			state = "size ok"
 		}
 		where := fmt.Sprintf("stage %d, dp rank %d", f.Stage, f.DPRank)
-		if m.World.Shards() > 1 {
+		if m.World.TPSize() > 1 {
 			where += fmt.Sprintf(", tp rank %d", f.TPRank)
 		}
 		fmt.Fprintf(tw, "  %s\t%s\trank %d (%s)\t%s\n", f.Name, plan.FormatBytes(float64(f.Bytes)), f.Rank, where, state)

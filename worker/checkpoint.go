@@ -53,7 +53,7 @@ func (w *Worker) heldStage() (int, error) {
 	if w.st == nil || w.hold.Part < 0 {
 		return 0, fmt.Errorf("%w: no stage to checkpoint", ErrNoState)
 	}
-	return w.hold.Part / w.spec.Shards(), nil
+	return w.hold.Part / w.spec.TPSize(), nil
 }
 
 // SaveShard writes this worker's share of a checkpoint into dir/tmp: its
@@ -65,7 +65,7 @@ func (w *Worker) SaveShard(meta checkpoint.Meta, dir, tmp string) (int64, error)
 	if err != nil {
 		return 0, err
 	}
-	if meta.World.DP != w.mesh.DP || meta.World.PP != w.mesh.PP || meta.World.Shards() != w.mesh.TP {
+	if meta.World.DP != w.mesh.DP || meta.World.PP != w.mesh.PP || meta.World.TPSize() != w.mesh.TP {
 		return 0, fmt.Errorf("%w: a checkpoint of a %v world from a worker of a %v world", ErrConfig, meta.World, w.mesh)
 	}
 	snap := &checkpoint.Snapshot{Meta: meta}

@@ -114,17 +114,17 @@ func (s *Spec) ZeroGroupIn(m mesh.Mesh) int {
 // PP is the number of pipeline stages, one per cut (mesh.Mesh.PP).
 func (s *Spec) PP() int { return len(s.Cuts) }
 
-// Shards is the number of tensor-parallel shards of a stage: TP, 0 read
+// TPSize is the number of tensor-parallel shards of a stage: TP, 0 read
 // as 1 (mesh.Mesh.TP; a method cannot share the field's name).
-func (s *Spec) Shards() int { return max(1, s.TP) }
+func (s *Spec) TPSize() int { return max(1, s.TP) }
 
 // Parts is the number of model parts a replica is cut into: each stage's
 // shards (see mesh.Mesh.Part).
-func (s *Spec) Parts() int { return s.PP() * s.Shards() }
+func (s *Spec) Parts() int { return s.PP() * s.TPSize() }
 
 // place is part's tensor-parallel place.
 func (s *Spec) place(part int) nn.TP {
-	return nn.TP{Rank: part % s.Shards(), Size: s.Shards(), SP: s.SP}
+	return nn.TP{Rank: part % s.TPSize(), Size: s.TPSize(), SP: s.SP}
 }
 
 // Validate checks the spec.
@@ -166,7 +166,7 @@ func (s *Spec) Validate() error {
 	if s.Sync.Local() && s.Zero > 0 {
 		return fmt.Errorf("%w: %v keeps each replica's optimizer whole; ZeRO shards it among the replicas (use --zero 0)", ErrConfig, s.Sync.Mode)
 	}
-	if s.Sync.Async() && (s.PP() > 1 || s.Shards() > 1) {
+	if s.Sync.Async() && (s.PP() > 1 || s.TPSize() > 1) {
 		return fmt.Errorf("%w: asynchronous training runs whole replicas (no pipeline stages, no tensor parallelism)", ErrConfig)
 	}
 	return nil
@@ -188,7 +188,7 @@ func (s *Spec) schedule() (*pipeline.Schedule, error) {
 // buildPart makes model part part (a stage's tensor-parallel shard) on
 // be, with weights from the seed or from Init, and its optimizer.
 func (s *Spec) buildPart(be kernels.Backend, part int) (*nn.Model, optim.Optimizer, error) {
-	cut := s.Cuts[part/s.Shards()]
+	cut := s.Cuts[part/s.TPSize()]
 	m, err := nn.BuildShard(be, s.Model, s.Seed, cut.Lo, cut.Hi, s.place(part))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrConfig, err)

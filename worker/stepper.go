@@ -95,8 +95,8 @@ func sentOf(v map[collective.Kind]int64) SentBytes {
 // newStepper places w (holding the model part of rank's stage) at rank of
 // m and opens its collective groups on comm.
 func newStepper(w *Worker, m mesh.Mesh, rank int, comm collective.Communicator) (*stepper, error) {
-	if m.PP != w.spec.PP() || m.TP != w.spec.Shards() {
-		return nil, fmt.Errorf("%w: a %v world for a model cut into %d stages of %d tensor-parallel shards", ErrConfig, m, w.spec.PP(), w.spec.Shards())
+	if m.PP != w.spec.PP() || m.TP != w.spec.TPSize() {
+		return nil, fmt.Errorf("%w: a %v world for a model cut into %d stages of %d tensor-parallel shards", ErrConfig, m, w.spec.PP(), w.spec.TPSize())
 	}
 	if m.Size() > 1 && comm == nil {
 		return nil, fmt.Errorf("%w: a world of %d ranks needs a communicator", ErrConfig, m.Size())

@@ -94,7 +94,7 @@ func newWorld(t *testing.T, spec *Spec, D int) *world {
 // newWrappedWorld is newWorld with each rank's communicator wrapped.
 func newWrappedWorld(t *testing.T, spec *Spec, D int, wrap func(rank int, c collective.Communicator) collective.Communicator) *world {
 	t.Helper()
-	m, err := mesh.New(D, spec.PP(), spec.Shards())
+	m, err := mesh.New(D, spec.PP(), spec.TPSize())
 	if err != nil {
 		t.Fatal(err)
 	}
