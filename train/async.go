@@ -192,10 +192,18 @@ func (e *asyncExecutor) lose(r, inc int, cause string) {
 		return
 	}
 	// A step's call may have found it lost first (its group watches the
-	// process too); the restart is this exit's either way.
+	// process too, and then the step said so); the restart is this exit's
+	// either way.
 	e.exited[r] = true
-	e.loseLocked(r, cause)
-	if e.closing || e.restarts == 0 {
+	first := e.loseLocked(r, cause)
+	if e.closing {
+		return
+	}
+	if e.restarts == 0 {
+		if first {
+			// Idle when its process exited: no step's call saw it go.
+			e.log.Warn("replica lost; the job goes on without it", zap.Int("replica", r), zap.String("cause", cause))
+		}
 		return
 	}
 	e.restarts--
@@ -249,12 +257,15 @@ func (e *asyncExecutor) loseMember(r int, cause string) {
 }
 
 // loseLocked takes replica r out unless it is already: its group fails
-// what it runs (cause), and no step goes to it.
-func (e *asyncExecutor) loseLocked(r int, cause string) {
-	if !e.lost[r] {
-		e.replicas[r].group.Lost(0, cause)
-		e.dropLocked(r)
+// what it runs (cause), and no step goes to it. It reports whether r was
+// taken out now.
+func (e *asyncExecutor) loseLocked(r int, cause string) bool {
+	if e.lost[r] {
+		return false
 	}
+	e.replicas[r].group.Lost(0, cause)
+	e.dropLocked(r)
+	return true
 }
 
 // Mesh is the replicas' world (DP × 1 × 1).
@@ -312,10 +323,13 @@ func (e *asyncExecutor) Step(ctx context.Context, req worker.StepRequest) (stepS
 			// Its process is gone: the batch goes to another replica, the
 			// job goes on with the others (the server holds every
 			// parameter).
-			if n := e.markLost(r, g); n == 0 {
+			n, first := e.markLost(r, g)
+			if n == 0 {
 				return st, fmt.Errorf("train: step %d: every replica was lost, the last: %w", req.Step+1, err)
 			}
-			e.log.Warn("replica lost; the job goes on without it", zap.Int("replica", r), zap.Int("step", req.Step+1), zap.Error(err))
+			if first {
+				e.log.Warn("replica lost; the job goes on without it", zap.Int("replica", r), zap.Int("step", req.Step+1), zap.Error(err))
+			}
 			e.retryAll(tried)
 			continue
 		}
@@ -436,14 +450,16 @@ func (e *asyncExecutor) retryAll(tried []bool) {
 }
 
 // markLost takes replica r out when g is still its group (its process
-// exited), and returns how many replicas are alive or starting again.
-func (e *asyncExecutor) markLost(r int, g *groupExecutor) int {
+// exited), and returns how many replicas are alive or starting again and
+// whether r was taken out now (not already, by its process's exit).
+func (e *asyncExecutor) markLost(r int, g *groupExecutor) (alive int, first bool) {
 	e.imu.Lock()
 	defer e.imu.Unlock()
 	if e.replicas[r] == g && !e.lost[r] {
 		e.dropLocked(r)
+		first = true
 	}
-	return e.aliveLocked()
+	return e.aliveLocked(), first
 }
 
 // dropLocked marks replica r lost and takes it out of the idle ones.
