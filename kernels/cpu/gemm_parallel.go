@@ -76,8 +76,8 @@ const splitMinPanels = 4
 // a 2-vCPU AMD EPYC (Zen 5) guest two threads reading each other's packed
 // panels ran the micro-kernel a third slower than alone, while two
 // independent products ran at full speed side by side: a 1,024³ bf16
-// product at two threads went from 545–565 to 640–660 GFLOP/s, fp32 from
-// 300 to 340–365 (docs/BENCHMARKS.md §25). Each element of C is summed
+// product at two threads went from 518–521 to 628–638 GFLOP/s
+// (docs/BENCHMARKS.md §25, with the commands). Each element of C is summed
 // over the same k blocks in the same order as on one goroutine: the same
 // bits.
 func (p *gemmProblem) split(threads, bt int) bool {
@@ -185,8 +185,7 @@ func (c *coopSync) finish(st *coopStep, n int) {
 // first spins, as the team's callers do (team.go), for up to teamSpin
 // before it sleeps on the condition variable: a goroutine that slept
 // here parked its thread, and waking it again (a futex, an IPI and a VM
-// exit) cost more than the wait; two threads of a 1,024³ bf16 product
-// slept about 30 times a call.
+// exit) cost more than the wait.
 func (c *coopSync) wait(st *coopStep, n int) {
 	deadline := time.Now().Add(teamSpin)
 	for i := 0; int(st.done.Load()) < n; i++ {

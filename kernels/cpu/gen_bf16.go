@@ -61,7 +61,7 @@ func main() {
 	// Pull the C tile towards L1 while the k loop runs, as the fp32
 	// kernel does: C is read (beta ≠ 0) or written at the end, and its
 	// rows, a leading dimension apart, are rarely in cache (a row of 32
-	// floats may straddle three lines). 1.5–5 % of a 1024³ product.
+	// floats may straddle three lines).
 	w("\tMOVQ c+48(FP), DI")
 	w("\tMOVQ ldc+56(FP), DX")
 	w("\tSHLQ $2, DX")
