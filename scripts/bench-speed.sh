@@ -4,12 +4,15 @@
 # `--worlds procs2` with default flags beside DDP (2 processes × 1 thread); 1 and 2 threads,
 # troupe and PyTorch alternated, RUNS runs each. With $BASE set to an older troupe binary, its
 # GEMMs run beside the new one's too (before and after on the same machine).
+# With PARTS=gemm only the GEMMs run (DTYPES, default "fp32 bf16", picks their types).
 # Needs $TROUPE (default /tmp/troupe; go build -o /tmp/troupe ./cmd/troupe) and the anchors
 # beside the repository (../shared/anchors, Debian's python3-torch).
 cd "$(dirname "$0")/../../shared/anchors" && source ./blas_env.sh >/dev/null 2>&1
 OUT=${OUT:-/tmp/bench_speed.jsonl}; : > "$OUT"
 TROUPE=${TROUPE:-/tmp/troupe}
 RUNS=${RUNS:-3}
+PARTS=${PARTS:-all}
+DTYPES=${DTYPES:-fp32 bf16}
 # The machine is shared: before each measurement wait (up to 10 minutes) until the CPUs were at
 # least IDLE% idle over 3 s, and record the idle share seen.
 IDLE=${IDLE:-85}
@@ -32,12 +35,13 @@ GPT="--data synthetic-tokens --steps 30 --warmup-steps 5 --worlds dp1 --json"
 WIDE="--data synthetic-tokens:vocab=65 --d-model 512 --n-layers 2 --n-heads 8 --context 64 --batch 32 --clip 0 --steps 16 --warmup-steps 4 --worlds dp1 --json"
 for run in $(seq "$RUNS"); do
   for T in 1 2; do
-    for D in fp32 bf16; do
+    for D in $DTYPES; do
       rec "troupe-gemm-$D" $T env GOMAXPROCS=$T "$TROUPE" bench gemm --threads $T --dtype $D --json
       [ -n "$BASE" ] && rec "base-gemm-$D" $T env GOMAXPROCS=$T "$BASE" bench gemm --threads $T --dtype $D --json
       PD=float32; [ $D = bf16 ] && PD=bfloat16
       rec "torch-gemm-$D" $T $PY gemm_py.py --lib torch --threads $T --n 1024 --dtype $PD
     done
+    [ "$PARTS" = gemm ] && continue
     for P in fp32 bf16; do
       rec "troupe-gpt-$P" $T "$TROUPE" bench train $GPT --threads $T --precision $P
       A=none; [ $P = bf16 ] && A=bf16
@@ -46,6 +50,7 @@ for run in $(seq "$RUNS"); do
     rec "troupe-gpt512-bf16" $T "$TROUPE" bench train $WIDE --threads $T --precision bf16
     rec "torch-gpt512-bf16" $T $PY torch_gpt_tiny.py --threads $T --autocast bf16 --d-model 512 --n-layers 2 --n-heads 8 --steps 16 --warmup 4
   done
+  [ "$PARTS" = gemm ] && continue
   rec "troupe-gpt-procs2" 2 "$TROUPE" bench train --data synthetic-tokens --steps 30 --warmup-steps 5 --worlds procs2 --json
   rec "torch-ddp-gpt-procs2" 2 $PY torch_ddp_gpt.py --procs 2 --threads 1 --steps 30 --warmup 5
 done

@@ -14,12 +14,21 @@ func bf16Kernel12x32(k int, a *float32, rsa, ksa int, b *float32, ksb int, c *fl
 
 // avx512BF16Kernel multiplies bf16 pairs (see pairKernel): 24 zmm
 // accumulators for a 12×32 tile, two B vectors and two broadcast
-// registers; blocking as the fp32 kernel's in bytes (a k step is two
-// products).
+// registers.
+//
+// A k block is 512 pair steps (K = 1,024 bf16 values): twice the fp32
+// kernels' 256 floats in steps, so the B micro-panel (64 KiB) no longer
+// fits the L1d and streams from L2, but a product with K ≤ 1,024 sums C in
+// one pass instead of two, writing the fp32 C once rather than writing
+// it, reading it back and writing it again. On the 2-vCPU AMD EPYC
+// (Zen 5) the 1,024³ product went from 634 to 670 GFLOP/s at two threads
+// (PyTorch 679) and from 362 to 374 at one (medians of eight alternated
+// rounds, docs/BENCHMARKS.md §26). Products with K ≤ 512 are unchanged
+// (one k block either way).
 var avx512BF16Kernel = &gemmKernel{
 	name: "avx512bf16",
 	mr:   12, nr: 32,
-	mc: 144, kc: 256, nc: 4096,
+	mc: 144, kc: 512, nc: 4096,
 	tile: func(k int, a []float32, rsa, ksa int, b []float32, ksb int, c []float32, ldc int, alpha, beta float32) {
 		_ = a[11*rsa+(k-1)*ksa]
 		_ = b[(k-1)*ksb+31]

@@ -199,3 +199,69 @@ func TestBF16GemmThreads(t *testing.T) {
 		}
 	}
 }
+
+// A 16-bit C is the fp32 product rounded once: the C the product writes
+// into a 16-bit buffer has the same bits as the product into an fp32 copy
+// of it rounded afterwards, on every path (native bf16 and widened, split
+// and cooperative threads, whole batch members, edges, one and several k
+// blocks, Beta on the old C, a C wider than N) and at 1 to 3 threads.
+func TestLowCRoundedOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	shapes := []kernels.GemmArgs{
+		{M: 300, N: 700, K: 90, Alpha: 1},                            // split by columns, edges
+		{M: 700, N: 100, K: 64, Alpha: 1, Beta: 0.5},                 // split by rows
+		{M: 90, N: 100, K: 600, Alpha: 1.5, TransA: true},            // too narrow to split: cooperative
+		{M: 64, N: 96, K: 1030, Alpha: 1, TransB: true, Beta: -1},    // cooperative, odd pairs
+		{M: 40, N: 50, K: 30, Alpha: 1, Batch: 3},                    // whole members
+		{M: 200, N: 160, K: 400, Alpha: 1, Batch: 3, Beta: 1},        // members one after another
+		{M: 5, N: 7, K: 3, Alpha: 1},                                 // one thread, one edge tile
+		{M: 130, N: 260, K: 2, Alpha: 2, TransA: true, TransB: true}, // a single k block
+		{M: 333, N: 333, K: 333, Alpha: 1, TransA: true, Beta: 0.25}, // square, odd
+		{M: 1, N: 1000, K: 500, Alpha: 1},                            // one row
+	}
+	type backend struct {
+		name string
+		dt   kernels.DType
+		bf16 *gemmKernel
+	}
+	backends := []backend{{"bf16-widen", kernels.BF16, nil}, {"fp16-widen", kernels.F16, nil}}
+	if bf16Native != nil {
+		backends = append(backends, backend{"bf16-native", kernels.BF16, bf16Native})
+	} else {
+		t.Log("this CPU (or build) has no AVX-512 BF16: the native bf16 path's 16-bit C is not tested here")
+	}
+	for _, g := range shapes {
+		n := g.Normalize()
+		rowsA, rowsB := storedRows(n)
+		lenC := (n.Batch-1)*n.StrideC + n.M*n.LDC
+		a := make([]float32, (n.Batch-1)*n.StrideA+rowsA*n.LDA)
+		b := make([]float32, (n.Batch-1)*n.StrideB+rowsB*n.LDB)
+		c0 := make([]float32, lenC)
+		for _, v := range [][]float32{a, b, c0} {
+			for i := range v {
+				v[i] = float32(rng.NormFloat64())
+			}
+		}
+		for _, bk := range backends {
+			for _, threads := range []int{1, 2, 3} {
+				be := &Backend{threads: threads, bf16: bk.bf16}
+				ab, bb := be.AllocAs(len(a), bk.dt), be.AllocAs(len(b), bk.dt)
+				be.Upload(ab, a)
+				be.Upload(bb, b)
+				low := be.AllocAs(lenC, bk.dt).(Half)
+				be.Upload(low, c0)
+				wide := make(Buf, lenC)
+				kernels.FromLow(bk.dt, wide, low.V)
+				be.Gemm(g, ab, bb, low)
+				be.Gemm(g, ab, bb, wide)
+				want := make([]uint16, lenC)
+				kernels.ToLow(bk.dt, want, wide)
+				for i := range want {
+					if low.V[i] != want[i] {
+						t.Fatalf("%s %+v, %d threads: C[%d] = %#04x, the fp32 product rounded %#04x", bk.name, g, threads, i, low.V[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
