@@ -14,7 +14,7 @@ import (
 // precision trains no worse. Below fp32's is no defect, and where it lands
 // depends on rounding: the same bf16 run gave 0.0467 and 0.0460 against
 // fp32's 0.0476 when only the grouping of the GEMM's k blocks changed (its
-// k block of 256 pair steps became 512), and fp16 gives 0.0461 (2–3.4 %
+// k block of 256 pair steps became 512), and fp16 gives 0.0461 (1.9–3.4 %
 // below). A loss more than 10 % below, three times that spread, still
 // fails: it would mean the runs differ in more than precision. Each run
 // takes a few seconds.
